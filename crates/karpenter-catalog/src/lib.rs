@@ -1,0 +1,1 @@
+//! The embedded AWS instance-type catalogue.

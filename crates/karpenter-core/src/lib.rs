@@ -1,0 +1,9 @@
+//! The pure core of karpenter-rs.
+//!
+//! Everything here is deterministic and free of I/O: controllers and the `simulate` command feed
+//! it plain data and act on what it decides. Time enters only through [`clock::Clock`].
+
+pub mod clock;
+pub mod cloud_provider;
+pub mod instance_type;
+pub mod resources;

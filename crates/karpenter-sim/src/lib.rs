@@ -1,0 +1,1 @@
+//! The `sim` cloud provider.
