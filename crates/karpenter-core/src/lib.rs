@@ -7,3 +7,7 @@ pub mod clock;
 pub mod cloud_provider;
 pub mod instance_type;
 pub mod resources;
+pub mod pod;
+pub mod requirements;
+pub mod scheduling;
+pub mod taints;

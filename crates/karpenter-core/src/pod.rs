@@ -1,0 +1,206 @@
+//! What a pod asks of a node: effective resource requests per Kubernetes' rules.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+
+use crate::resources::{self, Quantity, QuantityError, ResourceList};
+
+/// A pod's quantities could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("pod {namespace}/{name}: {field}: {source}")]
+pub struct PodError {
+    pub namespace: String,
+    pub name: String,
+    /// e.g. `spec.containers[app].resources.requests[cpu]`.
+    pub field: String,
+    #[source]
+    pub source: QuantityError,
+}
+
+/// `namespace/name` of a pod (`default` namespace when unset).
+pub fn pod_key(pod: &Pod) -> (String, String) {
+    (
+        pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_string()),
+        pod.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// A container's requests, with limits standing in for absent requests (as the API server
+/// defaults them).
+fn container_requests(
+    resources: Option<&ResourceRequirements>,
+    field: &str,
+    err: &dyn Fn(String, QuantityError) -> PodError,
+) -> Result<ResourceList, PodError> {
+    let mut out = ResourceList::new();
+    let Some(resources) = resources else { return Ok(out) };
+    let empty = BTreeMap::new();
+    let requests = resources.requests.as_ref().unwrap_or(&empty);
+    let limits = resources.limits.as_ref().unwrap_or(&empty);
+    let parse = |kind: &str, name: &str, q: &K8sQuantity| {
+        Quantity::try_from(q).map_err(|e| err(format!("{field}.resources.{kind}[{name}]"), e))
+    };
+    for (name, q) in limits {
+        if !requests.contains_key(name) {
+            out.set(name, parse("limits", name, q)?);
+        }
+    }
+    for (name, q) in requests {
+        out.set(name, parse("requests", name, q)?);
+    }
+    Ok(out)
+}
+
+fn is_restartable_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// The resources the scheduler reserves for the pod, plus `pods: 1`:
+/// `max(sum(containers) + sum(sidecars), max over init containers i of (init_i + sidecars started
+/// before i))`, plus pod `overhead`; pod-level `spec.resources` requests override the container
+/// aggregate for the resources they name.
+pub fn effective_requests(pod: &Pod) -> Result<ResourceList, PodError> {
+    let (namespace, name) = pod_key(pod);
+    let err = |field: String, source: QuantityError| PodError {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        field,
+        source,
+    };
+    let mut total = ResourceList::new();
+    let Some(spec) = pod.spec.as_ref() else {
+        total.set(resources::PODS, Quantity::from_units(1));
+        return Ok(total);
+    };
+    for c in &spec.containers {
+        let field = format!("spec.containers[{}]", c.name);
+        total.add(&container_requests(c.resources.as_ref(), &field, &err)?);
+    }
+    let mut sidecars = ResourceList::new();
+    let mut init_max = ResourceList::new();
+    for c in spec.init_containers.iter().flatten() {
+        let field = format!("spec.initContainers[{}]", c.name);
+        let requests = container_requests(c.resources.as_ref(), &field, &err)?;
+        if is_restartable_sidecar(c) {
+            sidecars.add(&requests);
+            // A sidecar starting also needs room for the sidecars already running.
+            init_max.max_with(&sidecars);
+        } else {
+            let mut during_init = requests;
+            during_init.add(&sidecars);
+            init_max.max_with(&during_init);
+        }
+    }
+    total.add(&sidecars);
+    total.max_with(&init_max);
+    if let Some(pod_level) = spec.resources.as_ref() {
+        let pod_requests = container_requests(Some(pod_level), "spec", &err)?;
+        for (name, q) in pod_requests.iter() {
+            total.set(name, q);
+        }
+    }
+    if let Some(overhead) = spec.overhead.as_ref() {
+        for (name, q) in overhead {
+            let q = Quantity::try_from(q).map_err(|e| err(format!("spec.overhead[{name}]"), e))?;
+            total.set(name, total.get(name) + q);
+        }
+    }
+    total.set(resources::PODS, Quantity::from_units(1));
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    fn container(name: &str, requests: &[(&str, &str)], limits: &[(&str, &str)]) -> Container {
+        let map = |pairs: &[(&str, &str)]| {
+            (!pairs.is_empty()).then(|| pairs.iter().map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string()))).collect())
+        };
+        Container {
+            name: name.into(),
+            resources: Some(ResourceRequirements { requests: map(requests), limits: map(limits), ..Default::default() }),
+            ..Default::default()
+        }
+    }
+
+    fn pod(containers: Vec<Container>, init: Vec<Container>) -> Pod {
+        Pod {
+            spec: Some(PodSpec { containers, init_containers: Some(init), ..Default::default() }),
+            ..Default::default()
+        }
+    }
+
+    fn cpu(list: &ResourceList) -> i64 {
+        list.get("cpu").millis()
+    }
+
+    #[test]
+    fn sums_containers_and_counts_one_pod() {
+        let p = pod(vec![container("a", &[("cpu", "1")], &[]), container("b", &[("cpu", "500m")], &[])], vec![]);
+        let r = effective_requests(&p).unwrap();
+        assert_eq!(cpu(&r), 1500);
+        assert_eq!(r.get("pods"), Quantity::from_units(1));
+    }
+
+    #[test]
+    fn init_containers_take_the_max() {
+        let p = pod(vec![container("a", &[("cpu", "1")], &[])], vec![container("i", &[("cpu", "2")], &[])]);
+        assert_eq!(cpu(&effective_requests(&p).unwrap()), 2000);
+        let p = pod(vec![container("a", &[("cpu", "3")], &[])], vec![container("i", &[("cpu", "2")], &[])]);
+        assert_eq!(cpu(&effective_requests(&p).unwrap()), 3000);
+    }
+
+    #[test]
+    fn restartable_sidecars_add_to_containers_and_later_inits() {
+        let mut sidecar = container("side", &[("cpu", "1")], &[]);
+        sidecar.restart_policy = Some("Always".into());
+        // sidecar(1) then init(2): init phase needs 1+2=3; run phase 1+1=2.
+        let p = pod(vec![container("a", &[("cpu", "1")], &[])], vec![sidecar.clone(), container("i", &[("cpu", "2")], &[])]);
+        assert_eq!(cpu(&effective_requests(&p).unwrap()), 3000);
+        // init(2) before the sidecar: init phase 2, run phase 1+1=2 → 2... and a big app wins.
+        let p = pod(vec![container("a", &[("cpu", "4")], &[])], vec![container("i", &[("cpu", "2")], &[]), sidecar]);
+        assert_eq!(cpu(&effective_requests(&p).unwrap()), 5000);
+    }
+
+    #[test]
+    fn limits_stand_in_for_missing_requests_and_overhead_is_added() {
+        let mut p = pod(vec![container("a", &[("memory", "1Gi")], &[("cpu", "2"), ("memory", "2Gi")])], vec![]);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.overhead = Some(BTreeMap::from([("cpu".to_string(), K8sQuantity("250m".into()))]));
+        }
+        let r = effective_requests(&p).unwrap();
+        assert_eq!(cpu(&r), 2250);
+        assert_eq!(r.get("memory"), Quantity::from_gibibytes(1));
+    }
+
+    #[test]
+    fn zero_quantity_requests_are_kept_as_zero() {
+        let p = pod(vec![container("a", &[("cpu", "0"), ("nvidia.com/gpu", "0")], &[])], vec![]);
+        let r = effective_requests(&p).unwrap();
+        assert_eq!(cpu(&r), 0);
+        assert!(r.get("nvidia.com/gpu").is_zero());
+    }
+
+    #[test]
+    fn pod_level_resources_override_the_container_sum() {
+        let mut p = pod(vec![container("a", &[("cpu", "1")], &[])], vec![]);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.resources = Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([("cpu".to_string(), K8sQuantity("3".into()))])),
+                ..Default::default()
+            });
+        }
+        assert_eq!(cpu(&effective_requests(&p).unwrap()), 3000);
+    }
+
+    #[test]
+    fn bad_quantities_name_the_field() {
+        let p = pod(vec![container("app", &[("cpu", "lots")], &[])], vec![]);
+        let e = effective_requests(&p).unwrap_err();
+        assert!(e.to_string().contains("spec.containers[app].resources.requests[cpu]"), "{e}");
+    }
+}
