@@ -1,0 +1,155 @@
+//! Which offering a launch picks, the way EC2 CreateFleet does for Karpenter: among the
+//! NodeClaim's options (instance types allowed by its requirements whose allocatable fits its
+//! requests), the first capacity type of `reserved` → `spot` → `on-demand` that is allowed and has
+//! an available offering, then the cheapest such offering (ties: type name, then zone).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use karpenter_api::well_known as wk;
+use karpenter_core::cloud_provider::CloudError;
+use karpenter_core::instance_type::{InstanceType, Offering};
+use karpenter_core::requirements::{Operator, Requirement, Requirements};
+use karpenter_core::resources::ResourceList;
+use serde::{Deserialize, Serialize};
+
+/// The offering a launch would use.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LaunchChoice {
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: String,
+    /// USD per hour (spot prices are modelled, see `karpenter_catalog::pricing`).
+    pub price: f64,
+}
+
+/// Capacity types in the order a launch prefers them.
+pub const CAPACITY_TYPE_PREFERENCE: [&str; 3] = [
+    wk::CAPACITY_TYPE_RESERVED,
+    wk::CAPACITY_TYPE_SPOT,
+    wk::CAPACITY_TYPE_ON_DEMAND,
+];
+
+/// Whether a single-valued label set satisfies a requirement on `key` (a missing label only
+/// satisfies operators that tolerate absence).
+fn label_allows(requirement: &Requirement, value: Option<&String>) -> bool {
+    match value {
+        Some(v) => requirement.has(v),
+        None => requirement.operator().tolerates_absence(),
+    }
+}
+
+/// Whether `it`'s labels (zone and capacity type aside) satisfy `requirements`.
+pub fn instance_type_compatible(it: &InstanceType, requirements: &Requirements) -> bool {
+    requirements.iter().all(|(key, requirement)| {
+        key == wk::ZONE_LABEL
+            || key == wk::CAPACITY_TYPE_LABEL
+            || key == wk::NODEPOOL_LABEL
+            || label_allows(requirement, it.labels.get(key))
+    })
+}
+
+/// Whether the offering's zone and capacity type satisfy `requirements`.
+pub fn offering_compatible(offering: &Offering, requirements: &Requirements) -> bool {
+    let zone_ok = requirements
+        .get(&wk::ZONE_LABEL.to_string())
+        .is_none_or(|r| r.has(&offering.zone));
+    let capacity_type_ok = requirements
+        .get(&wk::CAPACITY_TYPE_LABEL.to_string())
+        .is_none_or(|r| r.has(&offering.capacity_type));
+    zone_ok && capacity_type_ok
+}
+
+/// A candidate offering for a launch.
+#[derive(Clone, Debug)]
+pub struct Candidate<'a> {
+    pub instance_type: &'a InstanceType,
+    pub offering: &'a Offering,
+}
+
+impl Candidate<'_> {
+    pub fn choice(&self) -> LaunchChoice {
+        LaunchChoice {
+            instance_type: self.instance_type.name.clone(),
+            zone: self.offering.zone.clone(),
+            capacity_type: self.offering.capacity_type.clone(),
+            price: self.offering.price,
+        }
+    }
+}
+
+/// Every available offering of a type the NodeClaim allows, ordered the way a launch tries them:
+/// capacity type by preference (only the first capacity type that has any candidate is kept),
+/// then price, type name and zone.
+pub fn candidates<'a>(
+    types: &'a BTreeMap<String, Arc<InstanceType>>,
+    requirements: &Requirements,
+    requests: &ResourceList,
+    usable: impl Fn(&InstanceType, &Offering) -> bool,
+) -> Vec<Candidate<'a>> {
+    // Look named types up directly instead of scanning the whole catalogue.
+    let named: Option<Vec<&'a Arc<InstanceType>>> = requirements
+        .get(&wk::INSTANCE_TYPE_LABEL.to_string())
+        .filter(|r| matches!(r.operator(), Operator::In))
+        .map(|r| {
+            r.values()
+                .iter()
+                .filter_map(|name| types.get(name))
+                .collect()
+        });
+    let pool: Vec<&'a Arc<InstanceType>> = named.unwrap_or_else(|| types.values().collect());
+
+    let mut all: Vec<Candidate<'a>> = pool
+        .into_iter()
+        .map(Arc::as_ref)
+        .filter(|it| instance_type_compatible(it, requirements) && it.allocatable().fits(requests))
+        .flat_map(|it| {
+            it.offerings
+                .iter()
+                .filter(|o| o.available && offering_compatible(o, requirements) && usable(it, o))
+                .map(move |offering| Candidate {
+                    instance_type: it,
+                    offering,
+                })
+        })
+        .collect();
+    let Some(capacity_type) = CAPACITY_TYPE_PREFERENCE
+        .iter()
+        .find(|ct| all.iter().any(|c| c.offering.capacity_type == **ct))
+    else {
+        return Vec::new();
+    };
+    all.retain(|c| c.offering.capacity_type == *capacity_type);
+    all.sort_by(|a, b| {
+        a.offering
+            .price
+            .total_cmp(&b.offering.price)
+            .then_with(|| a.instance_type.name.cmp(&b.instance_type.name))
+            .then_with(|| a.offering.zone.cmp(&b.offering.zone))
+    });
+    all
+}
+
+/// The offering a launch would pick, ignoring simulated capacity shortages.
+pub fn choose(
+    types: &BTreeMap<String, Arc<InstanceType>>,
+    requirements: &Requirements,
+    requests: &ResourceList,
+) -> Result<LaunchChoice, CloudError> {
+    candidates(types, requirements, requests, |_, _| true)
+        .first()
+        .map(Candidate::choice)
+        .ok_or_else(|| no_offering_error(requirements))
+}
+
+pub(crate) fn no_offering_error(requirements: &Requirements) -> CloudError {
+    CloudError::InsufficientCapacity(format!(
+        "no available offering satisfies the requirements [{}]",
+        requirements
+            .iter()
+            .map(|(k, r)| format!("{k} {r}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}

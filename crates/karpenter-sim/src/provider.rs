@@ -1,0 +1,640 @@
+//! [`SimCloudProvider`]: a cloud that lives in memory. It launches "instances" from the real
+//! catalogue, remembers them in a ledger that outlives any controller (share the provider through
+//! its cheap `Clone`/`Arc`, or persist [`SimCloudProvider::snapshot`] and
+//! [`SimCloudProvider::restore`] it), and hands out the Node a kubelet would register.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use karpenter_api::v1::{NodeClassReference, NodeSelectorRequirementWithMinValues};
+use karpenter_api::well_known as wk;
+use karpenter_api::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodePool};
+use karpenter_catalog::Catalog;
+use karpenter_core::clock::Clock;
+use karpenter_core::cloud_provider::{
+    CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
+};
+use karpenter_core::instance_type::InstanceType;
+use karpenter_core::requirements::Requirements;
+use karpenter_core::resources::{self, ResourceList};
+use serde::{Deserialize, Serialize};
+
+use crate::launch::{self, LaunchChoice};
+
+/// The provider's name (`--cloud-provider sim`).
+pub const PROVIDER_NAME: &str = "sim";
+/// How long an offering that ran out of capacity stays unavailable (upstream's
+/// `UnavailableOfferingsTTL`).
+pub const UNAVAILABLE_OFFERING_TTL: SignedDuration = SignedDuration::from_secs(180);
+/// The image every sim instance "boots".
+pub const SIM_IMAGE_ID: &str = "ami-sim-al2023";
+
+/// Errors of the sim provider's own API (construction, ledger persistence).
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("failed to load the instance-type catalogue")]
+    Catalog(#[from] karpenter_catalog::CatalogError),
+    #[error("failed to serialise the sim ledger: {0}")]
+    Snapshot(String),
+    #[error("failed to restore the sim ledger (expected the JSON written by snapshot()): {0}")]
+    Restore(String),
+    #[error("ledger is for region {ledger} but this provider simulates {provider}")]
+    RegionMismatch { ledger: String, provider: String },
+}
+
+/// One simulated instance.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimInstance {
+    pub id: String,
+    pub provider_id: String,
+    pub node_name: String,
+    pub private_ip: String,
+    pub node_claim: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_claim_uid: Option<String>,
+    pub node_class_ref: NodeClassReference,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: String,
+    /// USD per hour at launch (spot prices are modelled).
+    pub price: f64,
+    pub image_id: String,
+    /// RFC 3339 launch time (from the provider's clock).
+    pub launched_at: Timestamp,
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub taints: Vec<Taint>,
+    #[serde(default)]
+    pub startup_taints: Vec<Taint>,
+    pub capacity: ResourceList,
+    pub allocatable: ResourceList,
+}
+
+/// Everything the simulated cloud remembers: its instances and the offerings that recently ran
+/// out of capacity. Serialised by [`SimCloudProvider::snapshot`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimLedger {
+    pub region: String,
+    /// Sequence number of the last launched instance (IDs and IPs derive from it).
+    pub last_instance_seq: u64,
+    /// By instance ID.
+    pub instances: BTreeMap<String, SimInstance>,
+    /// `<capacity-type>:<instance-type>:<zone>` → when it becomes available again.
+    pub unavailable_offerings: BTreeMap<String, Timestamp>,
+}
+
+struct SimState {
+    ledger: SimLedger,
+    /// Offerings the cloud has no capacity for (test knob, not persisted).
+    insufficient_capacity: BTreeSet<String>,
+    /// Errors the next creates return, in order (test knob, not persisted).
+    injected_faults: VecDeque<CloudError>,
+}
+
+struct Inner {
+    region: String,
+    types: BTreeMap<String, Arc<InstanceType>>,
+    clock: Arc<dyn Clock>,
+    state: Mutex<SimState>,
+}
+
+/// The in-memory cloud. Cloning is cheap and shares the same inventory.
+#[derive(Clone)]
+pub struct SimCloudProvider {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SimCloudProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimCloudProvider")
+            .field("region", &self.inner.region)
+            .field("instance_types", &self.inner.types.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn offering_key(capacity_type: &str, instance_type: &str, zone: &str) -> String {
+    format!("{capacity_type}:{instance_type}:{zone}")
+}
+
+impl SimCloudProvider {
+    /// A provider over the embedded AWS catalogue for `region`.
+    pub fn new(region: &str, clock: Arc<dyn Clock>) -> Result<Self, SimError> {
+        let types = Catalog::embedded()?.instance_types(region)?;
+        Ok(Self::with_instance_types(region, types, clock))
+    }
+
+    /// A provider over custom instance types (tests, what-if studies).
+    pub fn with_instance_types(
+        region: &str,
+        types: Vec<InstanceType>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let types = types
+            .into_iter()
+            .map(|t| (t.name.clone(), Arc::new(t)))
+            .collect();
+        let ledger = SimLedger {
+            region: region.to_string(),
+            ..Default::default()
+        };
+        Self {
+            inner: Arc::new(Inner {
+                region: region.to_string(),
+                types,
+                clock,
+                state: Mutex::new(SimState {
+                    ledger,
+                    insufficient_capacity: BTreeSet::new(),
+                    injected_faults: VecDeque::new(),
+                }),
+            }),
+        }
+    }
+
+    pub fn region(&self) -> &str {
+        &self.inner.region
+    }
+
+    fn state(&self) -> MutexGuard<'_, SimState> {
+        // A panic elsewhere cannot leave the ledger half-written (every update is one insert or
+        // remove), so a poisoned lock is still safe to use.
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Simulates that the cloud has no capacity for this offering: launches that would pick it
+    /// fail over to the next one, or return [`CloudError::InsufficientCapacity`].
+    pub fn set_insufficient_capacity(&self, instance_type: &str, zone: &str, capacity_type: &str) {
+        self.state()
+            .insufficient_capacity
+            .insert(offering_key(capacity_type, instance_type, zone));
+    }
+
+    /// Capacity is back everywhere (offerings already marked unavailable stay so until their TTL).
+    pub fn clear_insufficient_capacity(&self) {
+        self.state().insufficient_capacity.clear();
+    }
+
+    /// The next `count` creates fail with `error` (after the idempotency check).
+    pub fn fail_next_creates(&self, count: usize, error: CloudError) {
+        let mut state = self.state();
+        state
+            .injected_faults
+            .extend(std::iter::repeat_n(error, count));
+    }
+
+    /// Every instance currently running.
+    pub fn instances(&self) -> Vec<SimInstance> {
+        self.state().ledger.instances.values().cloned().collect()
+    }
+
+    /// The ledger as JSON (store it in a ConfigMap to survive controller restarts).
+    pub fn snapshot(&self) -> Result<String, SimError> {
+        serde_json::to_string(&self.state().ledger).map_err(|e| SimError::Snapshot(e.to_string()))
+    }
+
+    /// Replaces the ledger with one written by [`Self::snapshot`].
+    pub fn restore(&self, json: &str) -> Result<(), SimError> {
+        let ledger: SimLedger =
+            serde_json::from_str(json).map_err(|e| SimError::Restore(e.to_string()))?;
+        if ledger.region != self.inner.region {
+            return Err(SimError::RegionMismatch {
+                ledger: ledger.region,
+                provider: self.inner.region.clone(),
+            });
+        }
+        self.state().ledger = ledger;
+        Ok(())
+    }
+
+    /// The catalogue this provider launches from, without unavailability marks.
+    pub fn catalog_types(&self) -> impl Iterator<Item = &Arc<InstanceType>> {
+        self.inner.types.values()
+    }
+
+    /// What `create` would launch for `node_claim` right now (no side effects; offerings
+    /// marked unavailable are skipped, simulated shortages not yet discovered are not).
+    pub fn launch_choice(&self, node_claim: &NodeClaim) -> Result<LaunchChoice, CloudError> {
+        let (requirements, requests) = parse_claim(node_claim)?;
+        let now = self.inner.clock.now();
+        let state = self.state();
+        let unavailable = &state.ledger.unavailable_offerings;
+        launch::candidates(&self.inner.types, &requirements, &requests, |it, o| {
+            !is_marked(
+                unavailable,
+                &offering_key(&o.capacity_type, &it.name, &o.zone),
+                now,
+            )
+        })
+        .first()
+        .map(launch::Candidate::choice)
+        .ok_or_else(|| launch::no_offering_error(&requirements))
+    }
+
+    /// The Node the kubelet of this instance registers: labels, capacity, allocatable, the
+    /// NodeClaim's taints and startup taints plus `karpenter.sh/unregistered:NoExecute`.
+    pub fn registered_node(&self, provider_id: &str) -> Result<Node, CloudError> {
+        let state = self.state();
+        let instance = find_by_provider_id(&state.ledger, provider_id)?;
+        let mut labels = instance.labels.clone();
+        labels.insert(wk::HOSTNAME_LABEL.to_string(), instance.node_name.clone());
+        let mut taints = instance.taints.clone();
+        taints.extend(instance.startup_taints.iter().cloned());
+        taints.push(Taint {
+            key: wk::UNREGISTERED_TAINT_KEY.to_string(),
+            effect: "NoExecute".to_string(),
+            ..Default::default()
+        });
+        let launched = Time(instance.launched_at);
+        Ok(Node {
+            metadata: ObjectMeta {
+                name: Some(instance.node_name.clone()),
+                labels: Some(labels),
+                creation_timestamp: Some(launched.clone()),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                provider_id: Some(instance.provider_id.clone()),
+                taints: Some(taints),
+                ..Default::default()
+            }),
+            status: Some(NodeStatus {
+                capacity: Some(instance.capacity.to_k8s()),
+                allocatable: Some(instance.allocatable.to_k8s()),
+                addresses: Some(vec![
+                    NodeAddress {
+                        type_: "InternalIP".to_string(),
+                        address: instance.private_ip.clone(),
+                    },
+                    NodeAddress {
+                        type_: "Hostname".to_string(),
+                        address: instance.node_name.clone(),
+                    },
+                ]),
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".to_string(),
+                    status: "True".to_string(),
+                    reason: Some("KubeletReady".to_string()),
+                    message: Some("kubelet is posting ready status (simulated)".to_string()),
+                    last_heartbeat_time: Some(launched.clone()),
+                    last_transition_time: Some(launched),
+                }]),
+                ..Default::default()
+            }),
+        })
+    }
+
+    fn launch(&self, node_claim: &NodeClaim) -> Result<NodeClaim, CloudError> {
+        let now = self.inner.clock.now();
+        let mut state = self.state();
+        let name = node_claim.metadata.name.clone().unwrap_or_default();
+        let uid = node_claim.metadata.uid.clone();
+        if let Some(existing) = state
+            .ledger
+            .instances
+            .values()
+            .find(|i| same_claim(i, &name, uid.as_deref()))
+        {
+            return Ok(hydrate(node_claim.clone(), existing));
+        }
+        if let Some(fault) = state.injected_faults.pop_front() {
+            return Err(fault);
+        }
+        let (requirements, requests) = parse_claim(node_claim)?;
+        state
+            .ledger
+            .unavailable_offerings
+            .retain(|_, until| *until > now);
+
+        let SimState {
+            ledger,
+            insufficient_capacity,
+            ..
+        } = &mut *state;
+        let candidates =
+            launch::candidates(&self.inner.types, &requirements, &requests, |it, o| {
+                !is_marked(
+                    &ledger.unavailable_offerings,
+                    &offering_key(&o.capacity_type, &it.name, &o.zone),
+                    now,
+                )
+            });
+        if candidates.is_empty() {
+            return Err(launch::no_offering_error(&requirements));
+        }
+        // Like CreateFleet: try the offerings cheapest first; each one out of capacity is marked
+        // unavailable for a while.
+        let mut exhausted = Vec::new();
+        let mut launched = None;
+        for candidate in &candidates {
+            let key = offering_key(
+                &candidate.offering.capacity_type,
+                &candidate.instance_type.name,
+                &candidate.offering.zone,
+            );
+            if insufficient_capacity.contains(&key) {
+                exhausted.push(key);
+            } else {
+                launched = Some((
+                    candidate.choice(),
+                    Arc::clone(&self.inner.types[&candidate.instance_type.name]),
+                ));
+                break;
+            }
+        }
+        let until = now.saturating_add(UNAVAILABLE_OFFERING_TTL).unwrap_or(now);
+        for key in &exhausted {
+            ledger.unavailable_offerings.insert(key.clone(), until);
+        }
+        let Some((choice, instance_type)) = launched else {
+            return Err(CloudError::InsufficientCapacity(format!(
+                "no capacity for any of {} offering(s): {}",
+                exhausted.len(),
+                exhausted.join(", ")
+            )));
+        };
+
+        ledger.last_instance_seq += 1;
+        let seq = ledger.last_instance_seq;
+        let instance = new_instance(
+            &self.inner.region,
+            seq,
+            node_claim,
+            &name,
+            uid,
+            &choice,
+            &instance_type,
+            &requests,
+            now,
+        );
+        let hydrated = hydrate(node_claim.clone(), &instance);
+        ledger.instances.insert(instance.id.clone(), instance);
+        Ok(hydrated)
+    }
+}
+
+fn is_marked(unavailable: &BTreeMap<String, Timestamp>, key: &str, now: Timestamp) -> bool {
+    unavailable.get(key).is_some_and(|until| *until > now)
+}
+
+fn same_claim(instance: &SimInstance, name: &str, uid: Option<&str>) -> bool {
+    match (uid, instance.node_claim_uid.as_deref()) {
+        (Some(uid), Some(known)) => uid == known,
+        _ => instance.node_claim == name,
+    }
+}
+
+fn find_by_provider_id<'a>(
+    ledger: &'a SimLedger,
+    provider_id: &str,
+) -> Result<&'a SimInstance, CloudError> {
+    let id = provider_id.rsplit('/').next().unwrap_or_default();
+    ledger
+        .instances
+        .get(id)
+        .filter(|i| i.provider_id == provider_id)
+        .ok_or_else(|| {
+            CloudError::NodeClaimNotFound(format!("no instance with provider ID {provider_id}"))
+        })
+}
+
+fn parse_claim(node_claim: &NodeClaim) -> Result<(Requirements, ResourceList), CloudError> {
+    let invalid = |message: String| CloudError::Create {
+        reason: "InvalidNodeClaim".to_string(),
+        message,
+    };
+    let requirements =
+        Requirements::from_node_selector_with_min_values(&node_claim.spec.requirements)
+            .map_err(|e| invalid(format!("spec.requirements: {e}")))?;
+    let requests = match &node_claim.spec.resources {
+        Some(r) => ResourceList::from_k8s(&r.requests)
+            .map_err(|e| invalid(format!("spec.resources.requests: {e}")))?,
+        None => ResourceList::new(),
+    };
+    Ok((requirements, requests))
+}
+
+/// Node capacity: zero entries dropped, EFA only when the NodeClaim asked for it (upstream).
+fn node_resources(list: &ResourceList, requests: &ResourceList) -> ResourceList {
+    list.iter()
+        .filter(|(name, q)| {
+            !q.is_zero() && (*name != resources::EFA || requests.contains(resources::EFA))
+        })
+        .map(|(name, q)| (name.to_string(), q))
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn new_instance(
+    region: &str,
+    seq: u64,
+    node_claim: &NodeClaim,
+    name: &str,
+    uid: Option<String>,
+    choice: &LaunchChoice,
+    instance_type: &InstanceType,
+    requests: &ResourceList,
+    now: Timestamp,
+) -> SimInstance {
+    let id = format!("i-{seq:017x}");
+    let ip = format!(
+        "10.{}.{}.{}",
+        (seq >> 16) & 0xff,
+        (seq >> 8) & 0xff,
+        seq & 0xff
+    );
+    let node_name = format!("ip-{}.{region}.compute.internal", ip.replace('.', "-"));
+    let mut labels = instance_type.labels.clone();
+    labels.insert(wk::ZONE_LABEL.to_string(), choice.zone.clone());
+    labels.insert(
+        wk::CAPACITY_TYPE_LABEL.to_string(),
+        choice.capacity_type.clone(),
+    );
+    let node_class_ref = node_claim.spec.node_class_ref.clone();
+    if node_class_ref.kind == "EC2NodeClass" {
+        labels.insert(
+            wk::AWS_EC2NODECLASS_LABEL.to_string(),
+            node_class_ref.name.clone(),
+        );
+    }
+    if let Some(own) = &node_claim.metadata.labels {
+        labels.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    SimInstance {
+        provider_id: format!("{PROVIDER_NAME}://{region}/{}/{id}", choice.zone),
+        id,
+        node_name,
+        private_ip: ip,
+        node_claim: name.to_string(),
+        node_claim_uid: uid,
+        node_class_ref,
+        instance_type: choice.instance_type.clone(),
+        zone: choice.zone.clone(),
+        capacity_type: choice.capacity_type.clone(),
+        price: choice.price,
+        image_id: SIM_IMAGE_ID.to_string(),
+        launched_at: now,
+        labels,
+        taints: node_claim.spec.taints.clone(),
+        startup_taints: node_claim.spec.startup_taints.clone(),
+        capacity: node_resources(&instance_type.capacity, requests),
+        allocatable: node_resources(&instance_type.allocatable(), requests),
+    }
+}
+
+/// The NodeClaim as `create`/`get` return it: labels, provider ID, capacity, allocatable.
+fn hydrate(mut node_claim: NodeClaim, instance: &SimInstance) -> NodeClaim {
+    node_claim
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .extend(instance.labels.clone());
+    let status = node_claim
+        .status
+        .get_or_insert_with(NodeClaimStatus::default);
+    status.provider_id = Some(instance.provider_id.clone());
+    status.image_id = Some(instance.image_id.clone());
+    status.capacity = instance.capacity.to_k8s();
+    status.allocatable = instance.allocatable.to_k8s();
+    node_claim
+}
+
+/// A NodeClaim describing an instance (for `get`/`list`, which have only the instance).
+fn node_claim_of(instance: &SimInstance) -> NodeClaim {
+    let single = |key: &str, value: &str| NodeSelectorRequirementWithMinValues {
+        key: key.to_string(),
+        operator: "In".to_string(),
+        values: vec![value.to_string()],
+        min_values: None,
+    };
+    let mut node_claim = NodeClaim::new(
+        &instance.node_claim,
+        NodeClaimSpec {
+            taints: instance.taints.clone(),
+            startup_taints: instance.startup_taints.clone(),
+            requirements: vec![
+                single(wk::INSTANCE_TYPE_LABEL, &instance.instance_type),
+                single(wk::ZONE_LABEL, &instance.zone),
+                single(wk::CAPACITY_TYPE_LABEL, &instance.capacity_type),
+            ],
+            node_class_ref: instance.node_class_ref.clone(),
+            ..Default::default()
+        },
+    );
+    node_claim.metadata.uid = instance.node_claim_uid.clone();
+    node_claim.metadata.creation_timestamp = Some(Time(instance.launched_at));
+    hydrate(node_claim, instance)
+}
+
+#[async_trait]
+impl CloudProvider for SimCloudProvider {
+    fn name(&self) -> &str {
+        PROVIDER_NAME
+    }
+
+    async fn create(&self, node_claim: &NodeClaim) -> Result<NodeClaim, CloudError> {
+        self.launch(node_claim)
+    }
+
+    async fn delete(&self, node_claim: &NodeClaim) -> Result<(), CloudError> {
+        let mut state = self.state();
+        let provider_id = node_claim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.clone());
+        let name = node_claim.metadata.name.clone().unwrap_or_default();
+        let uid = node_claim.metadata.uid.as_deref();
+        let id = state
+            .ledger
+            .instances
+            .values()
+            .find(|i| match &provider_id {
+                Some(pid) => &i.provider_id == pid,
+                None => same_claim(i, &name, uid),
+            })
+            .map(|i| i.id.clone())
+            .ok_or_else(|| {
+                CloudError::NodeClaimNotFound(format!("nodeclaim {name} has no instance"))
+            })?;
+        state.ledger.instances.remove(&id);
+        Ok(())
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudError> {
+        let state = self.state();
+        find_by_provider_id(&state.ledger, provider_id).map(node_claim_of)
+    }
+
+    async fn list(&self) -> Result<Vec<NodeClaim>, CloudError> {
+        Ok(self
+            .state()
+            .ledger
+            .instances
+            .values()
+            .map(node_claim_of)
+            .collect())
+    }
+
+    async fn instance_types(
+        &self,
+        _node_pool: &NodePool,
+    ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
+        let now = self.inner.clock.now();
+        let state = self.state();
+        let unavailable = &state.ledger.unavailable_offerings;
+        let marked_types: BTreeSet<&str> = unavailable
+            .iter()
+            .filter(|(_, until)| **until > now)
+            .filter_map(|(key, _)| key.split(':').nth(1))
+            .collect();
+        Ok(self
+            .inner
+            .types
+            .values()
+            .map(|it| {
+                if !marked_types.contains(it.name.as_str()) {
+                    return Arc::clone(it);
+                }
+                let mut copy = InstanceType::clone(it);
+                for o in &mut copy.offerings {
+                    if is_marked(
+                        unavailable,
+                        &offering_key(&o.capacity_type, &copy.name, &o.zone),
+                        now,
+                    ) {
+                        o.available = false;
+                    }
+                }
+                Arc::new(copy)
+            })
+            .collect())
+    }
+
+    async fn is_drifted(&self, _node_claim: &NodeClaim) -> Result<Option<DriftReason>, CloudError> {
+        Ok(None)
+    }
+
+    fn repair_policies(&self) -> Vec<RepairPolicy> {
+        ["False", "Unknown"]
+            .into_iter()
+            .map(|status| RepairPolicy {
+                condition_type: "Ready".to_string(),
+                condition_status: status.to_string(),
+                toleration_seconds: 30 * 60,
+            })
+            .collect()
+    }
+
+    fn supported_node_classes(&self) -> Vec<NodeClassKind> {
+        vec![NodeClassKind {
+            group: wk::AWS_GROUP.to_string(),
+            kind: "EC2NodeClass".to_string(),
+        }]
+    }
+}

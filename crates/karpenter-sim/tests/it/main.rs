@@ -1,0 +1,3 @@
+//! Integration tests of the sim provider and the simulate plan.
+
+mod provider;
