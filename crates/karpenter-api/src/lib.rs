@@ -4,6 +4,8 @@
 //! This crate is pure: types, CRD generation, offline validation and conversion of legacy
 //! manifests. Nothing here talks to a cluster or a cloud.
 
+pub mod crd;
+pub mod rules;
 pub mod v1;
 pub mod well_known;
 

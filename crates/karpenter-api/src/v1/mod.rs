@@ -1,12 +1,14 @@
 //! `karpenter.sh/v1` and `karpenter.k8s.aws/v1` types.
 
+mod budget;
 mod duration;
 mod ec2nodeclass;
 mod nodeclaim;
 mod nodepool;
 mod shared;
 
-pub use duration::NillableDuration;
+pub use budget::*;
+pub use duration::{NillableDuration, format_go_duration, parse_go_duration_secs};
 pub use ec2nodeclass::*;
 pub use nodeclaim::*;
 pub use nodepool::*;
