@@ -1,0 +1,94 @@
+//! Patch application: JSON merge patch (also used for strategic merge and server-side apply,
+//! an approximation documented in docs/testapi.md) and RFC 6902 JSON patch.
+
+use serde_json::Value;
+
+/// The patch flavours kube-rs sends, told apart by `Content-Type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    /// `application/merge-patch+json` (RFC 7386).
+    Merge,
+    /// `application/strategic-merge-patch+json`, applied as a merge patch.
+    Strategic,
+    /// `application/json-patch+json` (RFC 6902).
+    Json,
+    /// `application/apply-patch+yaml` (server-side apply), applied as a merge patch.
+    Apply,
+}
+
+impl PatchKind {
+    /// Maps a `Content-Type` header to a patch kind.
+    pub fn from_content_type(content_type: &str) -> Option<Self> {
+        let media = content_type.split(';').next().unwrap_or_default().trim();
+        match media {
+            "application/merge-patch+json" => Some(Self::Merge),
+            "application/strategic-merge-patch+json" => Some(Self::Strategic),
+            "application/json-patch+json" => Some(Self::Json),
+            "application/apply-patch+yaml" | "application/apply-patch+json" => Some(Self::Apply),
+            _ => None,
+        }
+    }
+}
+
+/// Applies a patch body to a copy of `current`; the error says why the patch does not apply.
+pub(crate) fn apply(kind: PatchKind, current: &Value, body: &Value) -> Result<Value, String> {
+    let mut doc = current.clone();
+    match kind {
+        PatchKind::Merge | PatchKind::Strategic | PatchKind::Apply => {
+            if !body.is_object() {
+                return Err("a merge or apply patch must be a JSON object".into());
+            }
+            json_patch::merge(&mut doc, body);
+        }
+        PatchKind::Json => {
+            let ops: json_patch::Patch = serde_json::from_value(body.clone())
+                .map_err(|e| format!("the JSON patch is not a list of operations: {e}"))?;
+            json_patch::patch(&mut doc, &ops)
+                .map_err(|e| format!("the JSON patch does not apply: {e}"))?;
+        }
+    }
+    Ok(doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn merge_and_json_patches() {
+        let current = json!({"metadata": {"labels": {"a": "1", "b": "2"}}, "spec": {"x": [1, 2]}});
+        let merged = apply(
+            PatchKind::Merge,
+            &current,
+            &json!({"metadata": {"labels": {"a": null, "c": "3"}}, "spec": {"x": [3]}}),
+        )
+        .unwrap();
+        assert_eq!(
+            merged,
+            json!({"metadata": {"labels": {"b": "2", "c": "3"}}, "spec": {"x": [3]}})
+        );
+        let ops = json!([{"op": "test", "path": "/spec/x/0", "value": 1}, {"op": "remove", "path": "/spec/x/0"}]);
+        assert_eq!(
+            apply(PatchKind::Json, &current, &ops).unwrap()["spec"]["x"],
+            json!([2])
+        );
+        let failing = json!([{"op": "test", "path": "/spec/x/0", "value": 9}]);
+        assert!(apply(PatchKind::Json, &current, &failing).is_err());
+        assert!(apply(PatchKind::Merge, &current, &json!([1])).is_err());
+    }
+
+    #[test]
+    fn content_types() {
+        assert_eq!(
+            PatchKind::from_content_type("application/apply-patch+yaml"),
+            Some(PatchKind::Apply)
+        );
+        assert_eq!(
+            PatchKind::from_content_type("application/json-patch+json; charset=utf-8"),
+            Some(PatchKind::Json)
+        );
+        assert_eq!(PatchKind::from_content_type("application/json"), None);
+    }
+}
