@@ -1,1 +1,58 @@
-//! Kubernetes controllers.
+//! The controller runtime: watchers feeding one in-memory cluster state, the provisioner, the
+//! NodePool controllers, leader election, metrics, health probes, events and logging.
+//!
+//! Every replica runs the watchers and keeps its state warm; only the leader writes (see
+//! [`leader`]). Controllers get an `Arc<Context>` ([`context::Context`]) holding everything they
+//! share. Time comes from a [`karpenter_core::clock::Clock`] and tokio timers, so tests drive it
+//! with `#[tokio::test(start_paused = true)]`.
+
+pub mod context;
+pub mod events;
+pub mod leader;
+pub mod logging;
+pub mod metrics;
+pub mod nodepool;
+pub mod provisioning;
+pub mod run;
+pub mod server;
+pub mod settings;
+pub mod state;
+
+pub use context::{Context, TokioClock};
+pub use settings::Settings;
+
+/// Errors of the controller runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API request failed: {action}")]
+    Kube {
+        action: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("cloud provider call failed: {action}")]
+    Cloud {
+        action: String,
+        #[source]
+        source: karpenter_core::cloud_provider::CloudError,
+    },
+    #[error("invalid setting {name}: {message}")]
+    Settings { name: &'static str, message: String },
+    #[error("failed to serve {what} on {address}")]
+    Serve {
+        what: &'static str,
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to set up logging: {0}")]
+    Logging(String),
+}
+
+impl Error {
+    pub(crate) fn kube(action: impl Into<String>, source: kube::Error) -> Self {
+        Error::Kube { action: action.into(), source: Box::new(source) }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

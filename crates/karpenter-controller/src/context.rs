@@ -1,0 +1,134 @@
+//! What every controller shares, handed out as `Arc<Context>`.
+//!
+//! Controllers written later (NodeClaim lifecycle, termination, the sim kubelet) plug in by
+//! taking the same `Arc<Context>`: the API client, the cluster state, the cloud provider, the
+//! clock, metrics, events, the leader flag and the provisioner trigger are all here.
+
+use std::sync::Arc;
+
+use jiff::{SignedDuration, Timestamp};
+use karpenter_core::clock::Clock;
+use karpenter_core::cloud_provider::CloudProvider;
+use tokio::sync::{Notify, watch};
+
+use crate::events::Events;
+use crate::metrics::Metrics;
+use crate::provisioning::{Batcher, Solver, Trigger};
+use crate::settings::Settings;
+use crate::state::SharedState;
+
+/// A [`Clock`] that reads tokio's clock, offset from a fixed epoch. Under
+/// `#[tokio::test(start_paused = true)]` tokio's auto-advance moves timers and timestamps
+/// together, so tests run in virtual time; in production it follows the wall clock.
+#[derive(Debug, Clone)]
+pub struct TokioClock {
+    epoch: Timestamp,
+    start: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// Starts at the current wall time.
+    pub fn wall() -> Self {
+        Self::starting_at(Timestamp::now())
+    }
+
+    /// Starts at `epoch` (tests use a fixed one so timestamps are reproducible).
+    pub fn starting_at(epoch: Timestamp) -> Self {
+        TokioClock { epoch, start: tokio::time::Instant::now() }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Timestamp {
+        let elapsed = SignedDuration::try_from(self.start.elapsed()).unwrap_or(SignedDuration::MAX);
+        self.epoch.saturating_add(elapsed).unwrap_or(self.epoch)
+    }
+}
+
+/// Shared controller context.
+pub struct Context {
+    pub client: kube::Client,
+    pub settings: Settings,
+    pub state: Arc<SharedState>,
+    pub cloud: Arc<dyn CloudProvider>,
+    pub solver: Arc<dyn Solver>,
+    pub clock: Arc<dyn Clock>,
+    pub metrics: Arc<Metrics>,
+    pub events: Arc<Events>,
+    /// Pods (by UID) that may need capacity; feeds the provisioner's batcher.
+    pub provisioning_trigger: Trigger,
+    /// Wakes the NodePool controllers (something their status depends on changed).
+    pub nodepools_changed: Arc<Notify>,
+    leader_tx: watch::Sender<bool>,
+    leader_rx: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// Builds the context and the provisioner's batcher (its receiving end).
+    pub fn new(
+        client: kube::Client,
+        settings: Settings,
+        cloud: Arc<dyn CloudProvider>,
+        solver: Arc<dyn Solver>,
+        clock: Arc<dyn Clock>,
+    ) -> (Arc<Context>, Batcher) {
+        let (trigger, batcher) = Batcher::new(settings.batch_idle_duration, settings.batch_max_duration);
+        let (leader_tx, leader_rx) = watch::channel(settings.disable_leader_election);
+        let metrics = Arc::new(Metrics::new());
+        metrics.leader.set(i64::from(settings.disable_leader_election));
+        let ctx = Context {
+            events: Arc::new(Events::new(Some(client.clone()), clock.clone())),
+            client,
+            settings,
+            state: Arc::new(SharedState::default()),
+            cloud,
+            solver,
+            clock,
+            metrics,
+            provisioning_trigger: trigger,
+            nodepools_changed: Arc::new(Notify::new()),
+            leader_tx,
+            leader_rx,
+        };
+        (Arc::new(ctx), batcher)
+    }
+
+    /// Only the leader writes to the API server; every replica keeps its state warm.
+    pub fn is_leader(&self) -> bool {
+        *self.leader_rx.borrow()
+    }
+
+    /// A receiver that changes when leadership is gained or lost.
+    pub fn leadership(&self) -> watch::Receiver<bool> {
+        self.leader_rx.clone()
+    }
+
+    pub(crate) fn set_leader(&self, leader: bool) {
+        self.metrics.leader.set(i64::from(leader));
+        self.leader_tx.send_replace(leader);
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn tokio_clock_follows_virtual_time() {
+        let epoch = Timestamp::from_second(1_704_067_200).unwrap();
+        let clock = TokioClock::starting_at(epoch);
+        assert_eq!(clock.now(), epoch);
+        tokio::time::sleep(std::time::Duration::from_secs(90)).await;
+        assert_eq!(clock.now().duration_since(epoch), SignedDuration::from_secs(90));
+    }
+}

@@ -1,0 +1,192 @@
+//! Prometheus metrics with upstream Karpenter's names (all prefixed `karpenter_`), served in the
+//! OpenMetrics text format on `/metrics`. See `docs/metrics.md`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+pub type FloatGauge = Gauge<f64, AtomicU64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeClaimCreatedLabels {
+    pub reason: String,
+    pub nodepool: String,
+    pub min_values_relaxed: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeClaimLabels {
+    pub nodepool: String,
+    pub capacity_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeClaimDisruptedLabels {
+    pub reason: String,
+    pub nodepool: String,
+    pub capacity_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodePoolLabels {
+    pub nodepool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodePoolResourceLabels {
+    pub nodepool: String,
+    pub resource_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodStateLabels {
+    pub name: String,
+    pub namespace: String,
+    pub node: String,
+    pub nodepool: String,
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    pub controller: String,
+}
+
+/// Every metric the controller exports. Cloned handles are cheap (`Arc` inside).
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub nodeclaims_created: Family<NodeClaimCreatedLabels, Counter>,
+    pub nodeclaims_terminated: Family<NodeClaimLabels, Counter>,
+    pub nodeclaims_disrupted: Family<NodeClaimDisruptedLabels, Counter>,
+    pub nodes_created: Family<NodePoolLabels, Counter>,
+    pub nodes_terminated: Family<NodePoolLabels, Counter>,
+    pub pods_state: Family<PodStateLabels, Gauge>,
+    pub provisioner_scheduling_duration: Histogram,
+    pub scheduler_scheduling_duration: Family<ControllerLabels, Histogram>,
+    pub scheduler_unschedulable_pods: Family<ControllerLabels, Gauge>,
+    pub nodepools_usage: Family<NodePoolResourceLabels, FloatGauge>,
+    pub nodepools_limit: Family<NodePoolResourceLabels, FloatGauge>,
+    pub cluster_state_node_count: Gauge,
+    pub cluster_state_synced: Gauge,
+    pub leader: Gauge,
+}
+
+fn duration_buckets() -> impl Iterator<Item = f64> {
+    // 1 ms .. ~65 s, doubling; scheduling passes span that range.
+    exponential_buckets(0.001, 2.0, 17)
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("karpenter");
+        let m = Metrics {
+            nodeclaims_created: Family::default(),
+            nodeclaims_terminated: Family::default(),
+            nodeclaims_disrupted: Family::default(),
+            nodes_created: Family::default(),
+            nodes_terminated: Family::default(),
+            pods_state: Family::default(),
+            provisioner_scheduling_duration: Histogram::new(duration_buckets()),
+            scheduler_scheduling_duration: Family::new_with_constructor(|| Histogram::new(duration_buckets())),
+            scheduler_unschedulable_pods: Family::default(),
+            nodepools_usage: Family::default(),
+            nodepools_limit: Family::default(),
+            cluster_state_node_count: Gauge::default(),
+            cluster_state_synced: Gauge::default(),
+            leader: Gauge::default(),
+            registry: Registry::default(),
+        };
+        // prometheus-client appends `_total` to counters.
+        registry.register("nodeclaims_created", "Number of nodeclaims created.", m.nodeclaims_created.clone());
+        registry.register("nodeclaims_terminated", "Number of nodeclaims terminated.", m.nodeclaims_terminated.clone());
+        registry.register("nodeclaims_disrupted", "Number of nodeclaims disrupted, by reason.", m.nodeclaims_disrupted.clone());
+        registry.register("nodes_created", "Number of nodes created.", m.nodes_created.clone());
+        registry.register("nodes_terminated", "Number of nodes terminated.", m.nodes_terminated.clone());
+        registry.register("pods_state", "Pod state: 1 per pod, labelled with its node, nodepool and phase.", m.pods_state.clone());
+        registry.register_with_unit(
+            "provisioner_scheduling_duration",
+            "Duration of one provisioning scheduling pass.",
+            prometheus_client::registry::Unit::Seconds,
+            m.provisioner_scheduling_duration.clone(),
+        );
+        registry.register_with_unit(
+            "scheduler_scheduling_duration",
+            "Duration of scheduling simulations, by controller.",
+            prometheus_client::registry::Unit::Seconds,
+            m.scheduler_scheduling_duration.clone(),
+        );
+        registry.register(
+            "scheduler_unschedulable_pods_count",
+            "Pods the last scheduling pass could not place.",
+            m.scheduler_unschedulable_pods.clone(),
+        );
+        registry.register("nodepools_usage", "Resources provisioned by a nodepool.", m.nodepools_usage.clone());
+        registry.register("nodepools_limit", "Resource limits of a nodepool.", m.nodepools_limit.clone());
+        registry.register("cluster_state_node_count", "Nodes tracked in cluster state.", m.cluster_state_node_count.clone());
+        registry.register("cluster_state_synced", "1 when cluster state has listed every kind.", m.cluster_state_synced.clone());
+        registry.register("leader", "1 when this replica holds the leader lease.", m.leader.clone());
+        Metrics { registry, ..m }
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exports_upstream_names() {
+        let m = Metrics::new();
+        m.nodeclaims_created
+            .get_or_create(&NodeClaimCreatedLabels {
+                reason: "provisioned".into(),
+                nodepool: "default".into(),
+                min_values_relaxed: "false".into(),
+            })
+            .inc();
+        m.nodepools_limit
+            .get_or_create(&NodePoolResourceLabels { nodepool: "default".into(), resource_type: "cpu".into() })
+            .set(1000.0);
+        m.provisioner_scheduling_duration.observe(0.25);
+        m.pods_state
+            .get_or_create(&PodStateLabels {
+                name: "a".into(),
+                namespace: "default".into(),
+                node: String::new(),
+                nodepool: String::new(),
+                phase: "Pending".into(),
+            })
+            .set(1);
+        m.cluster_state_synced.set(1);
+        let _ = m.nodes_created.get_or_create(&NodePoolLabels { nodepool: "default".into() });
+        let text = m.encode();
+        for name in [
+            "karpenter_nodeclaims_created_total{reason=\"provisioned\",nodepool=\"default\",min_values_relaxed=\"false\"} 1",
+            "karpenter_nodepools_limit{nodepool=\"default\",resource_type=\"cpu\"} 1000.0",
+            "karpenter_provisioner_scheduling_duration_seconds_count 1",
+            "karpenter_nodes_created_total{nodepool=\"default\"} 0",
+            "# TYPE karpenter_pods_state gauge",
+            "karpenter_cluster_state_synced 1",
+        ] {
+            assert!(text.contains(name), "missing {name} in\n{text}");
+        }
+    }
+}
