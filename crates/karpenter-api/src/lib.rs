@@ -4,7 +4,10 @@
 //! This crate is pure: types, CRD generation, offline validation and conversion of legacy
 //! manifests. Nothing here talks to a cluster or a cloud.
 
+pub mod convert;
 pub mod crd;
+pub mod manifest;
+pub mod validation;
 pub mod rules;
 pub mod v1;
 pub mod well_known;
