@@ -16,4 +16,6 @@ pub struct Cli {
 pub enum Command {
     /// Print (or write) the CustomResourceDefinitions.
     Crds(commands::crds::Args),
+    /// Run the controller against a cluster (watchers, provisioner, NodePool status, leader election).
+    Controller(commands::controller::Args),
 }

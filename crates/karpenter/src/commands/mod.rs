@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod controller;
 pub mod crds;
 
 use std::process::ExitCode;
@@ -10,5 +11,6 @@ use crate::cli::Command;
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Crds(args) => crds::run(args),
+        Command::Controller(args) => controller::run(args),
     }
 }

@@ -1,0 +1,149 @@
+//! `karpenter controller`: flags and environment (upstream's names) → settings → a running
+//! controller replica. See `docs/controller.md`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use karpenter_controller::provisioning::solver::NoScheduler;
+use karpenter_controller::settings::{LogFormat, parse_duration};
+use karpenter_controller::{Context, Settings, TokioClock};
+use karpenter_core::clock::Clock;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CloudProviderArg {
+    Sim,
+    Aws,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormatArg {
+    Json,
+    Text,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Cloud to launch nodes in.
+    #[arg(long, env = "CLOUD_PROVIDER", value_enum, default_value = "sim")]
+    pub cloud_provider: CloudProviderArg,
+    /// Kubeconfig file (default: in-cluster config, then ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Cluster name (tags, discovery).
+    #[arg(long, env = "CLUSTER_NAME", default_value = "")]
+    pub cluster_name: String,
+    /// Longest provisioning batch window.
+    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s")]
+    pub batch_max_duration: String,
+    /// A batch window closes after this long without a new pending pod.
+    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s")]
+    pub batch_idle_duration: String,
+    #[arg(long, env = "METRICS_PORT", default_value_t = 8080)]
+    pub metrics_port: u16,
+    #[arg(long, env = "HEALTH_PROBE_PORT", default_value_t = 8081)]
+    pub health_probe_port: u16,
+    /// debug, info or error (or a tracing filter such as `info,karpenter_controller=debug`).
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
+    pub log_format: LogFormatArg,
+    /// Lead without a Lease (single replica only).
+    #[arg(long, env = "DISABLE_LEADER_ELECTION")]
+    pub disable_leader_election: bool,
+    #[arg(long, env = "LEADER_ELECTION_NAME", default_value = "karpenter-leader-election")]
+    pub leader_election_name: String,
+    /// Namespace of the Lease (default: POD_NAMESPACE, else kube-system).
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    #[arg(long, env = "POD_NAMESPACE", hide = true)]
+    pub pod_namespace: Option<String>,
+    /// This replica's identity in the Lease (default: POD_NAME, else the hostname).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Millicores requested by the controller; sets scheduler parallelism.
+    #[arg(long, env = "CPU_REQUESTS", default_value_t = 1000)]
+    pub cpu_requests: i64,
+    #[arg(long, env = "PREFERENCE_POLICY", default_value = "Respect")]
+    pub preference_policy: String,
+    #[arg(long, env = "MIN_VALUES_POLICY", default_value = "Strict")]
+    pub min_values_policy: String,
+    /// Region of the `sim` provider's embedded catalogue.
+    #[arg(long, env = "SIM_REGION", default_value = "us-east-1")]
+    pub sim_region: String,
+}
+
+impl Args {
+    fn settings(&self) -> anyhow::Result<Settings> {
+        let identity = self
+            .identity
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "karpenter".into());
+        let settings = Settings {
+            cluster_name: self.cluster_name.clone(),
+            batch_idle_duration: parse_duration("BATCH_IDLE_DURATION", &self.batch_idle_duration)?,
+            batch_max_duration: parse_duration("BATCH_MAX_DURATION", &self.batch_max_duration)?,
+            metrics_port: self.metrics_port,
+            health_probe_port: self.health_probe_port,
+            log_level: self.log_level.clone(),
+            log_format: match self.log_format {
+                LogFormatArg::Json => LogFormat::Json,
+                LogFormatArg::Text => LogFormat::Text,
+            },
+            disable_leader_election: self.disable_leader_election,
+            leader_election_name: self.leader_election_name.clone(),
+            leader_election_namespace: self
+                .leader_election_namespace
+                .clone()
+                .or_else(|| self.pod_namespace.clone())
+                .unwrap_or_else(|| "kube-system".into()),
+            identity,
+            cpu_requests: self.cpu_requests,
+            preference_policy: self.preference_policy.clone(),
+            min_values_policy: self.min_values_policy.clone(),
+            ..Settings::default()
+        };
+        settings.validate()?;
+        Ok(settings)
+    }
+}
+
+async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no cluster configuration found (not in a pod, no ~/.kube/config); pass --kubeconfig")?,
+    };
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.cloud_provider == CloudProviderArg::Aws {
+        bail!(
+            "--cloud-provider aws is not available in this build yet; use --cloud-provider sim \
+             (or `karpenter simulate` to plan offline)"
+        );
+    }
+    let settings = args.settings()?;
+    karpenter_controller::logging::init(&settings.log_level, settings.log_format)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    runtime.block_on(async {
+        let client = client(args.kubeconfig.as_ref()).await?;
+        let clock: Arc<dyn Clock> = Arc::new(TokioClock::wall());
+        let cloud = karpenter_sim::SimCloudProvider::new(&args.sim_region, clock.clone())
+            .with_context(|| format!("loading the sim catalogue for region {:?}", args.sim_region))?;
+        let (ctx, batcher) = Context::new(client, settings, Arc::new(cloud), Arc::new(NoScheduler), clock);
+        karpenter_controller::run::run_until_signal(ctx, batcher).await?;
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
