@@ -597,6 +597,9 @@ async fn next_line(mut state: WatchState) -> Option<(Bytes, WatchState)> {
             return None;
         }
         tokio::select! {
+            // Closing wins over queued events so tests can make a watch miss changes on purpose.
+            biased;
+            _ = state.closer.changed() => state.done = true,
             received = state.receiver.recv() => match received {
                 Ok(change) => {
                     state.latest_rv = state.latest_rv.max(change.rv);
@@ -611,7 +614,6 @@ async fn next_line(mut state: WatchState) -> Option<(Bytes, WatchState)> {
                 }
                 Err(RecvError::Closed) => state.done = true,
             },
-            _ = state.closer.changed() => state.done = true,
             () = &mut state.deadline => {
                 if state.bookmarks {
                     state.pending.push_back(state.filter.bookmark(state.latest_rv, false));

@@ -183,7 +183,9 @@ impl Store {
         Self {
             registry: Registry::default(),
             objects: BTreeMap::new(),
-            rv: 0,
+            // Lists report the counter as their resourceVersion, and "0" means "any version"
+            // to a watch, so the counter starts past it.
+            rv: 1,
             counter: 0,
             history: VecDeque::new(),
             history_limit: history_limit.max(1),

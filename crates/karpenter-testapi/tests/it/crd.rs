@@ -1,0 +1,103 @@
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{CustomResource, CustomResourceExt, ResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use karpenter_testapi::TestApiServer;
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "example.com",
+    version = "v1",
+    kind = "Widget",
+    namespaced,
+    status = "WidgetStatus"
+)]
+pub struct WidgetSpec {
+    size: u32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct WidgetStatus {
+    ready: bool,
+}
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(group = "example.com", version = "v1", kind = "Gadget")]
+pub struct GadgetSpec {
+    colour: String,
+}
+
+#[tokio::test]
+async fn custom_resources_with_status() {
+    let server = TestApiServer::new();
+    server.register_crd(&Widget::crd()).unwrap();
+    let widgets: Api<Widget> = Api::default_namespaced(server.client());
+
+    let mut widget = Widget::new("w", WidgetSpec { size: 1 });
+    widget.status = Some(WidgetStatus { ready: true });
+    let created = widgets
+        .create(&PostParams::default(), &widget)
+        .await
+        .unwrap();
+    assert_eq!(
+        created.status, None,
+        "custom resources drop status on create"
+    );
+
+    let status = json!({"status": {"ready": true}});
+    let updated = widgets
+        .patch_status("w", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    assert_eq!(updated.status, Some(WidgetStatus { ready: true }));
+    assert_eq!(updated.metadata.generation, Some(1));
+
+    let mut bigger = updated.clone();
+    bigger.spec.size = 2;
+    bigger.status = Some(WidgetStatus { ready: false });
+    let replaced = widgets
+        .replace("w", &PostParams::default(), &bigger)
+        .await
+        .unwrap();
+    assert_eq!(replaced.metadata.generation, Some(2));
+    assert_eq!(
+        replaced.status,
+        Some(WidgetStatus { ready: true }),
+        "main writes keep status"
+    );
+
+    let all: Api<Widget> = Api::all(server.client());
+    assert_eq!(
+        all.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn crds_created_through_the_api_are_served() {
+    let server = TestApiServer::new();
+    let client = server.client();
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    crds.create(&PostParams::default(), &Gadget::crd())
+        .await
+        .unwrap();
+    let gadgets: Api<Gadget> = Api::all(client);
+    let created = gadgets
+        .create(
+            &PostParams::default(),
+            &Gadget::new(
+                "g",
+                GadgetSpec {
+                    colour: "red".into(),
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.name_any(), "g");
+    assert_eq!(created.namespace(), None, "cluster-scoped");
+    assert_eq!(server.count::<Gadget>(), 1);
+}
