@@ -41,13 +41,36 @@ pub(crate) fn apply(kind: PatchKind, current: &Value, body: &Value) -> Result<Va
             json_patch::merge(&mut doc, body);
         }
         PatchKind::Json => {
-            let ops: json_patch::Patch = serde_json::from_value(body.clone())
+            let ops: json_patch::Patch = serde_json::from_value(tolerate_null_tests(current, body))
                 .map_err(|e| format!("the JSON patch is not a list of operations: {e}"))?;
             json_patch::patch(&mut doc, &ops)
                 .map_err(|e| format!("the JSON patch does not apply: {e}"))?;
         }
     }
     Ok(doc)
+}
+
+/// Kubernetes treats `{"op": "test", "value": null}` on a missing path as passing (kube-runtime's
+/// `finalizer()` relies on it to add the first finalizer); RFC 6902 libraries fail it, so such
+/// operations are dropped before applying.
+fn tolerate_null_tests(current: &Value, body: &Value) -> Value {
+    let Some(ops) = body.as_array() else {
+        return body.clone();
+    };
+    let passes_trivially = |op: &Value| {
+        op.get("op").and_then(Value::as_str) == Some("test")
+            && op.get("value").is_some_and(Value::is_null)
+            && op
+                .get("path")
+                .and_then(Value::as_str)
+                .is_some_and(|path| current.pointer(path).is_none())
+    };
+    Value::Array(
+        ops.iter()
+            .filter(|op| !passes_trivially(op))
+            .cloned()
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -77,6 +100,16 @@ mod tests {
         let failing = json!([{"op": "test", "path": "/spec/x/0", "value": 9}]);
         assert!(apply(PatchKind::Json, &current, &failing).is_err());
         assert!(apply(PatchKind::Merge, &current, &json!([1])).is_err());
+        let first_finalizer = json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["f"]},
+        ]);
+        let patched = apply(PatchKind::Json, &current, &first_finalizer).unwrap();
+        assert_eq!(patched["metadata"]["finalizers"], json!(["f"]));
+        assert!(
+            apply(PatchKind::Json, &patched, &first_finalizer).is_err(),
+            "a present value is not null"
+        );
     }
 
     #[test]

@@ -381,3 +381,48 @@ async fn discovery_and_version() {
     assert_eq!(leases.plural, "leases");
     assert!(discovery.has_group("policy"));
 }
+
+#[tokio::test]
+async fn kube_runtime_finalizer_helper_round_trip() {
+    use kube::runtime::controller::Action;
+    use kube::runtime::finalizer::{Event, finalizer};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let server = TestApiServer::new();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client());
+    api.create(&PostParams::default(), &configmap("guarded", "1"))
+        .await
+        .unwrap();
+    let cleanups = Arc::new(AtomicUsize::new(0));
+    let run = |obj: ConfigMap| {
+        let (api, cleanups) = (api.clone(), Arc::clone(&cleanups));
+        async move {
+            finalizer(
+                &api,
+                "example.com/cleanup",
+                Arc::new(obj),
+                |event| async move {
+                    if let Event::Cleanup(_) = event {
+                        cleanups.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Ok::<_, std::convert::Infallible>(Action::await_change())
+                },
+            )
+            .await
+        }
+    };
+    // First pass adds the finalizer (JSON patch: test null + add).
+    run(api.get("guarded").await.unwrap()).await.unwrap();
+    assert_eq!(
+        api.get("guarded").await.unwrap().finalizers(),
+        ["example.com/cleanup"]
+    );
+    // Deleting leaves it terminating; the next pass cleans up and removes the finalizer.
+    api.delete("guarded", &DeleteParams::default())
+        .await
+        .unwrap();
+    run(api.get("guarded").await.unwrap()).await.unwrap();
+    assert_eq!(cleanups.load(Ordering::SeqCst), 1);
+    assert!(api.get_opt("guarded").await.unwrap().is_none());
+}
