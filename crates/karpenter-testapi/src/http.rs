@@ -225,6 +225,15 @@ pub(crate) async fn handle(inner: Arc<Inner>, request: Request<Bytes>) -> Respon
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_owned();
+    if verb.is_write() && query.get("dryRun").is_some() {
+        // Persisting a dry run would be worse than refusing it.
+        let error = ApiError::bad_request(
+            "dryRun is not supported by the test API server; drop it from the request",
+        );
+        record.code = error.code;
+        inner.log(record);
+        return error_response(&error);
+    }
     let present = Presenter {
         res: target.res.clone(),
         metadata_only,
