@@ -34,7 +34,10 @@ impl TokioClock {
 
     /// Starts at `epoch` (tests use a fixed one so timestamps are reproducible).
     pub fn starting_at(epoch: Timestamp) -> Self {
-        TokioClock { epoch, start: tokio::time::Instant::now() }
+        TokioClock {
+            epoch,
+            start: tokio::time::Instant::now(),
+        }
     }
 }
 
@@ -65,7 +68,9 @@ pub struct Context {
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context").field("settings", &self.settings).finish_non_exhaustive()
+        f.debug_struct("Context")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
     }
 }
 
@@ -78,10 +83,13 @@ impl Context {
         solver: Arc<dyn Solver>,
         clock: Arc<dyn Clock>,
     ) -> (Arc<Context>, Batcher) {
-        let (trigger, batcher) = Batcher::new(settings.batch_idle_duration, settings.batch_max_duration);
+        let (trigger, batcher) =
+            Batcher::new(settings.batch_idle_duration, settings.batch_max_duration);
         let (leader_tx, leader_rx) = watch::channel(settings.disable_leader_election);
         let metrics = Arc::new(Metrics::new());
-        metrics.leader.set(i64::from(settings.disable_leader_election));
+        metrics
+            .leader
+            .set(i64::from(settings.disable_leader_election));
         let ctx = Context {
             events: Arc::new(Events::new(Some(client.clone()), clock.clone())),
             client,
@@ -129,6 +137,9 @@ mod tests {
         let clock = TokioClock::starting_at(epoch);
         assert_eq!(clock.now(), epoch);
         tokio::time::sleep(std::time::Duration::from_secs(90)).await;
-        assert_eq!(clock.now().duration_since(epoch), SignedDuration::from_secs(90));
+        assert_eq!(
+            clock.now().duration_since(epoch),
+            SignedDuration::from_secs(90)
+        );
     }
 }

@@ -47,14 +47,28 @@ pub struct EventRecord {
 }
 
 impl EventRecord {
-    pub fn new<K: Resource<DynamicType = ()>>(obj: &K, event_type: EventType, reason: &str, message: impl Into<String>) -> Self {
-        EventRecord { involved: obj.object_ref(&()), event_type, reason: reason.into(), message: message.into() }
+    pub fn new<K: Resource<DynamicType = ()>>(
+        obj: &K,
+        event_type: EventType,
+        reason: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        EventRecord {
+            involved: obj.object_ref(&()),
+            event_type,
+            reason: reason.into(),
+            message: message.into(),
+        }
     }
 }
 
 /// How long an identical event is suppressed: FailedScheduling 5 min (upstream), others 1 min.
 fn dedupe_window(reason: &str) -> SignedDuration {
-    if reason == REASON_FAILED_SCHEDULING { SignedDuration::from_mins(5) } else { SignedDuration::from_mins(1) }
+    if reason == REASON_FAILED_SCHEDULING {
+        SignedDuration::from_mins(5)
+    } else {
+        SignedDuration::from_mins(1)
+    }
 }
 
 /// Publishes events; cheap to share.
@@ -74,7 +88,12 @@ impl std::fmt::Debug for Events {
 impl Events {
     /// `client: None` records in memory only.
     pub fn new(client: Option<kube::Client>, clock: Arc<dyn Clock>) -> Self {
-        Events { client, clock, recent: Mutex::default(), last_sent: Mutex::default() }
+        Events {
+            client,
+            clock,
+            recent: Mutex::default(),
+            last_sent: Mutex::default(),
+        }
     }
 
     /// Records and (when a client is set) writes the event, unless an identical one was sent
@@ -91,7 +110,10 @@ impl Events {
         );
         {
             let mut last = self.last_sent.lock().unwrap_or_else(|e| e.into_inner());
-            if last.get(&key).is_some_and(|at| now.duration_since(*at) < dedupe_window(&record.reason)) {
+            if last
+                .get(&key)
+                .is_some_and(|at| now.duration_since(*at) < dedupe_window(&record.reason))
+            {
                 return;
             }
             last.retain(|_, at| now.duration_since(*at) < SignedDuration::from_mins(5));
@@ -105,7 +127,11 @@ impl Events {
             recent.push_back(record.clone());
         }
         if let Some(client) = &self.client {
-            let namespace = record.involved.namespace.clone().unwrap_or_else(|| "default".into());
+            let namespace = record
+                .involved
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
             let event = to_k8s_event(&record, &namespace, now);
             let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
             if let Err(err) = api.create(&PostParams::default(), &event).await {
@@ -116,12 +142,20 @@ impl Events {
 
     /// The most recent events (oldest first).
     pub fn recent(&self) -> Vec<EventRecord> {
-        self.recent.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect()
+        self.recent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// Recent events with this reason.
     pub fn with_reason(&self, reason: &str) -> Vec<EventRecord> {
-        self.recent().into_iter().filter(|e| e.reason == reason).collect()
+        self.recent()
+            .into_iter()
+            .filter(|e| e.reason == reason)
+            .collect()
     }
 }
 
@@ -137,7 +171,10 @@ fn to_k8s_event(record: &EventRecord, namespace: &str, now: Timestamp) -> Event 
         reason: Some(record.reason.clone()),
         message: Some(record.message.clone()),
         type_: Some(record.event_type.as_str().into()),
-        source: Some(EventSource { component: Some(COMPONENT.into()), host: None }),
+        source: Some(EventSource {
+            component: Some(COMPONENT.into()),
+            host: None,
+        }),
         reporting_component: Some(COMPONENT.into()),
         first_timestamp: Some(Time(now)),
         last_timestamp: Some(Time(now)),
@@ -162,12 +199,30 @@ mod tests {
         let clock = Arc::new(FakeClock::default());
         let events = Events::new(None, clock.clone());
         let pod = pending_pod("a", "1");
-        let failed = || EventRecord::new(&pod, EventType::Warning, REASON_FAILED_SCHEDULING, "no nodepool");
+        let failed = || {
+            EventRecord::new(
+                &pod,
+                EventType::Warning,
+                REASON_FAILED_SCHEDULING,
+                "no nodepool",
+            )
+        };
         events.publish(failed()).await;
         events.publish(failed()).await;
         assert_eq!(events.with_reason(REASON_FAILED_SCHEDULING).len(), 1);
-        events.publish(EventRecord::new(&pod, EventType::Warning, REASON_FAILED_SCHEDULING, "other")).await;
-        assert_eq!(events.recent().len(), 2, "a different message is a different event");
+        events
+            .publish(EventRecord::new(
+                &pod,
+                EventType::Warning,
+                REASON_FAILED_SCHEDULING,
+                "other",
+            ))
+            .await;
+        assert_eq!(
+            events.recent().len(),
+            2,
+            "a different message is a different event"
+        );
         clock.advance(SignedDuration::from_mins(6));
         events.publish(failed()).await;
         assert_eq!(events.with_reason(REASON_FAILED_SCHEDULING).len(), 3);

@@ -71,11 +71,18 @@ fn is_not_found(err: &kube::Error) -> bool {
 impl LeaderElector {
     pub fn new(client: kube::Client, config: LeaseConfig, clock: Arc<dyn Clock>) -> Self {
         let api = Api::namespaced(client, &config.namespace);
-        LeaderElector { api, config, clock, observed: None }
+        LeaderElector {
+            api,
+            config,
+            clock,
+            observed: None,
+        }
     }
 
     fn lease_seconds(&self) -> i32 {
-        i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(i32::MAX).max(1)
+        i32::try_from(self.config.lease_duration.as_secs())
+            .unwrap_or(i32::MAX)
+            .max(1)
     }
 
     /// One round: `Ok(true)` when this replica holds the lease afterwards.
@@ -109,12 +116,23 @@ impl LeaderElector {
         };
         let spec = existing.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
-        let seen = Observed { holder: holder.clone(), renew_time: spec.renew_time.clone(), at: Instant::now() };
-        if self.observed.as_ref().is_none_or(|o| o.holder != seen.holder || o.renew_time != seen.renew_time) {
+        let seen = Observed {
+            holder: holder.clone(),
+            renew_time: spec.renew_time.clone(),
+            at: Instant::now(),
+        };
+        if self
+            .observed
+            .as_ref()
+            .is_none_or(|o| o.holder != seen.holder || o.renew_time != seen.renew_time)
+        {
             self.observed = Some(seen);
         }
         let held_by_me = holder.as_deref() == Some(self.config.identity.as_str());
-        let expired = self.observed.as_ref().is_none_or(|o| o.at.elapsed() >= self.config.lease_duration);
+        let expired = self
+            .observed
+            .as_ref()
+            .is_none_or(|o| o.at.elapsed() >= self.config.lease_duration);
         if holder.is_some() && !held_by_me && !expired {
             return Ok(false);
         }
@@ -128,11 +146,18 @@ impl LeaderElector {
         new_spec.lease_duration_seconds = Some(self.lease_seconds());
         new_spec.renew_time = Some(now);
         lease.spec = Some(new_spec);
-        match self.api.replace(&self.config.name, &PostParams::default(), &lease).await {
+        match self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await
+        {
             Ok(updated) => {
                 let spec = updated.spec.unwrap_or_default();
-                self.observed =
-                    Some(Observed { holder: spec.holder_identity, renew_time: spec.renew_time, at: Instant::now() });
+                self.observed = Some(Observed {
+                    holder: spec.holder_identity,
+                    renew_time: spec.renew_time,
+                    at: Instant::now(),
+                });
                 Ok(true)
             }
             Err(err) if is_conflict(&err) => Ok(false),
@@ -143,14 +168,19 @@ impl LeaderElector {
     /// Gives the lease up (on graceful shutdown) so a follower takes over at its next retry.
     pub async fn release(&mut self) -> Result<(), kube::Error> {
         let mut lease = self.api.get(&self.config.name).await?;
-        let Some(spec) = lease.spec.as_mut() else { return Ok(()) };
+        let Some(spec) = lease.spec.as_mut() else {
+            return Ok(());
+        };
         if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
             return Ok(());
         }
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(MicroTime(self.clock.now()));
-        self.api.replace(&lease.name_any(), &PostParams::default(), &lease).await.map(|_| ())
+        self.api
+            .replace(&lease.name_any(), &PostParams::default(), &lease)
+            .await
+            .map(|_| ())
     }
 }
 
@@ -182,7 +212,9 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
             }
             Err(err) => {
                 tracing::warn!(error = %err, "failed to acquire or renew leader lease");
-                if ctx.is_leader() && last_renewed.is_none_or(|at| at.elapsed() >= config.renew_deadline) {
+                if ctx.is_leader()
+                    && last_renewed.is_none_or(|at| at.elapsed() >= config.renew_deadline)
+                {
                     tracing::warn!(identity = %config.identity, "could not renew the leader lease in time, stepping down");
                     ctx.set_leader(false);
                 }

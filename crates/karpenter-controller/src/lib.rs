@@ -51,7 +51,10 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn kube(action: impl Into<String>, source: kube::Error) -> Self {
-        Error::Kube { action: action.into(), source: Box::new(source) }
+        Error::Kube {
+            action: action.into(),
+            source: Box::new(source),
+        }
     }
 }
 

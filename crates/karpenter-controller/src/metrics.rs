@@ -98,7 +98,9 @@ impl Metrics {
             nodes_terminated: Family::default(),
             pods_state: Family::default(),
             provisioner_scheduling_duration: Histogram::new(duration_buckets()),
-            scheduler_scheduling_duration: Family::new_with_constructor(|| Histogram::new(duration_buckets())),
+            scheduler_scheduling_duration: Family::new_with_constructor(|| {
+                Histogram::new(duration_buckets())
+            }),
             scheduler_unschedulable_pods: Family::default(),
             nodepools_usage: Family::default(),
             nodepools_limit: Family::default(),
@@ -108,12 +110,36 @@ impl Metrics {
             registry: Registry::default(),
         };
         // prometheus-client appends `_total` to counters.
-        registry.register("nodeclaims_created", "Number of nodeclaims created.", m.nodeclaims_created.clone());
-        registry.register("nodeclaims_terminated", "Number of nodeclaims terminated.", m.nodeclaims_terminated.clone());
-        registry.register("nodeclaims_disrupted", "Number of nodeclaims disrupted, by reason.", m.nodeclaims_disrupted.clone());
-        registry.register("nodes_created", "Number of nodes created.", m.nodes_created.clone());
-        registry.register("nodes_terminated", "Number of nodes terminated.", m.nodes_terminated.clone());
-        registry.register("pods_state", "Pod state: 1 per pod, labelled with its node, nodepool and phase.", m.pods_state.clone());
+        registry.register(
+            "nodeclaims_created",
+            "Number of nodeclaims created.",
+            m.nodeclaims_created.clone(),
+        );
+        registry.register(
+            "nodeclaims_terminated",
+            "Number of nodeclaims terminated.",
+            m.nodeclaims_terminated.clone(),
+        );
+        registry.register(
+            "nodeclaims_disrupted",
+            "Number of nodeclaims disrupted, by reason.",
+            m.nodeclaims_disrupted.clone(),
+        );
+        registry.register(
+            "nodes_created",
+            "Number of nodes created.",
+            m.nodes_created.clone(),
+        );
+        registry.register(
+            "nodes_terminated",
+            "Number of nodes terminated.",
+            m.nodes_terminated.clone(),
+        );
+        registry.register(
+            "pods_state",
+            "Pod state: 1 per pod, labelled with its node, nodepool and phase.",
+            m.pods_state.clone(),
+        );
         registry.register_with_unit(
             "provisioner_scheduling_duration",
             "Duration of one provisioning scheduling pass.",
@@ -131,11 +157,31 @@ impl Metrics {
             "Pods the last scheduling pass could not place.",
             m.scheduler_unschedulable_pods.clone(),
         );
-        registry.register("nodepools_usage", "Resources provisioned by a nodepool.", m.nodepools_usage.clone());
-        registry.register("nodepools_limit", "Resource limits of a nodepool.", m.nodepools_limit.clone());
-        registry.register("cluster_state_node_count", "Nodes tracked in cluster state.", m.cluster_state_node_count.clone());
-        registry.register("cluster_state_synced", "1 when cluster state has listed every kind.", m.cluster_state_synced.clone());
-        registry.register("leader", "1 when this replica holds the leader lease.", m.leader.clone());
+        registry.register(
+            "nodepools_usage",
+            "Resources provisioned by a nodepool.",
+            m.nodepools_usage.clone(),
+        );
+        registry.register(
+            "nodepools_limit",
+            "Resource limits of a nodepool.",
+            m.nodepools_limit.clone(),
+        );
+        registry.register(
+            "cluster_state_node_count",
+            "Nodes tracked in cluster state.",
+            m.cluster_state_node_count.clone(),
+        );
+        registry.register(
+            "cluster_state_synced",
+            "1 when cluster state has listed every kind.",
+            m.cluster_state_synced.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 when this replica holds the leader lease.",
+            m.leader.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -163,7 +209,10 @@ mod tests {
             })
             .inc();
         m.nodepools_limit
-            .get_or_create(&NodePoolResourceLabels { nodepool: "default".into(), resource_type: "cpu".into() })
+            .get_or_create(&NodePoolResourceLabels {
+                nodepool: "default".into(),
+                resource_type: "cpu".into(),
+            })
             .set(1000.0);
         m.provisioner_scheduling_duration.observe(0.25);
         m.pods_state
@@ -176,7 +225,9 @@ mod tests {
             })
             .set(1);
         m.cluster_state_synced.set(1);
-        let _ = m.nodes_created.get_or_create(&NodePoolLabels { nodepool: "default".into() });
+        let _ = m.nodes_created.get_or_create(&NodePoolLabels {
+            nodepool: "default".into(),
+        });
         let text = m.encode();
         for name in [
             "karpenter_nodeclaims_created_total{reason=\"provisioned\",nodepool=\"default\",min_values_relaxed=\"false\"} 1",

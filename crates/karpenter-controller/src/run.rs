@@ -42,7 +42,10 @@ pub struct Options {
     pub loopback_only: bool,
 }
 
-fn spawn_reflector<K>(ctx: &Arc<Context>, on_change: impl Fn(&Context, &K) + Send + Sync + 'static) -> JoinHandle<()>
+fn spawn_reflector<K>(
+    ctx: &Arc<Context>,
+    on_change: impl Fn(&Context, &K) + Send + Sync + 'static,
+) -> JoinHandle<()>
 where
     K: Tracked + DeserializeOwned + Debug + kube::Resource<DynamicType = ()>,
     K::Scope: Send,
@@ -62,12 +65,17 @@ fn ignore<K>(_: &Context, _: &K) {}
 impl RunningController {
     /// Starts watchers, leader election, the provisioner, the NodePool controllers and
     /// (optionally) the HTTP servers.
-    pub async fn start(ctx: Arc<Context>, batcher: Batcher, options: Options) -> crate::Result<Self> {
+    pub async fn start(
+        ctx: Arc<Context>,
+        batcher: Batcher,
+        options: Options,
+    ) -> crate::Result<Self> {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let watchers = vec![
             spawn_reflector::<Pod>(&ctx, |ctx, p| {
                 if pod::is_provisionable(p) && p.metadata.deletion_timestamp.is_none() {
-                    ctx.provisioning_trigger.trigger(p.uid().unwrap_or_else(|| pod::pod_key(p)));
+                    ctx.provisioning_trigger
+                        .trigger(p.uid().unwrap_or_else(|| pod::pod_key(p)));
                 }
             }),
             spawn_reflector::<Node>(&ctx, wake_nodepools),
@@ -87,7 +95,11 @@ impl RunningController {
         ];
         let (mut metrics_address, mut health_address) = (None, None);
         if options.serve_http {
-            let host = if options.loopback_only { Ipv4Addr::LOCALHOST } else { Ipv4Addr::UNSPECIFIED };
+            let host = if options.loopback_only {
+                Ipv4Addr::LOCALHOST
+            } else {
+                Ipv4Addr::UNSPECIFIED
+            };
             let (addr, task) = server::serve(
                 "metrics",
                 SocketAddr::from((host, ctx.settings.metrics_port)),
@@ -113,7 +125,14 @@ impl RunningController {
             leader_election = !ctx.settings.disable_leader_election,
             "starting controllers"
         );
-        Ok(RunningController { ctx, metrics_address, health_address, shutdown, graceful, watchers })
+        Ok(RunningController {
+            ctx,
+            metrics_address,
+            health_address,
+            shutdown,
+            graceful,
+            watchers,
+        })
     }
 
     /// Stops every task; the leader releases its lease first.
@@ -163,7 +182,15 @@ pub async fn shutdown_signal() {
 
 /// Runs a replica until SIGTERM/Ctrl-C, then shuts down gracefully.
 pub async fn run_until_signal(ctx: Arc<Context>, batcher: Batcher) -> crate::Result<()> {
-    let running = RunningController::start(ctx, batcher, Options { serve_http: true, loopback_only: false }).await?;
+    let running = RunningController::start(
+        ctx,
+        batcher,
+        Options {
+            serve_http: true,
+            loopback_only: false,
+        },
+    )
+    .await?;
     shutdown_signal().await;
     running.stop().await;
     Ok(())

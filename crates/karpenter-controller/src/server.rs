@@ -23,21 +23,37 @@ async fn metrics(State(ctx): State<Arc<Context>>) -> impl IntoResponse {
 /// Gauges derived from the state, computed at scrape time.
 pub fn refresh_gauges(ctx: &Context) {
     let state = ctx.state.read();
-    ctx.metrics.cluster_state_synced.set(i64::from(state.synced()));
-    ctx.metrics.cluster_state_node_count.set(i64::try_from(state.nodes().count()).unwrap_or(i64::MAX));
+    ctx.metrics
+        .cluster_state_synced
+        .set(i64::from(state.synced()));
+    ctx.metrics
+        .cluster_state_node_count
+        .set(i64::try_from(state.nodes().count()).unwrap_or(i64::MAX));
     ctx.metrics.pods_state.clear();
     for pod in state.pods() {
-        let node = crate::state::pod::node_name(pod).unwrap_or_default().to_string();
+        let node = crate::state::pod::node_name(pod)
+            .unwrap_or_default()
+            .to_string();
         let nodepool = state
             .node(&node)
-            .and_then(|n| n.metadata.labels.as_ref()?.get(karpenter_api::well_known::NODEPOOL_LABEL).cloned())
+            .and_then(|n| {
+                n.metadata
+                    .labels
+                    .as_ref()?
+                    .get(karpenter_api::well_known::NODEPOOL_LABEL)
+                    .cloned()
+            })
             .unwrap_or_default();
         let labels = crate::metrics::PodStateLabels {
             name: pod.metadata.name.clone().unwrap_or_default(),
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             node,
             nodepool,
-            phase: pod.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default(),
+            phase: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default(),
         };
         ctx.metrics.pods_state.get_or_create(&labels).set(1);
     }
@@ -53,16 +69,27 @@ async fn readyz(State(ctx): State<Arc<Context>>) -> (StatusCode, String) {
     if state.synced() {
         (StatusCode::OK, "ok".into())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("waiting for cluster state sync: {:?}", state.unsynced_kinds()))
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "waiting for cluster state sync: {:?}",
+                state.unsynced_kinds()
+            ),
+        )
     }
 }
 
 pub fn metrics_router(ctx: Arc<Context>) -> Router {
-    Router::new().route("/metrics", get(metrics)).with_state(ctx)
+    Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(ctx)
 }
 
 pub fn health_router(ctx: Arc<Context>) -> Router {
-    Router::new().route("/healthz", get(healthz)).route("/readyz", get(readyz)).with_state(ctx)
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(ctx)
 }
 
 /// Binds `address` (port 0 picks a free one) and serves `router` until `shutdown` turns true.
@@ -73,14 +100,21 @@ pub async fn serve(
     router: Router,
     mut shutdown: watch::Receiver<bool>,
 ) -> crate::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let serve_error = |source| crate::Error::Serve { what, address: address.to_string(), source };
+    let serve_error = |source| crate::Error::Serve {
+        what,
+        address: address.to_string(),
+        source,
+    };
     let listener = TcpListener::bind(address).await.map_err(serve_error)?;
     let bound = listener.local_addr().map_err(serve_error)?;
     let task = tokio::spawn(async move {
         let stop = async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
         };
-        if let Err(err) = axum::serve(listener, router).with_graceful_shutdown(stop).await {
+        if let Err(err) = axum::serve(listener, router)
+            .with_graceful_shutdown(stop)
+            .await
+        {
             tracing::error!(what, error = %err, "http server failed");
         }
     });

@@ -109,13 +109,19 @@ impl Settings {
         if !matches!(self.min_values_policy.as_str(), "Strict" | "BestEffort") {
             return Err(Error::Settings {
                 name: "MIN_VALUES_POLICY",
-                message: format!("{:?} is not one of Strict, BestEffort", self.min_values_policy),
+                message: format!(
+                    "{:?} is not one of Strict, BestEffort",
+                    self.min_values_policy
+                ),
             });
         }
         if self.metrics_port != 0 && self.metrics_port == self.health_probe_port {
             return Err(Error::Settings {
                 name: "METRICS_PORT",
-                message: format!("equals HEALTH_PROBE_PORT ({}); use two ports", self.metrics_port),
+                message: format!(
+                    "equals HEALTH_PROBE_PORT ({}); use two ports",
+                    self.metrics_port
+                ),
             });
         }
         Ok(())
@@ -123,7 +129,11 @@ impl Settings {
 
     /// Scheduler parallelism upstream derives from `CPU_REQUESTS`: ceil(millicores / 1000).
     pub fn scheduler_parallelism(&self) -> usize {
-        let millis = if self.cpu_requests <= 0 { 1000 } else { self.cpu_requests };
+        let millis = if self.cpu_requests <= 0 {
+            1000
+        } else {
+            self.cpu_requests
+        };
         usize::try_from((millis + 999) / 1000).unwrap_or(1).max(1)
     }
 
@@ -147,13 +157,19 @@ pub fn parse_duration(name: &'static str, raw: &str) -> Result<Duration, Error> 
     let mut total = Duration::ZERO;
     let mut rest = raw;
     while !rest.is_empty() {
-        let digits_end = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+        let digits_end = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(rest.len());
         if digits_end == 0 {
             return Err(bad("missing number"));
         }
-        let number: f64 = rest[..digits_end].parse().map_err(|_| bad("malformed number"))?;
+        let number: f64 = rest[..digits_end]
+            .parse()
+            .map_err(|_| bad("malformed number"))?;
         rest = &rest[digits_end..];
-        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let seconds_per_unit = match &rest[..unit_end] {
             "ns" => 1e-9,
             "us" | "µs" => 1e-6,
@@ -165,7 +181,8 @@ pub fn parse_duration(name: &'static str, raw: &str) -> Result<Duration, Error> 
             _ => return Err(bad("unknown unit")),
         };
         rest = &rest[unit_end..];
-        total += Duration::try_from_secs_f64(number * seconds_per_unit).map_err(|_| bad("out of range"))?;
+        total += Duration::try_from_secs_f64(number * seconds_per_unit)
+            .map_err(|_| bad("out of range"))?;
     }
     Ok(total)
 }
@@ -189,19 +206,38 @@ mod tests {
     #[test]
     fn parses_go_durations() {
         assert_eq!(parse_duration("X", "10s").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_duration("X", "1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_duration("X", "500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(
+            parse_duration("X", "1m30s").unwrap(),
+            Duration::from_secs(90)
+        );
+        assert_eq!(
+            parse_duration("X", "500ms").unwrap(),
+            Duration::from_millis(500)
+        );
         for bad in ["", "10", "s", "10x", "1.2.3s"] {
-            let err = parse_duration("BATCH_IDLE_DURATION", bad).unwrap_err().to_string();
+            let err = parse_duration("BATCH_IDLE_DURATION", bad)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains("BATCH_IDLE_DURATION"), "{err}");
         }
     }
 
     #[test]
     fn rejects_inconsistent_batch_windows() {
-        let s = Settings { batch_max_duration: Duration::from_millis(100), ..Settings::default() };
-        assert!(s.validate().unwrap_err().to_string().contains("BATCH_MAX_DURATION"));
-        let s = Settings { cpu_requests: 2500, ..Settings::default() };
+        let s = Settings {
+            batch_max_duration: Duration::from_millis(100),
+            ..Settings::default()
+        };
+        assert!(
+            s.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("BATCH_MAX_DURATION")
+        );
+        let s = Settings {
+            cpu_requests: 2500,
+            ..Settings::default()
+        };
         assert_eq!(s.scheduler_parallelism(), 3);
     }
 }

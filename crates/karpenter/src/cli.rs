@@ -17,5 +17,5 @@ pub enum Command {
     /// Print (or write) the CustomResourceDefinitions.
     Crds(commands::crds::Args),
     /// Run the controller against a cluster (watchers, provisioner, NodePool status, leader election).
-    Controller(commands::controller::Args),
+    Controller(Box<commands::controller::Args>),
 }

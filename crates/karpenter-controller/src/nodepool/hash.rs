@@ -14,7 +14,9 @@ pub fn template_hash(pool: &NodePool) -> String {
     if let Some(spec) = template.get_mut("spec").and_then(Value::as_object_mut) {
         spec.remove("requirements");
     }
-    let canonical = canonicalize(template).map(|v| v.to_string()).unwrap_or_default();
+    let canonical = canonicalize(template)
+        .map(|v| v.to_string())
+        .unwrap_or_default();
     fnv1a64(canonical.as_bytes()).to_string()
 }
 
@@ -33,8 +35,10 @@ fn canonicalize(value: Value) -> Option<Value> {
         }
         Value::Object(map) => {
             // serde_json's Map is ordered by key (no preserve_order feature), so output is stable.
-            let map: serde_json::Map<String, Value> =
-                map.into_iter().filter_map(|(k, v)| canonicalize(v).map(|v| (k, v))).collect();
+            let map: serde_json::Map<String, Value> = map
+                .into_iter()
+                .filter_map(|(k, v)| canonicalize(v).map(|v| (k, v)))
+                .collect();
             (!map.is_empty()).then_some(Value::Object(map))
         }
         other => Some(other),
@@ -44,7 +48,9 @@ fn canonicalize(value: Value) -> Option<Value> {
 fn fnv1a64(bytes: &[u8]) -> u64 {
     const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes.iter().fold(OFFSET, |hash, b| (hash ^ u64::from(*b)).wrapping_mul(PRIME))
+    bytes
+        .iter()
+        .fold(OFFSET, |hash, b| (hash ^ u64::from(*b)).wrapping_mul(PRIME))
 }
 
 #[cfg(test)]
@@ -60,30 +66,46 @@ mod tests {
         assert_eq!(h, template_hash(&base), "stable");
 
         let mut reqs = base.clone();
-        reqs.spec.template.spec.requirements.push(NodeSelectorRequirementWithMinValues {
-            key: "kubernetes.io/arch".into(),
-            operator: "In".into(),
-            values: vec!["arm64".into()],
-            min_values: None,
-        });
+        reqs.spec
+            .template
+            .spec
+            .requirements
+            .push(NodeSelectorRequirementWithMinValues {
+                key: "kubernetes.io/arch".into(),
+                operator: "In".into(),
+                values: vec!["arm64".into()],
+                min_values: None,
+            });
         assert_eq!(h, template_hash(&reqs), "requirements are excluded");
 
         let mut taints = base.clone();
         let t = &mut taints.spec.template.spec.taints;
-        t.push(serde_json::from_value(serde_json::json!({"key": "b", "effect": "NoSchedule"})).unwrap());
+        t.push(
+            serde_json::from_value(serde_json::json!({"key": "b", "effect": "NoSchedule"}))
+                .unwrap(),
+        );
         t.reverse();
         let mut taints2 = base.clone();
-        taints2
-            .spec
-            .template
-            .spec
-            .taints
-            .push(serde_json::from_value(serde_json::json!({"key": "b", "effect": "NoSchedule"})).unwrap());
-        assert_eq!(template_hash(&taints), template_hash(&taints2), "lists are sets");
+        taints2.spec.template.spec.taints.push(
+            serde_json::from_value(serde_json::json!({"key": "b", "effect": "NoSchedule"}))
+                .unwrap(),
+        );
+        assert_eq!(
+            template_hash(&taints),
+            template_hash(&taints2),
+            "lists are sets"
+        );
         assert_ne!(h, template_hash(&taints));
 
         let mut labels = base.clone();
-        labels.spec.template.metadata.as_mut().unwrap().labels.insert("team".into(), "b".into());
+        labels
+            .spec
+            .template
+            .metadata
+            .as_mut()
+            .unwrap()
+            .labels
+            .insert("team".into(), "b".into());
         assert_ne!(h, template_hash(&labels));
 
         let mut weight = base;

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use karpenter_api::v1::Condition;
-use karpenter_api::well_known::{NODEPOOL_HASH_ANNOTATION, NODEPOOL_HASH_VERSION, NODEPOOL_HASH_VERSION_ANNOTATION};
+use karpenter_api::well_known::{
+    NODEPOOL_HASH_ANNOTATION, NODEPOOL_HASH_VERSION, NODEPOOL_HASH_VERSION_ANNOTATION,
+};
 use karpenter_api::{NodePool, NodePoolStatus};
 use karpenter_core::resources::{self, Quantity, ResourceList};
 use kube::api::{Patch, PatchParams};
@@ -34,7 +36,13 @@ const EC2_NODECLASS_KIND: &str = "EC2NodeClass";
 /// always present (0 when empty), as upstream.
 pub fn usage(state: &ClusterState, pool: &str) -> ResourceList {
     let mut total = ResourceList::new();
-    for base in [resources::CPU, resources::MEMORY, resources::PODS, resources::EPHEMERAL_STORAGE, karpenter_api::well_known::NODES_RESOURCE] {
+    for base in [
+        resources::CPU,
+        resources::MEMORY,
+        resources::PODS,
+        resources::EPHEMERAL_STORAGE,
+        karpenter_api::well_known::NODES_RESOURCE,
+    ] {
         total.set(base, Quantity::ZERO);
     }
     let mut nodes = 0;
@@ -44,7 +52,10 @@ pub fn usage(state: &ClusterState, pool: &str) -> ResourceList {
             nodes += 1;
         }
     }
-    total.set(karpenter_api::well_known::NODES_RESOURCE, Quantity::from_units(nodes));
+    total.set(
+        karpenter_api::well_known::NODES_RESOURCE,
+        Quantity::from_units(nodes),
+    );
     total
 }
 
@@ -58,35 +69,60 @@ pub fn limits(pool: &NodePool) -> Result<ResourceList, String> {
 
 /// The first resource whose usage already exceeds the limit, upstream's `ExceededBy`.
 pub fn exceeded_limit(limits: &ResourceList, usage: &ResourceList) -> Option<String> {
-    limits.iter().find(|(name, limit)| usage.get(name) > *limit).map(|(name, limit)| {
-        format!("{name} limit {limit} exceeded (in use: {})", usage.get(name))
-    })
+    limits
+        .iter()
+        .find(|(name, limit)| usage.get(name) > *limit)
+        .map(|(name, limit)| {
+            format!(
+                "{name} limit {limit} exceeded (in use: {})",
+                usage.get(name)
+            )
+        })
 }
 
 /// `(status, reason, message)` of `NodeClassReady`.
 pub fn nodeclass_readiness(pool: &NodePool, state: &ClusterState) -> (bool, String, String) {
     let reference = &pool.spec.template.spec.node_class_ref;
-    if reference.kind != EC2_NODECLASS_KIND || reference.group != karpenter_api::well_known::AWS_GROUP {
+    if reference.kind != EC2_NODECLASS_KIND
+        || reference.group != karpenter_api::well_known::AWS_GROUP
+    {
         // Kinds we have no informer for are not checked (the sim provider needs no NodeClass).
         return (true, "NodeClassReady".into(), String::new());
     }
     let Some(class) = state.nodeclass(&reference.name) else {
-        return (false, "NodeClassNotFound".into(), format!("EC2NodeClass {:?} not found", reference.name));
+        return (
+            false,
+            "NodeClassNotFound".into(),
+            format!("EC2NodeClass {:?} not found", reference.name),
+        );
     };
     if class.metadata.deletion_timestamp.is_some() {
-        return (false, "NodeClassTerminating".into(), format!("EC2NodeClass {:?} is terminating", reference.name));
+        return (
+            false,
+            "NodeClassTerminating".into(),
+            format!("EC2NodeClass {:?} is terminating", reference.name),
+        );
     }
-    let ready = class.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_READY));
+    let ready = class
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_READY));
     match ready {
         // A NodeClass nobody reconciles (the sim provider) has no conditions: existing is enough.
         None => (true, "NodeClassReady".into(), String::new()),
         Some(c) if c.status == "True" => (true, "NodeClassReady".into(), String::new()),
         Some(c) if c.status == "False" => (
             false,
-            c.reason.clone().unwrap_or_else(|| "NodeClassNotReady".into()),
+            c.reason
+                .clone()
+                .unwrap_or_else(|| "NodeClassNotReady".into()),
             c.message.clone().unwrap_or_default(),
         ),
-        Some(_) => (false, "NodeClassReadinessUnknown".into(), "NodeClass readiness is unknown".into()),
+        Some(_) => (
+            false,
+            "NodeClassReadinessUnknown".into(),
+            "NodeClass readiness is unknown".into(),
+        ),
     }
 }
 
@@ -106,7 +142,13 @@ pub fn usable(pool: &NodePool, state: &ClusterState) -> Result<(), String> {
     Ok(())
 }
 
-fn condition(type_: &str, ok: bool, reason: &str, message: &str, generation: Option<i64>) -> Condition {
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) -> Condition {
     Condition {
         type_: type_.into(),
         status: if ok { "True" } else { "False" }.into(),
@@ -122,34 +164,85 @@ fn condition(type_: &str, ok: bool, reason: &str, message: &str, generation: Opt
 pub fn desired_status(pool: &NodePool, state: &ClusterState, now: Timestamp) -> NodePoolStatus {
     let generation = pool.metadata.generation;
     let usage = usage(state, &pool.name_any());
-    let nodes = usage.get(karpenter_api::well_known::NODES_RESOURCE).units_ceil();
+    let nodes = usage
+        .get(karpenter_api::well_known::NODES_RESOURCE)
+        .units_ceil();
     let validation = validation::validate(pool);
     let (class_ok, class_reason, class_message) = nodeclass_readiness(pool, state);
     let mut conditions = vec![
         match &validation {
-            Ok(()) => condition(CONDITION_VALIDATION_SUCCEEDED, true, CONDITION_VALIDATION_SUCCEEDED, "", generation),
-            Err(msg) => condition(CONDITION_VALIDATION_SUCCEEDED, false, "NodePoolValidationFailed", msg, generation),
+            Ok(()) => condition(
+                CONDITION_VALIDATION_SUCCEEDED,
+                true,
+                CONDITION_VALIDATION_SUCCEEDED,
+                "",
+                generation,
+            ),
+            Err(msg) => condition(
+                CONDITION_VALIDATION_SUCCEEDED,
+                false,
+                "NodePoolValidationFailed",
+                msg,
+                generation,
+            ),
         },
-        condition(CONDITION_NODECLASS_READY, class_ok, &class_reason, &class_message, generation),
+        condition(
+            CONDITION_NODECLASS_READY,
+            class_ok,
+            &class_reason,
+            &class_message,
+            generation,
+        ),
     ];
     let ready = validation.is_ok() && class_ok;
-    let not_ready: Vec<&str> = conditions.iter().filter(|c| c.status != "True").map(|c| c.type_.as_str()).collect();
-    let ready_message = if ready { String::new() } else { format!("{} not true", not_ready.join(", ")) };
-    conditions.push(condition(CONDITION_READY, ready, if ready { "Ready" } else { "UnhealthyDependents" }, &ready_message, generation));
+    let not_ready: Vec<&str> = conditions
+        .iter()
+        .filter(|c| c.status != "True")
+        .map(|c| c.type_.as_str())
+        .collect();
+    let ready_message = if ready {
+        String::new()
+    } else {
+        format!("{} not true", not_ready.join(", "))
+    };
+    conditions.push(condition(
+        CONDITION_READY,
+        ready,
+        if ready {
+            "Ready"
+        } else {
+            "UnhealthyDependents"
+        },
+        &ready_message,
+        generation,
+    ));
 
-    let previous = pool.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let previous = pool
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
     for c in &mut conditions {
-        let kept = previous.iter().find(|p| p.type_ == c.type_ && p.status == c.status).and_then(|p| p.last_transition_time.clone());
+        let kept = previous
+            .iter()
+            .find(|p| p.type_ == c.type_ && p.status == c.status)
+            .and_then(|p| p.last_transition_time.clone());
         c.last_transition_time = Some(kept.unwrap_or_else(|| now.to_string()));
     }
     let mut resources = usage;
     resources.remove(karpenter_api::well_known::NODES_RESOURCE);
     // Upstream keeps `nodes` in status.resources too.
-    resources.set(karpenter_api::well_known::NODES_RESOURCE, Quantity::from_units(nodes));
+    resources.set(
+        karpenter_api::well_known::NODES_RESOURCE,
+        Quantity::from_units(nodes),
+    );
     NodePoolStatus {
         resources: resources.to_k8s(),
         nodes: Some(nodes),
-        node_class_observed_generation: pool.status.as_ref().and_then(|s| s.node_class_observed_generation),
+        node_class_observed_generation: pool
+            .status
+            .as_ref()
+            .and_then(|s| s.node_class_observed_generation),
         conditions,
     }
 }
@@ -183,7 +276,9 @@ pub async fn reconcile(ctx: &Context, name: &str) -> crate::Result<()> {
         let patch = json!({"metadata": {"annotations": {NODEPOOL_HASH_ANNOTATION: hash, NODEPOOL_HASH_VERSION_ANNOTATION: version}}});
         api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map_err(|e| crate::Error::kube(format!("annotate nodepool {name} with its hash"), e))?;
+            .map_err(|e| {
+                crate::Error::kube(format!("annotate nodepool {name} with its hash"), e)
+            })?;
     }
     if !status_equivalent(pool.status.as_ref(), &desired) {
         let patch = json!({"status": desired});
@@ -200,15 +295,24 @@ fn status_equivalent(current: Option<&NodePoolStatus>, desired: &NodePoolStatus)
 
 fn update_metrics(ctx: &Context, pool: &NodePool, status: &NodePoolStatus) {
     let name = pool.name_any();
-    let labels = |resource: &str| NodePoolResourceLabels { nodepool: name.clone(), resource_type: resource.to_string() };
+    let labels = |resource: &str| NodePoolResourceLabels {
+        nodepool: name.clone(),
+        resource_type: resource.to_string(),
+    };
     if let Ok(usage) = ResourceList::from_k8s(&status.resources) {
         for (resource, quantity) in usage.iter() {
-            ctx.metrics.nodepools_usage.get_or_create(&labels(resource)).set(quantity.as_f64_units());
+            ctx.metrics
+                .nodepools_usage
+                .get_or_create(&labels(resource))
+                .set(quantity.as_f64_units());
         }
     }
     if let Ok(limits) = limits(pool) {
         for (resource, quantity) in limits.iter() {
-            ctx.metrics.nodepools_limit.get_or_create(&labels(resource)).set(quantity.as_f64_units());
+            ctx.metrics
+                .nodepools_limit
+                .get_or_create(&labels(resource))
+                .set(quantity.as_f64_units());
         }
     }
 }
@@ -216,10 +320,18 @@ fn update_metrics(ctx: &Context, pool: &NodePool, status: &NodePoolStatus) {
 /// Reconciles every NodePool whenever something changes (see [`Context::nodepools_changed`])
 /// and at least every `nodepool_status_period`, until `shutdown` turns true.
 pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
-    let period = ctx.settings.nodepool_status_period.max(Duration::from_millis(100));
+    let period = ctx
+        .settings
+        .nodepool_status_period
+        .max(Duration::from_millis(100));
     loop {
         if ctx.state.read().synced() {
-            let names: Vec<String> = ctx.state.read().nodepools().map(ResourceExt::name_any).collect();
+            let names: Vec<String> = ctx
+                .state
+                .read()
+                .nodepools()
+                .map(ResourceExt::name_any)
+                .collect();
             for name in names {
                 if let Err(err) = reconcile(&ctx, &name).await {
                     tracing::error!(nodepool = %name, error = %err, "failed to reconcile nodepool");
@@ -268,19 +380,40 @@ mod tests {
         let state = ClusterState::from_objects(vec![nodepool("default")], vec![], vec![], vec![]);
         let pool = state.nodepool("default").unwrap();
         let status = desired_status(pool, &state, t0());
-        let get = |t: &str| status.conditions.iter().find(|c| c.type_ == t).unwrap().clone();
+        let get = |t: &str| {
+            status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .unwrap()
+                .clone()
+        };
         assert_eq!(get(CONDITION_NODECLASS_READY).status, "False");
-        assert_eq!(get(CONDITION_NODECLASS_READY).reason.as_deref(), Some("NodeClassNotFound"));
+        assert_eq!(
+            get(CONDITION_NODECLASS_READY).reason.as_deref(),
+            Some("NodeClassNotFound")
+        );
         assert_eq!(get(CONDITION_READY).status, "False");
-        assert!(usable(pool, &state).unwrap_err().contains("NodeClassNotFound"));
+        assert!(
+            usable(pool, &state)
+                .unwrap_err()
+                .contains("NodeClassNotFound")
+        );
 
         let mut state = state;
         state.apply::<karpenter_api::v1::EC2NodeClass>(
-            serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}, "spec": {}})).unwrap(),
+            serde_json::from_value(
+                serde_json::json!({"metadata": {"name": "default"}, "spec": {}}),
+            )
+            .unwrap(),
         );
         let pool = state.nodepool("default").unwrap();
         let status = desired_status(pool, &state, t0());
-        assert!(status.conditions.iter().all(|c| c.status == "True"), "{:?}", status.conditions);
+        assert!(
+            status.conditions.iter().all(|c| c.status == "True"),
+            "{:?}",
+            status.conditions
+        );
         usable(pool, &state).unwrap();
     }
 
@@ -288,17 +421,39 @@ mod tests {
     fn invalid_pool_gets_a_false_validation_condition_and_keeps_transition_times() {
         let mut pool = nodepool("bad");
         pool.spec.template.spec.node_class_ref.kind = "SimNodeClass".into();
-        pool.spec.template.metadata.as_mut().unwrap().labels.insert("kubernetes.io/hostname".into(), "x".into());
+        pool.spec
+            .template
+            .metadata
+            .as_mut()
+            .unwrap()
+            .labels
+            .insert("kubernetes.io/hostname".into(), "x".into());
         let state = ClusterState::from_objects(vec![pool.clone()], vec![], vec![], vec![]);
         let status = desired_status(&pool, &state, t0());
-        let validation = status.conditions.iter().find(|c| c.type_ == CONDITION_VALIDATION_SUCCEEDED).unwrap();
+        let validation = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_VALIDATION_SUCCEEDED)
+            .unwrap();
         assert_eq!(validation.status, "False");
-        assert_eq!(validation.reason.as_deref(), Some("NodePoolValidationFailed"));
-        assert!(validation.message.as_deref().unwrap().contains("kubernetes.io/hostname"));
+        assert_eq!(
+            validation.reason.as_deref(),
+            Some("NodePoolValidationFailed")
+        );
+        assert!(
+            validation
+                .message
+                .as_deref()
+                .unwrap()
+                .contains("kubernetes.io/hostname")
+        );
 
         pool.status = Some(status.clone());
         let later = desired_status(&pool, &state, t0() + jiff::SignedDuration::from_secs(60));
-        assert_eq!(later, status, "nothing changed, so the status is identical (no write)");
+        assert_eq!(
+            later, status,
+            "nothing changed, so the status is identical (no write)"
+        );
     }
 
     #[test]
@@ -314,8 +469,14 @@ mod tests {
         let mut pool = nodepool("p");
         let (hash, version) = desired_hash_annotations(&pool).unwrap();
         pool.metadata.annotations = Some(
-            [(NODEPOOL_HASH_ANNOTATION.to_string(), hash), (NODEPOOL_HASH_VERSION_ANNOTATION.to_string(), version.to_string())]
-                .into(),
+            [
+                (NODEPOOL_HASH_ANNOTATION.to_string(), hash),
+                (
+                    NODEPOOL_HASH_VERSION_ANNOTATION.to_string(),
+                    version.to_string(),
+                ),
+            ]
+            .into(),
         );
         assert!(desired_hash_annotations(&pool).is_none());
     }

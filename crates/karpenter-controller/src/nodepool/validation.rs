@@ -7,7 +7,16 @@ use karpenter_api::NodePool;
 use karpenter_api::well_known::{NODEPOOL_LABEL, normalize_label_key, restricted_label_reason};
 
 const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
-const OPERATORS: [&str; 8] = ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Gte", "Lte"];
+const OPERATORS: [&str; 8] = [
+    "In",
+    "NotIn",
+    "Exists",
+    "DoesNotExist",
+    "Gt",
+    "Lt",
+    "Gte",
+    "Lte",
+];
 
 /// `Ok` or the message for the `ValidationSucceeded=False` condition.
 pub fn validate(pool: &NodePool) -> Result<(), String> {
@@ -19,7 +28,11 @@ pub fn validate(pool: &NodePool) -> Result<(), String> {
     }
     let mut seen = BTreeSet::new();
     let taints = template.spec.taints.iter().map(|t| ("taints", t));
-    let startup = template.spec.startup_taints.iter().map(|t| ("startupTaints", t));
+    let startup = template
+        .spec
+        .startup_taints
+        .iter()
+        .map(|t| ("startupTaints", t));
     for (field, taint) in taints.chain(startup) {
         if taint.key.is_empty() {
             return Err(format!("spec.template.spec.{field}: taint key is required"));
@@ -41,19 +54,26 @@ pub fn validate(pool: &NodePool) -> Result<(), String> {
         let at = format!("spec.template.spec.requirements[{i}]");
         let key = normalize_label_key(&req.key);
         if key == NODEPOOL_LABEL {
-            return Err(format!("{at}.key: {NODEPOOL_LABEL} may not be used in NodePool requirements"));
+            return Err(format!(
+                "{at}.key: {NODEPOOL_LABEL} may not be used in NodePool requirements"
+            ));
         }
         if let Some(reason) = restricted_label_reason(key) {
             return Err(format!("{at}.key {:?}: {reason}", req.key));
         }
         if !OPERATORS.contains(&req.operator.as_str()) {
-            return Err(format!("{at}.operator: {:?} is not one of {OPERATORS:?}", req.operator));
+            return Err(format!(
+                "{at}.operator: {:?} is not one of {OPERATORS:?}",
+                req.operator
+            ));
         }
         match req.operator.as_str() {
             "In" if req.values.is_empty() => {
                 return Err(format!("{at}.values: operator In needs at least one value"));
             }
-            "Gt" | "Lt" | "Gte" | "Lte" if req.values.len() != 1 || req.values[0].parse::<u64>().is_err() => {
+            "Gt" | "Lt" | "Gte" | "Lte"
+                if req.values.len() != 1 || req.values[0].parse::<u64>().is_err() =>
+            {
                 return Err(format!(
                     "{at}.values: operator {} needs exactly one non-negative integer",
                     req.operator
@@ -65,7 +85,10 @@ pub fn validate(pool: &NodePool) -> Result<(), String> {
             && req.operator == "In"
             && usize::try_from(min).is_ok_and(|m| req.values.len() < m)
         {
-            return Err(format!("{at}.minValues: {min} is more than the {} values given", req.values.len()));
+            return Err(format!(
+                "{at}.minValues: {min} is more than the {} values given",
+                req.values.len()
+            ));
         }
     }
     Ok(())
@@ -79,12 +102,16 @@ mod tests {
 
     fn with_requirement(key: &str, op: &str, values: &[&str]) -> NodePool {
         let mut pool = nodepool("p");
-        pool.spec.template.spec.requirements.push(NodeSelectorRequirementWithMinValues {
-            key: key.into(),
-            operator: op.into(),
-            values: values.iter().map(|v| v.to_string()).collect(),
-            min_values: None,
-        });
+        pool.spec
+            .template
+            .spec
+            .requirements
+            .push(NodeSelectorRequirementWithMinValues {
+                key: key.into(),
+                operator: op.into(),
+                values: values.iter().map(|v| v.to_string()).collect(),
+                min_values: None,
+            });
         pool
     }
 
@@ -95,13 +122,28 @@ mod tests {
         assert!(err.contains("requirements[1].key"), "{err}");
         let err = validate(&with_requirement("kubernetes.io/hostname", "In", &["x"])).unwrap_err();
         assert!(err.contains("kubelet"), "{err}");
-        assert!(validate(&with_requirement("example.com/x", "In", &[])).unwrap_err().contains("at least one"));
+        assert!(
+            validate(&with_requirement("example.com/x", "In", &[]))
+                .unwrap_err()
+                .contains("at least one")
+        );
         assert!(validate(&with_requirement("example.com/x", "Gt", &["-1"])).is_err());
         assert!(validate(&with_requirement("example.com/x", "Foo", &["1"])).is_err());
-        validate(&with_requirement("karpenter.k8s.aws/instance-cpu", "Gt", &["4"])).unwrap();
+        validate(&with_requirement(
+            "karpenter.k8s.aws/instance-cpu",
+            "Gt",
+            &["4"],
+        ))
+        .unwrap();
 
         let mut pool = nodepool("p");
-        pool.spec.template.metadata.as_mut().unwrap().labels.insert("karpenter.sh/custom".into(), "x".into());
+        pool.spec
+            .template
+            .metadata
+            .as_mut()
+            .unwrap()
+            .labels
+            .insert("karpenter.sh/custom".into(), "x".into());
         assert!(validate(&pool).unwrap_err().contains("metadata.labels"));
 
         let mut pool = nodepool("p");

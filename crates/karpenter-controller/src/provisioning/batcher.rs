@@ -71,7 +71,11 @@ impl Batcher {
                 () = sleep_until(deadline) => break,
             }
         }
-        Some(BatchWindow { triggers, opened, closed: Instant::now() })
+        Some(BatchWindow {
+            triggers,
+            opened,
+            closed: Instant::now(),
+        })
     }
 }
 
@@ -120,7 +124,12 @@ mod tests {
     async fn window_is_capped_at_max_duration() {
         let (trigger, mut batcher) = Batcher::new(IDLE, MAX);
         let steady: Vec<(u64, &'static str)> = (0..40u64)
-            .map(|i| (i * 500, ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"][(i % 10) as usize]))
+            .map(|i| {
+                (
+                    i * 500,
+                    ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"][(i % 10) as usize],
+                )
+            })
             .collect();
         // Distinct UIDs only for the first 10 triggers; after that the same pods re-trigger.
         tokio::spawn(trigger_at(trigger.clone(), steady));
@@ -130,10 +139,16 @@ mod tests {
         assert_eq!(window.closed - window.opened, Duration::from_millis(5500));
 
         let (trigger, mut batcher) = Batcher::new(IDLE, MAX);
-        let unique: Vec<(u64, &'static str)> = (0..40u64).map(|i| (i * 500, leak(format!("pod-{i}")))).collect();
+        let unique: Vec<(u64, &'static str)> = (0..40u64)
+            .map(|i| (i * 500, leak(format!("pod-{i}"))))
+            .collect();
         tokio::spawn(trigger_at(trigger, unique));
         let window = batcher.wait().await.unwrap();
-        assert_eq!(window.closed - window.opened, MAX, "never idle, so the max closes it");
+        assert_eq!(
+            window.closed - window.opened,
+            MAX,
+            "never idle, so the max closes it"
+        );
     }
 
     fn leak(s: String) -> &'static str {

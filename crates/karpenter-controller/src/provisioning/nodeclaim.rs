@@ -21,21 +21,37 @@ pub fn build(plan: &PlannedNodeClaim, pool: &NodePool) -> NodeClaim {
     let template = &pool.spec.template;
     let class = &template.spec.node_class_ref;
 
-    let mut labels: BTreeMap<String, String> =
-        template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default();
+    let mut labels: BTreeMap<String, String> = template
+        .metadata
+        .as_ref()
+        .map(|m| m.labels.clone())
+        .unwrap_or_default();
     labels.extend(plan.labels.clone());
     labels.insert(NODEPOOL_LABEL.into(), pool.name_any());
     // `<group>/<lowercase kind>: <name>`, e.g. karpenter.k8s.aws/ec2nodeclass: default.
-    labels.insert(format!("{}/{}", class.group, class.kind.to_lowercase()), class.name.clone());
+    labels.insert(
+        format!("{}/{}", class.group, class.kind.to_lowercase()),
+        class.name.clone(),
+    );
 
-    let mut annotations: BTreeMap<String, String> =
-        template.metadata.as_ref().map(|m| m.annotations.clone()).unwrap_or_default();
+    let mut annotations: BTreeMap<String, String> = template
+        .metadata
+        .as_ref()
+        .map(|m| m.annotations.clone())
+        .unwrap_or_default();
     annotations.insert(NODEPOOL_HASH_ANNOTATION.into(), template_hash(pool));
-    annotations.insert(NODEPOOL_HASH_VERSION_ANNOTATION.into(), NODEPOOL_HASH_VERSION.into());
-    annotations.insert(NODECLAIM_MIN_VALUES_RELAXED_ANNOTATION.into(), plan.min_values_relaxed.to_string());
+    annotations.insert(
+        NODEPOOL_HASH_VERSION_ANNOTATION.into(),
+        NODEPOOL_HASH_VERSION.into(),
+    );
+    annotations.insert(
+        NODECLAIM_MIN_VALUES_RELAXED_ANNOTATION.into(),
+        plan.min_values_relaxed.to_string(),
+    );
 
     let mut requirements = plan.requirements.clone();
-    if !plan.instance_types.is_empty() && !requirements.iter().any(|r| r.key == INSTANCE_TYPE_LABEL) {
+    if !plan.instance_types.is_empty() && !requirements.iter().any(|r| r.key == INSTANCE_TYPE_LABEL)
+    {
         requirements.push(NodeSelectorRequirementWithMinValues {
             key: INSTANCE_TYPE_LABEL.into(),
             operator: "In".into(),
@@ -53,9 +69,16 @@ pub fn build(plan: &PlannedNodeClaim, pool: &NodePool) -> NodeClaim {
         controller: None,
     };
 
-    let taints = if plan.taints.is_empty() { template.spec.taints.clone() } else { plan.taints.clone() };
-    let startup_taints =
-        if plan.startup_taints.is_empty() { template.spec.startup_taints.clone() } else { plan.startup_taints.clone() };
+    let taints = if plan.taints.is_empty() {
+        template.spec.taints.clone()
+    } else {
+        plan.taints.clone()
+    };
+    let startup_taints = if plan.startup_taints.is_empty() {
+        template.spec.startup_taints.clone()
+    } else {
+        plan.startup_taints.clone()
+    };
 
     NodeClaim {
         metadata: ObjectMeta {
@@ -69,7 +92,9 @@ pub fn build(plan: &PlannedNodeClaim, pool: &NodePool) -> NodeClaim {
             taints,
             startup_taints,
             requirements,
-            resources: Some(ResourceRequirements { requests: plan.requests.to_k8s() }),
+            resources: Some(ResourceRequirements {
+                requests: plan.requests.to_k8s(),
+            }),
             node_class_ref: class.clone(),
             termination_grace_period: template.spec.termination_grace_period.clone(),
             expire_after: template.spec.expire_after.clone(),
@@ -80,8 +105,17 @@ pub fn build(plan: &PlannedNodeClaim, pool: &NodePool) -> NodeClaim {
 
 /// `a, b, c, d, e and 12 other(s)`: how upstream logs long instance-type lists.
 pub fn summarize(names: &[String], show: usize) -> String {
-    let shown = names.iter().take(show).cloned().collect::<Vec<_>>().join(", ");
-    if names.len() > show { format!("{shown} and {} other(s)", names.len() - show) } else { shown }
+    let shown = names
+        .iter()
+        .take(show)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > show {
+        format!("{shown} and {} other(s)", names.len() - show)
+    } else {
+        shown
+    }
 }
 
 #[cfg(test)]
@@ -110,7 +144,10 @@ mod tests {
         let claim = build(&plan, &pool);
         assert_eq!(claim.metadata.generate_name.as_deref(), Some("default-"));
         let owner = &claim.owner_references()[0];
-        assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()), ("NodePool", "default", "uid-default"));
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("NodePool", "default", "uid-default")
+        );
         assert_eq!(owner.block_owner_deletion, Some(true));
         assert_eq!(owner.api_version, "karpenter.sh/v1");
         let labels = claim.labels();
@@ -121,8 +158,16 @@ mod tests {
         let annotations = claim.annotations();
         assert_eq!(annotations[NODEPOOL_HASH_ANNOTATION], template_hash(&pool));
         assert_eq!(annotations[NODEPOOL_HASH_VERSION_ANNOTATION], "v3");
-        assert_eq!(annotations[NODECLAIM_MIN_VALUES_RELAXED_ANNOTATION], "false");
-        let it = claim.spec.requirements.iter().find(|r| r.key == INSTANCE_TYPE_LABEL).unwrap();
+        assert_eq!(
+            annotations[NODECLAIM_MIN_VALUES_RELAXED_ANNOTATION],
+            "false"
+        );
+        let it = claim
+            .spec
+            .requirements
+            .iter()
+            .find(|r| r.key == INSTANCE_TYPE_LABEL)
+            .unwrap();
         assert_eq!(it.values, ["m5.large", "m5.xlarge"]);
         assert_eq!(claim.spec.resources.unwrap().requests["cpu"].0, "1500m");
         assert_eq!(claim.spec.taints[0].key, "dedicated");

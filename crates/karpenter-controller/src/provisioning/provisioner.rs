@@ -16,7 +16,9 @@ use super::batcher::Batcher;
 use super::nodeclaim;
 use super::solver::{NodeInput, PoolInput, SolveInput, SolveOutput};
 use crate::context::Context;
-use crate::events::{EventRecord, EventType, REASON_FAILED_SCHEDULING, REASON_NOMINATED, kind_name};
+use crate::events::{
+    EventRecord, EventType, REASON_FAILED_SCHEDULING, REASON_NOMINATED, kind_name,
+};
 use crate::metrics::{ControllerLabels, NodeClaimCreatedLabels};
 use crate::nodepool;
 use crate::state::pod::pod_key;
@@ -40,7 +42,11 @@ pub struct ProvisionOutcome {
 
 /// Upstream orders pools by weight (descending), ties by name descending.
 fn weight_order(a: &NodePool, b: &NodePool) -> std::cmp::Ordering {
-    b.spec.weight.unwrap_or(0).cmp(&a.spec.weight.unwrap_or(0)).then_with(|| b.name_any().cmp(&a.name_any()))
+    b.spec
+        .weight
+        .unwrap_or(0)
+        .cmp(&a.spec.weight.unwrap_or(0))
+        .then_with(|| b.name_any().cmp(&a.name_any()))
 }
 
 /// Snapshot of what the pass needs, taken under one read lock (nodes before pods, as upstream,
@@ -59,16 +65,27 @@ fn snapshot(ctx: &Context) -> Option<(Vec<NodePool>, SolveInput)> {
             let mut pods: Vec<Pod> = n.pods.iter().map(|p| (*p).clone()).collect();
             if let Some(claim) = n.nodeclaim {
                 // Pods nominated to an in-flight NodeClaim already use its capacity.
-                pods.extend(state.nominated_pods(&claim.name_any(), now).into_iter().cloned());
+                pods.extend(
+                    state
+                        .nominated_pods(&claim.name_any(), now)
+                        .into_iter()
+                        .cloned(),
+                );
             }
-            NodeInput { node: n.node.cloned(), nodeclaim: n.nodeclaim.cloned(), pods }
+            NodeInput {
+                node: n.node.cloned(),
+                nodeclaim: n.nodeclaim.cloned(),
+                pods,
+            }
         })
         .collect();
     let mut pools: Vec<NodePool> = Vec::new();
     for pool in state.nodepools() {
         match nodepool::usable(pool, &state) {
             Ok(()) => pools.push(pool.clone()),
-            Err(reason) => tracing::debug!(nodepool = %pool.name_any(), %reason, "ignoring nodepool"),
+            Err(reason) => {
+                tracing::debug!(nodepool = %pool.name_any(), %reason, "ignoring nodepool")
+            }
         }
     }
     pools.sort_by(weight_order);
@@ -90,7 +107,10 @@ fn snapshot(ctx: &Context) -> Option<(Vec<NodePool>, SolveInput)> {
 pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
     let Some((pools, mut input)) = snapshot(ctx) else {
         tracing::debug!(unsynced = ?ctx.state.read().unsynced_kinds(), "waiting on cluster sync");
-        return Ok(ProvisionOutcome { waiting_for_sync: true, ..ProvisionOutcome::default() });
+        return Ok(ProvisionOutcome {
+            waiting_for_sync: true,
+            ..ProvisionOutcome::default()
+        });
     };
     if input.pods.is_empty() {
         return Ok(ProvisionOutcome::default());
@@ -115,23 +135,35 @@ pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
                     usage,
                 });
             }
-            Err(err) => tracing::error!(nodepool = %pool.name_any(), error = %err, "skipping, unable to resolve instance types"),
+            Err(err) => {
+                tracing::error!(nodepool = %pool.name_any(), error = %err, "skipping, unable to resolve instance types")
+            }
         }
     }
-    let pools_by_name: BTreeMap<String, NodePool> = pools.into_iter().map(|p| (p.name_any(), p)).collect();
+    let pools_by_name: BTreeMap<String, NodePool> =
+        pools.into_iter().map(|p| (p.name_any(), p)).collect();
     let pods = input.pods.clone();
     let started = std::time::Instant::now();
     let output = ctx.solver.solve(input);
     let elapsed = started.elapsed().as_secs_f64();
     ctx.metrics.provisioner_scheduling_duration.observe(elapsed);
-    let controller = ControllerLabels { controller: "provisioner".into() };
-    ctx.metrics.scheduler_scheduling_duration.get_or_create(&controller).observe(elapsed);
+    let controller = ControllerLabels {
+        controller: "provisioner".into(),
+    };
+    ctx.metrics
+        .scheduler_scheduling_duration
+        .get_or_create(&controller)
+        .observe(elapsed);
     ctx.metrics
         .scheduler_unschedulable_pods
         .get_or_create(&controller)
         .set(i64::try_from(output.unschedulable.len()).unwrap_or(i64::MAX));
 
-    let mut outcome = ProvisionOutcome { pods: pods.len(), unschedulable: output.unschedulable.len(), ..Default::default() };
+    let mut outcome = ProvisionOutcome {
+        pods: pods.len(),
+        unschedulable: output.unschedulable.len(),
+        ..Default::default()
+    };
     if !ctx.is_leader() {
         return Ok(outcome);
     }
@@ -140,7 +172,11 @@ pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
     if !output.new_nodeclaims.is_empty() {
         tracing::info!(
             nodeclaims = output.new_nodeclaims.len(),
-            pods = output.new_nodeclaims.iter().map(|c| c.pods.len()).sum::<usize>(),
+            pods = output
+                .new_nodeclaims
+                .iter()
+                .map(|c| c.pods.len())
+                .sum::<usize>(),
             "computed new nodeclaim(s) to fit pod(s)"
         );
     }
@@ -150,10 +186,19 @@ pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
 
 async fn record_unschedulable(ctx: &Context, pods: &[Pod], output: &SolveOutput) {
     for failure in &output.unschedulable {
-        let Some(pod) = pods.get(failure.pod) else { continue };
+        let Some(pod) = pods.get(failure.pod) else {
+            continue;
+        };
         tracing::error!(pod = %pod_key(pod), error = %failure.explanation, "could not schedule pod");
         let message = format!("Failed to schedule pod, {}", failure.explanation);
-        ctx.events.publish(EventRecord::new(pod, EventType::Warning, REASON_FAILED_SCHEDULING, message)).await;
+        ctx.events
+            .publish(EventRecord::new(
+                pod,
+                EventType::Warning,
+                REASON_FAILED_SCHEDULING,
+                message,
+            ))
+            .await;
     }
 }
 
@@ -163,14 +208,29 @@ async fn nominate_existing(ctx: &Context, pods: &[Pod], output: &SolveOutput) ->
     for placement in &output.existing {
         for &i in &placement.pods {
             let Some(pod) = pods.get(i) else { continue };
-            let claim = ctx.state.read().nodeclaim(&placement.node).map(|c| c.name_any());
+            let claim = ctx
+                .state
+                .read()
+                .nodeclaim(&placement.node)
+                .map(|c| c.name_any());
             let target = match &claim {
                 Some(claim) => format!("nodeclaim/{claim}"),
                 None => format!("node/{}", placement.node),
             };
-            ctx.state.write().nominate(&pod_key(pod), claim.as_deref().unwrap_or(&placement.node), until);
+            ctx.state.write().nominate(
+                &pod_key(pod),
+                claim.as_deref().unwrap_or(&placement.node),
+                until,
+            );
             let message = format!("Pod should schedule on: {target}");
-            ctx.events.publish(EventRecord::new(pod, EventType::Normal, REASON_NOMINATED, message)).await;
+            ctx.events
+                .publish(EventRecord::new(
+                    pod,
+                    EventType::Normal,
+                    REASON_NOMINATED,
+                    message,
+                ))
+                .await;
             count += 1;
         }
     }
@@ -178,8 +238,11 @@ async fn nominate_existing(ctx: &Context, pods: &[Pod], output: &SolveOutput) ->
 }
 
 fn window_end(ctx: &Context) -> jiff::Timestamp {
-    let window = jiff::SignedDuration::try_from(ctx.settings.nomination_window()).unwrap_or(jiff::SignedDuration::from_secs(20));
-    ctx.now().saturating_add(window).unwrap_or_else(|_| ctx.now())
+    let window = jiff::SignedDuration::try_from(ctx.settings.nomination_window())
+        .unwrap_or(jiff::SignedDuration::from_secs(20));
+    ctx.now()
+        .saturating_add(window)
+        .unwrap_or_else(|_| ctx.now())
 }
 
 async fn create_nodeclaims(
@@ -202,8 +265,18 @@ async fn create_nodeclaims(
             tracing::warn!(nodepool = %plan.nodepool, reason = %exceeded, "not creating nodeclaim, nodepool limit exceeded");
             for &i in &plan.pods {
                 if let Some(pod) = pods.get(i) {
-                    let message = format!("Failed to schedule pod, nodepool {}: {exceeded}", plan.nodepool);
-                    ctx.events.publish(EventRecord::new(pod, EventType::Warning, REASON_FAILED_SCHEDULING, message)).await;
+                    let message = format!(
+                        "Failed to schedule pod, nodepool {}: {exceeded}",
+                        plan.nodepool
+                    );
+                    ctx.events
+                        .publish(EventRecord::new(
+                            pod,
+                            EventType::Warning,
+                            REASON_FAILED_SCHEDULING,
+                            message,
+                        ))
+                        .await;
                 }
             }
             continue;
@@ -214,7 +287,8 @@ async fn create_nodeclaims(
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let params = PostParams::default();
     let results =
-        futures::future::join_all(accepted.iter().map(|(_, claim)| api.create(&params, claim))).await;
+        futures::future::join_all(accepted.iter().map(|(_, claim)| api.create(&params, claim)))
+            .await;
 
     let until = window_end(ctx);
     let mut created = Vec::new();
@@ -255,7 +329,14 @@ async fn create_nodeclaims(
         for &i in &plan.pods {
             if let Some(pod) = pods.get(i) {
                 let message = format!("Pod should schedule on: {}", kind_name(&claim));
-                ctx.events.publish(EventRecord::new(pod, EventType::Normal, REASON_NOMINATED, message)).await;
+                ctx.events
+                    .publish(EventRecord::new(
+                        pod,
+                        EventType::Normal,
+                        REASON_NOMINATED,
+                        message,
+                    ))
+                    .await;
             }
         }
         created.push(name);
@@ -295,7 +376,11 @@ async fn retrigger_provisionable(ctx: Arc<Context>) {
             let mut state = ctx.state.write();
             let now = ctx.now();
             state.expire_nominations(now);
-            state.provisionable_pods(now).iter().filter_map(|p| p.uid()).collect()
+            state
+                .provisionable_pods(now)
+                .iter()
+                .filter_map(|p| p.uid())
+                .collect()
         };
         for uid in uids {
             ctx.provisioning_trigger.trigger(uid);

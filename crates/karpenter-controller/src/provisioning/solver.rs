@@ -102,7 +102,10 @@ impl Solver for NoScheduler {
     fn solve(&self, input: SolveInput) -> SolveOutput {
         SolveOutput {
             unschedulable: (0..input.pods.len())
-                .map(|pod| Unschedulable { pod, explanation: "no scheduler is available in this build".into() })
+                .map(|pod| Unschedulable {
+                    pod,
+                    explanation: "no scheduler is available in this build".into(),
+                })
                 .collect(),
             ..SolveOutput::default()
         }

@@ -1,4 +1,5 @@
 //! Plain objects for unit tests.
+#![allow(clippy::unwrap_used)] // test fixtures may panic
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_api::{NodeClaim, NodePool};

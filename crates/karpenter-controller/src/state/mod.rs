@@ -81,7 +81,9 @@ pub struct ClusterState {
 /// `namespace/name` for namespaced objects, `name` for cluster-scoped ones.
 pub fn object_key<K: kube::Resource>(obj: &K) -> String {
     match obj.meta().namespace.as_deref() {
-        Some(ns) if !ns.is_empty() => format!("{ns}/{}", obj.meta().name.as_deref().unwrap_or_default()),
+        Some(ns) if !ns.is_empty() => {
+            format!("{ns}/{}", obj.meta().name.as_deref().unwrap_or_default())
+        }
         _ => obj.meta().name.clone().unwrap_or_default(),
     }
 }
@@ -140,7 +142,11 @@ impl Tracked for Pod {
         let key = pod::pod_key(&pod);
         state.unindex_pod(&key);
         if let Some(node) = pod::node_name(&pod) {
-            state.pods_by_node.entry(node.to_string()).or_default().insert(key.clone());
+            state
+                .pods_by_node
+                .entry(node.to_string())
+                .or_default()
+                .insert(key.clone());
             // Bound: whatever we nominated it to no longer matters.
             state.nominations.remove(&key);
         }
@@ -211,11 +217,18 @@ impl ClusterState {
 
     /// Kinds not listed yet (for the "waiting on cluster sync" log).
     pub fn unsynced_kinds(&self) -> Vec<Kind> {
-        Kind::ALL.into_iter().filter(|k| !self.listed.contains(k)).collect()
+        Kind::ALL
+            .into_iter()
+            .filter(|k| !self.listed.contains(k))
+            .collect()
     }
 
     fn unindex_pod(&mut self, key: &str) {
-        let old_node = self.pods.get(key).and_then(pod::node_name).map(str::to_string);
+        let old_node = self
+            .pods
+            .get(key)
+            .and_then(pod::node_name)
+            .map(str::to_string);
         if let Some(node) = old_node
             && let Some(set) = self.pods_by_node.get_mut(&node)
         {
@@ -294,7 +307,13 @@ impl ClusterState {
     /// Records that `pod_key` should land on `nodeclaim`; until `until` the pod is not
     /// provisioned for again.
     pub fn nominate(&mut self, pod_key: &str, nodeclaim: &str, until: Timestamp) {
-        self.nominations.insert(pod_key.to_string(), Nomination { nodeclaim: nodeclaim.to_string(), until });
+        self.nominations.insert(
+            pod_key.to_string(),
+            Nomination {
+                nodeclaim: nodeclaim.to_string(),
+                until,
+            },
+        );
     }
 
     /// The NodeClaim `pod_key` is nominated to, if the nomination is still live at `now`.
@@ -321,19 +340,32 @@ impl ClusterState {
     pub fn state_nodes(&self) -> Vec<StateNode<'_>> {
         let mut claims_by_provider: BTreeMap<&str, &NodeClaim> = BTreeMap::new();
         for claim in self.nodeclaims.values() {
-            if let Some(id) = claim.status.as_ref().and_then(|s| s.provider_id.as_deref()).filter(|id| !id.is_empty()) {
+            if let Some(id) = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .filter(|id| !id.is_empty())
+            {
                 claims_by_provider.insert(id, claim);
             }
         }
         let mut joined: BTreeSet<String> = BTreeSet::new();
         let mut out = Vec::new();
         for node in self.nodes.values() {
-            let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).unwrap_or_default();
+            let provider_id = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .unwrap_or_default();
             let claim = claims_by_provider.get(provider_id).copied();
             if let Some(claim) = claim {
                 joined.insert(claim.name_any());
             }
-            out.push(StateNode::new(Some(node), claim, self.pods_on_node(&node.name_any()).collect()));
+            out.push(StateNode::new(
+                Some(node),
+                claim,
+                self.pods_on_node(&node.name_any()).collect(),
+            ));
         }
         for claim in self.nodeclaims.values() {
             if !joined.contains(&claim.name_any()) {
@@ -361,7 +393,9 @@ pub struct SharedState {
 
 impl SharedState {
     pub fn new(state: ClusterState) -> Self {
-        SharedState { inner: RwLock::new(state) }
+        SharedState {
+            inner: RwLock::new(state),
+        }
     }
 
     /// A poisoned lock only means a panic elsewhere; the data is still consistent enough to read.

@@ -22,12 +22,21 @@ pub struct StateNode<'a> {
 
 fn resource_list(map: Option<&BTreeMap<String, K8sQuantity>>) -> ResourceList {
     // A malformed quantity on a cluster object must not stop the controller; it counts as absent.
-    map.and_then(|m| ResourceList::from_k8s(m).ok()).unwrap_or_default()
+    map.and_then(|m| ResourceList::from_k8s(m).ok())
+        .unwrap_or_default()
 }
 
 impl<'a> StateNode<'a> {
-    pub fn new(node: Option<&'a Node>, nodeclaim: Option<&'a NodeClaim>, pods: Vec<&'a Pod>) -> Self {
-        StateNode { node, nodeclaim, pods }
+    pub fn new(
+        node: Option<&'a Node>,
+        nodeclaim: Option<&'a NodeClaim>,
+        pods: Vec<&'a Pod>,
+    ) -> Self {
+        StateNode {
+            node,
+            nodeclaim,
+            pods,
+        }
     }
 
     /// The Node's name, or the NodeClaim's while no Node exists.
@@ -53,7 +62,10 @@ impl<'a> StateNode<'a> {
     pub fn provider_id(&self) -> Option<&'a str> {
         self.node
             .and_then(|n| n.spec.as_ref()?.provider_id.as_deref())
-            .or_else(|| self.nodeclaim.and_then(|c| c.status.as_ref()?.provider_id.as_deref()))
+            .or_else(|| {
+                self.nodeclaim
+                    .and_then(|c| c.status.as_ref()?.provider_id.as_deref())
+            })
     }
 
     /// Managed by Karpenter (it has a NodeClaim).
@@ -68,14 +80,20 @@ impl<'a> StateNode<'a> {
 
     /// Being deleted (either object has a deletion timestamp).
     pub fn marked_for_deletion(&self) -> bool {
-        self.node.is_some_and(|n| n.metadata.deletion_timestamp.is_some())
-            || self.nodeclaim.is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+        self.node
+            .is_some_and(|n| n.metadata.deletion_timestamp.is_some())
+            || self
+                .nodeclaim
+                .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
     }
 
     /// Managed nodes carry `karpenter.sh/initialized=true`; unmanaged ones count once Ready.
     pub fn initialized(&self) -> bool {
         match (self.node, self.nodeclaim) {
-            (Some(node), Some(_)) => node.labels().get(NODE_INITIALIZED_LABEL).is_some_and(|v| v == "true"),
+            (Some(node), Some(_)) => node
+                .labels()
+                .get(NODE_INITIALIZED_LABEL)
+                .is_some_and(|v| v == "true"),
             (Some(node), None) => node
                 .status
                 .as_ref()
@@ -96,7 +114,10 @@ impl<'a> StateNode<'a> {
 
     /// What pods may use: the Node's allocatable, else the NodeClaim's.
     pub fn allocatable(&self) -> ResourceList {
-        if let Some(allocatable) = self.node.and_then(|n| n.status.as_ref()?.allocatable.as_ref()) {
+        if let Some(allocatable) = self
+            .node
+            .and_then(|n| n.status.as_ref()?.allocatable.as_ref())
+        {
             return resource_list(Some(allocatable));
         }
         self.nodeclaim_resources(|s| &s.allocatable)

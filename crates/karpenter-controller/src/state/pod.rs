@@ -11,7 +11,10 @@ pub fn pod_key(pod: &Pod) -> String {
 
 /// Succeeded or Failed: the pod will never run again.
 pub fn is_terminal(pod: &Pod) -> bool {
-    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
 }
 
 pub fn is_terminating(pod: &Pod) -> bool {
@@ -33,7 +36,10 @@ pub fn is_owned_by_node(pod: &Pod) -> bool {
 
 /// The node the pod is bound to, if any.
 pub fn node_name(pod: &Pod) -> Option<&str> {
-    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty())
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
 }
 
 /// The kube-scheduler marked the pod `PodScheduled=False` with reason `Unschedulable`.
@@ -43,14 +49,19 @@ pub fn failed_to_schedule(pod: &Pod) -> bool {
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|conds| {
             conds.iter().any(|c| {
-                c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable")
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
             })
         })
 }
 
 /// Has scheduling gates, so kube-scheduler is not even trying yet.
 pub fn is_gated(pod: &Pod) -> bool {
-    pod.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty())
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty())
 }
 
 /// Upstream's `IsProvisionable`: unschedulable per kube-scheduler, not bound, not nominated to
@@ -58,7 +69,11 @@ pub fn is_gated(pod: &Pod) -> bool {
 pub fn is_provisionable(pod: &Pod) -> bool {
     failed_to_schedule(pod)
         && node_name(pod).is_none()
-        && pod.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()).is_none_or(str::is_empty)
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .is_none_or(str::is_empty)
         && !is_terminal(pod)
         && !is_terminating(pod)
         && !is_gated(pod)
@@ -67,7 +82,11 @@ pub fn is_provisionable(pod: &Pod) -> bool {
 }
 
 fn container_requests(container: &Container) -> Result<ResourceList, QuantityError> {
-    match container.resources.as_ref().and_then(|r| r.requests.as_ref()) {
+    match container
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+    {
         Some(requests) => ResourceList::from_k8s(requests),
         None => Ok(ResourceList::new()),
     }
@@ -102,7 +121,10 @@ pub fn pod_requests(pod: &Pod) -> Result<ResourceList, QuantityError> {
     if let Some(overhead) = spec.overhead.as_ref() {
         total.add(&ResourceList::from_k8s(overhead)?);
     }
-    total.set(karpenter_core::resources::PODS, karpenter_core::resources::Quantity::from_units(1));
+    total.set(
+        karpenter_core::resources::PODS,
+        karpenter_core::resources::Quantity::from_units(1),
+    );
     Ok(total)
 }
 
@@ -131,14 +153,17 @@ mod tests {
         assert!(!is_provisionable(&bound));
 
         let mut ds: Pod = pod.clone();
-        ds.metadata.owner_references = Some(vec![serde_json::from_value(
-            json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "x"}),
-        )
-        .unwrap()]);
+        ds.metadata.owner_references = Some(vec![
+            serde_json::from_value(
+                json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "x"}),
+            )
+            .unwrap(),
+        ]);
         assert!(!is_provisionable(&ds));
 
         let mut gated = pod.clone();
-        gated.spec.as_mut().unwrap().scheduling_gates = Some(vec![serde_json::from_value(json!({"name": "g"})).unwrap()]);
+        gated.spec.as_mut().unwrap().scheduling_gates =
+            Some(vec![serde_json::from_value(json!({"name": "g"})).unwrap()]);
         assert!(!is_provisionable(&gated));
 
         let mut done = pod.clone();
@@ -147,7 +172,10 @@ mod tests {
 
         let mut fresh = pod;
         fresh.status.as_mut().unwrap().conditions = None;
-        assert!(!is_provisionable(&fresh), "kube-scheduler has not looked at it yet");
+        assert!(
+            !is_provisionable(&fresh),
+            "kube-scheduler has not looked at it yet"
+        );
     }
 
     #[test]
@@ -167,7 +195,11 @@ mod tests {
         }))
         .unwrap();
         let requests = pod_requests(&pod).unwrap();
-        assert_eq!(requests.get("cpu").millis(), 2100, "init 2 + the sidecar running beside it");
+        assert_eq!(
+            requests.get("cpu").millis(),
+            2100,
+            "init 2 + the sidecar running beside it"
+        );
         assert_eq!(requests.get("memory").to_string(), "1Gi");
         assert_eq!(requests.get("pods").millis(), 1000);
     }

@@ -16,13 +16,25 @@ fn joins_nodes_with_nodeclaims_and_pods() {
             nodeclaim("default-abc", "default", Some("sim://i-1"), "4"),
             nodeclaim("default-new", "default", None, "2"),
         ],
-        vec![node("node-1", Some("default"), "sim://i-1", "4"), node("unmanaged", None, "other://x", "2")],
-        vec![bound_pod("a", "node-1", "1"), bound_pod("b", "node-1", "500m"), pending_pod("c", "1")],
+        vec![
+            node("node-1", Some("default"), "sim://i-1", "4"),
+            node("unmanaged", None, "other://x", "2"),
+        ],
+        vec![
+            bound_pod("a", "node-1", "1"),
+            bound_pod("b", "node-1", "500m"),
+            pending_pod("c", "1"),
+        ],
     );
     assert!(state.synced());
     let nodes = state.state_nodes();
     let names: Vec<String> = nodes.iter().map(StateNode::name).collect();
-    assert_eq!(nodes.len(), 3, "{names:?} {:?}", state.nodeclaim("default-abc").unwrap().status);
+    assert_eq!(
+        nodes.len(),
+        3,
+        "{names:?} {:?}",
+        state.nodeclaim("default-abc").unwrap().status
+    );
 
     let joined = nodes.iter().find(|n| n.name() == "node-1").unwrap();
     assert_eq!(joined.nodeclaim.unwrap().name_any(), "default-abc");
@@ -59,16 +71,32 @@ fn nominated_pods_are_not_provisionable_until_the_window_ends() {
     state.apply(pending_pod("b", "1"));
     assert_eq!(state.provisionable_pods(t0()).len(), 2);
 
-    state.nominate("default/a", "default-xyz", t0() + SignedDuration::from_secs(20));
-    let names: Vec<_> = state.provisionable_pods(t0()).iter().map(|p| p.name_any()).collect();
+    state.nominate(
+        "default/a",
+        "default-xyz",
+        t0() + SignedDuration::from_secs(20),
+    );
+    let names: Vec<_> = state
+        .provisionable_pods(t0())
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
     assert_eq!(names, ["b"]);
     assert_eq!(state.nominated_pods("default-xyz", t0()).len(), 1);
 
     let later = t0() + SignedDuration::from_secs(21);
-    assert_eq!(state.provisionable_pods(later).len(), 2, "nomination expired");
+    assert_eq!(
+        state.provisionable_pods(later).len(),
+        2,
+        "nomination expired"
+    );
 
     // Binding clears the nomination.
-    state.nominate("default/b", "default-xyz", later + SignedDuration::from_secs(20));
+    state.nominate(
+        "default/b",
+        "default-xyz",
+        later + SignedDuration::from_secs(20),
+    );
     state.apply(bound_pod("b", "node-1", "1"));
     assert!(state.nomination("default/b", later).is_none());
 }

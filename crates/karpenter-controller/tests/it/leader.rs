@@ -9,7 +9,11 @@ use kube::api::{Api, PostParams};
 use crate::support::*;
 
 fn writes_by(server: &karpenter_testapi::TestApiServer, resource: &str) -> usize {
-    server.requests().iter().filter(|r| r.verb.is_write() && r.resource == resource && r.code < 300).count()
+    server
+        .requests()
+        .iter()
+        .filter(|r| r.verb.is_write() && r.resource == resource && r.code < 300)
+        .count()
 }
 
 #[tokio::test(start_paused = true)]
@@ -24,18 +28,32 @@ async fn one_leader_and_the_follower_takes_over_after_a_crash() {
 
     assert!(a.ctx.is_leader());
     assert!(!b.ctx.is_leader(), "exactly one leader");
-    let lease: Lease = server.get(Some("kube-system"), "karpenter-leader-election").unwrap();
-    assert_eq!(lease.spec.unwrap().holder_identity.as_deref(), Some("replica-a"));
+    let lease: Lease = server
+        .get(Some("kube-system"), "karpenter-leader-election")
+        .unwrap();
+    assert_eq!(
+        lease.spec.unwrap().holder_identity.as_deref(),
+        Some("replica-a")
+    );
 
     // Both replicas see the pending pods; only the leader acts on them.
     let pods: Api<Pod> = Api::namespaced(server.client(), "default");
     for i in 0..3 {
-        pods.create(&PostParams::default(), &pending_pod(&format!("p-{i}"), "1")).await.unwrap();
+        pods.create(&PostParams::default(), &pending_pod(&format!("p-{i}"), "1"))
+            .await
+            .unwrap();
     }
     advance(Duration::from_secs(3)).await;
     assert_eq!(server.count::<NodeClaim>(), 1);
-    assert_eq!(b.ctx.state.read().pods().count(), 3, "the follower's cache is warm");
-    assert!(b.ctx.events.recent().is_empty(), "the follower published nothing");
+    assert_eq!(
+        b.ctx.state.read().pods().count(),
+        3,
+        "the follower's cache is warm"
+    );
+    assert!(
+        b.ctx.events.recent().is_empty(),
+        "the follower published nothing"
+    );
 
     // The leader crashes (no release). The follower must take over within the lease duration
     // (15 s) plus one retry period (2 s).
@@ -43,9 +61,14 @@ async fn one_leader_and_the_follower_takes_over_after_a_crash() {
     let crashed_at = tokio::time::Instant::now();
     while !b.ctx.is_leader() {
         advance(Duration::from_millis(100)).await;
-        assert!(crashed_at.elapsed() <= Duration::from_secs(17), "follower did not take over in time");
+        assert!(
+            crashed_at.elapsed() <= Duration::from_secs(17),
+            "follower did not take over in time"
+        );
     }
-    let lease: Lease = server.get(Some("kube-system"), "karpenter-leader-election").unwrap();
+    let lease: Lease = server
+        .get(Some("kube-system"), "karpenter-leader-election")
+        .unwrap();
     let spec = lease.spec.unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some("replica-b"));
     assert_eq!(spec.lease_transitions, Some(1));
@@ -54,7 +77,11 @@ async fn one_leader_and_the_follower_takes_over_after_a_crash() {
     // but the follower never nominated them): it may only act after its own pass. Count the
     // NodeClaim creates: before the take-over exactly one, all by replica A.
     b.stop().await;
-    let creates = server.requests().iter().filter(|r| r.verb == Verb::Create && r.resource == "nodeclaims").count();
+    let creates = server
+        .requests()
+        .iter()
+        .filter(|r| r.verb == Verb::Create && r.resource == "nodeclaims")
+        .count();
     assert!(creates >= 1);
 }
 
@@ -73,7 +100,11 @@ async fn graceful_shutdown_releases_the_lease_for_an_immediate_takeover() {
     while !b.ctx.is_leader() {
         advance(Duration::from_millis(100)).await;
     }
-    assert!(stopped_at.elapsed() <= Duration::from_secs(3), "took {:?}", stopped_at.elapsed());
+    assert!(
+        stopped_at.elapsed() <= Duration::from_secs(3),
+        "took {:?}",
+        stopped_at.elapsed()
+    );
     assert!(writes_by(&server, "leases") > lease_writes_before);
     b.stop().await;
 }

@@ -7,7 +7,9 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::NodePool;
 use karpenter_api::v1::NodeSelectorRequirementWithMinValues;
-use karpenter_controller::provisioning::solver::{PlannedNodeClaim, SolveInput, SolveOutput, Solver};
+use karpenter_controller::provisioning::solver::{
+    PlannedNodeClaim, SolveInput, SolveOutput, Solver,
+};
 use karpenter_controller::run::{Options, RunningController};
 use karpenter_controller::{Context, Settings, TokioClock};
 use karpenter_core::clock::Clock;
@@ -25,17 +27,30 @@ pub fn epoch() -> Timestamp {
 
 /// A test API server serving NodePool, NodeClaim and EC2NodeClass.
 pub fn api_server() -> TestApiServer {
-    let server = TestApiServer::builder().clock(|| Timestamp::from_second(EPOCH_SECONDS).unwrap()).build();
+    let server = TestApiServer::builder()
+        .clock(|| Timestamp::from_second(EPOCH_SECONDS).unwrap())
+        .build();
     server.register_resource("karpenter.sh", "v1", "NodePool", "nodepools", false, true);
     server.register_resource("karpenter.sh", "v1", "NodeClaim", "nodeclaims", false, true);
-    server.register_resource("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses", false, true);
+    server.register_resource(
+        "karpenter.k8s.aws",
+        "v1",
+        "EC2NodeClass",
+        "ec2nodeclasses",
+        false,
+        true,
+    );
     server
 }
 
 fn instance_type(name: &str, cpu: &str, memory: &str, price: f64) -> InstanceType {
     InstanceType {
         name: name.into(),
-        labels: [("node.kubernetes.io/instance-type".to_string(), name.to_string())].into(),
+        labels: [(
+            "node.kubernetes.io/instance-type".to_string(),
+            name.to_string(),
+        )]
+        .into(),
         capacity: ResourceList::parse([("cpu", cpu), ("memory", memory), ("pods", "110")]).unwrap(),
         offerings: vec![Offering {
             zone: "test-1a".into(),
@@ -68,15 +83,17 @@ impl Solver for FirstFitSolver {
         let mut out = SolveOutput::default();
         let Some(pool) = input.nodepools.first() else {
             out.unschedulable = (0..input.pods.len())
-                .map(|pod| karpenter_controller::provisioning::solver::Unschedulable {
-                    pod,
-                    explanation: "no nodepools found".into(),
-                })
+                .map(
+                    |pod| karpenter_controller::provisioning::solver::Unschedulable {
+                        pod,
+                        explanation: "no nodepools found".into(),
+                    },
+                )
                 .collect();
             return out;
         };
         let mut types = pool.instance_types.clone();
-        types.sort_by(|a, b| b.capacity.get("cpu").cmp(&a.capacity.get("cpu")));
+        types.sort_by_key(|t| std::cmp::Reverse(t.capacity.get("cpu")));
         let biggest = types[0].allocatable();
         let mut open: Vec<(PlannedNodeClaim, ResourceList)> = Vec::new();
         for (i, pod) in input.pods.iter().enumerate() {
@@ -92,13 +109,20 @@ impl Solver for FirstFitSolver {
                     plan.pods.push(i);
                 }
                 None => open.push((
-                    PlannedNodeClaim { nodepool: pool.nodepool.metadata.name.clone().unwrap(), pods: vec![i], ..Default::default() },
+                    PlannedNodeClaim {
+                        nodepool: pool.nodepool.metadata.name.clone().unwrap(),
+                        pods: vec![i],
+                        ..Default::default()
+                    },
                     requests,
                 )),
             }
         }
         for (mut plan, used) in open {
-            let mut fitting: Vec<&InstanceType> = types.iter().filter(|t| t.allocatable().fits(&used)).collect();
+            let mut fitting: Vec<&InstanceType> = types
+                .iter()
+                .filter(|t| t.allocatable().fits(&used))
+                .collect();
             fitting.sort_by(|a, b| a.offerings[0].price.total_cmp(&b.offerings[0].price));
             plan.instance_types = fitting.iter().map(|t| t.name.clone()).collect();
             plan.requirements = vec![NodeSelectorRequirementWithMinValues {
@@ -127,8 +151,16 @@ pub fn settings(identity: &str) -> Settings {
 pub async fn start(server: &TestApiServer, settings: Settings) -> RunningController {
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(epoch()));
     let cloud = cloud(clock.clone());
-    let (ctx, batcher) = Context::new(server.client(), settings, cloud, Arc::new(FirstFitSolver), clock);
-    RunningController::start(ctx, batcher, Options::default()).await.unwrap()
+    let (ctx, batcher) = Context::new(
+        server.client(),
+        settings,
+        cloud,
+        Arc::new(FirstFitSolver),
+        clock,
+    );
+    RunningController::start(ctx, batcher, Options::default())
+        .await
+        .unwrap()
 }
 
 pub fn nodepool(name: &str) -> NodePool {

@@ -52,7 +52,11 @@ pub struct Args {
     /// Lead without a Lease (single replica only).
     #[arg(long, env = "DISABLE_LEADER_ELECTION")]
     pub disable_leader_election: bool,
-    #[arg(long, env = "LEADER_ELECTION_NAME", default_value = "karpenter-leader-election")]
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_NAME",
+        default_value = "karpenter-leader-election"
+    )]
     pub leader_election_name: String,
     /// Namespace of the Lease (default: POD_NAMESPACE, else kube-system).
     #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
@@ -119,9 +123,9 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
                 .await
                 .with_context(|| format!("loading kubeconfig {}", path.display()))?
         }
-        None => kube::Config::infer()
-            .await
-            .context("no cluster configuration found (not in a pod, no ~/.kube/config); pass --kubeconfig")?,
+        None => kube::Config::infer().await.context(
+            "no cluster configuration found (not in a pod, no ~/.kube/config); pass --kubeconfig",
+        )?,
     };
     kube::Client::try_from(config).context("building the Kubernetes client")
 }
@@ -135,13 +139,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let settings = args.settings()?;
     karpenter_controller::logging::init(&settings.log_level, settings.log_format)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting tokio")?;
     runtime.block_on(async {
         let client = client(args.kubeconfig.as_ref()).await?;
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::wall());
         let cloud = karpenter_sim::SimCloudProvider::new(&args.sim_region, clock.clone())
-            .with_context(|| format!("loading the sim catalogue for region {:?}", args.sim_region))?;
-        let (ctx, batcher) = Context::new(client, settings, Arc::new(cloud), Arc::new(NoScheduler), clock);
+            .with_context(|| {
+                format!("loading the sim catalogue for region {:?}", args.sim_region)
+            })?;
+        let (ctx, batcher) = Context::new(
+            client,
+            settings,
+            Arc::new(cloud),
+            Arc::new(NoScheduler),
+            clock,
+        );
         karpenter_controller::run::run_until_signal(ctx, batcher).await?;
         Ok::<_, anyhow::Error>(())
     })?;

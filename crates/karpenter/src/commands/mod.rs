@@ -11,6 +11,6 @@ use crate::cli::Command;
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Crds(args) => crds::run(args),
-        Command::Controller(args) => controller::run(args),
+        Command::Controller(args) => controller::run(*args),
     }
 }
