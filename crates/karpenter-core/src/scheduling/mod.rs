@@ -1,1 +1,201 @@
-//! The scheduler.
+//! The provisioning scheduler: upstream Karpenter's scheduling simulation, deterministic and fast.
+//!
+//! Build a [`Scheduler`] from a [`SchedulerInput`] (NodePools with their instance types, existing
+//! nodes, DaemonSets, volumes, options) and call [`Scheduler::solve`] with the pending pods. The
+//! [`input`] module turns API objects into the input types. See `docs/scheduling.md`.
+
+pub mod benchmark;
+mod compile;
+mod engine;
+pub mod input;
+mod intern;
+mod topology;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
+use k8s_openapi::api::storage::v1::StorageClass;
+use karpenter_api::v1::NodeSelectorRequirementWithMinValues;
+use serde::Serialize;
+
+use crate::instance_type::InstanceType;
+use crate::resources::ResourceList;
+
+/// Everything the scheduler needs besides the pods.
+#[derive(Clone, Debug, Default)]
+pub struct SchedulerInput {
+    pub node_pools: Vec<SchedulingNodePool>,
+    pub existing_nodes: Vec<ExistingNode>,
+    /// One representative pod per DaemonSet (its template as a pod).
+    pub daemonsets: Vec<Pod>,
+    pub volumes: VolumeInput,
+    /// Namespaces with their labels, for pod-affinity `namespaceSelector`s.
+    pub namespaces: Vec<Namespace>,
+    pub options: SchedulerOptions,
+}
+
+/// A NodePool as the scheduler sees it.
+#[derive(Clone, Debug, Default)]
+pub struct SchedulingNodePool {
+    pub name: String,
+    /// Higher first; ties broken by name descending (as upstream).
+    pub weight: i32,
+    /// `spec.template.spec.requirements`.
+    pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
+    /// `spec.template.metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub startup_taints: Vec<Taint>,
+    /// `spec.limits`; only listed resources are limited (`nodes` counts nodes).
+    pub limits: ResourceList,
+    /// What the pool already uses (its nodes' capacity, plus `nodes`).
+    pub usage: ResourceList,
+    pub instance_types: Vec<InstanceType>,
+}
+
+/// A node that exists (or is launching) in the cluster.
+#[derive(Clone, Debug, Default)]
+pub struct ExistingNode {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub allocatable: ResourceList,
+    pub capacity: ResourceList,
+    /// Pods bound to the node.
+    pub pods: Vec<Pod>,
+    /// Set for Karpenter-managed nodes.
+    pub node_pool: Option<String>,
+    /// `false` for in-flight/uninitialized nodes: their ephemeral and startup taints are ignored.
+    pub initialized: bool,
+    /// The NodeClaim's `startupTaints`.
+    pub startup_taints: Vec<Taint>,
+    /// CSI driver → attachable volume count (from CSINode).
+    pub volume_limits: BTreeMap<String, u32>,
+}
+
+/// Volumes, for volume topology and per-node volume limits.
+#[derive(Clone, Debug, Default)]
+pub struct VolumeInput {
+    pub claims: Vec<PersistentVolumeClaim>,
+    pub volumes: Vec<PersistentVolume>,
+    pub storage_classes: Vec<StorageClass>,
+}
+
+/// Whether soft constraints (preferred affinities, `ScheduleAnyway` spreads) are honoured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum PreferencePolicy {
+    #[default]
+    Respect,
+    Ignore,
+}
+
+/// What happens when a NodeClaim cannot keep `minValues` distinct values open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum MinValuesPolicy {
+    #[default]
+    Strict,
+    BestEffort,
+}
+
+#[derive(Clone, Debug)]
+pub struct SchedulerOptions {
+    pub preference_policy: PreferencePolicy,
+    pub min_values_policy: MinValuesPolicy,
+    /// Instance-type options kept per NodeClaim (upstream: 600).
+    pub max_instance_types: usize,
+    /// Label keys treated as well-known besides `karpenter_api::well_known`'s (may be undefined on
+    /// a NodePool and still be required by pods).
+    pub extra_well_known_labels: Vec<String>,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        SchedulerOptions {
+            preference_policy: PreferencePolicy::Respect,
+            min_values_policy: MinValuesPolicy::Strict,
+            max_instance_types: 600,
+            extra_well_known_labels: Vec::new(),
+        }
+    }
+}
+
+/// What the scheduler decided.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingResults {
+    pub new_node_claims: Vec<NewNodeClaim>,
+    /// Existing nodes that received pods, in input order.
+    pub existing_nodes: Vec<ExistingNodePlacement>,
+    pub unschedulable: Vec<UnschedulablePod>,
+}
+
+/// A NodeClaim to launch.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewNodeClaim {
+    pub node_pool: String,
+    /// Placeholder hostname, unique within the solve.
+    pub hostname: String,
+    /// Includes `node.kubernetes.io/instance-type In [...]` and `karpenter.sh/capacity-type In [...]`.
+    pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
+    /// Cheapest first (ties by name), at most `max_instance_types`.
+    pub instance_types: Vec<InstanceTypeOption>,
+    /// Indices into the pods given to [`Scheduler::solve`].
+    pub pods: Vec<usize>,
+    /// The pods' requests plus the smallest daemonset overhead (incl. `pods`).
+    pub requests: ResourceList,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub startup_taints: Vec<Taint>,
+    pub min_values_relaxed: bool,
+}
+
+/// One instance type a NodeClaim may launch as.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct InstanceTypeOption {
+    pub name: String,
+    /// USD/hour of the cheapest available offering compatible with the NodeClaim.
+    pub price: f64,
+}
+
+/// Pods placed on an existing node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ExistingNodePlacement {
+    pub node: String,
+    pub pods: Vec<usize>,
+}
+
+/// A pod that could not be placed, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct UnschedulablePod {
+    /// Index into the pods given to [`Scheduler::solve`].
+    pub pod: usize,
+    pub namespace: String,
+    pub name: String,
+    /// One line per NodePool (or cause), naming the blocking constraint.
+    pub explanation: String,
+}
+
+impl SchedulingResults {
+    /// Pods placed on new NodeClaims.
+    pub fn pods_on_new_node_claims(&self) -> usize {
+        self.new_node_claims.iter().map(|c| c.pods.len()).sum()
+    }
+}
+
+/// A scheduling simulation over one snapshot. Build it, then [`solve`](Scheduler::solve) once.
+pub struct Scheduler {
+    input: SchedulerInput,
+}
+
+impl Scheduler {
+    pub fn new(input: SchedulerInput) -> Self {
+        Scheduler { input }
+    }
+
+    /// Places `pods`: existing nodes first, then in-flight NodeClaims, then new NodeClaims from the
+    /// highest-weight NodePool that can take each pod.
+    pub fn solve(self, pods: &[Pod]) -> SchedulingResults {
+        engine::solve(self.input, pods)
+    }
+}

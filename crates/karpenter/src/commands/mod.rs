@@ -1,7 +1,12 @@
 //! One module per subcommand.
 
+pub mod bench;
 pub mod controller;
+pub mod convert;
 pub mod crds;
+mod input;
+pub mod simulate;
+pub mod validate;
 
 use std::process::ExitCode;
 
@@ -11,6 +16,10 @@ use crate::cli::Command;
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Crds(args) => crds::run(args),
+        Command::Validate(args) => validate::run(args),
+        Command::Convert(args) => convert::run(args),
+        Command::Bench(args) => bench::run(args),
+        Command::Simulate(args) => simulate::run(args),
         Command::Controller(args) => controller::run(*args),
     }
 }

@@ -1,0 +1,139 @@
+//! Adapters from API objects to the scheduler's input types, so callers do not reinvent them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use karpenter_api::well_known;
+use karpenter_api::{NodeClaim, NodePool};
+
+use super::{ExistingNode, SchedulingNodePool};
+use crate::instance_type::InstanceType;
+use crate::resources::{QuantityError, ResourceList};
+
+/// An API object could not be turned into scheduler input.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{object}: {field}: {source}")]
+pub struct InputError {
+    /// e.g. `nodepool default`.
+    pub object: String,
+    /// e.g. `spec.limits`.
+    pub field: String,
+    #[source]
+    pub source: QuantityError,
+}
+
+/// A NodePool and the instance types its NodeClass offers.
+pub fn node_pool(pool: &NodePool, instance_types: Vec<InstanceType>) -> Result<SchedulingNodePool, InputError> {
+    let name = pool.metadata.name.clone().unwrap_or_default();
+    let err = |field: &str| {
+        let object = format!("nodepool {name}");
+        let field = field.to_string();
+        move |source| InputError { object: object.clone(), field: field.clone(), source }
+    };
+    let template = &pool.spec.template;
+    let limits = match &pool.spec.limits {
+        Some(l) => ResourceList::from_k8s(l).map_err(err("spec.limits"))?,
+        None => ResourceList::new(),
+    };
+    let usage = match &pool.status {
+        Some(s) => {
+            let mut usage = ResourceList::from_k8s(&s.resources).map_err(err("status.resources"))?;
+            if let Some(n) = s.nodes {
+                usage.set(well_known::NODES_RESOURCE, crate::resources::Quantity::from_units(n));
+            }
+            usage
+        }
+        None => ResourceList::new(),
+    };
+    Ok(SchedulingNodePool {
+        name,
+        weight: pool.spec.weight.unwrap_or(0),
+        requirements: template.spec.requirements.clone(),
+        labels: template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default(),
+        taints: template.spec.taints.clone(),
+        startup_taints: template.spec.startup_taints.clone(),
+        limits,
+        usage,
+        instance_types,
+    })
+}
+
+/// A Node (with its NodeClaim, if Karpenter manages it) and the pods bound to it.
+///
+/// The node counts as initialized when it carries `karpenter.sh/initialized=true` or is not
+/// managed by Karpenter. While uninitialized, zero node capacity/allocatable fall back to the
+/// NodeClaim's status values.
+pub fn existing_node(node: &Node, node_claim: Option<&NodeClaim>, pods: &[Pod]) -> Result<ExistingNode, InputError> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let err = |field: &str| {
+        let object = format!("node {name}");
+        let field = field.to_string();
+        move |source| InputError { object: object.clone(), field: field.clone(), source }
+    };
+    let status = node.status.clone().unwrap_or_default();
+    let mut allocatable = ResourceList::from_k8s(&status.allocatable.unwrap_or_default()).map_err(err("status.allocatable"))?;
+    let mut capacity = ResourceList::from_k8s(&status.capacity.unwrap_or_default()).map_err(err("status.capacity"))?;
+    let managed = node_claim.is_some() || labels.contains_key(well_known::NODEPOOL_LABEL);
+    let initialized = !managed || labels.get(well_known::NODE_INITIALIZED_LABEL).is_some_and(|v| v == "true");
+    let mut startup_taints = Vec::new();
+    let mut taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    if let Some(nc) = node_claim {
+        startup_taints = nc.spec.startup_taints.clone();
+        let registered = labels.get(well_known::NODE_REGISTERED_LABEL).is_some_and(|v| v == "true");
+        if !registered && taints.is_empty() {
+            taints = nc.spec.taints.clone();
+        }
+        if !initialized && let Some(s) = &nc.status {
+            let claim_alloc = ResourceList::from_k8s(&s.allocatable).map_err(err("nodeclaim status.allocatable"))?;
+            let claim_cap = ResourceList::from_k8s(&s.capacity).map_err(err("nodeclaim status.capacity"))?;
+            for (k, v) in claim_alloc.iter() {
+                if allocatable.get(k).is_zero() {
+                    allocatable.set(k, v);
+                }
+            }
+            for (k, v) in claim_cap.iter() {
+                if capacity.get(k).is_zero() {
+                    capacity.set(k, v);
+                }
+            }
+        }
+    }
+    Ok(ExistingNode {
+        name,
+        node_pool: labels.get(well_known::NODEPOOL_LABEL).cloned(),
+        labels,
+        taints,
+        allocatable,
+        capacity,
+        pods: pods.to_vec(),
+        initialized,
+        startup_taints,
+        volume_limits: BTreeMap::new(),
+    })
+}
+
+/// The representative pod of a DaemonSet: its template, owned by the DaemonSet.
+pub fn daemonset_pod(ds: &DaemonSet) -> Pod {
+    let template = ds.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+    let meta = template.metadata.unwrap_or_default();
+    Pod {
+        metadata: ObjectMeta {
+            name: ds.metadata.name.clone(),
+            namespace: ds.metadata.namespace.clone(),
+            labels: meta.labels,
+            owner_references: Some(vec![OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "DaemonSet".into(),
+                name: ds.metadata.name.clone().unwrap_or_default(),
+                uid: ds.metadata.uid.clone().unwrap_or_default(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        spec: template.spec,
+        status: None,
+    }
+}

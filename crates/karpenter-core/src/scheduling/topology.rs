@@ -1,0 +1,263 @@
+//! Topology groups: spread constraints, pod affinity and anti-affinity (and the inverse
+//! anti-affinity of pods already placed), counted per domain of a topology key.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+
+use super::compile::{Namespaces, Selector};
+use super::intern::{Interner, Key, Req, Reqs, Sym};
+use crate::taints;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum GroupKind {
+    Spread { max_skew: u32, min_domains: Option<u32> },
+    Affinity,
+    AntiAffinity,
+    /// Anti-affinity seen from the other side: pods this selects may only go to empty domains.
+    InverseAntiAffinity,
+}
+
+/// Which nodes a spread constraint counts (nodeAffinityPolicy / nodeTaintsPolicy = Honor).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct NodeFilter {
+    /// nodeSelector and ORed required terms the node must satisfy.
+    pub affinity: Option<(Reqs, Vec<Reqs>)>,
+    /// Tolerations the node's taints must be tolerated by.
+    pub tolerations: Option<Vec<Toleration>>,
+}
+
+impl NodeFilter {
+    pub fn matches(&self, node_reqs: &Reqs, node_taints: &[Taint], interner: &Interner) -> bool {
+        if let Some((selector, terms)) = &self.affinity {
+            let allow = |k: &Key| interner.is_well_known(*k);
+            let ok = if terms.is_empty() {
+                node_reqs.compatible(selector, allow).is_ok()
+            } else {
+                terms.iter().any(|t| node_reqs.compatible(&selector.intersection(t), allow).is_ok())
+            };
+            if !ok {
+                return false;
+            }
+        }
+        if let Some(tolerations) = &self.tolerations {
+            return node_taints
+                .iter()
+                .filter(|t| t.effect != taints::PREFER_NO_SCHEDULE)
+                .all(|t| taints::tolerates(tolerations, t));
+        }
+        true
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Group {
+    pub kind: GroupKind,
+    pub key: Key,
+    pub namespaces: Namespaces,
+    pub selector: Selector,
+    pub filter: NodeFilter,
+    /// Count per domain value id.
+    counts: Vec<u32>,
+    /// Domains with a non-zero count, in first-recorded order.
+    nonzero: Vec<Sym>,
+}
+
+impl Group {
+    pub fn new(kind: GroupKind, key: Key, namespaces: Namespaces, selector: Selector, filter: NodeFilter) -> Self {
+        Group { kind, key, namespaces, selector, filter, counts: Vec::new(), nonzero: Vec::new() }
+    }
+
+    pub fn count(&self, domain: Sym) -> u32 {
+        self.counts.get(domain.id as usize).copied().unwrap_or(0)
+    }
+
+    pub fn record(&mut self, domain: Sym) {
+        let i = domain.id as usize;
+        if self.counts.len() <= i {
+            self.counts.resize(i + 1, 0);
+        }
+        if self.counts[i] == 0 {
+            self.nonzero.push(domain);
+        }
+        self.counts[i] += 1;
+    }
+
+    /// Whether the group counts pods with these labels in this namespace.
+    pub fn selects(&self, ns: Option<Sym>, labels: &[(Key, Sym)]) -> bool {
+        ns.is_some_and(|ns| self.namespaces.contains(ns)) && self.selector.matches(labels)
+    }
+
+    /// Human summary of counts (`a=2, b=0`) over the candidate domains.
+    pub fn counts_text(&self, domains: &[Sym], interner: &Interner) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        for d in domains.iter().chain(self.nonzero.iter()) {
+            let text = format!("{}={}", interner.value_str(*d), self.count(*d));
+            if !parts.contains(&text) {
+                parts.push(text);
+            }
+        }
+        parts.truncate(8);
+        parts.join(", ")
+    }
+}
+
+/// A domain value and the taint sets of the pools/nodes that can produce it.
+#[derive(Clone, Debug)]
+pub(crate) struct Domain {
+    pub value: Sym,
+    pub providers: Vec<usize>,
+}
+
+#[derive(Default)]
+pub(crate) struct Topology {
+    pub groups: Vec<Group>,
+    pub identity: HashMap<String, usize>,
+    /// The domain universe per key, in value-string order.
+    pub domains: HashMap<Key, Vec<Domain>>,
+    pub taint_sets: Vec<Vec<Taint>>,
+    pub hostname_key: Key,
+}
+
+impl Topology {
+    /// Registers a group, reusing an identical one. Returns its id and whether it is new.
+    pub fn register(&mut self, group: Group) -> (usize, bool) {
+        let identity = format!(
+            "{:?}|{}|{:?}|{:?}|{:?}|{:?}",
+            group.kind, group.key, group.namespaces, group.selector, group.filter.affinity, group.filter.tolerations
+        );
+        if let Some(&id) = self.identity.get(&identity) {
+            return (id, false);
+        }
+        let id = self.groups.len();
+        self.groups.push(group);
+        self.identity.insert(identity, id);
+        (id, true)
+    }
+
+    pub fn add_domain(&mut self, key: Key, value: Sym, taint_set: usize) {
+        let list = self.domains.entry(key).or_default();
+        match list.iter_mut().find(|d| d.value == value) {
+            Some(d) => {
+                if !d.providers.contains(&taint_set) {
+                    d.providers.push(taint_set);
+                }
+            }
+            None => list.push(Domain { value, providers: vec![taint_set] }),
+        }
+    }
+
+    pub fn sort_domains(&mut self, interner: &Interner) {
+        for list in self.domains.values_mut() {
+            list.sort_by(|a, b| interner.value_str(a.value).cmp(interner.value_str(b.value)));
+        }
+    }
+
+    /// Known domains of `key` (for a spread honouring taints: those some tolerated provider offers).
+    fn universe<'a>(&'a self, key: Key, tolerations: Option<&'a [Toleration]>) -> impl Iterator<Item = Sym> + 'a {
+        self.domains.get(&key).into_iter().flatten().filter_map(move |d| {
+            let eligible = match tolerations {
+                None => true,
+                Some(tol) => d.providers.iter().any(|&p| {
+                    self.taint_sets[p]
+                        .iter()
+                        .filter(|t| t.effect != taints::PREFER_NO_SCHEDULE)
+                        .all(|t| taints::tolerates(tol, t))
+                }),
+            };
+            eligible.then_some(d.value)
+        })
+    }
+
+    /// Candidate domains on a node: its explicit `In` list, else known domains it allows.
+    fn candidates(&self, key: Key, node_domains: &Req, tolerations: Option<&[Toleration]>) -> Vec<Sym> {
+        if node_domains.operator() == crate::requirements::Operator::In {
+            node_domains.values().to_vec()
+        } else {
+            self.universe(key, tolerations).filter(|d| node_domains.has(d)).collect()
+        }
+    }
+
+    /// The domains `group` allows a pod into, as a requirement on the group's key; `None` when
+    /// none (the constraint cannot be met there).
+    pub fn allowed(&self, gid: usize, pod_selected: bool, pod_domains: &Req, node_domains: &Req) -> Option<Req> {
+        let g = &self.groups[gid];
+        let self_count = u32::from(pod_selected);
+        match g.kind {
+            GroupKind::Spread { max_skew, min_domains } => {
+                let tolerations = g.filter.tolerations.as_deref();
+                let global_min = if g.key == self.hostname_key {
+                    0 // a new node is always an empty hostname domain
+                } else {
+                    let mut eligible = 0u32;
+                    let mut min = u32::MAX;
+                    for d in self.universe(g.key, tolerations).filter(|d| pod_domains.has(d)) {
+                        eligible += 1;
+                        min = min.min(g.count(d));
+                    }
+                    if eligible == 0 || min_domains.is_some_and(|m| eligible < m) { 0 } else { min }
+                };
+                let mut best: Option<(Sym, u32)> = None;
+                for d in self.candidates(g.key, node_domains, tolerations) {
+                    let c = g.count(d) + self_count;
+                    if c.saturating_sub(global_min) <= max_skew && best.is_none_or(|(_, bc)| c < bc) {
+                        best = Some((d, c));
+                    }
+                }
+                best.map(|(d, _)| Req::is_in([d]))
+            }
+            GroupKind::Affinity => {
+                let candidates = self.candidates(g.key, node_domains, None);
+                let occupied: Vec<Sym> =
+                    candidates.iter().copied().filter(|d| g.count(*d) > 0 && pod_domains.has(d)).collect();
+                if !occupied.is_empty() {
+                    return Some(Req::is_in(occupied));
+                }
+                // Bootstrap: a pod selecting itself may start the group where none is yet.
+                if pod_selected && !g.nonzero.iter().any(|d| pod_domains.has(d)) {
+                    return candidates.into_iter().find(|d| pod_domains.has(d)).map(|d| Req::is_in([d]));
+                }
+                None
+            }
+            GroupKind::AntiAffinity | GroupKind::InverseAntiAffinity => {
+                let empty: Vec<Sym> = self
+                    .candidates(g.key, node_domains, None)
+                    .into_iter()
+                    .filter(|d| g.count(*d) == 0 && pod_domains.has(d))
+                    .collect();
+                (!empty.is_empty()).then(|| Req::is_in(empty))
+            }
+        }
+    }
+
+    /// Cheap pre-check for hostname groups on a node known to be `hostname`.
+    pub fn hostname_allows(&self, gid: usize, pod_selected: bool, hostname: Sym) -> bool {
+        let g = &self.groups[gid];
+        let c = g.count(hostname);
+        match g.kind {
+            GroupKind::Spread { max_skew, .. } => c + u32::from(pod_selected) <= max_skew,
+            GroupKind::Affinity => c > 0 || (pod_selected && g.nonzero.is_empty()),
+            GroupKind::AntiAffinity | GroupKind::InverseAntiAffinity => c == 0,
+        }
+    }
+
+    /// Records a placement in `gid` on a node whose requirement on the key is `node_domains`.
+    /// Anti-affinity counts every domain still possible; spread and affinity only a single one.
+    pub fn record(&mut self, gid: usize, node_domains: &Req) {
+        let key = self.groups[gid].key;
+        let every = matches!(self.groups[gid].kind, GroupKind::AntiAffinity | GroupKind::InverseAntiAffinity);
+        let domains: Vec<Sym> = if node_domains.operator() == crate::requirements::Operator::In {
+            if !every && node_domains.values().len() != 1 {
+                return;
+            }
+            node_domains.values().to_vec()
+        } else if every {
+            self.universe(key, None).filter(|d| node_domains.has(d)).collect()
+        } else {
+            return;
+        };
+        for d in domains {
+            self.groups[gid].record(d);
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! `karpenter bench scheduling`: upstream's scheduling benchmark workload, timed.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use karpenter_core::scheduling::benchmark;
+use karpenter_core::scheduling::{PreferencePolicy, Scheduler};
+use serde::Serialize;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub target: Target,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Target {
+    /// Time the provisioning scheduler on upstream's benchmark workload (400 instance types).
+    Scheduling(SchedulingArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SchedulingArgs {
+    /// Diverse-workload sizes to run (upstream's sweep by default).
+    #[arg(long = "pods", value_delimiter = ',', num_args = 1..)]
+    pub pods: Vec<usize>,
+    /// Repetitions per size (a fresh scheduler each); the fastest is reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
+    /// Skip the two 4,000-pod preference runs.
+    #[arg(long)]
+    pub no_preferences: bool,
+    /// Seed for the pod generator.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Output format: table or json.
+    #[arg(short = 'o', long = "output", default_value = "table")]
+    pub output: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Row {
+    workload: String,
+    pods: usize,
+    node_claims: usize,
+    pods_on_node_claims: usize,
+    unschedulable: usize,
+    seconds: f64,
+    pods_per_second: f64,
+}
+
+fn measure(workload: &str, pods: &[benchmark::Pod], policy: PreferencePolicy, repeat: usize) -> Row {
+    let mut best: Option<Row> = None;
+    for _ in 0..repeat.max(1) {
+        let input = benchmark::scheduler_input(policy);
+        let start = Instant::now();
+        let results = Scheduler::new(input).solve(pods);
+        let seconds = start.elapsed().as_secs_f64();
+        let row = Row {
+            workload: workload.to_string(),
+            pods: pods.len(),
+            node_claims: results.new_node_claims.len(),
+            pods_on_node_claims: results.pods_on_new_node_claims(),
+            unschedulable: results.unschedulable.len(),
+            seconds,
+            pods_per_second: pods.len() as f64 / seconds.max(1e-9),
+        };
+        if best.as_ref().is_none_or(|b| row.seconds < b.seconds) {
+            best = Some(row);
+        }
+    }
+    best.unwrap_or_else(|| unreachable_row(workload))
+}
+
+fn unreachable_row(workload: &str) -> Row {
+    Row {
+        workload: workload.to_string(),
+        pods: 0,
+        node_claims: 0,
+        pods_on_node_claims: 0,
+        unschedulable: 0,
+        seconds: 0.0,
+        pods_per_second: 0.0,
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let Target::Scheduling(args) = args.target;
+    let json = match args.output.as_str() {
+        "json" => true,
+        "table" => false,
+        other => anyhow::bail!("--output {other:?}: use table or json"),
+    };
+    let sizes = if args.pods.is_empty() {
+        vec![1, 50, 100, 500, 1000, 1500, 2000, 5000, 10000, 20000]
+    } else {
+        args.pods.clone()
+    };
+    let mut rows = Vec::new();
+    for &n in &sizes {
+        let pods = benchmark::diverse_pods(n, args.seed);
+        rows.push(measure("diverse", &pods, PreferencePolicy::Respect, args.repeat));
+        if !json {
+            print_row(rows.last(), rows.len() == 1);
+        }
+    }
+    if !args.no_preferences {
+        let pods = benchmark::preference_pods(4000, args.seed);
+        for (name, policy) in [("respect-preferences", PreferencePolicy::Respect), ("ignore-preferences", PreferencePolicy::Ignore)] {
+            rows.push(measure(name, &pods, policy, args.repeat));
+            if !json {
+                print_row(rows.last(), rows.len() == 1);
+            }
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        let pods: usize = rows.iter().map(|r| r.pods).sum();
+        let seconds: f64 = rows.iter().map(|r| r.seconds).sum();
+        println!("total: {pods} pods in {seconds:.3}s ({:.0} pods/s)", pods as f64 / seconds.max(1e-9));
+    }
+    let failed = rows.iter().any(|r| r.unschedulable > 0);
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+fn print_row(row: Option<&Row>, header: bool) {
+    if header {
+        println!("{:<20} {:>7} {:>11} {:>13} {:>10} {:>12}", "workload", "pods", "nodeclaims", "unschedulable", "seconds", "pods/s");
+    }
+    if let Some(r) = row {
+        println!(
+            "{:<20} {:>7} {:>11} {:>13} {:>10.4} {:>12.0}",
+            r.workload, r.pods, r.node_claims, r.unschedulable, r.seconds, r.pods_per_second
+        );
+    }
+}
