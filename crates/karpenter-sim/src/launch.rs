@@ -31,12 +31,13 @@ pub const CAPACITY_TYPE_PREFERENCE: [&str; 3] = [
     wk::CAPACITY_TYPE_ON_DEMAND,
 ];
 
-/// Whether a single-valued label set satisfies a requirement on `key` (a missing label only
-/// satisfies operators that tolerate absence).
-fn label_allows(requirement: &Requirement, value: Option<&String>) -> bool {
+/// Whether an instance type's label value satisfies a requirement on `key`. An instance type
+/// defines every well-known label (a missing one means "does not exist"); other keys (the
+/// NodePool template's own labels) are the node's business, not the instance type's.
+fn label_allows(key: &str, requirement: &Requirement, value: Option<&String>) -> bool {
     match value {
         Some(v) => requirement.has(v),
-        None => requirement.operator().tolerates_absence(),
+        None => !wk::is_well_known_label(key) || requirement.operator().tolerates_absence(),
     }
 }
 
@@ -46,7 +47,7 @@ pub fn instance_type_compatible(it: &InstanceType, requirements: &Requirements) 
         key == wk::ZONE_LABEL
             || key == wk::CAPACITY_TYPE_LABEL
             || key == wk::NODEPOOL_LABEL
-            || label_allows(requirement, it.labels.get(key))
+            || label_allows(key, requirement, it.labels.get(key))
     })
 }
 

@@ -1,5 +1,8 @@
 //! Integration tests of the embedded catalogue.
 
+// Test helpers panic on purpose: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use karpenter_api::well_known as wk;
 use karpenter_catalog::{Catalog, CatalogError};
 use karpenter_core::instance_type::InstanceType;

@@ -1,0 +1,347 @@
+//! The `simulate` plan: schedule the pending pods with the core scheduler, then run every new
+//! NodeClaim through the sim provider's launch choice to say what would be bought, where, and for
+//! how much. The JSON shape is documented in `docs/simulate.md` and is stable.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Pod, Taint};
+use karpenter_api::v1::ResourceRequirements;
+use karpenter_api::validation;
+use karpenter_api::well_known as wk;
+use karpenter_api::{NodeClaim, NodeClaimSpec, NodePool};
+use karpenter_core::pod::pod_key;
+use karpenter_core::requirements::Requirements;
+use karpenter_core::resources::ResourceList;
+use karpenter_core::scheduling::{
+    ExistingNode, NewNodeClaim, Scheduler, SchedulerInput, SchedulerOptions, VolumeInput, input,
+};
+use serde::{Deserialize, Serialize};
+
+use super::manifests::Manifests;
+use crate::SimCloudProvider;
+
+/// Why no plan could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    #[error(
+        "no NodePool in the input: add a karpenter.sh/v1 NodePool (see examples/inflate/nodepool.yaml)"
+    )]
+    NoNodePool,
+    #[error("invalid NodePool {name}: {message}")]
+    InvalidNodePool { name: String, message: String },
+    #[error("invalid Node {name}: {message}")]
+    InvalidNode { name: String, message: String },
+    #[error(
+        "pod {pod} is bound to node {node}, which is not in the input: add the Node or remove spec.nodeName"
+    )]
+    UnknownNode { pod: String, node: String },
+}
+
+/// The plan, exactly as `simulate -o json` prints it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    pub node_claims: Vec<PlannedNodeClaim>,
+    pub existing_nodes: Vec<ExistingNodePods>,
+    pub unschedulable: Vec<UnschedulablePod>,
+    pub summary: Summary,
+}
+
+/// A NodeClaim the provisioner would create, and what the sim provider would launch for it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedNodeClaim {
+    pub name: String,
+    pub node_pool: String,
+    /// What the provider would launch (cheapest available offering of the options).
+    pub instance_type: String,
+    /// Every type the NodeClaim allows, cheapest first.
+    pub instance_type_options: Vec<String>,
+    pub zone: String,
+    pub capacity_type: String,
+    /// USD per hour; spot prices are modelled (see docs/catalog.md).
+    pub price: f64,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// `namespace/name` of the pods placed on it.
+    pub pods: Vec<String>,
+    /// Pods' requests plus daemonset overhead.
+    pub requests: ResourceList,
+    /// Allocatable of the launched instance type.
+    pub allocatable: ResourceList,
+}
+
+/// Pending pods placed on a node that already exists.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExistingNodePods {
+    pub name: String,
+    pub pods: Vec<String>,
+}
+
+/// A pod that cannot be placed, and why.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnschedulablePod {
+    pub pod: String,
+    pub reason: String,
+}
+
+/// Totals.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// Pending pods in the input.
+    pub pods: usize,
+    /// Of those, placed on new NodeClaims or existing nodes.
+    pub scheduled: usize,
+    pub new_node_claims: usize,
+    /// Sum of the new NodeClaims' prices, USD per hour.
+    pub hourly_cost: f64,
+}
+
+/// A plan plus notes for people (printed on stderr, not part of the JSON).
+#[derive(Clone, Debug, Default)]
+pub struct PlanOutcome {
+    pub plan: Plan,
+    pub warnings: Vec<String>,
+}
+
+fn pod_name(pod: &Pod) -> String {
+    let (namespace, name) = pod_key(pod);
+    format!("{namespace}/{name}")
+}
+
+/// Rejects invalid NodePools with the same checks as `validate` and the controller.
+fn check_node_pool(node_pool: &NodePool) -> Result<(), SimulateError> {
+    let mut errors: Vec<String> = validation::validate_nodepool(node_pool)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    // The launch path parses requirements with the core's algebra: anything it rejects must be
+    // reported here, naming the field, rather than surface later as an odd launch failure.
+    if errors.is_empty() {
+        for (i, r) in node_pool.spec.template.spec.requirements.iter().enumerate() {
+            if let Err(e) =
+                Requirements::from_node_selector_with_min_values(std::slice::from_ref(r))
+            {
+                errors.push(format!("spec.template.spec.requirements[{i}]: {e}"));
+            }
+        }
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(SimulateError::InvalidNodePool {
+        name: node_pool.metadata.name.clone().unwrap_or_default(),
+        message: errors.join("; "),
+    })
+}
+
+/// Computes the plan for `manifests` on `provider`'s catalogue.
+pub fn plan(
+    manifests: &Manifests,
+    provider: &SimCloudProvider,
+) -> Result<PlanOutcome, SimulateError> {
+    if manifests.node_pools.is_empty() {
+        return Err(SimulateError::NoNodePool);
+    }
+    let mut warnings = Vec::new();
+    let catalogue: Vec<_> = provider
+        .catalog_types()
+        .map(|t| t.as_ref().clone())
+        .collect();
+    let mut node_pools = Vec::new();
+    for node_pool in &manifests.node_pools {
+        check_node_pool(node_pool)?;
+        let name = node_pool.metadata.name.clone().unwrap_or_default();
+        let class = &node_pool.spec.template.spec.node_class_ref;
+        if class.kind == "EC2NodeClass"
+            && !manifests
+                .node_classes
+                .iter()
+                .any(|c| c.metadata.name.as_deref() == Some(class.name.as_str()))
+        {
+            warnings.push(format!(
+                "NodePool {name} refers to EC2NodeClass {} which is not in the input; planning as if it were ready",
+                class.name
+            ));
+        }
+        let pool = input::node_pool(node_pool, catalogue.clone()).map_err(|e| {
+            SimulateError::InvalidNodePool {
+                name: name.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        node_pools.push(pool);
+    }
+
+    let by_node = manifests.pods_by_node();
+    for (node, pods) in &by_node {
+        if !manifests
+            .nodes
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some(*node))
+        {
+            return Err(SimulateError::UnknownNode {
+                pod: pod_name(&pods[0]),
+                node: node.to_string(),
+            });
+        }
+    }
+    let mut existing_nodes: Vec<ExistingNode> = Vec::new();
+    for node in &manifests.nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+        let node_claim = manifests.node_claims.iter().find(|nc| {
+            let status = nc.status.as_ref();
+            status.and_then(|s| s.node_name.as_deref()) == Some(name.as_str())
+                || (provider_id.is_some()
+                    && status.and_then(|s| s.provider_id.as_deref()) == provider_id)
+        });
+        let pods = by_node.get(name.as_str()).cloned().unwrap_or_default();
+        let existing = input::existing_node(node, node_claim, &pods).map_err(|e| {
+            SimulateError::InvalidNode {
+                name: name.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        existing_nodes.push(existing);
+    }
+
+    let scheduler = Scheduler::new(SchedulerInput {
+        node_pools,
+        existing_nodes,
+        daemonsets: manifests
+            .daemonsets
+            .iter()
+            .map(input::daemonset_pod)
+            .collect(),
+        volumes: VolumeInput {
+            claims: manifests.claims.clone(),
+            volumes: manifests.volumes.clone(),
+            storage_classes: manifests.storage_classes.clone(),
+        },
+        options: SchedulerOptions::default(),
+        ..Default::default()
+    });
+    let pods = &manifests.pending_pods;
+    let results = scheduler.solve(pods);
+
+    let mut plan = Plan::default();
+    let mut counters: BTreeMap<&str, usize> = BTreeMap::new();
+    for claim in &results.new_node_claims {
+        let counter = counters.entry(claim.node_pool.as_str()).or_default();
+        *counter += 1;
+        let name = format!("{}-{:05}", claim.node_pool, *counter);
+        let pod_names: Vec<String> = claim
+            .pods
+            .iter()
+            .filter_map(|i| pods.get(*i))
+            .map(pod_name)
+            .collect();
+        let node_pool = manifests
+            .node_pools
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(&claim.node_pool));
+        let request = node_claim_request(&name, claim, node_pool);
+        match provider.launch_choice(&request) {
+            Ok(choice) => {
+                // The labels the node will carry: the launched type's, then zone and capacity
+                // type, then the NodeClaim's own.
+                let launched = provider
+                    .catalog_types()
+                    .find(|t| t.name == choice.instance_type);
+                let mut labels = launched.map(|t| t.labels.clone()).unwrap_or_default();
+                labels.insert(wk::ZONE_LABEL.to_string(), choice.zone.clone());
+                labels.insert(
+                    wk::CAPACITY_TYPE_LABEL.to_string(),
+                    choice.capacity_type.clone(),
+                );
+                labels.extend(claim.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+                let allocatable = launched.map(|t| t.allocatable()).unwrap_or_default();
+                plan.node_claims.push(PlannedNodeClaim {
+                    name,
+                    node_pool: claim.node_pool.clone(),
+                    instance_type: choice.instance_type,
+                    instance_type_options: claim
+                        .instance_types
+                        .iter()
+                        .map(|o| o.name.clone())
+                        .collect(),
+                    zone: choice.zone,
+                    capacity_type: choice.capacity_type,
+                    price: choice.price,
+                    labels,
+                    taints: claim.taints.clone(),
+                    pods: pod_names,
+                    requests: claim.requests.clone(),
+                    allocatable,
+                });
+            }
+            Err(err) => {
+                for pod in pod_names {
+                    plan.unschedulable.push(UnschedulablePod {
+                        pod,
+                        reason: format!("launch would fail: {err}"),
+                    });
+                }
+            }
+        }
+    }
+    for placement in &results.existing_nodes {
+        plan.existing_nodes.push(ExistingNodePods {
+            name: placement.node.clone(),
+            pods: placement
+                .pods
+                .iter()
+                .filter_map(|i| pods.get(*i))
+                .map(pod_name)
+                .collect(),
+        });
+    }
+    for pod in &results.unschedulable {
+        plan.unschedulable.push(UnschedulablePod {
+            pod: format!("{}/{}", pod.namespace, pod.name),
+            reason: pod.explanation.clone(),
+        });
+    }
+    let placed_new: usize = plan.node_claims.iter().map(|c| c.pods.len()).sum();
+    let placed_existing: usize = plan.existing_nodes.iter().map(|n| n.pods.len()).sum();
+    plan.summary = Summary {
+        pods: pods.len(),
+        scheduled: placed_new + placed_existing,
+        new_node_claims: plan.node_claims.len(),
+        hourly_cost: round6(
+            plan.node_claims
+                .iter()
+                .fold(0.0, |total, c| total + c.price),
+        ),
+    };
+    Ok(PlanOutcome { plan, warnings })
+}
+
+fn round6(value: f64) -> f64 {
+    (value * 1e6).round() / 1e6
+}
+
+/// The NodeClaim the provisioner would create for a scheduler decision.
+fn node_claim_request(name: &str, claim: &NewNodeClaim, node_pool: Option<&NodePool>) -> NodeClaim {
+    let mut node_claim = NodeClaim::new(
+        name,
+        NodeClaimSpec {
+            taints: claim.taints.clone(),
+            startup_taints: claim.startup_taints.clone(),
+            requirements: claim.requirements.clone(),
+            resources: Some(ResourceRequirements {
+                requests: claim.requests.to_k8s(),
+            }),
+            node_class_ref: node_pool
+                .map(|p| p.spec.template.spec.node_class_ref.clone())
+                .unwrap_or_default(),
+            ..Default::default()
+        },
+    );
+    node_claim.metadata.labels = Some(claim.labels.clone());
+    node_claim
+}

@@ -1,0 +1,468 @@
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use karpenter_api::well_known as wk;
+use karpenter_core::clock::FakeClock;
+use karpenter_core::pod::effective_requests;
+use karpenter_core::requirements::Requirements;
+use karpenter_core::resources::ResourceList;
+use karpenter_core::taints::first_untolerated;
+use karpenter_sim::SimCloudProvider;
+use karpenter_sim::simulate::{self, Manifests, Plan, SimulateError};
+use proptest::prelude::*;
+
+fn examples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+fn embedded() -> SimCloudProvider {
+    SimCloudProvider::new("us-east-1", Arc::new(FakeClock::default())).unwrap()
+}
+
+const CUSTOM_TYPES: &str = r#"
+instanceTypes:
+  - name: small
+    capacity: {cpu: "2", memory: 4Gi, pods: "10"}
+    overhead: {cpu: 100m, memory: 256Mi}
+    labels: {karpenter.k8s.aws/instance-category: c}
+    offerings:
+      - {zone: test-1a, capacityType: on-demand, price: 0.05}
+      - {zone: test-1b, capacityType: on-demand, price: 0.05}
+      - {zone: test-1a, capacityType: spot, price: 0.02}
+  - name: large
+    capacity: {cpu: "8", memory: 32Gi, pods: "50"}
+    overhead: {cpu: 200m, memory: 1Gi}
+    labels: {karpenter.k8s.aws/instance-category: m}
+    offerings:
+      - {zone: test-1a, capacityType: on-demand, price: 0.30}
+      - {zone: test-1b, capacityType: spot, price: 0.09}
+"#;
+
+fn custom() -> SimCloudProvider {
+    let types = simulate::parse_instance_types(CUSTOM_TYPES, "test-1").unwrap();
+    SimCloudProvider::with_instance_types("test-1", types, Arc::new(FakeClock::default()))
+}
+
+fn load(text: &str) -> Manifests {
+    let mut m = Manifests::new();
+    m.load_str("test.yaml", text).unwrap();
+    m
+}
+
+/// Every placed pod fits, every constraint holds, every pod is accounted for once.
+fn check_plan(manifests: &Manifests, provider: &SimCloudProvider, plan: &Plan) {
+    let pods: BTreeMap<String, &Pod> = manifests
+        .pending_pods
+        .iter()
+        .map(|p| {
+            (
+                format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap(),
+                    p.metadata.name.as_deref().unwrap()
+                ),
+                p,
+            )
+        })
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    for claim in &plan.node_claims {
+        let it = provider
+            .catalog_types()
+            .find(|t| t.name == claim.instance_type)
+            .expect("launched type exists");
+        assert!(
+            claim.instance_type_options.contains(&claim.instance_type),
+            "{}: launched type is an option",
+            claim.name
+        );
+        assert_eq!(claim.allocatable, it.allocatable());
+        let offering = it
+            .offerings
+            .iter()
+            .find(|o| o.zone == claim.zone && o.capacity_type == claim.capacity_type)
+            .expect("launched offering exists");
+        assert!(offering.available);
+        assert_eq!(offering.price, claim.price);
+        assert!(
+            claim.allocatable.fits(&claim.requests),
+            "{}: requests {:?} exceed allocatable",
+            claim.name,
+            claim.requests
+        );
+
+        let mut sum = ResourceList::new();
+        let pool = manifests
+            .node_pools
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(&claim.node_pool))
+            .unwrap();
+        let pool_reqs =
+            Requirements::from_node_selector_with_min_values(&pool.spec.template.spec.requirements)
+                .unwrap();
+        for (key, req) in pool_reqs.iter() {
+            let value = claim.labels.get(key);
+            assert!(
+                value.is_some_and(|v| req.has(v))
+                    || value.is_none() && req.operator().tolerates_absence(),
+                "{}: label {key}={value:?} violates the pool's requirement {req}",
+                claim.name
+            );
+        }
+        for name in &claim.pods {
+            assert!(seen.insert(name.clone()), "{name} placed twice");
+            let pod = pods[name];
+            sum.add(&effective_requests(pod).unwrap());
+            let spec = pod.spec.as_ref().unwrap();
+            for (k, v) in spec.node_selector.iter().flatten() {
+                assert_eq!(
+                    claim.labels.get(k),
+                    Some(v),
+                    "{name}: nodeSelector {k}={v} on {}",
+                    claim.name
+                );
+            }
+            let tolerations = spec.tolerations.clone().unwrap_or_default();
+            assert!(
+                first_untolerated(&tolerations, &claim.taints).is_none(),
+                "{name} does not tolerate {}",
+                claim.name
+            );
+        }
+        assert!(
+            claim.allocatable.fits(&sum),
+            "{}: pods {:?} exceed allocatable",
+            claim.name,
+            sum
+        );
+    }
+    for node in &plan.existing_nodes {
+        for name in &node.pods {
+            assert!(seen.insert(name.clone()), "{name} placed twice");
+        }
+    }
+    for pod in &plan.unschedulable {
+        assert!(!pod.reason.trim().is_empty(), "{} has no reason", pod.pod);
+        assert!(
+            seen.insert(pod.pod.clone()),
+            "{} both placed and unschedulable",
+            pod.pod
+        );
+    }
+    assert_eq!(
+        seen.len(),
+        pods.len(),
+        "every pending pod is placed or explained"
+    );
+    assert_eq!(plan.summary.pods, pods.len());
+    assert_eq!(
+        plan.summary.scheduled + plan.unschedulable.len(),
+        pods.len()
+    );
+    assert_eq!(plan.summary.new_node_claims, plan.node_claims.len());
+    let cost: f64 = plan.node_claims.iter().map(|c| c.price).sum();
+    assert!((plan.summary.hourly_cost - cost).abs() < 1e-6);
+}
+
+fn plan_dir(dir: &str) -> (Manifests, Plan) {
+    let mut manifests = Manifests::new();
+    manifests.load_path(&examples().join(dir)).unwrap();
+    let provider = embedded();
+    let outcome = simulate::plan(&manifests, &provider).unwrap();
+    check_plan(&manifests, &provider, &outcome.plan);
+    (manifests, outcome.plan)
+}
+
+#[test]
+fn inflate_example_plans_one_node_for_five_pods() {
+    let (manifests, plan) = plan_dir("inflate");
+    assert_eq!(manifests.pending_pods.len(), 5);
+    assert_eq!(plan.summary.scheduled, 5);
+    assert!(plan.unschedulable.is_empty());
+    assert!(plan.summary.hourly_cost > 0.0);
+    for claim in &plan.node_claims {
+        assert_eq!(claim.capacity_type, "on-demand");
+        assert_eq!(claim.labels[wk::NODEPOOL_LABEL], "default");
+    }
+}
+
+#[test]
+fn inflate_twelve_costs_at_least_inflate_five() {
+    let (_, five) = plan_dir("inflate");
+    let (_, twelve) = plan_dir("inflate-12");
+    assert_eq!(twelve.summary.scheduled, 12);
+    assert!(twelve.summary.hourly_cost >= five.summary.hourly_cost);
+}
+
+#[test]
+fn workshop_scenario_picks_m5_large_as_the_guide_says() {
+    let (_, plan) = plan_dir("workshop-inflate");
+    assert_eq!(plan.node_claims.len(), 1);
+    assert_eq!(plan.node_claims[0].instance_type, "m5.large");
+    assert_eq!(plan.node_claims[0].price, 0.096);
+    assert_eq!(plan.node_claims[0].labels["type"], "karpenter");
+}
+
+#[test]
+fn spot_pool_with_taints_places_tolerating_pods_only() {
+    let (_, plan) = plan_dir("spot-tainted");
+    assert!(
+        plan.node_claims
+            .iter()
+            .all(|c| c.capacity_type == "spot" && c.instance_type == "t3a.large")
+    );
+    assert_eq!(plan.summary.scheduled, 6);
+    assert_eq!(plan.unschedulable.len(), 1);
+    assert_eq!(plan.unschedulable[0].pod, "default/batch");
+    assert!(
+        plan.unschedulable[0]
+            .reason
+            .contains("spot=only:NoSchedule"),
+        "{}",
+        plan.unschedulable[0].reason
+    );
+}
+
+#[test]
+fn heavier_nodepool_weight_wins_and_selectors_pick_pools() {
+    let (_, plan) = plan_dir("multi-nodepool");
+    let pool_of = |pod: &str| {
+        plan.node_claims
+            .iter()
+            .find(|c| c.pods.iter().any(|p| p == pod))
+            .map(|c| c.node_pool.as_str())
+    };
+    assert_eq!(pool_of("prod/api-0"), Some("production"));
+    assert_eq!(pool_of("dev/nightly-tests-0"), Some("development"));
+    assert_eq!(
+        plan.summary.scheduled, 7,
+        "4 api pods + min(parallelism 3, completions 10) job pods"
+    );
+}
+
+#[test]
+fn existing_capacity_is_used_first() {
+    let (manifests, plan) = plan_dir("existing-capacity");
+    assert_eq!(manifests.bound_pods.len(), 1);
+    assert_eq!(plan.existing_nodes.len(), 1);
+    assert!(!plan.existing_nodes[0].pods.is_empty());
+    assert_eq!(plan.summary.scheduled, 6);
+}
+
+#[test]
+fn loads_lists_multi_documents_and_workloads() {
+    let m = load(
+        r#"
+apiVersion: v1
+kind: List
+items:
+  - {apiVersion: v1, kind: Pod, metadata: {name: a}, spec: {containers: [{name: c, image: x}]}}
+  - {apiVersion: v1, kind: ConfigMap, metadata: {name: cfg, namespace: ns}}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: data}
+spec:
+  replicas: 3
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: db, image: x, resources: {requests: {cpu: 1}}}]}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: once}
+spec:
+  template:
+    spec: {restartPolicy: Never, containers: [{name: j, image: x}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bound}
+spec: {nodeName: n1, containers: [{name: c, image: x}]}
+"#,
+    );
+    let names: Vec<_> = m
+        .pending_pods
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "db-0", "db-1", "db-2", "once-0"]);
+    assert_eq!(
+        m.pending_pods[0].metadata.namespace.as_deref(),
+        Some("default")
+    );
+    assert_eq!(
+        m.pending_pods[1].metadata.namespace.as_deref(),
+        Some("data")
+    );
+    assert_eq!(
+        m.pending_pods[1].metadata.labels.as_ref().unwrap()["app"],
+        "db"
+    );
+    assert_eq!(m.bound_pods.len(), 1);
+    assert_eq!(m.ignored, ["ConfigMap ns/cfg"]);
+}
+
+#[test]
+fn bad_documents_are_rejected_with_their_place() {
+    let mut m = Manifests::new();
+    let err = m
+        .load_str("x.yaml", "apiVersion: v1\nmetadata: {name: a}\n")
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("x.yaml: document 1 has no `kind`"),
+        "{err}"
+    );
+    let err = m
+        .load_str(
+            "y.yaml",
+            "kind: Deployment\nmetadata: {name: d}\nspec: {replicas: many}\n",
+        )
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("invalid Deployment \"d\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn no_nodepool_is_a_clear_error() {
+    let m = load(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: x}]}\n",
+    );
+    let err = simulate::plan(&m, &custom()).unwrap_err();
+    assert!(matches!(err, SimulateError::NoNodePool));
+    assert!(err.to_string().contains("add a karpenter.sh/v1 NodePool"));
+}
+
+#[test]
+fn invalid_nodepool_names_the_field() {
+    let m = load(
+        r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: broken}
+spec:
+  template:
+    spec:
+      requirements: [{key: karpenter.sh/capacity-type, operator: Sometimes, values: [spot]}]
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+"#,
+    );
+    let err = simulate::plan(&m, &custom()).unwrap_err().to_string();
+    assert!(err.contains("NodePool broken"), "{err}");
+    assert!(err.contains("requirements[0]"), "{err}");
+}
+
+#[test]
+fn pods_bound_to_unknown_nodes_are_an_error() {
+    let mut m = load(NODEPOOL);
+    m.load_str("p.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {nodeName: ghost, containers: [{name: c, image: x}]}\n").unwrap();
+    let err = simulate::plan(&m, &custom()).unwrap_err().to_string();
+    assert!(err.contains("node ghost"), "{err}");
+}
+
+const NODEPOOL: &str = r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      requirements: [{key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}]
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+"#;
+
+#[test]
+fn custom_catalogue_prefers_spot_and_reports_too_big_pods() {
+    let mut m = load(NODEPOOL);
+    m.load_str(
+        "pods.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: fits}
+spec: {containers: [{name: c, image: x, resources: {requests: {cpu: 1, memory: 1Gi}}}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: huge}
+spec: {containers: [{name: c, image: x, resources: {requests: {cpu: 64}}}]}
+"#,
+    )
+    .unwrap();
+    let provider = custom();
+    let plan = simulate::plan(&m, &provider).unwrap().plan;
+    check_plan(&m, &provider, &plan);
+    assert_eq!(plan.node_claims.len(), 1);
+    let claim = &plan.node_claims[0];
+    assert_eq!(
+        (
+            claim.instance_type.as_str(),
+            claim.zone.as_str(),
+            claim.capacity_type.as_str()
+        ),
+        ("small", "test-1a", "spot")
+    );
+    assert_eq!(claim.price, 0.02);
+    assert_eq!(plan.unschedulable.len(), 1);
+    assert_eq!(plan.unschedulable[0].pod, "default/huge");
+}
+
+fn workload(
+    index: usize,
+    replicas: u8,
+    cpu_m: u32,
+    mem_mi: u32,
+    selector: Option<&str>,
+    zone: Option<&str>,
+) -> String {
+    let mut selectors = Vec::new();
+    if let Some(category) = selector {
+        selectors.push(format!("karpenter.k8s.aws/instance-category: {category}"));
+    }
+    if let Some(zone) = zone {
+        selectors.push(format!("topology.kubernetes.io/zone: {zone}"));
+    }
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: w{index}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: w{index}}}}}
+  template:
+    metadata: {{labels: {{app: w{index}}}}}
+    spec:
+      nodeSelector: {{{}}}
+      containers: [{{name: c, image: x, resources: {{requests: {{cpu: {cpu_m}m, memory: {mem_mi}Mi}}}}}}]
+"#,
+        selectors.join(", ")
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// On any workload mix, the plan's invariants hold (fit, selectors, taints, offerings, totals).
+    #[test]
+    fn plans_hold_their_invariants(
+        workloads in proptest::collection::vec(
+            (1u8..6, 50u32..9000, 64u32..40000, proptest::option::of(prop_oneof![Just("c"), Just("m")]),
+             proptest::option::of(prop_oneof![Just("test-1a"), Just("test-1b"), Just("test-1z")])),
+            1..5),
+    ) {
+        let mut m = load(NODEPOOL);
+        for (i, (replicas, cpu, mem, category, zone)) in workloads.iter().enumerate() {
+            m.load_str("w.yaml", &workload(i, *replicas, *cpu, *mem, *category, *zone)).unwrap();
+        }
+        let provider = custom();
+        let plan = simulate::plan(&m, &provider).unwrap().plan;
+        check_plan(&m, &provider, &plan);
+    }
+}
