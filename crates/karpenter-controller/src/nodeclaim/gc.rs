@@ -1,0 +1,251 @@
+//! Garbage collection, both directions:
+//!
+//! * instances with no NodeClaim (a NodeClaim deleted while its launch was in flight, a crash
+//!   between launch and status write followed by a manual delete) are terminated — only
+//!   instances karpenter-rs launched (they carry the `karpenter.sh/nodepool` label the NodeClaim
+//!   gave them), and only once they are older than [`INSTANCE_GC_GRACE`] so a launch whose
+//!   status write is still on its way is never mistaken for an orphan;
+//! * registered NodeClaims whose instance is gone and whose Node is missing or not Ready are
+//!   deleted (upstream `nodeclaim.garbagecollection`).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Node;
+use karpenter_api::NodeClaim;
+use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_REGISTERED};
+use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, NODEPOOL_LABEL};
+use karpenter_core::cloud_provider::CloudError;
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, ResourceExt};
+
+use super::{is_managed, is_not_found};
+use crate::context::Context;
+use crate::metrics::NodeClaimDisruptedLabels;
+
+/// Upstream runs NodeClaim garbage collection every 2 minutes.
+pub const GC_PERIOD: Duration = Duration::from_secs(120);
+/// Instances younger than this are never orphans (their NodeClaim may not show them yet).
+pub const INSTANCE_GC_GRACE: SignedDuration = SignedDuration::from_secs(30);
+
+fn provider_id(claim: &NodeClaim) -> Option<&str> {
+    claim
+        .status
+        .as_ref()?
+        .provider_id
+        .as_deref()
+        .filter(|p| !p.is_empty())
+}
+
+/// Instances (as the provider lists them) that karpenter-rs launched, that are older than the
+/// grace period and that no NodeClaim claims, by providerID or by the NodeClaim name (and UID
+/// when both are known) the instance was launched for.
+pub fn orphaned_instances<'a>(
+    instances: &'a [NodeClaim],
+    claims: &[NodeClaim],
+    now: Timestamp,
+) -> Vec<&'a NodeClaim> {
+    let claimed_ids: BTreeSet<&str> = claims.iter().filter_map(provider_id).collect();
+    instances
+        .iter()
+        .filter(|instance| instance.labels().contains_key(NODEPOOL_LABEL))
+        .filter(|instance| {
+            instance
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .is_some_and(|created| now.duration_since(created.0) >= INSTANCE_GC_GRACE)
+        })
+        .filter(|instance| provider_id(instance).is_none_or(|id| !claimed_ids.contains(id)))
+        .filter(|instance| {
+            !claims.iter().any(|claim| {
+                claim.name_any() == instance.name_any()
+                    && match (claim.uid(), instance.uid()) {
+                        (Some(a), Some(b)) => a == b,
+                        _ => true,
+                    }
+            })
+        })
+        .collect()
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Registered, not-deleting NodeClaims whose instance the provider no longer lists and whose
+/// Node is missing or not Ready.
+pub fn lost_nodeclaims<'a>(
+    claims: &'a [NodeClaim],
+    instance_ids: &BTreeSet<String>,
+    nodes: &[Node],
+) -> Vec<&'a NodeClaim> {
+    claims
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter(|c| {
+            c.status
+                .as_ref()
+                .is_some_and(|s| s.is_condition_true(NODECLAIM_CONDITION_REGISTERED))
+        })
+        .filter(|c| provider_id(c).is_some_and(|id| !instance_ids.contains(id)))
+        .filter(|c| {
+            let id = provider_id(c);
+            !nodes.iter().any(|n| {
+                n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == id && node_ready(n)
+            })
+        })
+        .collect()
+}
+
+/// One garbage-collection pass. NodeClaims are listed from the API server (not the cache), so
+/// a NodeClaim created a moment ago always protects its instance.
+pub async fn collect(ctx: &Context) -> crate::Result<()> {
+    let instances = ctx
+        .cloud
+        .list()
+        .await
+        .map_err(|source| crate::Error::Cloud {
+            action: "list instances".into(),
+            source,
+        })?;
+    let claims: Vec<NodeClaim> = Api::<NodeClaim>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| crate::Error::kube("list nodeclaims", e))?
+        .items
+        .into_iter()
+        .filter(|c| is_managed(ctx, c))
+        .collect();
+    let now = ctx.now();
+    for orphan in orphaned_instances(&instances, &claims, now) {
+        let id = provider_id(orphan).unwrap_or_default();
+        tracing::info!(provider_id = %id, nodeclaim = %orphan.name_any(), "garbage collecting instance with no nodeclaim");
+        match ctx.cloud.delete(orphan).await {
+            Ok(()) | Err(CloudError::NodeClaimNotFound(_)) => {}
+            Err(err) => {
+                tracing::warn!(provider_id = %id, error = %err, "failed to terminate orphaned instance")
+            }
+        }
+    }
+    let instance_ids: BTreeSet<String> = instances
+        .iter()
+        .filter_map(provider_id)
+        .map(str::to_string)
+        .collect();
+    let nodes: Vec<Node> = ctx.state.read().nodes().cloned().collect();
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    for lost in lost_nodeclaims(&claims, &instance_ids, &nodes) {
+        tracing::info!(nodeclaim = %lost.name_any(), "garbage collecting nodeclaim whose instance is gone");
+        match api.delete(&lost.name_any(), &DeleteParams::default()).await {
+            Ok(_) => {
+                ctx.metrics
+                    .nodeclaims_disrupted
+                    .get_or_create(&NodeClaimDisruptedLabels {
+                        reason: "garbage_collected".into(),
+                        nodepool: lost.nodepool_name().unwrap_or_default().to_string(),
+                        capacity_type: lost
+                            .labels()
+                            .get(CAPACITY_TYPE_LABEL)
+                            .cloned()
+                            .unwrap_or_default(),
+                    })
+                    .inc();
+            }
+            Err(err) if is_not_found(&err) => {}
+            Err(err) => {
+                return Err(crate::Error::kube(
+                    format!("delete nodeclaim {}", lost.name_any()),
+                    err,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use serde_json::json;
+
+    fn t0() -> Timestamp {
+        Timestamp::from_second(1_704_067_200).unwrap()
+    }
+
+    fn instance(name: &str, id: &str, pool: Option<&str>) -> NodeClaim {
+        let mut c: NodeClaim = serde_json::from_value(json!({
+            "metadata": {"name": name, "uid": format!("uid-{name}")},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}},
+            "status": {"providerID": id}
+        }))
+        .unwrap();
+        if let Some(pool) = pool {
+            c.metadata.labels = Some([(NODEPOOL_LABEL.to_string(), pool.to_string())].into());
+        }
+        c.metadata.creation_timestamp = Some(Time(t0()));
+        c
+    }
+
+    #[test]
+    fn orphans_are_old_owned_and_unclaimed() {
+        let instances = vec![
+            instance("a", "sim://1", Some("default")),
+            instance("b", "sim://2", Some("default")),
+            instance("c", "sim://3", None),
+            instance("d", "sim://4", Some("default")),
+        ];
+        let mut claimed_by_id = instance("a", "sim://1", Some("default"));
+        claimed_by_id.metadata.uid = Some("other".into());
+        // `d` is claimed by name only: its launch has not been recorded yet.
+        let mut in_flight = instance("d", "", Some("default"));
+        in_flight.status = None;
+        let claims = vec![claimed_by_id, in_flight];
+        let later = t0().checked_add(SignedDuration::from_secs(31)).unwrap();
+        let names: Vec<String> = orphaned_instances(&instances, &claims, later)
+            .iter()
+            .map(|c| c.name_any())
+            .collect();
+        assert_eq!(names, ["b"], "c was not launched by karpenter-rs");
+        assert!(
+            orphaned_instances(&instances, &claims, t0()).is_empty(),
+            "too young"
+        );
+    }
+
+    #[test]
+    fn lost_nodeclaims_need_missing_instance_and_unready_node() {
+        let mut registered = instance("a", "sim://1", Some("default"));
+        registered.status.as_mut().unwrap().set_condition(
+            NODECLAIM_CONDITION_REGISTERED,
+            "True",
+            "Registered",
+            "",
+            "t",
+            None,
+        );
+        let unregistered = instance("b", "sim://2", Some("default"));
+        let claims = vec![registered, unregistered];
+        let none = BTreeSet::new();
+        assert_eq!(lost_nodeclaims(&claims, &none, &[]).len(), 1);
+        let ready: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n"}, "spec": {"providerID": "sim://1"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        assert!(
+            lost_nodeclaims(&claims, &none, std::slice::from_ref(&ready)).is_empty(),
+            "node still Ready"
+        );
+        let listed: BTreeSet<String> = ["sim://1".to_string()].into();
+        assert!(
+            lost_nodeclaims(&claims, &listed, &[]).is_empty(),
+            "instance still exists"
+        );
+    }
+}

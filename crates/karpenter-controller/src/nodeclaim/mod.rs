@@ -1,0 +1,98 @@
+//! NodeClaim controllers: the lifecycle (launch → registration → initialization, liveness and
+//! the finalizer that terminates the instance) and garbage collection.
+//!
+//! Both run as singleton loops over the shared cluster state (the watchers keep it warm), act
+//! only while this replica leads, and write with the object's resourceVersion so a stale view
+//! can never overwrite a newer one: a conflict just means "look again on the next tick".
+
+pub mod gc;
+pub mod lifecycle;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use karpenter_api::NodeClaim;
+use karpenter_api::well_known::TERMINATION_FINALIZER;
+use kube::ResourceExt;
+use tokio::sync::watch;
+
+use crate::context::Context;
+
+pub use lifecycle::{LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT};
+
+/// How often every NodeClaim is reconciled (upstream requeues registration/initialization and
+/// instance-termination polls at 1–5 s; one period keeps the loop simple).
+pub const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
+
+/// Whether this provider manages the NodeClaim (its NodeClass kind is one the provider serves).
+pub fn is_managed(ctx: &Context, claim: &NodeClaim) -> bool {
+    let class = &claim.spec.node_class_ref;
+    ctx.cloud
+        .supported_node_classes()
+        .iter()
+        .any(|k| k.group == class.group && k.kind == class.kind)
+}
+
+pub(crate) fn has_finalizer<K: kube::Resource>(obj: &K) -> bool {
+    obj.finalizers().iter().any(|f| f == TERMINATION_FINALIZER)
+}
+
+pub(crate) fn rfc3339(t: Timestamp) -> String {
+    t.to_string()
+}
+
+pub(crate) fn parse_time(raw: &str) -> Option<Timestamp> {
+    raw.parse().ok()
+}
+
+pub(crate) fn status_code(err: &kube::Error) -> Option<u16> {
+    match err {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+pub(crate) fn is_not_found(err: &kube::Error) -> bool {
+    status_code(err) == Some(404)
+}
+
+pub(crate) fn is_conflict(err: &kube::Error) -> bool {
+    status_code(err) == Some(409)
+}
+
+/// Runs the lifecycle and garbage-collection loops until `shutdown` turns true.
+pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+    let mut lifecycle = tokio::time::interval(RECONCILE_PERIOD);
+    lifecycle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut collector = tokio::time::interval(gc::GC_PERIOD);
+    collector.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = crate::nodeclaim::stopped(&mut shutdown) => break,
+            _ = lifecycle.tick() => {
+                if ctx.is_leader() && ctx.state.read().synced() {
+                    lifecycle::reconcile_all(&ctx).await;
+                }
+            }
+            _ = collector.tick() => {
+                if ctx.is_leader() && ctx.state.read().synced() {
+                    if let Err(err) = gc::collect(&ctx).await {
+                        tracing::error!(error = %err, "nodeclaim garbage collection failed");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Resolves once `shutdown` turns true (or its sender is gone). Returns `()` so `select!` never
+/// holds the channel's read guard across the other branches' awaits.
+pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// The NodeClaim's name for logs.
+pub(crate) fn name(claim: &NodeClaim) -> String {
+    claim.name_any()
+}

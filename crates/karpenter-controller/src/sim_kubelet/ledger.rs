@@ -1,0 +1,189 @@
+//! The sim provider's ledger in a ConfigMap (`karpenter-sim-ledger` in the controller's
+//! namespace), so a restarted controller finds the instances it launched, and
+//! [`PersistentSimProvider`]: the sim provider that writes the ledger after every launch and
+//! termination, before the caller can record anything that depends on it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use karpenter_api::{NodeClaim, NodePool};
+use karpenter_core::cloud_provider::{CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy};
+use karpenter_core::instance_type::InstanceType;
+use karpenter_sim::SimCloudProvider;
+use kube::Api;
+use kube::api::PostParams;
+
+use crate::nodeclaim::{is_conflict, is_not_found};
+
+/// Name of the ConfigMap holding the ledger.
+pub const LEDGER_CONFIGMAP: &str = "karpenter-sim-ledger";
+/// Key of the ledger JSON inside the ConfigMap.
+pub const LEDGER_KEY: &str = "ledger.json";
+
+/// Errors reading or writing the ledger.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("kubernetes API request failed: {action}")]
+    Kube {
+        action: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error(
+        "ConfigMap {namespace}/{LEDGER_CONFIGMAP} does not hold a sim ledger ({source}); delete it to start with an empty cloud"
+    )]
+    Corrupt {
+        namespace: String,
+        #[source]
+        source: karpenter_sim::SimError,
+    },
+    #[error("failed to serialise the sim ledger")]
+    Snapshot(#[source] karpenter_sim::SimError),
+}
+
+/// Reads and writes the ledger ConfigMap; remembers the last JSON written so unchanged ledgers
+/// cost no request.
+#[derive(Clone)]
+pub struct LedgerStore {
+    api: Api<ConfigMap>,
+    namespace: String,
+    last_written: Arc<Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for LedgerStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LedgerStore").field("namespace", &self.namespace).finish_non_exhaustive()
+    }
+}
+
+impl LedgerStore {
+    pub fn new(client: kube::Client, namespace: &str) -> Self {
+        LedgerStore {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
+            last_written: Arc::default(),
+        }
+    }
+
+    /// Loads the persisted ledger into `provider`. Returns whether one was found.
+    pub async fn restore(&self, provider: &SimCloudProvider) -> Result<bool, LedgerError> {
+        let found = self.api.get_opt(LEDGER_CONFIGMAP).await.map_err(|e| LedgerError::Kube {
+            action: format!("read ConfigMap {}/{LEDGER_CONFIGMAP}", self.namespace),
+            source: Box::new(e),
+        })?;
+        let Some(json) = found.and_then(|cm| cm.data).and_then(|mut d| d.remove(LEDGER_KEY)) else {
+            return Ok(false);
+        };
+        provider
+            .restore(&json)
+            .map_err(|source| LedgerError::Corrupt { namespace: self.namespace.clone(), source })?;
+        *self.last_written.lock().unwrap_or_else(|e| e.into_inner()) = Some(json);
+        Ok(true)
+    }
+
+    /// Writes the provider's ledger if it changed since the last write.
+    pub async fn save(&self, provider: &SimCloudProvider) -> Result<(), LedgerError> {
+        let json = provider.snapshot().map_err(LedgerError::Snapshot)?;
+        if self.last_written.lock().unwrap_or_else(|e| e.into_inner()).as_deref() == Some(json.as_str()) {
+            return Ok(());
+        }
+        let kube_err = |action: &str| {
+            let action = format!("{action} ConfigMap {}/{LEDGER_CONFIGMAP}", self.namespace);
+            move |e| LedgerError::Kube { action, source: Box::new(e) }
+        };
+        let data = BTreeMap::from([(LEDGER_KEY.to_string(), json.clone())]);
+        match self.api.get_opt(LEDGER_CONFIGMAP).await.map_err(kube_err("read"))? {
+            Some(mut cm) => {
+                cm.data = Some(data);
+                match self.api.replace(LEDGER_CONFIGMAP, &PostParams::default(), &cm).await {
+                    Ok(_) => {}
+                    // Someone wrote in between; the next save writes the latest ledger.
+                    Err(err) if is_conflict(&err) => return Ok(()),
+                    Err(err) => return Err(kube_err("update")(err)),
+                }
+            }
+            None => {
+                let cm = ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some(LEDGER_CONFIGMAP.into()),
+                        namespace: Some(self.namespace.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    data: Some(data),
+                    ..ConfigMap::default()
+                };
+                match self.api.create(&PostParams::default(), &cm).await {
+                    Ok(_) => {}
+                    Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
+                    Err(err) => return Err(kube_err("create")(err)),
+                }
+            }
+        }
+        *self.last_written.lock().unwrap_or_else(|e| e.into_inner()) = Some(json);
+        Ok(())
+    }
+}
+
+/// The sim provider with a durable ledger: `create` and `delete` persist it before returning, so
+/// a NodeClaim never records a providerID the restarted cloud would not know.
+#[derive(Clone, Debug)]
+pub struct PersistentSimProvider {
+    pub sim: SimCloudProvider,
+    pub store: LedgerStore,
+}
+
+impl PersistentSimProvider {
+    pub fn new(sim: SimCloudProvider, store: LedgerStore) -> Self {
+        PersistentSimProvider { sim, store }
+    }
+
+    async fn persist(&self) -> Result<(), CloudError> {
+        self.store.save(&self.sim).await.map_err(|e| CloudError::Other(format!("persisting the sim ledger: {e}")))
+    }
+}
+
+#[async_trait]
+impl CloudProvider for PersistentSimProvider {
+    fn name(&self) -> &str {
+        self.sim.name()
+    }
+
+    async fn create(&self, node_claim: &NodeClaim) -> Result<NodeClaim, CloudError> {
+        let launched = self.sim.create(node_claim).await;
+        // Capacity marks change the ledger even when the launch fails.
+        self.persist().await?;
+        launched
+    }
+
+    async fn delete(&self, node_claim: &NodeClaim) -> Result<(), CloudError> {
+        self.sim.delete(node_claim).await?;
+        self.persist().await
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudError> {
+        self.sim.get(provider_id).await
+    }
+
+    async fn list(&self) -> Result<Vec<NodeClaim>, CloudError> {
+        self.sim.list().await
+    }
+
+    async fn instance_types(&self, node_pool: &NodePool) -> Result<Vec<Arc<InstanceType>>, CloudError> {
+        self.sim.instance_types(node_pool).await
+    }
+
+    async fn is_drifted(&self, node_claim: &NodeClaim) -> Result<Option<DriftReason>, CloudError> {
+        self.sim.is_drifted(node_claim).await
+    }
+
+    fn repair_policies(&self) -> Vec<RepairPolicy> {
+        self.sim.repair_policies()
+    }
+
+    fn supported_node_classes(&self) -> Vec<NodeClassKind> {
+        self.sim.supported_node_classes()
+    }
+}

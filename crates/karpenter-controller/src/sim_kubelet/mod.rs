@@ -1,0 +1,462 @@
+//! The `sim` provider's kubelet, as kwok does it: for every sim instance it registers the Node
+//! the provider describes, keeps it Ready with a `kube-node-lease` Lease heartbeat, marks pods
+//! bound to it Running and Ready, and completes the deletion of its terminating pods (no real
+//! kubelet will). [`SimKubelet::stop_heartbeats`] makes one node die like a real one.
+//!
+//! On a real cluster the node-lifecycle controller turns a node with a stale Lease NotReady and
+//! taints it unreachable. The in-process test API server has no such controller, so
+//! [`SimKubeletOptions::emulate_node_lifecycle`] does that part too (off on real clusters).
+
+pub mod ledger;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, PodCondition, PodStatus, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use karpenter_api::well_known::{NODE_NOT_READY_TAINT_KEY, NODE_UNREACHABLE_TAINT_KEY};
+use karpenter_core::clock::Clock;
+use karpenter_core::taints::{NO_EXECUTE, NO_SCHEDULE};
+use karpenter_sim::{SimCloudProvider, SimInstance};
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
+use kube::{Api, ResourceExt};
+use tokio::sync::watch;
+
+pub use ledger::{LEDGER_CONFIGMAP, LedgerError, LedgerStore, PersistentSimProvider};
+
+use crate::nodeclaim::{is_conflict, is_not_found};
+
+/// Namespace of node heartbeat Leases.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// How the sim kubelet behaves.
+#[derive(Clone, Debug)]
+pub struct SimKubeletOptions {
+    /// How often pods and nodes are looked at.
+    pub sync_period: Duration,
+    /// How often each node's Lease is renewed (the kubelet's default is 10 s).
+    pub heartbeat_period: Duration,
+    /// Lease duration; with node-lifecycle emulation, a node whose Lease is older is NotReady
+    /// (kube-controller-manager's `node-monitor-grace-period`, 40 s).
+    pub lease_duration: Duration,
+    /// Play the node-lifecycle controller too (the test API server has none).
+    pub emulate_node_lifecycle: bool,
+}
+
+impl Default for SimKubeletOptions {
+    fn default() -> Self {
+        SimKubeletOptions {
+            sync_period: Duration::from_secs(1),
+            heartbeat_period: Duration::from_secs(10),
+            lease_duration: Duration::from_secs(40),
+            emulate_node_lifecycle: false,
+        }
+    }
+}
+
+/// Errors of one sync pass.
+#[derive(Debug, thiserror::Error)]
+#[error("sim kubelet: {action}")]
+pub struct SimKubeletError {
+    action: String,
+    #[source]
+    source: Box<kube::Error>,
+}
+
+fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> SimKubeletError {
+    let action = action.into();
+    move |e| SimKubeletError { action, source: Box::new(e) }
+}
+
+struct Inner {
+    client: kube::Client,
+    provider: SimCloudProvider,
+    clock: Arc<dyn Clock>,
+    options: SimKubeletOptions,
+    stopped: Mutex<BTreeSet<String>>,
+    last_heartbeat: Mutex<BTreeMap<String, Timestamp>>,
+}
+
+/// The kubelet of every sim node. Cheap to clone; clones share the heartbeat switches.
+#[derive(Clone)]
+pub struct SimKubelet {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SimKubelet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimKubelet").field("options", &self.inner.options).finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn ready_condition(node: &Node) -> Option<&NodeCondition> {
+    node.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready")
+}
+
+fn pod_is_ready(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    status.and_then(|s| s.phase.as_deref()) == Some("Running")
+        && status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The status a started pod reports: Running, every condition True.
+pub fn running_status(pod: &Pod, host_ip: &str, pod_ip: &str, now: Timestamp) -> PodStatus {
+    let mut status = pod.status.clone().unwrap_or_default();
+    let time = Some(Time(now));
+    status.phase = Some("Running".into());
+    status.host_ip = Some(host_ip.to_string());
+    status.pod_ip = Some(pod_ip.to_string());
+    status.start_time = status.start_time.or_else(|| time.clone());
+    status.conditions = Some(
+        ["PodScheduled", "Initialized", "ContainersReady", "Ready"]
+            .into_iter()
+            .map(|type_| PodCondition {
+                type_: type_.to_string(),
+                status: "True".into(),
+                last_transition_time: time.clone(),
+                ..PodCondition::default()
+            })
+            .collect(),
+    );
+    status
+}
+
+/// What the node-lifecycle controller does to a node given its Lease: `Some(node)` when it
+/// changes. A stale Lease → Ready=Unknown plus the unreachable taints; a fresh one → Ready=True
+/// and the not-ready/unreachable taints lifted.
+pub fn node_lifecycle(node: &Node, renewed: Option<Timestamp>, now: Timestamp, grace: SignedDuration) -> Option<Node> {
+    let created = node.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or(now);
+    let last = renewed.unwrap_or(created);
+    let alive = now.duration_since(last) <= grace;
+    let mut out = node.clone();
+    let taints = out.spec.get_or_insert_default().taints.get_or_insert_default();
+    let conditions = out.status.get_or_insert_default().conditions.get_or_insert_default();
+    conditions.retain(|c| c.type_ != "Ready");
+    if alive {
+        taints.retain(|t| t.key != NODE_NOT_READY_TAINT_KEY && t.key != NODE_UNREACHABLE_TAINT_KEY);
+        conditions.push(ready_true(node, now));
+    } else {
+        for effect in [NO_SCHEDULE, NO_EXECUTE] {
+            if !taints.iter().any(|t| t.key == NODE_UNREACHABLE_TAINT_KEY && t.effect == effect) {
+                taints.push(Taint { key: NODE_UNREACHABLE_TAINT_KEY.into(), effect: effect.into(), ..Taint::default() });
+            }
+        }
+        let previous = ready_condition(node);
+        let unchanged = previous.is_some_and(|c| c.status == "Unknown");
+        conditions.push(NodeCondition {
+            type_: "Ready".into(),
+            status: "Unknown".into(),
+            reason: Some("NodeStatusUnknown".into()),
+            message: Some("Kubelet stopped posting node status.".into()),
+            last_heartbeat_time: previous.and_then(|c| c.last_heartbeat_time.clone()),
+            last_transition_time: if unchanged { previous.and_then(|c| c.last_transition_time.clone()) } else { Some(Time(now)) },
+        });
+    }
+    if out.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(Vec::is_empty) {
+        out.spec.get_or_insert_default().taints = None;
+    }
+    let before_taints = node.spec.as_ref().and_then(|s| s.taints.clone()).filter(|t| !t.is_empty());
+    let after_taints = out.spec.as_ref().and_then(|s| s.taints.clone());
+    let ready_changed = ready_condition(node).map(|c| c.status.as_str()) != ready_condition(&out).map(|c| c.status.as_str());
+    (before_taints != after_taints || ready_changed).then_some(out)
+}
+
+fn ready_true(node: &Node, now: Timestamp) -> NodeCondition {
+    let previous = ready_condition(node);
+    let unchanged = previous.is_some_and(|c| c.status == "True");
+    NodeCondition {
+        type_: "Ready".into(),
+        status: "True".into(),
+        reason: Some("KubeletReady".into()),
+        message: Some("kubelet is posting ready status (simulated)".into()),
+        last_heartbeat_time: Some(Time(now)),
+        last_transition_time: if unchanged { previous.and_then(|c| c.last_transition_time.clone()) } else { Some(Time(now)) },
+    }
+}
+
+impl SimKubelet {
+    pub fn new(client: kube::Client, provider: SimCloudProvider, clock: Arc<dyn Clock>, options: SimKubeletOptions) -> Self {
+        SimKubelet {
+            inner: Arc::new(Inner {
+                client,
+                provider,
+                clock,
+                options,
+                stopped: Mutex::default(),
+                last_heartbeat: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The node's kubelet dies: no more Lease renewals, status updates or pod handling.
+    pub fn stop_heartbeats(&self, node: &str) {
+        lock(&self.inner.stopped).insert(node.to_string());
+    }
+
+    /// The node's kubelet comes back.
+    pub fn resume_heartbeats(&self, node: &str) {
+        lock(&self.inner.stopped).remove(node);
+    }
+
+    fn is_alive(&self, node: &str) -> bool {
+        !lock(&self.inner.stopped).contains(node)
+    }
+
+    /// Runs [`SimKubelet::sync`] every `sync_period` until `shutdown` turns true.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let mut ticker = tokio::time::interval(self.inner.options.sync_period);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = crate::nodeclaim::stopped(&mut shutdown) => break,
+                _ = ticker.tick() => {
+                    if let Err(err) = self.sync().await {
+                        tracing::warn!(error = %err, "sim kubelet sync failed; retrying");
+                    }
+                }
+            }
+        }
+    }
+
+    /// One pass: register Nodes for new instances, heartbeat, start pods, finish terminating pods
+    /// and (when emulating) update node readiness from the Leases.
+    pub async fn sync(&self) -> Result<(), SimKubeletError> {
+        let now = self.inner.clock.now();
+        let client = self.inner.client.clone();
+        let node_api: Api<Node> = Api::all(client.clone());
+        let instances: BTreeMap<String, SimInstance> =
+            self.inner.provider.instances().into_iter().map(|i| (i.node_name.clone(), i)).collect();
+        let nodes: BTreeMap<String, Node> = node_api
+            .list(&ListParams::default())
+            .await
+            .map_err(kube_err("list nodes"))?
+            .items
+            .into_iter()
+            .map(|n| (n.name_any(), n))
+            .collect();
+
+        for (name, instance) in &instances {
+            if nodes.contains_key(name) || !self.is_alive(name) {
+                continue;
+            }
+            let Ok(node) = self.inner.provider.registered_node(&instance.provider_id) else { continue };
+            match node_api.create(&PostParams::default(), &node).await {
+                Ok(_) => tracing::info!(node = %name, provider_id = %instance.provider_id, "sim kubelet registered node"),
+                Err(err) if is_conflict(&err) => {}
+                Err(err) => return Err(kube_err(format!("register node {name}"))(err)),
+            }
+        }
+
+        let leases = self.heartbeat(&instances, now).await?;
+
+        if self.inner.options.emulate_node_lifecycle {
+            let grace = SignedDuration::try_from(self.inner.options.lease_duration).unwrap_or(SignedDuration::from_secs(40));
+            for (name, node) in nodes.iter().filter(|(_, n)| self.owns(n)) {
+                if let Some(updated) = node_lifecycle(node, leases.get(name).copied(), now, grace) {
+                    self.write_node(&node_api, node, updated).await?;
+                }
+            }
+        } else {
+            // On a real cluster only the kubelet's own Ready condition is ours to post.
+            for (name, node) in nodes.iter().filter(|(n, _)| instances.contains_key(*n) && self.is_alive(n)) {
+                if ready_condition(node).is_none_or(|c| c.status != "True") {
+                    let mut updated = node.clone();
+                    let conditions = updated.status.get_or_insert_default().conditions.get_or_insert_default();
+                    conditions.retain(|c| c.type_ != "Ready");
+                    conditions.push(ready_true(node, now));
+                    match node_api.replace_status(name, &PostParams::default(), &updated).await {
+                        Ok(_) => {}
+                        Err(err) if is_conflict(&err) || is_not_found(&err) => {}
+                        Err(err) => return Err(kube_err(format!("post status of node {name}"))(err)),
+                    }
+                }
+            }
+        }
+
+        self.run_pods(&instances, now).await
+    }
+
+    /// A node this provider launched (its providerID is one of ours).
+    fn owns(&self, node: &Node) -> bool {
+        let prefix = format!("{}://", karpenter_sim::provider::PROVIDER_NAME);
+        node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).is_some_and(|p| p.starts_with(&prefix))
+    }
+
+    async fn write_node(&self, api: &Api<Node>, before: &Node, mut desired: Node) -> Result<(), SimKubeletError> {
+        let name = before.name_any();
+        let pp = PostParams::default();
+        let mut current = before.clone();
+        if before.spec.as_ref().and_then(|s| s.taints.as_ref()) != desired.spec.as_ref().and_then(|s| s.taints.as_ref()) {
+            let mut spec_update = before.clone();
+            spec_update.spec = desired.spec.clone();
+            current = match api.replace(&name, &pp, &spec_update).await {
+                Ok(updated) => updated,
+                Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
+                Err(err) => return Err(kube_err(format!("update taints of node {name}"))(err)),
+            };
+        }
+        if ready_condition(before) != ready_condition(&desired) {
+            desired.metadata = current.metadata;
+            desired.spec = current.spec;
+            match api.replace_status(&name, &pp, &desired).await {
+                Ok(_) => {}
+                Err(err) if is_conflict(&err) || is_not_found(&err) => {}
+                Err(err) => return Err(kube_err(format!("update status of node {name}"))(err)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Renews the Lease of every live node whose last renewal is older than the heartbeat period;
+    /// returns every node's last renewal time as the Leases say.
+    async fn heartbeat(
+        &self,
+        instances: &BTreeMap<String, SimInstance>,
+        now: Timestamp,
+    ) -> Result<BTreeMap<String, Timestamp>, SimKubeletError> {
+        let api: Api<Lease> = Api::namespaced(self.inner.client.clone(), NODE_LEASE_NAMESPACE);
+        let period = SignedDuration::try_from(self.inner.options.heartbeat_period).unwrap_or(SignedDuration::from_secs(10));
+        let mut renewed: BTreeMap<String, Timestamp> = api
+            .list(&ListParams::default())
+            .await
+            .map_err(kube_err("list node leases"))?
+            .items
+            .into_iter()
+            .filter_map(|l| Some((l.name_any(), l.spec?.renew_time?.0)))
+            .collect();
+        for name in instances.keys().filter(|n| self.is_alive(n)) {
+            let due = lock(&self.inner.last_heartbeat).get(name).is_none_or(|at| now.duration_since(*at) >= period);
+            if !due {
+                continue;
+            }
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(NODE_LEASE_NAMESPACE.into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(name.clone()),
+                    lease_duration_seconds: i32::try_from(self.inner.options.lease_duration.as_secs()).ok(),
+                    renew_time: Some(MicroTime(now)),
+                    ..LeaseSpec::default()
+                }),
+            };
+            let result = match api.get_opt(name).await.map_err(kube_err(format!("read lease {name}")))? {
+                Some(mut existing) => {
+                    existing.spec = lease.spec;
+                    api.replace(name, &PostParams::default(), &existing).await.map(|_| ())
+                }
+                None => api.create(&PostParams::default(), &lease).await.map(|_| ()),
+            };
+            match result {
+                Ok(()) => {
+                    lock(&self.inner.last_heartbeat).insert(name.clone(), now);
+                    renewed.insert(name.clone(), now);
+                }
+                Err(err) if is_conflict(&err) => {}
+                Err(err) => return Err(kube_err(format!("renew lease {name}"))(err)),
+            }
+        }
+        Ok(renewed)
+    }
+
+    /// Starts pods bound to live sim nodes and completes the deletion of terminating ones.
+    async fn run_pods(&self, instances: &BTreeMap<String, SimInstance>, now: Timestamp) -> Result<(), SimKubeletError> {
+        let all: Api<Pod> = Api::all(self.inner.client.clone());
+        let pods = all.list(&ListParams::default()).await.map_err(kube_err("list pods"))?.items;
+        for pod in pods {
+            let Some(node) = crate::state::pod::node_name(&pod) else { continue };
+            let Some(instance) = instances.get(node) else { continue };
+            if !self.is_alive(node) || crate::state::pod::is_terminal(&pod) {
+                continue;
+            }
+            let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
+            let api: Api<Pod> = Api::namespaced(self.inner.client.clone(), &namespace);
+            if pod.metadata.deletion_timestamp.is_some() {
+                // The containers "exit" at once; the deletion completes.
+                let params = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    preconditions: Some(Preconditions { uid: pod.uid(), resource_version: None }),
+                    ..DeleteParams::default()
+                };
+                match api.delete(&name, &params).await {
+                    Ok(_) => {}
+                    Err(err) if is_conflict(&err) || is_not_found(&err) => {}
+                    Err(err) => return Err(kube_err(format!("finish deleting pod {namespace}/{name}"))(err)),
+                }
+                continue;
+            }
+            if pod_is_ready(&pod) {
+                continue;
+            }
+            let mut updated = pod.clone();
+            let seq = lock(&self.inner.last_heartbeat).len();
+            let pod_ip = format!("{}.{}", instance.private_ip.rsplit_once('.').map_or("10.0.0", |(net, _)| net), 100 + seq % 100);
+            updated.status = Some(running_status(&pod, &instance.private_ip, &pod_ip, now));
+            match api.replace_status(&name, &PostParams::default(), &updated).await {
+                Ok(_) => {}
+                Err(err) if is_conflict(&err) || is_not_found(&err) => {}
+                Err(err) => return Err(kube_err(format!("start pod {namespace}/{name}"))(err)),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn t0() -> Timestamp {
+        Timestamp::from_second(1_704_067_200).unwrap()
+    }
+
+    fn node(ready: &str, taints: serde_json::Value) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "n1", "creationTimestamp": "2024-01-01T00:00:00Z"},
+            "spec": {"providerID": "sim://r/z/i-1", "taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": ready}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn stale_lease_makes_node_unreachable_and_fresh_lease_heals_it() {
+        let grace = SignedDuration::from_secs(40);
+        let later = t0().checked_add(SignedDuration::from_secs(60)).unwrap();
+        let healthy = node("True", json!([]));
+        assert!(node_lifecycle(&healthy, Some(later), later, grace).is_none(), "nothing to change");
+        let dead = node_lifecycle(&healthy, Some(t0()), later, grace).unwrap();
+        assert_eq!(ready_condition(&dead).unwrap().status, "Unknown");
+        let taints = dead.spec.as_ref().unwrap().taints.as_ref().unwrap();
+        assert_eq!(taints.iter().filter(|t| t.key == NODE_UNREACHABLE_TAINT_KEY).count(), 2);
+        assert!(node_lifecycle(&dead, Some(t0()), later, grace).is_none(), "stable once dead");
+        let healed = node_lifecycle(&dead, Some(later), later, grace).unwrap();
+        assert_eq!(ready_condition(&healed).unwrap().status, "True");
+        assert!(healed.spec.as_ref().unwrap().taints.is_none());
+        // The not-ready taint admission adds to new nodes goes once the node is Ready.
+        let fresh = node("True", json!([{"key": NODE_NOT_READY_TAINT_KEY, "effect": "NoSchedule"}]));
+        assert!(node_lifecycle(&fresh, Some(t0()), t0(), grace).unwrap().spec.unwrap().taints.is_none());
+    }
+
+    #[test]
+    fn running_status_reports_ready() {
+        let pod = Pod::default();
+        let status = running_status(&pod, "10.0.0.1", "10.0.0.101", t0());
+        let mut started = pod.clone();
+        started.status = Some(status);
+        assert!(pod_is_ready(&started));
+        assert!(!pod_is_ready(&pod));
+    }
+}

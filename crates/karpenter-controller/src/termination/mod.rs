@@ -1,0 +1,343 @@
+//! Node termination (upstream `node.termination` + the eviction queue): the
+//! `karpenter.sh/termination` finalizer on a deleting Node taints it
+//! `karpenter.sh/disrupted:NoSchedule`, drains it through the Eviction API tier by tier
+//! (PDB refusals retried with backoff, do-not-disrupt pods waited for, everything left
+//! force-deleted at the NodeClaim's `terminationGracePeriod` deadline), terminates the instance
+//! and finally releases the Node.
+//!
+//! Only Nodes this controller registered are touched: they carry our finalizer and a providerID
+//! of this cloud provider; an instance is terminated only when a NodeClaim (or the
+//! `karpenter.sh/nodepool` label Karpenter put on the Node) says karpenter-rs launched it.
+
+pub mod drain;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use karpenter_api::well_known::{
+    DISRUPTED_TAINT_KEY, EXCLUDE_FROM_LB_LABEL, NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION, NODEPOOL_LABEL,
+    TERMINATION_FINALIZER,
+};
+use karpenter_api::{NodeClaim, NodeClaimStatus};
+use karpenter_core::cloud_provider::CloudError;
+use karpenter_core::taints::NO_SCHEDULE;
+use kube::api::{DeleteParams, EvictParams, PostParams, Preconditions};
+use kube::{Api, ResourceExt};
+use tokio::sync::watch;
+
+use crate::context::Context;
+use crate::events::{EventRecord, EventType};
+use crate::metrics::NodePoolLabels;
+use crate::nodeclaim::{has_finalizer, is_conflict, is_not_found, parse_time, status_code};
+use drain::{Action, EvictionBackoff, PodAction};
+
+pub const REASON_EVICTED: &str = "Evicted";
+pub const REASON_DISRUPTED: &str = "Disrupted";
+pub const REASON_FAILED_DRAINING: &str = "FailedDraining";
+pub const REASON_TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
+
+/// Upstream requeues a draining node every second.
+pub const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
+/// After the last pod is gone, wait this long before terminating (catches pods bound just
+/// before the taint was seen).
+pub const MIN_DRAIN_TIME: SignedDuration = SignedDuration::from_secs(5);
+
+const MULTIPLE_PDBS_MESSAGE: &str = "more than one PodDisruptionBudget";
+
+/// The node termination controller's memory: eviction backoffs and when each node was first
+/// seen drained. Losing it on restart only costs a retry.
+#[derive(Debug, Default)]
+pub struct Terminator {
+    backoff: Mutex<EvictionBackoff>,
+    drained_since: Mutex<HashMap<String, Timestamp>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn provider_id(node: &Node) -> Option<&str> {
+    node.spec.as_ref()?.provider_id.as_deref().filter(|p| !p.is_empty())
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// A deleting Node this controller must finalize: our finalizer, and a providerID of this
+/// cloud provider (`<name>://...`).
+pub fn should_finalize(node: &Node, provider_name: &str) -> bool {
+    node.metadata.deletion_timestamp.is_some()
+        && has_finalizer(node)
+        && provider_id(node).is_some_and(|id| id.starts_with(&format!("{provider_name}://")))
+}
+
+/// The Node with the `karpenter.sh/disrupted:NoSchedule` taint (replacing any other taint with
+/// that key) and excluded from external load balancers.
+pub fn tainted_for_termination(node: &Node) -> Node {
+    let mut node = node.clone();
+    let taints = node.spec.get_or_insert_default().taints.get_or_insert_default();
+    taints.retain(|t| t.key != DISRUPTED_TAINT_KEY);
+    taints.push(Taint { key: DISRUPTED_TAINT_KEY.into(), effect: NO_SCHEDULE.into(), ..Taint::default() });
+    node.metadata.labels.get_or_insert_default().insert(EXCLUDE_FROM_LB_LABEL.into(), "karpenter".into());
+    node
+}
+
+fn has_disrupted_taint(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == DISRUPTED_TAINT_KEY && t.effect == NO_SCHEDULE))
+        && node.labels().contains_key(EXCLUDE_FROM_LB_LABEL)
+}
+
+/// Runs the node termination loop until `shutdown` turns true.
+pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+    let terminator = Terminator::default();
+    let mut ticker = tokio::time::interval(RECONCILE_PERIOD);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = crate::nodeclaim::stopped(&mut shutdown) => break,
+            _ = ticker.tick() => {
+                if ctx.is_leader() && ctx.state.read().synced() {
+                    terminator.reconcile_all(&ctx).await;
+                }
+            }
+        }
+    }
+}
+
+impl Terminator {
+    /// One pass over every deleting Node we own.
+    pub async fn reconcile_all(&self, ctx: &Context) {
+        let nodes: Vec<Node> =
+            ctx.state.read().nodes().filter(|n| should_finalize(n, ctx.cloud.name())).cloned().collect();
+        let results = futures::future::join_all(nodes.into_iter().map(|node| async move {
+            let name = node.name_any();
+            (name, self.reconcile(ctx, node).await)
+        }))
+        .await;
+        for (name, result) in results {
+            if let Err(err) = result {
+                tracing::warn!(node = %name, error = %err, "node termination failed; retrying");
+            }
+        }
+    }
+
+    /// One step of terminating one Node.
+    pub async fn reconcile(&self, ctx: &Context, node: Node) -> crate::Result<()> {
+        let node_name = node.name_any();
+        let Some(pid) = provider_id(&node).map(str::to_string) else { return Ok(()) };
+        let claims: Vec<NodeClaim> = ctx
+            .state
+            .read()
+            .nodeclaims()
+            .filter(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(pid.as_str()))
+            .cloned()
+            .collect();
+        let claim_api: Api<NodeClaim> = Api::all(ctx.client.clone());
+        for claim in claims.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
+            match claim_api.delete(&claim.name_any(), &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(err) if is_not_found(&err) => {}
+                Err(err) => return Err(crate::Error::kube(format!("delete nodeclaim {}", claim.name_any()), err)),
+            }
+        }
+        let claim = match claims.as_slice() {
+            [one] => Some(one.clone()),
+            _ => None,
+        };
+        // An instance karpenter-rs launched: its NodeClaim says so, or the label Karpenter put on
+        // the Node at registration does.
+        let instance_claim = claim.clone().or_else(|| {
+            node.labels().contains_key(NODEPOOL_LABEL).then(|| {
+                let mut synthetic = NodeClaim::new(&node_name, Default::default());
+                synthetic.status = Some(NodeClaimStatus { provider_id: Some(pid.clone()), ..Default::default() });
+                synthetic
+            })
+        });
+
+        if !node_ready(&node) && matches!(ctx.cloud.get(&pid).await, Err(CloudError::NodeClaimNotFound(_))) {
+            tracing::info!(node = %node_name, "instance already gone; releasing node without draining");
+            return self.release(ctx, &node).await;
+        }
+
+        let deadline = claim
+            .as_ref()
+            .and_then(|c| c.annotations().get(NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION).cloned())
+            .and_then(|raw| parse_time(&raw));
+        if let Some(deadline) = deadline {
+            let message = format!("All pods will be deleted by {deadline}");
+            ctx.events
+                .publish(EventRecord::new(&node, EventType::Warning, REASON_TERMINATION_GRACE_PERIOD_EXPIRING, message))
+                .await;
+        }
+
+        if !has_disrupted_taint(&node) {
+            let desired = tainted_for_termination(&node);
+            match Api::<Node>::all(ctx.client.clone()).replace(&node_name, &PostParams::default(), &desired).await {
+                Ok(updated) => ctx.state.write().apply(updated),
+                Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
+                Err(err) => return Err(crate::Error::kube(format!("taint node {node_name}"), err)),
+            }
+        }
+
+        let now = ctx.now();
+        let pods: Vec<Pod> = ctx.state.read().pods_on_node(&node_name).cloned().collect();
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let plan = drain::plan(&refs, now, deadline);
+        lock(&self.backoff).retain(|key, uid| pods.iter().any(|p| crate::state::pod::pod_key(p) == key && p.uid().as_deref() == Some(uid)));
+        for action in &plan.actions {
+            self.act(ctx, &node, action, now).await;
+        }
+        if plan.waiting > 0 {
+            lock(&self.drained_since).remove(&node_name);
+            let message = format!("Failed to drain node, {} pods are waiting to be evicted", plan.waiting);
+            ctx.events.publish(EventRecord::new(&node, EventType::Warning, REASON_FAILED_DRAINING, message)).await;
+            return Ok(());
+        }
+        let drained_at = *lock(&self.drained_since).entry(node_name.clone()).or_insert(now);
+        if now.duration_since(drained_at) < MIN_DRAIN_TIME {
+            return Ok(());
+        }
+
+        if let Some(instance) = &instance_claim {
+            match ctx.cloud.delete(instance).await {
+                // Terminating; poll until the provider no longer knows it.
+                Ok(()) => return Ok(()),
+                Err(CloudError::NodeClaimNotFound(_)) => {}
+                Err(source) => {
+                    return Err(crate::Error::Cloud { action: format!("terminate instance of node {node_name}"), source });
+                }
+            }
+        }
+        self.release(ctx, &node).await
+    }
+
+    /// Removes our finalizer: the Node goes away.
+    async fn release(&self, ctx: &Context, node: &Node) -> crate::Result<()> {
+        let node_name = node.name_any();
+        let mut node = node.clone();
+        node.metadata.finalizers.get_or_insert_default().retain(|f| f != TERMINATION_FINALIZER);
+        match Api::<Node>::all(ctx.client.clone()).replace(&node_name, &PostParams::default(), &node).await {
+            Ok(_) => {}
+            Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
+            Err(err) => return Err(crate::Error::kube(format!("remove finalizer from node {node_name}"), err)),
+        }
+        lock(&self.drained_since).remove(&node_name);
+        ctx.metrics
+            .nodes_terminated
+            .get_or_create(&NodePoolLabels { nodepool: node.labels().get(NODEPOOL_LABEL).cloned().unwrap_or_default() })
+            .inc();
+        tracing::info!(node = %node_name, "deleted node");
+        Ok(())
+    }
+
+    async fn act(&self, ctx: &Context, node: &Node, action: &PodAction, now: Timestamp) {
+        if !lock(&self.backoff).ready(&action.key, &action.uid, now) {
+            return;
+        }
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &action.namespace);
+        let preconditions = Some(Preconditions { uid: Some(action.uid.clone()), resource_version: None });
+        let result = match action.action {
+            Action::Evict => {
+                let params = EvictParams {
+                    delete_options: Some(DeleteParams { preconditions, ..DeleteParams::default() }),
+                    ..EvictParams::default()
+                };
+                api.evict(&action.name, &params).await.map(|_| ())
+            }
+            Action::ForceDelete { grace_seconds } => {
+                let params = DeleteParams {
+                    grace_period_seconds: Some(u32::try_from(grace_seconds).unwrap_or(1)),
+                    preconditions,
+                    ..DeleteParams::default()
+                };
+                api.delete(&action.name, &params).await.map(|_| ())
+            }
+        };
+        let pod_ref = || {
+            let mut pod = Pod::default();
+            pod.metadata.name = Some(action.name.clone());
+            pod.metadata.namespace = Some(action.namespace.clone());
+            pod.metadata.uid = Some(action.uid.clone());
+            pod
+        };
+        match result {
+            Ok(()) => {
+                lock(&self.backoff).forget(&action.key, &action.uid);
+                let (reason, message) = match action.action {
+                    Action::Evict => (REASON_EVICTED, "Evicted pod: Forceful Termination".to_string()),
+                    Action::ForceDelete { .. } => (REASON_DISRUPTED, "Deleting the pod to accommodate the terminationTime of the node".to_string()),
+                };
+                tracing::info!(pod = %action.key, node = %node.name_any(), reason, "pod removed from node");
+                ctx.events.publish(EventRecord::new(&pod_ref(), EventType::Normal, reason, message)).await;
+            }
+            // Gone, or a different pod by now: nothing to do.
+            Err(err) if matches!(status_code(&err), Some(404 | 409)) => lock(&self.backoff).forget(&action.key, &action.uid),
+            Err(err) => {
+                lock(&self.backoff).failed(&action.key, &action.uid, now);
+                let blocked = match &err {
+                    kube::Error::Api(s) if s.code == 429 => Some("evicting pod violates a PDB"),
+                    kube::Error::Api(s) if s.message.contains(MULTIPLE_PDBS_MESSAGE) => Some("eviction does not support multiple PDBs"),
+                    _ => None,
+                };
+                match blocked {
+                    Some(why) => {
+                        tracing::debug!(pod = %action.key, "eviction refused: {why}");
+                        let message = format!("Failed to drain node, {why} (pod {})", action.key);
+                        ctx.events.publish(EventRecord::new(node, EventType::Warning, REASON_FAILED_DRAINING, message)).await;
+                    }
+                    None => tracing::warn!(pod = %action.key, error = %err, "eviction failed; retrying"),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(deleting: bool, finalizer: bool, pid: &str) -> Node {
+        let mut n: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1"},
+            "spec": {"providerID": pid, "taints": [{"key": DISRUPTED_TAINT_KEY, "effect": "NoExecute"}]}
+        }))
+        .unwrap();
+        if deleting {
+            n.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH));
+        }
+        if finalizer {
+            n.metadata.finalizers = Some(vec![TERMINATION_FINALIZER.into()]);
+        }
+        n
+    }
+
+    #[test]
+    fn finalizes_only_our_deleting_nodes() {
+        assert!(should_finalize(&node(true, true, "sim://r/z/i-1"), "sim"));
+        assert!(!should_finalize(&node(false, true, "sim://r/z/i-1"), "sim"));
+        assert!(!should_finalize(&node(true, false, "sim://r/z/i-1"), "sim"));
+        assert!(!should_finalize(&node(true, true, "aws:///us-west-2a/i-1"), "sim"), "another provider's node");
+    }
+
+    #[test]
+    fn taint_replaces_existing_disrupted_taint() {
+        let tainted = tainted_for_termination(&node(true, true, "sim://x"));
+        let taints = tainted.spec.as_ref().unwrap().taints.as_ref().unwrap();
+        assert_eq!(taints.len(), 1);
+        assert_eq!(taints[0].effect, "NoSchedule");
+        assert_eq!(tainted.labels()[EXCLUDE_FROM_LB_LABEL], "karpenter");
+        assert!(has_disrupted_taint(&tainted));
+        assert!(!has_disrupted_taint(&node(true, true, "sim://x")));
+    }
+}
