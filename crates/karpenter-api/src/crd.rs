@@ -81,6 +81,17 @@ fn base_crd(which: Crd) -> CustomResourceDefinition {
 
 fn finish_schema(which: Crd, schema: &mut Value) -> Result<(), CrdError> {
     strip_nullable(schema);
+    merge(
+        schema,
+        json!({
+            "properties": {
+                "apiVersion": { "type": "string", "description": "APIVersion defines the versioned schema of this representation of an object." },
+                "kind": { "type": "string", "description": "Kind is a string value representing the REST resource this object represents." },
+                "metadata": { "type": "object" }
+            },
+            "required": ["spec"]
+        }),
+    );
     for (crd, path, patch) in patches() {
         if crd == which {
             merge(at(crd, schema, path)?, patch);

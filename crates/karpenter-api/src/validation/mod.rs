@@ -132,7 +132,9 @@ pub fn check_schema(which: Crd, value: &Value) -> Vec<ValidationError> {
             // The CRD schema leaves metadata opaque; the API server checks it separately.
             let mut root = schema.clone();
             if let Some(props) = root.get_mut("properties").and_then(Value::as_object_mut) {
-                props.remove("metadata");
+                props.insert("apiVersion".into(), serde_json::json!({ "type": "string" }));
+                props.insert("kind".into(), serde_json::json!({ "type": "string" }));
+                props.insert("metadata".into(), serde_json::json!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true }));
             }
             schema::check(&root, value, "", pattern_cache(), &mut errors);
         }
