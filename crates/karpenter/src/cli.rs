@@ -23,6 +23,7 @@ pub enum Command {
     /// Benchmarks (`bench scheduling`: upstream's scheduling workload, timed).
     Bench(commands::bench::Args),
     /// Plan the nodes for a set of manifests on the built-in `sim` provider (no cluster needed).
+    Simulate(commands::simulate::Args),
     /// Run the controller against a cluster (watchers, provisioner, NodePool status, leader election).
     Controller(Box<commands::controller::Args>),
 }

@@ -5,6 +5,7 @@ pub mod controller;
 pub mod convert;
 pub mod crds;
 mod input;
+pub mod simulate;
 pub mod validate;
 
 use std::process::ExitCode;
@@ -18,6 +19,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Validate(args) => validate::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Simulate(args) => simulate::run(args),
         Command::Controller(args) => controller::run(*args),
     }
 }

@@ -1,0 +1,209 @@
+//! `karpenter simulate`: plan the nodes for a set of manifests on the `sim` provider, offline.
+//! The work happens in `karpenter_sim::simulate`; this file parses flags and prints.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
+use karpenter_catalog::pricing::SPOT_MODEL_NOTE;
+use karpenter_catalog::{Catalog, DEFAULT_REGION};
+use karpenter_core::clock::SystemClock;
+use karpenter_core::resources::{CPU, MEMORY, Quantity, ResourceList};
+use karpenter_sim::SimCloudProvider;
+use karpenter_sim::simulate::{self, Manifests, Plan};
+
+/// Above this many pending pods, show a progress spinner on stderr (when it is a terminal).
+const LARGE_INPUT_PODS: usize = 1000;
+
+/// Output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Json,
+    Yaml,
+}
+
+/// Flags of `karpenter simulate`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Manifests to read: a YAML/JSON file, a directory (read recursively) or `-` for stdin.
+    /// Repeat to read several.
+    #[arg(
+        short = 'f',
+        long = "filename",
+        required = true,
+        value_name = "FILE|DIR|-"
+    )]
+    pub files: Vec<String>,
+    /// Replace the embedded AWS catalogue with custom instance types (see docs/simulate.md).
+    #[arg(long, value_name = "FILE")]
+    pub instance_types: Option<PathBuf>,
+    /// Region whose zones and offerings the catalogue uses.
+    #[arg(long, default_value = DEFAULT_REGION)]
+    pub region: String,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut manifests = Manifests::new();
+    for file in &args.files {
+        if file == "-" {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("failed to read manifests from stdin")?;
+            manifests.load_str("<stdin>", &text)?;
+        } else {
+            manifests.load_path(std::path::Path::new(file))?;
+        }
+    }
+
+    let clock = Arc::new(SystemClock);
+    let custom = args.instance_types.is_some();
+    let provider = match &args.instance_types {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("failed to read --instance-types {}", path.display()))?;
+            let types = simulate::parse_instance_types(&text, &args.region)
+                .with_context(|| format!("--instance-types {}", path.display()))?;
+            SimCloudProvider::with_instance_types(&args.region, types, clock)
+        }
+        None => SimCloudProvider::new(&args.region, clock)?,
+    };
+
+    let progress = (manifests.pending_pods.len() >= LARGE_INPUT_PODS).then(|| {
+        let bar =
+            indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+        bar.set_message(format!("scheduling {} pods", manifests.pending_pods.len()));
+        bar.enable_steady_tick(Duration::from_millis(100));
+        bar
+    });
+    let outcome = simulate::plan(&manifests, &provider);
+    if let Some(bar) = progress {
+        bar.finish_and_clear();
+    }
+    let outcome = outcome?;
+    for warning in &outcome.warnings {
+        eprintln!("warning: {warning}");
+    }
+
+    match args.output {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&outcome.plan)?),
+        OutputFormat::Yaml => print!("{}", serde_saphyr::to_string(&outcome.plan)?),
+        OutputFormat::Table => {
+            let approximated = !custom
+                && Catalog::embedded().is_ok_and(|c| c.prices_are_approximated(&args.region));
+            print!("{}", render_table(&outcome.plan, approximated));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn percent(used: Quantity, total: Quantity) -> String {
+    if total.is_zero() {
+        return "-".to_string();
+    }
+    format!("{:.0}%", 100.0 * used.as_f64_units() / total.as_f64_units())
+}
+
+fn utilisation(requests: &ResourceList, allocatable: &ResourceList, resource: &str) -> String {
+    percent(requests.get(resource), allocatable.get(resource))
+}
+
+/// The plan for people: NodeClaims, totals, pods placed on existing nodes, unschedulable pods.
+fn render_table(plan: &Plan, prices_approximated: bool) -> String {
+    let mut out = String::new();
+    let any_spot = plan.node_claims.iter().any(|c| c.capacity_type == "spot");
+    if !plan.node_claims.is_empty() {
+        let mut table = Table::new();
+        table
+            .load_style(UTF8_FULL_CONDENSED)
+            .set_content_arrangement(ContentArrangement::Dynamic);
+        table.set_header([
+            "NODECLAIM",
+            "NODEPOOL",
+            "INSTANCE TYPE",
+            "ZONE",
+            "CAPACITY",
+            "$/HOUR",
+            "PODS",
+            "CPU",
+            "MEMORY",
+        ]);
+        for claim in &plan.node_claims {
+            let marker = if claim.capacity_type == "spot" {
+                "*"
+            } else {
+                ""
+            };
+            table.add_row(vec![
+                Cell::new(&claim.name),
+                Cell::new(&claim.node_pool),
+                Cell::new(&claim.instance_type),
+                Cell::new(&claim.zone),
+                Cell::new(&claim.capacity_type),
+                Cell::new(format!("{:.4}{marker}", claim.price))
+                    .set_alignment(CellAlignment::Right),
+                Cell::new(claim.pods.len()).set_alignment(CellAlignment::Right),
+                Cell::new(utilisation(&claim.requests, &claim.allocatable, CPU))
+                    .set_alignment(CellAlignment::Right),
+                Cell::new(utilisation(&claim.requests, &claim.allocatable, MEMORY))
+                    .set_alignment(CellAlignment::Right),
+            ]);
+        }
+        let placed: usize = plan.node_claims.iter().map(|c| c.pods.len()).sum();
+        table.add_row(vec![
+            Cell::new("TOTAL"),
+            Cell::new(""),
+            Cell::new(format!("{} nodes", plan.node_claims.len())),
+            Cell::new(""),
+            Cell::new(""),
+            Cell::new(format!("{:.4}", plan.summary.hourly_cost))
+                .set_alignment(CellAlignment::Right),
+            Cell::new(placed).set_alignment(CellAlignment::Right),
+            Cell::new(""),
+            Cell::new(""),
+        ]);
+        out.push_str(&format!("{table}\n"));
+    }
+    for node in &plan.existing_nodes {
+        out.push_str(&format!(
+            "existing node {}: {} pod(s)\n",
+            node.name,
+            node.pods.len()
+        ));
+    }
+    if !plan.unschedulable.is_empty() {
+        let mut table = Table::new();
+        table
+            .load_style(UTF8_FULL_CONDENSED)
+            .set_content_arrangement(ContentArrangement::Dynamic);
+        table.set_header(["UNSCHEDULABLE POD", "REASON"]);
+        for pod in &plan.unschedulable {
+            table.add_row([&pod.pod, &pod.reason]);
+        }
+        out.push_str(&format!("{table}\n"));
+    }
+    let s = &plan.summary;
+    out.push_str(&format!(
+        "{} of {} pods scheduled, {} new node(s), hourly cost ${:.4}/h (${:.2}/month at 730 h)\n",
+        s.scheduled,
+        s.pods,
+        s.new_node_claims,
+        s.hourly_cost,
+        s.hourly_cost * 730.0
+    ));
+    if any_spot {
+        out.push_str(&format!("* {SPOT_MODEL_NOTE}\n"));
+    }
+    if prices_approximated {
+        out.push_str("note: this region has no price table of its own; us-east-1 on-demand prices are used as an approximation\n");
+    }
+    out
+}

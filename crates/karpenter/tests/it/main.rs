@@ -1,0 +1,6 @@
+//! Integration tests of the `karpenter` command (one test binary, one module per subcommand).
+
+// Test helpers panic on purpose: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod simulate;

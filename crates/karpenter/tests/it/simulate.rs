@@ -1,0 +1,226 @@
+//! `karpenter simulate` end to end: the real binary on the examples.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn karpenter(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .args(args)
+        .current_dir(repo())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    pipe.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    drop(pipe);
+    child.wait_with_output().unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+// The documented JSON shape (docs/simulate.md); unknown keys are errors.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Plan {
+    node_claims: Vec<NodeClaim>,
+    existing_nodes: Vec<ExistingNode>,
+    unschedulable: Vec<Unschedulable>,
+    summary: Summary,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct NodeClaim {
+    name: String,
+    node_pool: String,
+    instance_type: String,
+    instance_type_options: Vec<String>,
+    zone: String,
+    capacity_type: String,
+    price: f64,
+    labels: BTreeMap<String, String>,
+    taints: Vec<Taint>,
+    pods: Vec<String>,
+    requests: BTreeMap<String, String>,
+    allocatable: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Taint {
+    key: String,
+    #[allow(dead_code)]
+    value: Option<String>,
+    effect: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExistingNode {
+    name: String,
+    pods: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Unschedulable {
+    pod: String,
+    reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Summary {
+    pods: usize,
+    scheduled: usize,
+    new_node_claims: usize,
+    hourly_cost: f64,
+}
+
+#[test]
+fn inflate_example_prints_the_plan_and_hourly_cost_in_seconds() {
+    let started = Instant::now();
+    let out = stdout(&karpenter(&["simulate", "-f", "examples/inflate"], None));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(out.contains("NODECLAIM"), "{out}");
+    assert!(out.contains("default-00001"), "{out}");
+    assert!(out.contains("on-demand"), "{out}");
+    assert!(out.contains("5 of 5 pods scheduled"), "{out}");
+    assert!(out.contains("hourly cost $"), "{out}");
+}
+
+#[test]
+fn json_output_matches_the_documented_shape() {
+    let out = stdout(&karpenter(
+        &["simulate", "-f", "examples/spot-tainted", "-o", "json"],
+        None,
+    ));
+    let plan: Plan = serde_json::from_str(&out).unwrap();
+    assert_eq!(plan.summary.pods, 7);
+    assert_eq!(plan.summary.scheduled, 6);
+    assert_eq!(plan.summary.new_node_claims, plan.node_claims.len());
+    let total: f64 = plan.node_claims.iter().map(|c| c.price).sum();
+    assert!((plan.summary.hourly_cost - total).abs() < 1e-6);
+    for claim in &plan.node_claims {
+        assert_eq!(claim.node_pool, "spot");
+        assert!(claim.name.starts_with("spot-"));
+        assert_eq!(
+            (claim.instance_type.as_str(), claim.capacity_type.as_str()),
+            ("t3a.large", "spot")
+        );
+        assert!(claim.instance_type_options.contains(&claim.instance_type));
+        assert!(claim.zone.starts_with("us-east-1"));
+        assert!(
+            claim.price > 0.0 && claim.price < 0.0752,
+            "modelled spot is below on-demand"
+        );
+        assert_eq!(claim.labels["node-group-type"], "spot");
+        assert_eq!(claim.labels["karpenter.sh/capacity-type"], "spot");
+        assert!(
+            claim
+                .taints
+                .iter()
+                .any(|t| t.key == "spot" && t.effect == "NoSchedule")
+        );
+        assert!(claim.pods.iter().all(|p| p.starts_with("default/web-")));
+        assert!(claim.requests.contains_key("cpu") && claim.allocatable.contains_key("memory"));
+    }
+    assert!(
+        plan.existing_nodes
+            .iter()
+            .all(|n| !n.name.is_empty() && !n.pods.is_empty())
+    );
+    assert_eq!(plan.unschedulable.len(), 1);
+    assert_eq!(plan.unschedulable[0].pod, "default/batch");
+    assert!(!plan.unschedulable[0].reason.is_empty());
+}
+
+#[test]
+fn yaml_output_and_stdin_input() {
+    let manifests =
+        std::fs::read_to_string(repo().join("examples/workshop-inflate/all.yaml")).unwrap();
+    let out = stdout(&karpenter(
+        &["simulate", "-f", "-", "-o", "yaml"],
+        Some(&manifests),
+    ));
+    assert!(out.contains("instanceType: m5.large"), "{out}");
+    assert!(out.contains("hourlyCost: 0.096"), "{out}");
+}
+
+#[test]
+fn custom_instance_types_replace_the_catalogue() {
+    let args = [
+        "simulate",
+        "-f",
+        "examples/inflate",
+        "--instance-types",
+        "examples/custom-instance-types.yaml",
+        "--region",
+        "test-1",
+        "-o",
+        "json",
+    ];
+    let plan: Plan = serde_json::from_str(&stdout(&karpenter(&args, None))).unwrap();
+    assert!(!plan.node_claims.is_empty());
+    for claim in &plan.node_claims {
+        assert!(
+            ["c-small", "m-large"].contains(&claim.instance_type.as_str()),
+            "{}",
+            claim.instance_type
+        );
+        assert!(claim.zone.starts_with("test-1"));
+    }
+}
+
+#[test]
+fn spot_prices_are_marked_as_modelled_in_the_table() {
+    let out = stdout(&karpenter(
+        &["simulate", "-f", "examples/spot-tainted"],
+        None,
+    ));
+    assert!(out.contains("*"), "{out}");
+    assert!(out.contains("spot prices are modelled"), "{out}");
+    assert!(out.contains("UNSCHEDULABLE POD"), "{out}");
+}
+
+#[test]
+fn missing_nodepool_fails_with_a_clear_message() {
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: [{name: c, image: x}]}\n";
+    let output = karpenter(&["simulate", "-f", "-"], Some(pod));
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no NodePool in the input"), "{stderr}");
+}
+
+#[test]
+fn unknown_region_names_the_known_ones() {
+    let output = karpenter(
+        &["simulate", "-f", "examples/inflate", "--region", "mars-1"],
+        None,
+    );
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("us-east-1, us-west-2"), "{stderr}");
+}
