@@ -713,14 +713,17 @@ impl Store {
             return;
         }
         let budgets: Vec<(ObjectKey, Value)> = self
-            .objects
-            .iter()
-            .filter(|(k, _)| {
-                k.group == "policy"
-                    && k.plural == "poddisruptionbudgets"
-                    && k.namespace == key.namespace
+            .scan("policy", "poddisruptionbudgets", Some(&key.namespace))
+            .map(|budget| {
+                let name = meta_str(budget, "name").unwrap_or_default();
+                let key = ObjectKey {
+                    group: "policy".into(),
+                    plural: "poddisruptionbudgets".into(),
+                    namespace: key.namespace.clone(),
+                    name: name.to_owned(),
+                };
+                (key, budget.clone())
             })
-            .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         for (budget_key, budget) in budgets {
             let Ok(status) = self.pdb_status(&budget, &key.namespace) else {

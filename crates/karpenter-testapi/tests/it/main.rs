@@ -6,6 +6,7 @@ mod crd;
 mod crud;
 mod eviction;
 mod lease;
+mod runtime;
 mod tcp;
 mod watch;
 
