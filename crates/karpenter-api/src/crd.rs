@@ -39,6 +39,8 @@ pub const EVICTION_VALUE_PATTERN: &str = r"^((\d{1,2}(\.\d{1,2})?|100(\.0{1,2})?
 pub enum CrdError {
     #[error("schema path {path:?} does not exist in the {crd:?} CRD (at {segment:?})")]
     MissingPath { crd: Crd, path: String, segment: String },
+    #[error("CRD YAML rendering failed: {0}")]
+    Yaml(String),
     #[error("CRD (de)serialization failed: {0}")]
     Json(#[from] serde_json::Error),
 }
@@ -71,6 +73,18 @@ pub fn file_name(crd: &CustomResourceDefinition) -> String {
     format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural)
 }
 
+/// The CRDs as YAML documents, each starting with `---`, with their file names; what
+/// `karpenter crds` prints and what `deploy/crds/` holds.
+pub fn render_yaml() -> Result<Vec<(String, String)>, CrdError> {
+    all()?
+        .iter()
+        .map(|c| {
+            let yaml = serde_saphyr::to_string(c).map_err(|err| CrdError::Yaml(err.to_string()))?;
+            Ok((file_name(c), format!("---\n{yaml}")))
+        })
+        .collect()
+}
+
 fn base_crd(which: Crd) -> CustomResourceDefinition {
     match which {
         Crd::NodePool => NodePool::crd(),
@@ -92,6 +106,12 @@ fn finish_schema(which: Crd, schema: &mut Value) -> Result<(), CrdError> {
             "required": ["spec"]
         }),
     );
+    let description = match which {
+        Crd::NodePool => "NodePool is the Schema for the NodePools API: the nodes Karpenter may launch and how it may disrupt them.",
+        Crd::NodeClaim => "NodeClaim is the Schema for the NodeClaims API: a request for one node.",
+        Crd::EC2NodeClass => "EC2NodeClass is the Schema for the EC2NodeClass API: AWS-specific node configuration.",
+    };
+    merge(schema, json!({ "description": description }));
     for (crd, path, patch) in patches() {
         if crd == which {
             merge(at(crd, schema, path)?, patch);

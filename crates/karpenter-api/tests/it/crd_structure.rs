@@ -139,3 +139,26 @@ fn schemas_are_structural() {
     assert_eq!(node(&np, "spec.template.spec.requirements[].values")["x-kubernetes-list-type"], "atomic");
     assert_eq!(node(&np, "status.conditions")["x-kubernetes-list-type"], "map");
 }
+
+/// `deploy/crds/` is committed; it must be exactly what `karpenter crds` generates.
+#[test]
+fn deploy_crds_are_up_to_date() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
+    let update = std::env::var_os("KARPENTER_UPDATE_CRDS").is_some();
+    let crds = crd::all().unwrap();
+    for (i, (name, yaml)) in crd::render_yaml().unwrap().into_iter().enumerate() {
+        // The YAML (folded long CEL rules and all) reads back as exactly the generated CRD.
+        let parsed: Value = serde_saphyr::from_str(&yaml).unwrap();
+        assert_eq!(parsed, serde_json::to_value(&crds[i]).unwrap(), "{name} does not round-trip");
+        let path = dir.join(&name);
+        if update {
+            std::fs::write(&path, &yaml).unwrap();
+            continue;
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == yaml,
+            "deploy/crds/{name} is out of date; regenerate with: cargo run -- crds --dir deploy/crds"
+        );
+    }
+}
