@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use karpenter_api::well_known;
 
 use super::VolumeInput;
-use super::intern::{Interner, Key, Req, Reqs, ResVec, Sym};
+use super::intern::{Interner, Key, Reqs, ResVec, Sym};
 use crate::pod::{effective_requests, pod_key};
 use crate::requirements::{Requirement, Requirements};
 
@@ -441,9 +441,3 @@ pub(crate) fn namespace_labels(namespaces: &[k8s_openapi::api::core::v1::Namespa
         .filter_map(|n| Some((n.metadata.name.clone()?, n.metadata.labels.clone().unwrap_or_default())))
         .collect()
 }
-
-/// The pod's requirement on `key`, or `Exists`.
-pub(crate) fn req_or_exists(reqs: &Reqs, key: Key) -> Req {
-    reqs.get(&key).cloned().unwrap_or_else(Req::exists)
-}
-

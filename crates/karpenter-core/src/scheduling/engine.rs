@@ -1,16 +1,18 @@
 //! The solve loop: queue, placement on existing nodes / in-flight NodeClaims / new NodeClaims,
 //! preference relaxation, instance-type filtering, finalisation and explanations.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::ops::Bound;
+use std::rc::Rc;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 use karpenter_api::well_known;
 
 use super::compile::{
-    CompileContext, HostPort, PodInfo, compile_pod, namespace_labels, ports_conflict, req_or_exists,
+    CompileContext, HostPort, PodInfo, compile_pod, namespace_labels, ports_conflict,
 };
-use super::intern::{Interner, Key, Req, Reqs, ResVec, Sym};
+use super::intern::{FxMap, Interner, Key, Req, Reqs, ResVec, Sym};
 use super::topology::{Group, GroupKind, NodeFilter, Topology};
 use super::{
     ExistingNodePlacement, InstanceTypeOption, MinValuesPolicy, NewNodeClaim, PreferencePolicy, SchedulerInput,
@@ -70,7 +72,7 @@ struct Offering {
 }
 
 struct PoolType {
-    name: String,
+    name: Arc<str>,
     reqs: Reqs,
     allocatable: ResVec,
     capacity: ResVec,
@@ -103,7 +105,9 @@ struct Pool {
     nodes_limit: Option<Limit>,
     /// Types whose capacity fits the remaining limits.
     within_limits: Bits,
-    compat_cache: HashMap<Reqs, Bits>,
+    compat_cache: RefCell<FxMap<Reqs, Rc<Bits>>>,
+    /// (price, type) of types with a compatible available offering, cheapest first, per requirements.
+    price_cache: RefCell<FxMap<Reqs, Rc<Vec<(f64, usize)>>>>,
     unusable: Option<String>,
 }
 
@@ -123,6 +127,7 @@ struct Node {
 struct Claim {
     pool: usize,
     hostname: Sym,
+    hostname_req: Req,
     reqs: Reqs,
     types: Bits,
     requests: ResVec,
@@ -180,7 +185,7 @@ enum Reject {
     HostPort(HostPort),
     Topology(usize),
     Volume(String),
-    NoInstanceType { reqs: Box<Reqs>, requests: ResVec },
+    NoInstanceType,
     MinValues(Vec<Key>),
     Resources(usize),
 }
@@ -197,7 +202,8 @@ struct Engine {
     pools: Vec<Pool>,
     nodes: Vec<Node>,
     claims: Vec<Claim>,
-    claim_order: BTreeSet<(u32, u32)>,
+    /// Claim indices ordered by (pod count, index): the order in-flight claims are tried.
+    claim_order: Vec<u32>,
     topology: Topology,
     groups_of: Vec<PodGroups>,
     any_prefer_no_schedule: bool,
@@ -243,20 +249,38 @@ fn offering_compatible(o: &Offering, reqs: &Reqs, keys: &WellKnownKeys) -> bool 
 
 impl Pool {
     /// Types compatible with `reqs` and with a compatible available offering (cached per reqs).
-    fn compatible_types(&mut self, reqs: &Reqs, keys: &WellKnownKeys) -> &Bits {
-        if !self.compat_cache.contains_key(reqs) {
-            let mut bits = Bits::new(self.types.len());
-            for t in self.base.iter() {
-                let ty = &self.types[t];
-                if ty.reqs.intersects(reqs).is_ok()
-                    && ty.offerings.iter().any(|o| o.available && offering_compatible(o, reqs, keys))
-                {
-                    bits.set(t);
-                }
-            }
-            self.compat_cache.insert(reqs.clone(), bits);
+    fn compatible_types(&self, reqs: &Reqs, keys: &WellKnownKeys) -> Rc<Bits> {
+        if let Some(bits) = self.compat_cache.borrow().get(reqs) {
+            return bits.clone();
         }
-        &self.compat_cache[reqs]
+        let mut bits = Bits::new(self.types.len());
+        for t in self.base.iter() {
+            let ty = &self.types[t];
+            if ty.reqs.intersects(reqs).is_ok()
+                && ty.offerings.iter().any(|o| o.available && offering_compatible(o, reqs, keys))
+            {
+                bits.set(t);
+            }
+        }
+        let bits = Rc::new(bits);
+        self.compat_cache.borrow_mut().insert(reqs.clone(), bits.clone());
+        bits
+    }
+
+    /// Compatible types by their cheapest compatible available offering (ties: name).
+    fn price_order(&self, reqs: &Reqs, keys: &WellKnownKeys) -> Rc<Vec<(f64, usize)>> {
+        if let Some(order) = self.price_cache.borrow().get(reqs) {
+            return order.clone();
+        }
+        let mut order: Vec<(f64, usize)> = self
+            .compatible_types(reqs, keys)
+            .iter()
+            .map(|t| (self.cheapest_price(t, reqs, keys), t))
+            .collect();
+        order.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| self.types[a.1].name.cmp(&self.types[b.1].name)));
+        let order = Rc::new(order);
+        self.price_cache.borrow_mut().insert(reqs.clone(), order.clone());
+        order
     }
 
     fn recompute_within_limits(&mut self) {
@@ -405,7 +429,7 @@ impl Engine {
                 tr.add(keys.zone, Req::is_in(avail.iter().map(|o| o.zone)));
                 tr.add(keys.capacity_type, Req::is_in(avail.iter().map(|o| o.capacity_type)));
                 types.push(PoolType {
-                    name: it.name.clone(),
+                    name: Arc::from(it.name.as_str()),
                     reqs: tr,
                     allocatable: interner.resources(&it.allocatable()),
                     capacity: interner.resources(&it.capacity),
@@ -426,7 +450,8 @@ impl Engine {
                 limits: Vec::new(),
                 nodes_limit: None,
                 within_limits: Bits::default(),
-                compat_cache: HashMap::new(),
+                compat_cache: RefCell::default(),
+                price_cache: RefCell::default(),
                 unusable,
             };
             // Pre-filter: compatible with the pool and some available compatible offering.
@@ -562,7 +587,7 @@ impl Engine {
             pools,
             nodes: Vec::new(),
             claims: Vec::new(),
-            claim_order: BTreeSet::new(),
+            claim_order: Vec::new(),
             topology,
             groups_of: Vec::new(),
             any_prefer_no_schedule,
@@ -797,13 +822,16 @@ impl Engine {
 
     // ---- topology against a node/claim ----------------------------------------------------------
 
-    /// Tightens `reqs` with the pod's topology constraints on a node named `hostname`.
-    fn apply_topology(&self, d: &Derived, hostname: Sym, reqs: &mut Reqs, strict_node: bool) -> Result<(), Reject> {
+    /// Tightens `reqs` with the pod's topology constraints on a node whose hostname requirement is
+    /// `hostname_req`.
+    fn apply_topology(&self, d: &Derived, hostname_req: &Req, reqs: &mut Reqs, strict_node: bool) -> Result<(), Reject> {
         for &(gid, selected) in &d.groups {
             let key = self.topology.groups[gid].key;
-            let node_domains = if key == self.keys.hostname { Req::is_in([hostname]) } else { req_or_exists(reqs, key) };
-            let pod_domains = req_or_exists(&d.strict, key);
-            let Some(allowed) = self.topology.allowed(gid, selected, &pod_domains, &node_domains) else {
+            let allowed = {
+                let node_domains = if key == self.keys.hostname { Some(hostname_req) } else { reqs.get(&key) };
+                self.topology.allowed(gid, selected, d.strict.get(&key), node_domains)
+            };
+            let Some(allowed) = allowed else {
                 return Err(Reject::Topology(gid));
             };
             if key == self.keys.hostname {
@@ -820,21 +848,24 @@ impl Engine {
         Ok(())
     }
 
-    fn record_topology(&mut self, pod: &PodInfo, reqs: &Reqs, hostname: Sym, taints_: &[Taint]) {
-        let pg = &self.groups_of[pod.index];
-        let groups: Vec<usize> = pg.counting.iter().chain(pg.inverse_owned.iter()).copied().collect();
-        for gid in groups {
-            let g = &self.topology.groups[gid];
-            if matches!(g.kind, GroupKind::Spread { .. }) {
-                let mut with_host = reqs.clone();
-                with_host.set(self.keys.hostname, Req::is_in([hostname]));
-                if !g.filter.matches(&with_host, taints_, &self.interner) {
-                    continue;
-                }
+    /// Counts a placed pod in the groups that select it (and its own inverse groups).
+    fn record_topology(
+        topology: &mut Topology,
+        interner: &Interner,
+        groups: &PodGroups,
+        hostname_key: Key,
+        reqs: &Reqs,
+        hostname_req: &Req,
+        node_taints: &[Taint],
+    ) {
+        for &gid in groups.counting.iter().chain(groups.inverse_owned.iter()) {
+            let g = &topology.groups[gid];
+            if matches!(g.kind, GroupKind::Spread { .. }) && !g.filter.is_trivial() && !g.filter.matches(reqs, node_taints, interner) {
+                continue;
             }
             let key = g.key;
-            let domains = if key == self.keys.hostname { Req::is_in([hostname]) } else { req_or_exists(reqs, key) };
-            self.topology.record(gid, &domains);
+            let domains = if key == hostname_key { Some(hostname_req) } else { reqs.get(&key) };
+            topology.record(gid, domains);
         }
     }
 
@@ -842,8 +873,7 @@ impl Engine {
 
     fn node_check(&self, ni: usize, pod: &PodInfo, d: &Derived) -> Result<Reqs, Reject> {
         let node = &self.nodes[ni];
-        if let Some(t) = taints::first_untolerated(&d.tolerations, &node.taints) {
-            let i = node.taints.iter().position(|x| std::ptr::eq(x, t)).unwrap_or(0);
+        if let Some(i) = node.taints.iter().position(|t| !taints::tolerates(&d.tolerations, t)) {
             return Err(Reject::Taint(i));
         }
         for &(gid, sel) in &d.hostname_groups {
@@ -866,6 +896,7 @@ impl Engine {
                 return Err(Reject::Volume(format!("would exceed the {driver} volume limit of {limit}")));
             }
         }
+        let hostname_req = Req::is_in([node.hostname]);
         let alternatives: Vec<Option<&Reqs>> =
             if pod.volume_alternatives.is_empty() { vec![None] } else { pod.volume_alternatives.iter().map(Some).collect() };
         let mut last = Reject::Volume("no volume topology alternative fits".into());
@@ -878,7 +909,7 @@ impl Engine {
                 }
                 reqs.add_all(alt);
             }
-            match self.apply_topology(d, node.hostname, &mut reqs, true) {
+            match self.apply_topology(d, &hostname_req, &mut reqs, true) {
                 Ok(()) => return Ok(reqs),
                 Err(e) => last = e,
             }
@@ -892,27 +923,46 @@ impl Engine {
         node.host_ports.extend(pod.host_ports.iter().cloned());
         node.volumes.extend(pod.volumes.iter().cloned());
         node.placed.push(pod.index);
-        let hostname = node.hostname;
-        let taints_ = node.taints.clone();
-        self.record_topology(pod, &reqs, hostname, &taints_);
+        let hostname_req = Req::is_in([node.hostname]);
+        Self::record_topology(
+            &mut self.topology,
+            &self.interner,
+            &self.groups_of[pod.index],
+            self.keys.hostname,
+            &reqs,
+            &hostname_req,
+            &self.nodes[ni].taints,
+        );
     }
 
     // ---- NodeClaims -----------------------------------------------------------------------------
 
-    /// Checks that need no mutation, run over many claims (the fast rejections).
+    /// Checks that need no allocation, run over many claims (the fast rejections).
     fn claim_precheck(&self, claim: &Claim, pod: &PodInfo, d: &Derived) -> bool {
         d.pool_taint[claim.pool].is_none()
             && d.hostname_groups.iter().all(|&(g, sel)| self.topology.hostname_allows(g, sel, claim.hostname))
             && (pod.host_ports.is_empty() || ports_conflict(&pod.host_ports, &claim.host_ports).is_none())
+            && d.groups.iter().all(|&(gid, sel)| {
+                let key = self.topology.groups[gid].key;
+                match claim.reqs.get(&key) {
+                    // The merged requirement can only be narrower than the claim's explicit list.
+                    Some(r) if key != self.keys.hostname && r.operator() == Operator::In => {
+                        self.topology.allows_any(gid, sel, d.strict.get(&key), r.values())
+                    }
+                    _ => true,
+                }
+            })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn claim_check(
-        &mut self,
+        &self,
         pool_index: usize,
         claim_reqs: &Reqs,
         claim_types: &Bits,
         claim_requests: &ResVec,
         hostname: Sym,
+        hostname_req: &Req,
         pod: &PodInfo,
         d: &Derived,
     ) -> Result<Placement, Reject> {
@@ -924,37 +974,33 @@ impl Engine {
                 return Err(Reject::Topology(gid));
             }
         }
-        {
-            let interner = &self.interner;
-            claim_reqs.compatible(&d.reqs, |k| interner.is_well_known(*k)).map_err(Reject::Requirements)?;
-        }
+        let interner = &self.interner;
+        claim_reqs.compatible(&d.reqs, |k| interner.is_well_known(*k)).map_err(Reject::Requirements)?;
         let mut merged = claim_reqs.clone();
         merged.add_all(&d.reqs);
-        let alternatives: Vec<Option<&Reqs>> =
-            if pod.volume_alternatives.is_empty() { vec![None] } else { pod.volume_alternatives.iter().map(Some).collect() };
-        let mut last = Reject::Volume("no volume topology alternative fits".into());
         let mut total = claim_requests.clone();
         total.add(&pod.requests);
-        for alt in alternatives {
-            let mut reqs = merged.clone();
-            if let Some(alt) = alt {
-                let interner = &self.interner;
+        let mut last = Reject::Volume("no volume topology alternative fits".into());
+        let alternatives = pod.volume_alternatives.len().max(1);
+        for ai in 0..alternatives {
+            let mut reqs = if ai + 1 == alternatives { std::mem::take(&mut merged) } else { merged.clone() };
+            if let Some(alt) = pod.volume_alternatives.get(ai) {
                 if let Err(e) = reqs.compatible(alt, |k| interner.is_well_known(*k)) {
                     last = Reject::Requirements(e);
                     continue;
                 }
                 reqs.add_all(alt);
             }
-            if let Err(e) = self.apply_topology(d, hostname, &mut reqs, false) {
+            if let Err(e) = self.apply_topology(d, hostname_req, &mut reqs, false) {
                 last = e;
                 continue;
             }
             match self.filter_types(pool_index, claim_types, &reqs, &total, &pod.host_ports) {
                 Ok((types, relaxed)) => {
+                    let min_values_relaxed = relaxed.is_some();
                     if let Some(relaxed) = relaxed {
                         reqs = relaxed;
                     }
-                    let min_values_relaxed = reqs != merged && self.options.min_values_policy == MinValuesPolicy::BestEffort;
                     return Ok(Placement { reqs, types, min_values_relaxed });
                 }
                 Err(e) => last = e,
@@ -966,29 +1012,33 @@ impl Engine {
     /// Keeps the claim's types that match `reqs`, have a compatible offering and fit `total` plus
     /// their daemonset overhead. Returns lowered-minValues requirements under BestEffort.
     fn filter_types(
-        &mut self,
+        &self,
         pool_index: usize,
         candidates: &Bits,
         reqs: &Reqs,
         total: &ResVec,
         pod_ports: &[HostPort],
     ) -> Result<(Bits, Option<Reqs>), Reject> {
-        let keys = &self.keys;
-        let pool = &mut self.pools[pool_index];
-        let compat = pool.compatible_types(reqs, keys).and(candidates);
+        let pool = &self.pools[pool_index];
+        let compat = pool.compatible_types(reqs, &self.keys);
         let mut kept = Bits::new(pool.types.len());
-        for t in compat.iter() {
-            let ty = &pool.types[t];
-            let dg = &pool.daemon_groups[ty.daemon_group];
-            if !pod_ports.is_empty() && ports_conflict(pod_ports, &dg.host_ports).is_some() {
-                continue;
-            }
-            if ty.allocatable.fits_sum(total, &dg.overhead) {
-                kept.set(t);
+        for (wi, (a, b)) in compat.0.iter().zip(&candidates.0).enumerate() {
+            let mut w = a & b;
+            while w != 0 {
+                let t = wi * 64 + w.trailing_zeros() as usize;
+                w &= w - 1;
+                let ty = &pool.types[t];
+                let dg = &pool.daemon_groups[ty.daemon_group];
+                if !pod_ports.is_empty() && ports_conflict(pod_ports, &dg.host_ports).is_some() {
+                    continue;
+                }
+                if ty.allocatable.fits_sum(total, &dg.overhead) {
+                    kept.set(t);
+                }
             }
         }
         if kept.is_empty() {
-            return Err(Reject::NoInstanceType { reqs: Box::new(reqs.clone()), requests: total.clone() });
+            return Err(Reject::NoInstanceType);
         }
         if reqs.has_min_values() {
             let unmet = pool.unmet_min_values(&kept, reqs);
@@ -1009,21 +1059,31 @@ impl Engine {
     }
 
     fn claim_add(&mut self, ci: usize, pod: &PodInfo, placement: Placement) {
+        let key_of = |claims: &[Claim], c: u32| (claims[c as usize].pods.len(), c);
+        let old = key_of(&self.claims, ci as u32);
+        if let Ok(pos) = self.claim_order.binary_search_by_key(&old, |&c| key_of(&self.claims, c)) {
+            self.claim_order.remove(pos);
+        }
         let claim = &mut self.claims[ci];
-        let old_key = (claim.pods.len() as u32, ci as u32);
         claim.reqs = placement.reqs;
         claim.types = placement.types;
         claim.requests.add(&pod.requests);
         claim.pods.push(pod.index);
         claim.host_ports.extend(pod.host_ports.iter().cloned());
         claim.min_values_relaxed |= placement.min_values_relaxed;
-        let new_key = (claim.pods.len() as u32, ci as u32);
-        let hostname = claim.hostname;
-        let reqs = claim.reqs.clone();
-        let taints_ = self.pools[claim.pool].taints.clone();
-        self.claim_order.remove(&old_key);
-        self.claim_order.insert(new_key);
-        self.record_topology(pod, &reqs, hostname, &taints_);
+        let new = key_of(&self.claims, ci as u32);
+        let pos = self.claim_order.binary_search_by_key(&new, |&c| key_of(&self.claims, c)).unwrap_or_else(|p| p);
+        self.claim_order.insert(pos, ci as u32);
+        let claim = &self.claims[ci];
+        Self::record_topology(
+            &mut self.topology,
+            &self.interner,
+            &self.groups_of[pod.index],
+            self.keys.hostname,
+            &claim.reqs,
+            &claim.hostname_req,
+            &self.pools[claim.pool].taints,
+        );
     }
 
     fn hostname(&mut self) -> Sym {
@@ -1036,6 +1096,7 @@ impl Engine {
     }
 
     fn try_new_claim(&mut self, pi: usize, pod: &PodInfo, d: &Derived) -> Result<(), Reject> {
+        let hostname = self.hostname();
         let pool = &self.pools[pi];
         if pool.unusable.is_some() {
             return Err(Reject::Unusable);
@@ -1050,23 +1111,23 @@ impl Engine {
         if candidates.is_empty() {
             return Err(Reject::TypesExceedLimits);
         }
-        let reqs = pool.reqs.clone();
-        let hostname = self.hostname();
-        let placement = self.claim_check(pi, &reqs, &candidates, &ResVec::default(), hostname, pod, d)?;
+        let hostname_req = Req::is_in([hostname]);
+        let placement =
+            self.claim_check(pi, &pool.reqs, &candidates, &ResVec::default(), hostname, &hostname_req, pod, d)?;
         self.next_hostname = None;
         self.hostname_counter += 1;
         let ci = self.claims.len();
         self.claims.push(Claim {
             pool: pi,
             hostname,
-            reqs,
+            hostname_req,
+            reqs: Reqs::new(),
             types: Bits::new(0),
             requests: ResVec::default(),
             pods: Vec::new(),
             host_ports: Vec::new(),
             min_values_relaxed: false,
         });
-        self.claim_order.insert((0, ci as u32));
         self.claim_add(ci, pod, placement);
         // Pessimistic limit accounting: the largest capacity among the claim's options.
         let pool = &mut self.pools[pi];
@@ -1096,26 +1157,19 @@ impl Engine {
                 return Ok(());
             }
         }
-        let mut after: Option<(u32, u32)> = None;
-        loop {
-            let next = {
-                let range = match after {
-                    None => self.claim_order.range(..),
-                    Some(k) => self.claim_order.range((Bound::Excluded(k), Bound::Unbounded)),
-                };
-                range.copied().find(|&(_, ci)| self.claim_precheck(&self.claims[ci as usize], pod, d))
-            };
-            let Some(key) = next else { break };
-            let ci = key.1 as usize;
-            let (pool, reqs, types, requests, hostname) = {
-                let c = &self.claims[ci];
-                (c.pool, c.reqs.clone(), c.types.clone(), c.requests.clone(), c.hostname)
-            };
-            if let Ok(placement) = self.claim_check(pool, &reqs, &types, &requests, hostname, pod, d) {
-                self.claim_add(ci, pod, placement);
-                return Ok(());
+        // In-flight claims, fewest pods first (ties: oldest first).
+        let found = self.claim_order.iter().find_map(|&ci| {
+            let c = &self.claims[ci as usize];
+            if !self.claim_precheck(c, pod, d) {
+                return None;
             }
-            after = Some(key);
+            self.claim_check(c.pool, &c.reqs, &c.types, &c.requests, c.hostname, &c.hostname_req, pod, d)
+                .ok()
+                .map(|p| (ci as usize, p))
+        });
+        if let Some((ci, placement)) = found {
+            self.claim_add(ci, pod, placement);
+            return Ok(());
         }
         let mut errors = Vec::new();
         for pi in 0..self.pools.len() {
@@ -1204,7 +1258,10 @@ impl Engine {
                 format!("nodepool {name}: instance types cannot satisfy minValues for {}", keys.join(", "))
             }
             Reject::Resources(r) => format!("nodepool {name}: not enough {}", i.resource_name(*r)),
-            Reject::NoInstanceType { reqs, requests } => self.explain_no_type(pi, reqs, requests, pod),
+            Reject::NoInstanceType => {
+                let reqs = pool.reqs.intersection(&d.reqs);
+                self.explain_no_type(pi, &reqs, &pod.requests, pod)
+            }
         }
     }
 
@@ -1339,18 +1396,14 @@ impl Engine {
 
     // ---- finalisation ---------------------------------------------------------------------------
 
-    fn finalize(&mut self, claim: &Claim, infos: &[PodInfo]) -> Result<NewNodeClaim, String> {
+    fn finalize(&self, claim: &Claim) -> Result<NewNodeClaim, String> {
         let pool = &self.pools[claim.pool];
         let keys = &self.keys;
-        let mut options: Vec<(f64, &str, usize)> = claim
-            .types
-            .iter()
-            .map(|t| (pool.cheapest_price(t, &claim.reqs, keys), pool.types[t].name.as_str(), t))
-            .collect();
-        options.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1)));
-        options.truncate(self.options.max_instance_types.max(1));
+        let order = pool.price_order(&claim.reqs, keys);
+        let max = self.options.max_instance_types.max(1);
+        let options: Vec<(f64, usize)> = order.iter().copied().filter(|(_, t)| claim.types.get(*t)).take(max).collect();
         let mut kept = Bits::new(pool.types.len());
-        for (_, _, t) in &options {
+        for (_, t) in &options {
             kept.set(*t);
         }
         let unmet = pool.unmet_min_values(&kept, &claim.reqs);
@@ -1366,7 +1419,8 @@ impl Engine {
         let mut requests = claim.requests.clone();
         let mut min_overhead: Option<ResVec> = None;
         let mut groups_seen = HashSet::new();
-        for (_, _, t) in &options {
+        let mut capacity_types: BTreeSet<Sym> = BTreeSet::new();
+        for (_, t) in &options {
             let g = pool.types[*t].daemon_group;
             if groups_seen.insert(g) {
                 match &mut min_overhead {
@@ -1374,26 +1428,22 @@ impl Engine {
                     Some(m) => m.min_with(&pool.daemon_groups[g].overhead),
                 }
             }
+            for o in &pool.types[*t].offerings {
+                if o.available && offering_compatible(o, &claim.reqs, keys) {
+                    capacity_types.insert(o.capacity_type);
+                }
+            }
         }
         if let Some(m) = min_overhead {
             requests.add(&m);
         }
         let mut reqs = self.reqs_text(&claim.reqs);
-        let min_it = reqs.get(&well_known::INSTANCE_TYPE_LABEL.to_string()).and_then(|r| r.min_values());
-        reqs.set(
-            well_known::INSTANCE_TYPE_LABEL.to_string(),
-            Requirement::is_in(options.iter().map(|(_, n, _)| n.to_string())).with_min_values(min_it),
-        );
-        let mut capacity_types: BTreeSet<String> = BTreeSet::new();
-        for (_, _, t) in &options {
-            for o in &pool.types[*t].offerings {
-                if o.available && offering_compatible(o, &claim.reqs, keys) {
-                    capacity_types.insert(self.interner.value_str(o.capacity_type).to_string());
-                }
-            }
-        }
         let min_ct = reqs.get(&well_known::CAPACITY_TYPE_LABEL.to_string()).and_then(|r| r.min_values());
+        let capacity_types = capacity_types.into_iter().map(|c| self.interner.value_str(c).to_string());
         reqs.set(well_known::CAPACITY_TYPE_LABEL.to_string(), Requirement::is_in(capacity_types).with_min_values(min_ct));
+        let instance_type_min_values = reqs.get(&well_known::INSTANCE_TYPE_LABEL.to_string()).and_then(|r| r.min_values());
+        // The instance-type list lives in `instance_types`; `node_claim_requirements()` adds it.
+        reqs.remove(&well_known::INSTANCE_TYPE_LABEL.to_string());
         let mut labels = pool.labels.clone();
         labels.insert(well_known::NODEPOOL_LABEL.to_string(), pool.name.clone());
         for (k, r) in reqs.iter() {
@@ -1408,12 +1458,15 @@ impl Engine {
                 labels.insert(k.clone(), v);
             }
         }
-        let _ = infos;
         Ok(NewNodeClaim {
             node_pool: pool.name.clone(),
             hostname: self.interner.value_str(claim.hostname).to_string(),
             requirements: reqs.to_node_selector(),
-            instance_types: options.iter().map(|(p, n, _)| InstanceTypeOption { name: n.to_string(), price: *p }).collect(),
+            instance_type_min_values: instance_type_min_values.map(|m| m as i32),
+            instance_types: options
+                .iter()
+                .map(|(p, t)| InstanceTypeOption { name: pool.types[*t].name.clone(), price: *p })
+                .collect(),
             pods: claim.pods.clone(),
             requests: self.interner.resource_list(&requests),
             labels,
@@ -1484,7 +1537,7 @@ pub(crate) fn solve(input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
     }
     let claims = std::mem::take(&mut engine.claims);
     for claim in &claims {
-        match engine.finalize(claim, &infos) {
+        match engine.finalize(claim) {
             Ok(nc) => results.new_node_claims.push(nc),
             Err(reason) => {
                 for &p in &claim.pods {

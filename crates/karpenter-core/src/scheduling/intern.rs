@@ -9,6 +9,39 @@ use karpenter_api::well_known;
 use crate::requirements::{Requirement, RequirementValue, Requirements};
 use crate::resources::{self, Quantity, ResourceList};
 
+/// A fast, non-cryptographic hasher (FxHash) for the solver's internal maps; keys are our own
+/// integers and requirement sets, never attacker-chosen strings of unbounded size.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+pub(crate) type FxBuild = std::hash::BuildHasherDefault<FxHasher>;
+pub(crate) type FxMap<K, V> = HashMap<K, V, FxBuild>;
+
 /// An interned label key.
 pub(crate) type Key = u32;
 
@@ -52,13 +85,13 @@ pub(crate) type Reqs = Requirements<Key, Sym>;
 #[derive(Default)]
 pub(crate) struct Interner {
     keys: Vec<String>,
-    key_ids: HashMap<String, Key>,
+    key_ids: FxMap<String, Key>,
     well_known: Vec<bool>,
     values: Vec<String>,
-    value_ids: HashMap<String, Sym>,
+    value_ids: FxMap<String, Sym>,
     extra_well_known: Vec<String>,
     resource_names: Vec<String>,
-    resource_ids: HashMap<String, usize>,
+    resource_ids: FxMap<String, usize>,
 }
 
 pub(crate) const CPU: usize = 0;
@@ -204,10 +237,11 @@ impl ResVec {
     }
 
     pub fn max_with(&mut self, other: &ResVec) {
-        for (i, b) in other.0.iter().enumerate() {
-            if *b > self.get(i) {
-                self.set(i, *b);
-            }
+        if self.0.len() < other.0.len() {
+            self.0.resize(other.0.len(), 0);
+        }
+        for (a, b) in self.0.iter_mut().zip(&other.0) {
+            *a = (*a).max(*b);
         }
     }
 

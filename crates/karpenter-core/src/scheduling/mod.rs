@@ -12,6 +12,7 @@ mod intern;
 mod topology;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -136,8 +137,12 @@ pub struct NewNodeClaim {
     pub node_pool: String,
     /// Placeholder hostname, unique within the solve.
     pub hostname: String,
-    /// Includes `node.kubernetes.io/instance-type In [...]` and `karpenter.sh/capacity-type In [...]`.
+    /// The NodeClaim's requirements, including `karpenter.sh/capacity-type In [...]` but not the
+    /// (long) instance-type list: [`NewNodeClaim::node_claim_requirements`] adds it.
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
+    /// `minValues` on `node.kubernetes.io/instance-type`, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance_type_min_values: Option<i32>,
     /// Cheapest first (ties by name), at most `max_instance_types`.
     pub instance_types: Vec<InstanceTypeOption>,
     /// Indices into the pods given to [`Scheduler::solve`].
@@ -153,7 +158,9 @@ pub struct NewNodeClaim {
 /// One instance type a NodeClaim may launch as.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct InstanceTypeOption {
-    pub name: String,
+    /// Shared with the other NodeClaims of the solve (no copy per claim).
+    #[serde(serialize_with = "serialize_str")]
+    pub name: Arc<str>,
     /// USD/hour of the cheapest available offering compatible with the NodeClaim.
     pub price: f64,
 }
@@ -174,6 +181,26 @@ pub struct UnschedulablePod {
     pub name: String,
     /// One line per NodePool (or cause), naming the blocking constraint.
     pub explanation: String,
+}
+
+fn serialize_str<S: serde::Serializer>(s: &Arc<str>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(s)
+}
+
+impl NewNodeClaim {
+    /// The requirements to write on the NodeClaim object: [`requirements`](Self::requirements)
+    /// plus `node.kubernetes.io/instance-type In [the options' names]`, sorted by key.
+    pub fn node_claim_requirements(&self) -> Vec<NodeSelectorRequirementWithMinValues> {
+        let mut out = self.requirements.clone();
+        out.push(NodeSelectorRequirementWithMinValues {
+            key: karpenter_api::well_known::INSTANCE_TYPE_LABEL.to_string(),
+            operator: "In".to_string(),
+            values: self.instance_types.iter().map(|o| o.name.to_string()).collect(),
+            min_values: self.instance_type_min_values,
+        });
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
 }
 
 impl SchedulingResults {

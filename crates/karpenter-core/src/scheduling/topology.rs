@@ -28,6 +28,12 @@ pub(crate) struct NodeFilter {
 }
 
 impl NodeFilter {
+    /// Matches every node (no node selector, terms or taint policy to check).
+    pub fn is_trivial(&self) -> bool {
+        self.tolerations.is_none()
+            && self.affinity.as_ref().is_none_or(|(selector, terms)| selector.is_empty() && terms.iter().all(|t| t.is_empty()))
+    }
+
     pub fn matches(&self, node_reqs: &Reqs, node_taints: &[Taint], interner: &Interner) -> bool {
         if let Some((selector, terms)) = &self.affinity {
             let allow = |k: &Key| interner.is_well_known(*k);
@@ -169,18 +175,18 @@ impl Topology {
         })
     }
 
-    /// Candidate domains on a node: its explicit `In` list, else known domains it allows.
-    fn candidates(&self, key: Key, node_domains: &Req, tolerations: Option<&[Toleration]>) -> Vec<Sym> {
-        if node_domains.operator() == crate::requirements::Operator::In {
-            node_domains.values().to_vec()
-        } else {
-            self.universe(key, tolerations).filter(|d| node_domains.has(d)).collect()
+    /// Candidate domains on a node: its explicit `In` list, else known domains it allows
+    /// (`None` means `Exists`).
+    fn candidates(&self, key: Key, node_domains: Option<&Req>, tolerations: Option<&[Toleration]>) -> Vec<Sym> {
+        match node_domains {
+            Some(r) if r.operator() == crate::requirements::Operator::In => r.values().to_vec(),
+            _ => self.universe(key, tolerations).filter(|d| has(node_domains, d)).collect(),
         }
     }
 
     /// The domains `group` allows a pod into, as a requirement on the group's key; `None` when
     /// none (the constraint cannot be met there).
-    pub fn allowed(&self, gid: usize, pod_selected: bool, pod_domains: &Req, node_domains: &Req) -> Option<Req> {
+    pub fn allowed(&self, gid: usize, pod_selected: bool, pod_domains: Option<&Req>, node_domains: Option<&Req>) -> Option<Req> {
         let g = &self.groups[gid];
         let self_count = u32::from(pod_selected);
         match g.kind {
@@ -191,7 +197,7 @@ impl Topology {
                 } else {
                     let mut eligible = 0u32;
                     let mut min = u32::MAX;
-                    for d in self.universe(g.key, tolerations).filter(|d| pod_domains.has(d)) {
+                    for d in self.universe(g.key, tolerations).filter(|d| has(pod_domains, d)) {
                         eligible += 1;
                         min = min.min(g.count(d));
                     }
@@ -209,13 +215,13 @@ impl Topology {
             GroupKind::Affinity => {
                 let candidates = self.candidates(g.key, node_domains, None);
                 let occupied: Vec<Sym> =
-                    candidates.iter().copied().filter(|d| g.count(*d) > 0 && pod_domains.has(d)).collect();
+                    candidates.iter().copied().filter(|d| g.count(*d) > 0 && has(pod_domains, d)).collect();
                 if !occupied.is_empty() {
                     return Some(Req::is_in(occupied));
                 }
                 // Bootstrap: a pod selecting itself may start the group where none is yet.
-                if pod_selected && !g.nonzero.iter().any(|d| pod_domains.has(d)) {
-                    return candidates.into_iter().find(|d| pod_domains.has(d)).map(|d| Req::is_in([d]));
+                if pod_selected && !g.nonzero.iter().any(|d| has(pod_domains, d)) {
+                    return candidates.into_iter().find(|d| has(pod_domains, d)).map(|d| Req::is_in([d]));
                 }
                 None
             }
@@ -223,9 +229,42 @@ impl Topology {
                 let empty: Vec<Sym> = self
                     .candidates(g.key, node_domains, None)
                     .into_iter()
-                    .filter(|d| g.count(*d) == 0 && pod_domains.has(d))
+                    .filter(|d| g.count(*d) == 0 && has(pod_domains, d))
                     .collect();
                 (!empty.is_empty()).then(|| Req::is_in(empty))
+            }
+        }
+    }
+
+    /// Allocation-free `allowed(..).is_some()` for a node whose requirement on the key is the
+    /// explicit `In` list `node_values`.
+    pub fn allows_any(&self, gid: usize, pod_selected: bool, pod_domains: Option<&Req>, node_values: &[Sym]) -> bool {
+        let g = &self.groups[gid];
+        let self_count = u32::from(pod_selected);
+        match g.kind {
+            GroupKind::Spread { max_skew, min_domains } => {
+                let tolerations = g.filter.tolerations.as_deref();
+                let global_min = if g.key == self.hostname_key {
+                    0
+                } else {
+                    let mut eligible = 0u32;
+                    let mut min = u32::MAX;
+                    for d in self.universe(g.key, tolerations).filter(|d| has(pod_domains, d)) {
+                        eligible += 1;
+                        min = min.min(g.count(d));
+                    }
+                    if eligible == 0 || min_domains.is_some_and(|m| eligible < m) { 0 } else { min }
+                };
+                node_values.iter().any(|d| (g.count(*d) + self_count).saturating_sub(global_min) <= max_skew)
+            }
+            GroupKind::Affinity => {
+                node_values.iter().any(|d| g.count(*d) > 0 && has(pod_domains, d))
+                    || (pod_selected
+                        && !g.nonzero.iter().any(|d| has(pod_domains, d))
+                        && node_values.iter().any(|d| has(pod_domains, d)))
+            }
+            GroupKind::AntiAffinity | GroupKind::InverseAntiAffinity => {
+                node_values.iter().any(|d| g.count(*d) == 0 && has(pod_domains, d))
             }
         }
     }
@@ -243,21 +282,26 @@ impl Topology {
 
     /// Records a placement in `gid` on a node whose requirement on the key is `node_domains`.
     /// Anti-affinity counts every domain still possible; spread and affinity only a single one.
-    pub fn record(&mut self, gid: usize, node_domains: &Req) {
+    pub fn record(&mut self, gid: usize, node_domains: Option<&Req>) {
         let key = self.groups[gid].key;
         let every = matches!(self.groups[gid].kind, GroupKind::AntiAffinity | GroupKind::InverseAntiAffinity);
-        let domains: Vec<Sym> = if node_domains.operator() == crate::requirements::Operator::In {
-            if !every && node_domains.values().len() != 1 {
-                return;
+        let domains: Vec<Sym> = match node_domains {
+            Some(r) if r.operator() == crate::requirements::Operator::In => {
+                if !every && r.values().len() != 1 {
+                    return;
+                }
+                r.values().to_vec()
             }
-            node_domains.values().to_vec()
-        } else if every {
-            self.universe(key, None).filter(|d| node_domains.has(d)).collect()
-        } else {
-            return;
+            _ if every => self.universe(key, None).filter(|d| has(node_domains, d)).collect(),
+            _ => return,
         };
         for d in domains {
             self.groups[gid].record(d);
         }
     }
+}
+
+/// Whether a requirement (`None` = `Exists`) allows `d`.
+fn has(req: Option<&Req>, d: &Sym) -> bool {
+    req.is_none_or(|r| r.has(d))
 }
