@@ -28,7 +28,11 @@ pub struct Warning {
 
 impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}: {}: {}: {}", self.source, self.index, self.object, self.field, self.message)
+        write!(
+            f,
+            "{}:{}: {}: {}: {}",
+            self.source, self.index, self.object, self.field, self.message
+        )
     }
 }
 
@@ -95,7 +99,10 @@ pub enum Output {
 pub fn convert(inputs: &[Input]) -> (Vec<Output>, Vec<Warning>) {
     let mut converter = Converter::default();
     converter.collect_kubelets(inputs);
-    let outputs = inputs.iter().map(|input| converter.convert_one(input)).collect();
+    let outputs = inputs
+        .iter()
+        .map(|input| converter.convert_one(input))
+        .collect();
     converter.report_unplaced_kubelets();
     (outputs, converter.warnings)
 }
@@ -142,7 +149,11 @@ impl Ctx<'_> {
 }
 
 fn text(value: &Value, pointer: &str) -> String {
-    value.pointer(pointer).and_then(Value::as_str).unwrap_or_default().to_string()
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn take_map(map: &mut Map<String, Value>, key: &str) -> Map<String, Value> {
@@ -153,7 +164,11 @@ fn take_map(map: &mut Map<String, Value>, key: &str) -> Map<String, Value> {
 }
 
 fn non_empty(map: Map<String, Value>) -> Option<Value> {
-    if map.is_empty() { None } else { Some(Value::Object(map)) }
+    if map.is_empty() {
+        None
+    } else {
+        Some(Value::Object(map))
+    }
 }
 
 /// `3600` → `1h`, `90` → `1m30s`, `0` → `0s`.
@@ -175,23 +190,45 @@ pub fn compact_duration(secs: u64) -> String {
 impl Converter {
     fn collect_kubelets(&mut self, inputs: &[Input]) {
         for input in inputs {
-            let (api_version, kind) = (text(&input.value, "/apiVersion"), text(&input.value, "/kind"));
-            let (field, class_pointer, kubelet_pointer) = match (api_version.as_str(), kind.as_str()) {
-                ("karpenter.sh/v1alpha5", "Provisioner") => {
-                    ("spec.kubeletConfiguration", "/spec/providerRef/name", "/spec/kubeletConfiguration")
-                }
-                ("karpenter.sh/v1beta1", "NodePool") => {
-                    ("spec.template.spec.kubelet", "/spec/template/spec/nodeClassRef/name", "/spec/template/spec/kubelet")
-                }
-                _ => continue,
+            let (api_version, kind) = (
+                text(&input.value, "/apiVersion"),
+                text(&input.value, "/kind"),
+            );
+            let (field, class_pointer, kubelet_pointer) =
+                match (api_version.as_str(), kind.as_str()) {
+                    ("karpenter.sh/v1alpha5", "Provisioner") => (
+                        "spec.kubeletConfiguration",
+                        "/spec/providerRef/name",
+                        "/spec/kubeletConfiguration",
+                    ),
+                    ("karpenter.sh/v1beta1", "NodePool") => (
+                        "spec.template.spec.kubelet",
+                        "/spec/template/spec/nodeClassRef/name",
+                        "/spec/template/spec/kubelet",
+                    ),
+                    _ => continue,
+                };
+            let Some(kubelet) = input.value.pointer(kubelet_pointer).cloned() else {
+                continue;
             };
-            let Some(kubelet) = input.value.pointer(kubelet_pointer).cloned() else { continue };
             let name = text(&input.value, "/metadata/name");
             // An inline `provider` becomes an EC2NodeClass named after the Provisioner.
-            let class = input.value.pointer(class_pointer).and_then(Value::as_str).unwrap_or(&name).to_string();
-            let origin =
-                Origin { source: input.source.clone(), index: input.index, object: format!("{kind}/{name}"), field: field.into() };
-            self.kubelets.entry(class).or_default().push((kubelet, origin));
+            let class = input
+                .value
+                .pointer(class_pointer)
+                .and_then(Value::as_str)
+                .unwrap_or(&name)
+                .to_string();
+            let origin = Origin {
+                source: input.source.clone(),
+                index: input.index,
+                object: format!("{kind}/{name}"),
+                field: field.into(),
+            };
+            self.kubelets
+                .entry(class)
+                .or_default()
+                .push((kubelet, origin));
         }
     }
 
@@ -215,13 +252,20 @@ impl Converter {
     }
 
     fn convert_one(&mut self, input: &Input) -> Output {
-        let (api_version, kind) = (text(&input.value, "/apiVersion"), text(&input.value, "/kind"));
+        let (api_version, kind) = (
+            text(&input.value, "/apiVersion"),
+            text(&input.value, "/kind"),
+        );
         if !is_legacy(&api_version, &kind) {
             return Output::PassThrough;
         }
         let name = text(&input.value, "/metadata/name");
-        let origin =
-            Origin { source: input.source.clone(), index: input.index, object: format!("{kind}/{name}"), field: String::new() };
+        let origin = Origin {
+            source: input.source.clone(),
+            index: input.index,
+            object: format!("{kind}/{name}"),
+            field: String::new(),
+        };
         let Value::Object(mut object) = input.value.clone() else {
             return Output::Failed("not an object".into());
         };
@@ -230,14 +274,21 @@ impl Converter {
         let metadata = convert_metadata(take_map(&mut object, "metadata"));
         let spec = take_map(&mut object, "spec");
         let mut warnings = std::mem::take(&mut self.warnings);
-        let mut ctx = Ctx { origin, warnings: &mut warnings };
+        let mut ctx = Ctx {
+            origin,
+            warnings: &mut warnings,
+        };
         object.remove("status");
         ctx.leftovers("", object);
         let result = match (api_version.as_str(), kind.as_str()) {
             ("karpenter.sh/v1alpha5", "Provisioner") => self.provisioner(&mut ctx, metadata, spec),
-            ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate") => self.aws_node_template(&mut ctx, metadata, spec, &name),
+            ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate") => {
+                self.aws_node_template(&mut ctx, metadata, spec, &name)
+            }
             ("karpenter.sh/v1beta1", "NodePool") => nodepool_v1beta1(&mut ctx, metadata, spec),
-            ("karpenter.k8s.aws/v1beta1", "EC2NodeClass") => self.ec2nodeclass_v1beta1(&mut ctx, metadata, spec, &name),
+            ("karpenter.k8s.aws/v1beta1", "EC2NodeClass") => {
+                self.ec2nodeclass_v1beta1(&mut ctx, metadata, spec, &name)
+            }
             ("karpenter.sh/v1beta1", "NodeClaim") => nodeclaim_v1beta1(&mut ctx, metadata, spec),
             _ => {
                 ctx.warn("kind", format!("{api_version} {kind} has no v1 equivalent (Karpenter creates NodeClaims itself); dropped"));
@@ -251,7 +302,12 @@ impl Converter {
         }
     }
 
-    fn provisioner(&mut self, ctx: &mut Ctx<'_>, metadata: Value, mut spec: Map<String, Value>) -> Result<Vec<V1Object>, String> {
+    fn provisioner(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        metadata: Value,
+        mut spec: Map<String, Value>,
+    ) -> Result<Vec<V1Object>, String> {
         let name = text(&metadata, "/name");
         let mut template_metadata = Map::new();
         for field in ["labels", "annotations"] {
@@ -266,7 +322,10 @@ impl Converter {
             }
         }
         let requirements = spec.remove("requirements").unwrap_or_else(|| json!([]));
-        template_spec.insert("requirements".into(), convert_requirements(ctx, "spec.requirements", requirements));
+        template_spec.insert(
+            "requirements".into(),
+            convert_requirements(ctx, "spec.requirements", requirements),
+        );
         let mut objects = Vec::new();
         let provider_ref = take_map(&mut spec, "providerRef");
         let provider = spec.remove("provider");
@@ -274,17 +333,27 @@ impl Converter {
             (Some(class), _) => class.to_string(),
             (None, Some(_)) => name.clone(),
             (None, None) => {
-                ctx.warn("spec.providerRef", "missing; pointing nodeClassRef at an EC2NodeClass named \"default\"");
+                ctx.warn(
+                    "spec.providerRef",
+                    "missing; pointing nodeClassRef at an EC2NodeClass named \"default\"",
+                );
                 "default".into()
             }
         };
         if let Some(Value::Object(provider)) = provider {
             // The inline provider block is an AWSNodeTemplate spec without a name.
             let class_metadata = json!({ "name": class_name });
-            let mut inner = Ctx { origin: ctx.origin.clone(), warnings: &mut *ctx.warnings };
+            let mut inner = Ctx {
+                origin: ctx.origin.clone(),
+                warnings: &mut *ctx.warnings,
+            };
             inner.origin.object = format!("{} (spec.provider)", inner.origin.object);
-            let mut converted = self.aws_node_template(&mut inner, class_metadata, provider, &class_name)?;
-            ctx.warn("spec.provider", format!("inline provider converted to EC2NodeClass {class_name:?}"));
+            let mut converted =
+                self.aws_node_template(&mut inner, class_metadata, provider, &class_name)?;
+            ctx.warn(
+                "spec.provider",
+                format!("inline provider converted to EC2NodeClass {class_name:?}"),
+            );
             objects.append(&mut converted);
         }
         template_spec.insert(
@@ -300,7 +369,9 @@ impl Converter {
         spec.remove("kubeletConfiguration");
         match spec.remove("ttlSecondsUntilExpired") {
             Some(ttl) => {
-                let secs = ttl.as_u64().ok_or("spec.ttlSecondsUntilExpired must be a non-negative integer")?;
+                let secs = ttl
+                    .as_u64()
+                    .ok_or("spec.ttlSecondsUntilExpired must be a non-negative integer")?;
                 template_spec.insert("expireAfter".into(), json!(compact_duration(secs)));
             }
             // v1alpha5 never expired nodes by default; keep that.
@@ -311,24 +382,38 @@ impl Converter {
         let mut disruption = Map::new();
         let ttl_empty = spec.remove("ttlSecondsAfterEmpty");
         let mut consolidation = take_map(&mut spec, "consolidation");
-        let consolidation_enabled = consolidation.remove("enabled").and_then(|v| v.as_bool()).unwrap_or(false);
+        let consolidation_enabled = consolidation
+            .remove("enabled")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false);
         ctx.leftovers("spec.consolidation", consolidation);
         match (consolidation_enabled, ttl_empty) {
             (true, ttl) => {
                 if ttl.is_some() {
-                    ctx.warn("spec.ttlSecondsAfterEmpty", "ignored: consolidation.enabled already removes empty nodes");
+                    ctx.warn(
+                        "spec.ttlSecondsAfterEmpty",
+                        "ignored: consolidation.enabled already removes empty nodes",
+                    );
                 }
-                disruption.insert("consolidationPolicy".into(), json!("WhenEmptyOrUnderutilized"));
+                disruption.insert(
+                    "consolidationPolicy".into(),
+                    json!("WhenEmptyOrUnderutilized"),
+                );
                 disruption.insert("consolidateAfter".into(), json!("0s"));
             }
             (false, Some(ttl)) => {
-                let secs = ttl.as_u64().ok_or("spec.ttlSecondsAfterEmpty must be a non-negative integer")?;
+                let secs = ttl
+                    .as_u64()
+                    .ok_or("spec.ttlSecondsAfterEmpty must be a non-negative integer")?;
                 disruption.insert("consolidationPolicy".into(), json!("WhenEmpty"));
                 disruption.insert("consolidateAfter".into(), json!(compact_duration(secs)));
             }
             // Without either, v1alpha5 never removed nodes for being empty or underused.
             (false, None) => {
-                disruption.insert("consolidationPolicy".into(), json!("WhenEmptyOrUnderutilized"));
+                disruption.insert(
+                    "consolidationPolicy".into(),
+                    json!("WhenEmptyOrUnderutilized"),
+                );
                 disruption.insert("consolidateAfter".into(), json!("Never"));
             }
         }
@@ -363,10 +448,18 @@ impl Converter {
     ) -> Result<Vec<V1Object>, String> {
         let mut out = Map::new();
         let subnets = spec.remove("subnetSelector");
-        out.insert("subnetSelectorTerms".into(), selector_terms(ctx, "spec.subnetSelector", subnets, false));
+        out.insert(
+            "subnetSelectorTerms".into(),
+            selector_terms(ctx, "spec.subnetSelector", subnets, false),
+        );
         let groups = spec.remove("securityGroupSelector");
-        out.insert("securityGroupSelectorTerms".into(), selector_terms(ctx, "spec.securityGroupSelector", groups, true));
-        let family = spec.remove("amiFamily").and_then(|v| v.as_str().map(str::to_string));
+        out.insert(
+            "securityGroupSelectorTerms".into(),
+            selector_terms(ctx, "spec.securityGroupSelector", groups, true),
+        );
+        let family = spec
+            .remove("amiFamily")
+            .and_then(|v| v.as_str().map(str::to_string));
         let ami_terms = match spec.remove("amiSelector") {
             Some(Value::Object(selector)) => Some(ami_terms_v1alpha1(selector)),
             _ => None,
@@ -374,7 +467,10 @@ impl Converter {
         let family = match family {
             Some(f) => f,
             None => {
-                ctx.warn("spec.amiFamily", "not set; v1alpha1 defaulted to AL2, written as such");
+                ctx.warn(
+                    "spec.amiFamily",
+                    "not set; v1alpha1 defaulted to AL2, written as such",
+                );
                 "AL2".into()
             }
         };
@@ -394,7 +490,14 @@ impl Converter {
                 out.insert("role".into(), json!("KarpenterNodeRole-${CLUSTER_NAME}"));
             }
         }
-        for field in ["userData", "tags", "blockDeviceMappings", "metadataOptions", "detailedMonitoring", "context"] {
+        for field in [
+            "userData",
+            "tags",
+            "blockDeviceMappings",
+            "metadataOptions",
+            "detailedMonitoring",
+            "context",
+        ] {
             if let Some(v) = spec.remove(field) {
                 out.insert(field.into(), v);
             }
@@ -404,7 +507,9 @@ impl Converter {
         }
         ctx.leftovers("spec", spec);
         self.attach_kubelet(ctx, &mut out, name);
-        Ok(vec![V1Object::EC2NodeClass(Box::new(typed_ec2nodeclass(metadata, out)?))])
+        Ok(vec![V1Object::EC2NodeClass(Box::new(typed_ec2nodeclass(
+            metadata, out,
+        )?))])
     }
 
     fn ec2nodeclass_v1beta1(
@@ -415,12 +520,20 @@ impl Converter {
         name: &str,
     ) -> Result<Vec<V1Object>, String> {
         let mut out = Map::new();
-        let family = spec.remove("amiFamily").and_then(|v| v.as_str().map(str::to_string));
-        let terms = spec.remove("amiSelectorTerms").and_then(|v| v.as_array().cloned()).filter(|t| !t.is_empty());
+        let family = spec
+            .remove("amiFamily")
+            .and_then(|v| v.as_str().map(str::to_string));
+        let terms = spec
+            .remove("amiSelectorTerms")
+            .and_then(|v| v.as_array().cloned())
+            .filter(|t| !t.is_empty());
         let family = match family {
             Some(f) => f,
             None => {
-                ctx.warn("spec.amiFamily", "not set; v1beta1 defaulted to AL2, written as such");
+                ctx.warn(
+                    "spec.amiFamily",
+                    "not set; v1beta1 defaulted to AL2, written as such",
+                );
                 "AL2".into()
             }
         };
@@ -451,17 +564,28 @@ impl Converter {
         }
         ctx.leftovers("spec", spec);
         self.attach_kubelet(ctx, &mut out, name);
-        Ok(vec![V1Object::EC2NodeClass(Box::new(typed_ec2nodeclass(metadata, out)?))])
+        Ok(vec![V1Object::EC2NodeClass(Box::new(typed_ec2nodeclass(
+            metadata, out,
+        )?))])
     }
 
     fn attach_kubelet(&mut self, ctx: &mut Ctx<'_>, out: &mut Map<String, Value>, class: &str) {
         self.placed.push(class.to_string());
-        let Some(entries) = self.kubelets.get(class) else { return };
-        let Some((first, first_origin)) = entries.first() else { return };
-        let Value::Object(mut kubelet) = first.clone() else { return };
+        let Some(entries) = self.kubelets.get(class) else {
+            return;
+        };
+        let Some((first, first_origin)) = entries.first() else {
+            return;
+        };
+        let Value::Object(mut kubelet) = first.clone() else {
+            return;
+        };
         if let Some(runtime) = kubelet.remove("containerRuntime") {
             ctx.warn(
-                format!("{} (from {}).containerRuntime", first_origin.field, first_origin.object),
+                format!(
+                    "{} (from {}).containerRuntime",
+                    first_origin.field, first_origin.object
+                ),
                 format!("{runtime} has no v1 equivalent (containerd is the only runtime); dropped"),
             );
         }
@@ -483,7 +607,14 @@ impl Converter {
 
 fn convert_metadata(mut metadata: Map<String, Value>) -> Value {
     // Server-populated fields would make the output unappliable.
-    for field in ["uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "selfLink"] {
+    for field in [
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "managedFields",
+        "selfLink",
+    ] {
         metadata.remove(field);
     }
     if let Some(Value::Object(annotations)) = metadata.get_mut("annotations") {
@@ -496,7 +627,9 @@ fn convert_metadata(mut metadata: Map<String, Value>) -> Value {
 }
 
 fn convert_requirements(ctx: &mut Ctx<'_>, field: &str, requirements: Value) -> Value {
-    let Value::Array(items) = requirements else { return json!([]) };
+    let Value::Array(items) = requirements else {
+        return json!([]);
+    };
     let kept = items
         .into_iter()
         .filter(|r| {
@@ -513,7 +646,12 @@ fn convert_requirements(ctx: &mut Ctx<'_>, field: &str, requirements: Value) -> 
 
 /// v1alpha1 selector map → v1 terms: `aws-ids` becomes id terms, `aws::name` name terms (security
 /// groups), everything else one tags term.
-fn selector_terms(ctx: &mut Ctx<'_>, field: &str, selector: Option<Value>, names_allowed: bool) -> Value {
+fn selector_terms(
+    ctx: &mut Ctx<'_>,
+    field: &str,
+    selector: Option<Value>,
+    names_allowed: bool,
+) -> Value {
     let Some(Value::Object(selector)) = selector else {
         ctx.warn(field, "missing; v1 requires selector terms: wrote a karpenter.sh/discovery tag term you must adjust");
         return json!([{ "tags": { "karpenter.sh/discovery": "${CLUSTER_NAME}" } }]);
@@ -521,10 +659,15 @@ fn selector_terms(ctx: &mut Ctx<'_>, field: &str, selector: Option<Value>, names
     let mut terms = Vec::new();
     let mut tags = Map::new();
     for (key, value) in selector {
-        let text = value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
+        let text = value
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| value.to_string());
         match key.as_str() {
             "aws-ids" | "aws::ids" => terms.extend(split_list(&text).map(|id| json!({ "id": id }))),
-            "aws::name" if names_allowed => terms.extend(split_list(&text).map(|n| json!({ "name": n }))),
+            "aws::name" if names_allowed => {
+                terms.extend(split_list(&text).map(|n| json!({ "name": n })))
+            }
             _ => {
                 tags.insert(key, json!(text));
             }
@@ -537,7 +680,10 @@ fn selector_terms(ctx: &mut Ctx<'_>, field: &str, selector: Option<Value>, names
 }
 
 fn split_list(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string)
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
 }
 
 fn ami_terms_v1alpha1(selector: Map<String, Value>) -> Vec<Value> {
@@ -546,7 +692,10 @@ fn ami_terms_v1alpha1(selector: Map<String, Value>) -> Vec<Value> {
     let mut name = None;
     let mut owners = Vec::new();
     for (key, value) in selector {
-        let text = value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
+        let text = value
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| value.to_string());
         match key.as_str() {
             "aws-ids" | "aws::ids" => terms.extend(split_list(&text).map(|id| json!({ "id": id }))),
             "aws::name" => name = Some(text),
@@ -602,19 +751,32 @@ fn place_ami_selection(
     Ok(())
 }
 
-fn node_class_ref_v1beta1(ctx: &mut Ctx<'_>, field: &str, mut reference: Map<String, Value>) -> Value {
+fn node_class_ref_v1beta1(
+    ctx: &mut Ctx<'_>,
+    field: &str,
+    mut reference: Map<String, Value>,
+) -> Value {
     let name = reference.remove("name").unwrap_or_else(|| json!(""));
     let group = reference
         .remove("apiVersion")
-        .and_then(|v| v.as_str().map(|s| s.split('/').next().unwrap_or_default().to_string()))
+        .and_then(|v| {
+            v.as_str()
+                .map(|s| s.split('/').next().unwrap_or_default().to_string())
+        })
         .filter(|g| !g.is_empty())
         .unwrap_or_else(|| "karpenter.k8s.aws".into());
-    let kind = reference.remove("kind").unwrap_or_else(|| json!("EC2NodeClass"));
+    let kind = reference
+        .remove("kind")
+        .unwrap_or_else(|| json!("EC2NodeClass"));
     ctx.leftovers(field, reference);
     json!({ "group": group, "kind": kind, "name": name })
 }
 
-fn nodepool_v1beta1(ctx: &mut Ctx<'_>, metadata: Value, mut spec: Map<String, Value>) -> Result<Vec<V1Object>, String> {
+fn nodepool_v1beta1(
+    ctx: &mut Ctx<'_>,
+    metadata: Value,
+    mut spec: Map<String, Value>,
+) -> Result<Vec<V1Object>, String> {
     let mut template = take_map(&mut spec, "template");
     let mut template_spec = take_map(&mut template, "spec");
     let reference = take_map(&mut template_spec, "nodeClassRef");
@@ -625,16 +787,24 @@ fn nodepool_v1beta1(ctx: &mut Ctx<'_>, metadata: Value, mut spec: Map<String, Va
     // Collected up front and moved to the EC2NodeClass.
     template_spec.remove("kubelet");
     if template_spec.remove("resources").is_some() {
-        ctx.warn("spec.template.spec.resources", "removed from the NodePool template in v1; dropped");
+        ctx.warn(
+            "spec.template.spec.resources",
+            "removed from the NodePool template in v1; dropped",
+        );
     }
     let mut disruption = take_map(&mut spec, "disruption");
     if let Some(expire) = disruption.remove("expireAfter") {
         template_spec.insert("expireAfter".into(), expire);
     }
-    let policy = disruption.remove("consolidationPolicy").and_then(|v| v.as_str().map(str::to_string));
+    let policy = disruption
+        .remove("consolidationPolicy")
+        .and_then(|v| v.as_str().map(str::to_string));
     match policy.as_deref() {
         None | Some("WhenUnderutilized") => {
-            disruption.insert("consolidationPolicy".into(), json!("WhenEmptyOrUnderutilized"));
+            disruption.insert(
+                "consolidationPolicy".into(),
+                json!("WhenEmptyOrUnderutilized"),
+            );
             if disruption.get("consolidateAfter").is_none() {
                 disruption.insert("consolidateAfter".into(), json!("0s"));
             }
@@ -647,7 +817,11 @@ fn nodepool_v1beta1(ctx: &mut Ctx<'_>, metadata: Value, mut spec: Map<String, Va
         }
     }
     let known = ["consolidationPolicy", "consolidateAfter", "budgets"];
-    let unknown: Map<String, Value> = disruption.iter().filter(|(k, _)| !known.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let unknown: Map<String, Value> = disruption
+        .iter()
+        .filter(|(k, _)| !known.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     disruption.retain(|k, _| known.contains(&k.as_str()));
     ctx.leftovers("spec.disruption", unknown);
     let mut template_out = Map::new();
@@ -655,12 +829,24 @@ fn nodepool_v1beta1(ctx: &mut Ctx<'_>, metadata: Value, mut spec: Map<String, Va
         template_out.insert("metadata".into(), m);
     }
     ctx.leftovers("spec.template", template);
-    let known_template = ["taints", "startupTaints", "requirements", "nodeClassRef", "expireAfter", "terminationGracePeriod"];
-    let unknown: Map<String, Value> =
-        template_spec.iter().filter(|(k, _)| !known_template.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let known_template = [
+        "taints",
+        "startupTaints",
+        "requirements",
+        "nodeClassRef",
+        "expireAfter",
+        "terminationGracePeriod",
+    ];
+    let unknown: Map<String, Value> = template_spec
+        .iter()
+        .filter(|(k, _)| !known_template.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     template_spec.retain(|k, _| known_template.contains(&k.as_str()));
     ctx.leftovers("spec.template.spec", unknown);
-    template_spec.entry("requirements").or_insert_with(|| json!([]));
+    template_spec
+        .entry("requirements")
+        .or_insert_with(|| json!([]));
     template_out.insert("spec".into(), Value::Object(template_spec));
     let mut out = Map::new();
     out.insert("template".into(), Value::Object(template_out));
@@ -671,15 +857,27 @@ fn nodepool_v1beta1(ctx: &mut Ctx<'_>, metadata: Value, mut spec: Map<String, Va
         }
     }
     ctx.leftovers("spec", spec);
-    Ok(vec![V1Object::NodePool(Box::new(typed_nodepool(metadata, out)?))])
+    Ok(vec![V1Object::NodePool(Box::new(typed_nodepool(
+        metadata, out,
+    )?))])
 }
 
-fn nodeclaim_v1beta1(ctx: &mut Ctx<'_>, metadata: Value, mut spec: Map<String, Value>) -> Result<Vec<V1Object>, String> {
+fn nodeclaim_v1beta1(
+    ctx: &mut Ctx<'_>,
+    metadata: Value,
+    mut spec: Map<String, Value>,
+) -> Result<Vec<V1Object>, String> {
     let reference = take_map(&mut spec, "nodeClassRef");
     let mut out = Map::new();
-    out.insert("nodeClassRef".into(), node_class_ref_v1beta1(ctx, "spec.nodeClassRef", reference));
+    out.insert(
+        "nodeClassRef".into(),
+        node_class_ref_v1beta1(ctx, "spec.nodeClassRef", reference),
+    );
     if spec.remove("kubelet").is_some() {
-        ctx.warn("spec.kubelet", "kubelet settings live on the EC2NodeClass in v1; dropped from the NodeClaim");
+        ctx.warn(
+            "spec.kubelet",
+            "kubelet settings live on the EC2NodeClass in v1; dropped from the NodeClaim",
+        );
     }
     for field in ["taints", "startupTaints", "requirements", "resources"] {
         if let Some(v) = spec.remove(field) {
@@ -689,18 +887,21 @@ fn nodeclaim_v1beta1(ctx: &mut Ctx<'_>, metadata: Value, mut spec: Map<String, V
     out.entry("requirements").or_insert_with(|| json!([]));
     ctx.leftovers("spec", spec);
     let value = json!({ "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": metadata, "spec": out });
-    let nodeclaim: NodeClaim = serde_json::from_value(value).map_err(|err| format!("converted NodeClaim is not valid v1: {err}"))?;
+    let nodeclaim: NodeClaim = serde_json::from_value(value)
+        .map_err(|err| format!("converted NodeClaim is not valid v1: {err}"))?;
     Ok(vec![V1Object::NodeClaim(Box::new(nodeclaim))])
 }
 
 fn typed_nodepool(metadata: Value, spec: Map<String, Value>) -> Result<NodePool, String> {
     let value = json!({ "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": metadata, "spec": spec });
-    serde_json::from_value(value).map_err(|err| format!("converted NodePool is not valid v1: {err}"))
+    serde_json::from_value(value)
+        .map_err(|err| format!("converted NodePool is not valid v1: {err}"))
 }
 
 fn typed_ec2nodeclass(metadata: Value, spec: Map<String, Value>) -> Result<EC2NodeClass, String> {
     let value = json!({ "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": metadata, "spec": spec });
-    serde_json::from_value(value).map_err(|err| format!("converted EC2NodeClass is not valid v1: {err}"))
+    serde_json::from_value(value)
+        .map_err(|err| format!("converted EC2NodeClass is not valid v1: {err}"))
 }
 
 #[cfg(test)]

@@ -38,7 +38,11 @@ pub const EVICTION_VALUE_PATTERN: &str = r"^((\d{1,2}(\.\d{1,2})?|100(\.0{1,2})?
 #[derive(Debug, thiserror::Error)]
 pub enum CrdError {
     #[error("schema path {path:?} does not exist in the {crd:?} CRD (at {segment:?})")]
-    MissingPath { crd: Crd, path: String, segment: String },
+    MissingPath {
+        crd: Crd,
+        path: String,
+        segment: String,
+    },
     #[error("CRD YAML rendering failed: {0}")]
     Yaml(String),
     #[error("CRD (de)serialization failed: {0}")]
@@ -47,7 +51,10 @@ pub enum CrdError {
 
 /// The three CRDs in a stable order: nodepools, nodeclaims, ec2nodeclasses.
 pub fn all() -> Result<Vec<CustomResourceDefinition>, CrdError> {
-    [Crd::NodePool, Crd::NodeClaim, Crd::EC2NodeClass].into_iter().map(crd).collect()
+    [Crd::NodePool, Crd::NodeClaim, Crd::EC2NodeClass]
+        .into_iter()
+        .map(crd)
+        .collect()
 }
 
 /// One finished CRD.
@@ -62,7 +69,10 @@ pub fn crd(which: Crd) -> Result<CustomResourceDefinition, CrdError> {
 /// The finished `openAPIV3Schema` of one CRD, as JSON (what the validator walks).
 pub fn schema(which: Crd) -> Result<Value, CrdError> {
     let mut value = serde_json::to_value(base_crd(which))?;
-    let schema = value.pointer_mut("/spec/versions/0/schema/openAPIV3Schema").map(Value::take).unwrap_or_default();
+    let schema = value
+        .pointer_mut("/spec/versions/0/schema/openAPIV3Schema")
+        .map(Value::take)
+        .unwrap_or_default();
     let mut schema = schema;
     finish_schema(which, &mut schema)?;
     Ok(schema)
@@ -107,9 +117,13 @@ fn finish_schema(which: Crd, schema: &mut Value) -> Result<(), CrdError> {
         }),
     );
     let description = match which {
-        Crd::NodePool => "NodePool is the Schema for the NodePools API: the nodes Karpenter may launch and how it may disrupt them.",
+        Crd::NodePool => {
+            "NodePool is the Schema for the NodePools API: the nodes Karpenter may launch and how it may disrupt them."
+        }
         Crd::NodeClaim => "NodeClaim is the Schema for the NodeClaims API: a request for one node.",
-        Crd::EC2NodeClass => "EC2NodeClass is the Schema for the EC2NodeClass API: AWS-specific node configuration.",
+        Crd::EC2NodeClass => {
+            "EC2NodeClass is the Schema for the EC2NodeClass API: AWS-specific node configuration."
+        }
     };
     merge(schema, json!({ "description": description }));
     for (crd, path, patch) in patches() {
@@ -136,8 +150,12 @@ fn finish_schema(which: Crd, schema: &mut Value) -> Result<(), CrdError> {
 }
 
 fn push_validation(node: &mut Value, entry: Value) {
-    let Some(obj) = node.as_object_mut() else { return };
-    let list = obj.entry("x-kubernetes-validations").or_insert_with(|| json!([]));
+    let Some(obj) = node.as_object_mut() else {
+        return;
+    };
+    let list = obj
+        .entry("x-kubernetes-validations")
+        .or_insert_with(|| json!([]));
     if let Some(items) = list.as_array_mut() {
         items.push(entry);
     }
@@ -160,7 +178,9 @@ fn merge(node: &mut Value, patch: Value) {
         (Value::Object(target), Value::Object(source)) => {
             for (key, value) in source {
                 match target.get_mut(&key) {
-                    Some(existing) if existing.is_object() && value.is_object() => merge(existing, value),
+                    Some(existing) if existing.is_object() && value.is_object() => {
+                        merge(existing, value)
+                    }
                     _ => {
                         target.insert(key, value);
                     }
@@ -172,15 +192,26 @@ fn merge(node: &mut Value, patch: Value) {
 }
 
 /// Navigates `a.b[].c` (properties, `[]` = items) inside a schema.
-pub(crate) fn at<'a>(crd: Crd, schema: &'a mut Value, path: &str) -> Result<&'a mut Value, CrdError> {
-    let missing = |segment: &str| CrdError::MissingPath { crd, path: path.to_string(), segment: segment.to_string() };
+pub(crate) fn at<'a>(
+    crd: Crd,
+    schema: &'a mut Value,
+    path: &str,
+) -> Result<&'a mut Value, CrdError> {
+    let missing = |segment: &str| CrdError::MissingPath {
+        crd,
+        path: path.to_string(),
+        segment: segment.to_string(),
+    };
     let mut node = schema;
     for segment in path.split('.') {
         let (field, items) = match segment.strip_suffix("[]") {
             Some(field) => (field, true),
             None => (segment, false),
         };
-        node = node.get_mut("properties").and_then(|p| p.get_mut(field)).ok_or_else(|| missing(segment))?;
+        node = node
+            .get_mut("properties")
+            .and_then(|p| p.get_mut(field))
+            .ok_or_else(|| missing(segment))?;
         if items {
             node = node.get_mut("items").ok_or_else(|| missing(segment))?;
         }
@@ -258,15 +289,39 @@ fn patches() -> Vec<(Crd, &'static str, Value)> {
             "spec.template.metadata.labels",
             json!({ "maxProperties": 100, "additionalProperties": { "maxLength": 63, "pattern": LABEL_VALUE_PATTERN } }),
         ),
-        (NP, "spec.template.spec", json!({ "required": ["nodeClassRef", "requirements"] })),
+        (
+            NP,
+            "spec.template.spec",
+            json!({ "required": ["nodeClassRef", "requirements"] }),
+        ),
         (NP, "spec.template.spec.taints[]", taint_schema()),
         (NP, "spec.template.spec.startupTaints[]", taint_schema()),
         (NP, "spec.template.spec.requirements", requirement_schema()),
-        (NP, "spec.template.spec.nodeClassRef", node_class_ref_schema()),
-        (NP, "spec.template.spec.terminationGracePeriod", json!({ "pattern": DURATION_PATTERN })),
-        (NP, "spec.template.spec.expireAfter", json!({ "default": "720h" })),
-        (NP, "spec.disruption", json!({ "default": { "consolidateAfter": "0s" } })),
-        (NP, "spec.disruption.consolidateAfter", json!({ "default": "0s" })),
+        (
+            NP,
+            "spec.template.spec.nodeClassRef",
+            node_class_ref_schema(),
+        ),
+        (
+            NP,
+            "spec.template.spec.terminationGracePeriod",
+            json!({ "pattern": DURATION_PATTERN }),
+        ),
+        (
+            NP,
+            "spec.template.spec.expireAfter",
+            json!({ "default": "720h" }),
+        ),
+        (
+            NP,
+            "spec.disruption",
+            json!({ "default": { "consolidateAfter": "0s" } }),
+        ),
+        (
+            NP,
+            "spec.disruption.consolidateAfter",
+            json!({ "default": "0s" }),
+        ),
         (
             NP,
             "spec.disruption.consolidationPolicy",
@@ -277,9 +332,21 @@ fn patches() -> Vec<(Crd, &'static str, Value)> {
             "spec.disruption.budgets",
             json!({ "default": [{ "nodes": "10%" }], "maxItems": 50, "x-kubernetes-list-type": "atomic" }),
         ),
-        (NP, "spec.disruption.budgets[].nodes", json!({ "default": "10%", "pattern": BUDGET_NODES_PATTERN })),
-        (NP, "spec.disruption.budgets[].schedule", json!({ "pattern": BUDGET_SCHEDULE_PATTERN })),
-        (NP, "spec.disruption.budgets[].duration", json!({ "pattern": BUDGET_DURATION_PATTERN })),
+        (
+            NP,
+            "spec.disruption.budgets[].nodes",
+            json!({ "default": "10%", "pattern": BUDGET_NODES_PATTERN }),
+        ),
+        (
+            NP,
+            "spec.disruption.budgets[].schedule",
+            json!({ "pattern": BUDGET_SCHEDULE_PATTERN }),
+        ),
+        (
+            NP,
+            "spec.disruption.budgets[].duration",
+            json!({ "pattern": BUDGET_DURATION_PATTERN }),
+        ),
         (
             NP,
             "spec.disruption.budgets[].reasons",
@@ -292,38 +359,114 @@ fn patches() -> Vec<(Crd, &'static str, Value)> {
         (NP, "status.nodes", json!({ "minimum": 0 })),
         (NP, "status.conditions", conditions_schema()),
         // ---- NodeClaim ------------------------------------------------------------------------
-        (NC, "spec", json!({ "required": ["nodeClassRef", "requirements"] })),
+        (
+            NC,
+            "spec",
+            json!({ "required": ["nodeClassRef", "requirements"] }),
+        ),
         (NC, "spec.taints[]", taint_schema()),
         (NC, "spec.startupTaints[]", taint_schema()),
         (NC, "spec.requirements", requirement_schema()),
         (NC, "spec.nodeClassRef", node_class_ref_schema()),
         (NC, "spec.resources.requests", quantity_map.clone()),
-        (NC, "spec.terminationGracePeriod", json!({ "pattern": DURATION_PATTERN })),
+        (
+            NC,
+            "spec.terminationGracePeriod",
+            json!({ "pattern": DURATION_PATTERN }),
+        ),
         (NC, "spec.expireAfter", json!({ "default": "720h" })),
         (NC, "status.capacity", quantity_map.clone()),
         (NC, "status.allocatable", quantity_map),
         (NC, "status.conditions", conditions_schema()),
         // ---- EC2NodeClass ---------------------------------------------------------------------
-        (EC2, "spec", json!({ "required": ["amiSelectorTerms", "securityGroupSelectorTerms", "subnetSelectorTerms"] })),
+        (
+            EC2,
+            "spec",
+            json!({ "required": ["amiSelectorTerms", "securityGroupSelectorTerms", "subnetSelectorTerms"] }),
+        ),
         (EC2, "spec.subnetSelectorTerms", json!({ "maxItems": 30 })),
-        (EC2, "spec.subnetSelectorTerms[].tags", selector_tags_schema()),
-        (EC2, "spec.subnetSelectorTerms[].id", json!({ "pattern": "subnet-[0-9a-z]+" })),
-        (EC2, "spec.securityGroupSelectorTerms", json!({ "maxItems": 30 })),
-        (EC2, "spec.securityGroupSelectorTerms[].tags", selector_tags_schema()),
-        (EC2, "spec.securityGroupSelectorTerms[].id", json!({ "pattern": "sg-[0-9a-z]+" })),
-        (EC2, "spec.capacityReservationSelectorTerms", json!({ "maxItems": 30 })),
-        (EC2, "spec.capacityReservationSelectorTerms[].tags", selector_tags_schema()),
-        (EC2, "spec.capacityReservationSelectorTerms[].id", json!({ "pattern": "^cr-[0-9a-z]+$" })),
-        (EC2, "spec.capacityReservationSelectorTerms[].ownerID", json!({ "pattern": "^[0-9]{12}$" })),
-        (EC2, "spec.capacityReservationSelectorTerms[].instanceMatchCriteria", json!({ "enum": ["open", "targeted"] })),
-        (EC2, "spec.placementGroupSelector.name", json!({ "minLength": 1 })),
-        (EC2, "spec.placementGroupSelector.id", json!({ "pattern": "^pg-[0-9a-z]+$" })),
+        (
+            EC2,
+            "spec.subnetSelectorTerms[].tags",
+            selector_tags_schema(),
+        ),
+        (
+            EC2,
+            "spec.subnetSelectorTerms[].id",
+            json!({ "pattern": "subnet-[0-9a-z]+" }),
+        ),
+        (
+            EC2,
+            "spec.securityGroupSelectorTerms",
+            json!({ "maxItems": 30 }),
+        ),
+        (
+            EC2,
+            "spec.securityGroupSelectorTerms[].tags",
+            selector_tags_schema(),
+        ),
+        (
+            EC2,
+            "spec.securityGroupSelectorTerms[].id",
+            json!({ "pattern": "sg-[0-9a-z]+" }),
+        ),
+        (
+            EC2,
+            "spec.capacityReservationSelectorTerms",
+            json!({ "maxItems": 30 }),
+        ),
+        (
+            EC2,
+            "spec.capacityReservationSelectorTerms[].tags",
+            selector_tags_schema(),
+        ),
+        (
+            EC2,
+            "spec.capacityReservationSelectorTerms[].id",
+            json!({ "pattern": "^cr-[0-9a-z]+$" }),
+        ),
+        (
+            EC2,
+            "spec.capacityReservationSelectorTerms[].ownerID",
+            json!({ "pattern": "^[0-9]{12}$" }),
+        ),
+        (
+            EC2,
+            "spec.capacityReservationSelectorTerms[].instanceMatchCriteria",
+            json!({ "enum": ["open", "targeted"] }),
+        ),
+        (
+            EC2,
+            "spec.placementGroupSelector.name",
+            json!({ "minLength": 1 }),
+        ),
+        (
+            EC2,
+            "spec.placementGroupSelector.id",
+            json!({ "pattern": "^pg-[0-9a-z]+$" }),
+        ),
         (EC2, "spec.ipPrefixCount", json!({ "minimum": 0 })),
-        (EC2, "spec.amiSelectorTerms", json!({ "minItems": 1, "maxItems": 30 })),
-        (EC2, "spec.amiSelectorTerms[].alias", json!({ "maxLength": 30, "pattern": "^[a-zA-Z0-9]+@.+$" })),
+        (
+            EC2,
+            "spec.amiSelectorTerms",
+            json!({ "minItems": 1, "maxItems": 30 }),
+        ),
+        (
+            EC2,
+            "spec.amiSelectorTerms[].alias",
+            json!({ "maxLength": 30, "pattern": "^[a-zA-Z0-9]+@.+$" }),
+        ),
         (EC2, "spec.amiSelectorTerms[].tags", selector_tags_schema()),
-        (EC2, "spec.amiSelectorTerms[].id", json!({ "pattern": "ami-[0-9a-z]+" })),
-        (EC2, "spec.amiSelectorTerms[].owner", json!({ "pattern": r"(^\d{12}$)|(^[a-zA-Z0-9-]+$)" })),
+        (
+            EC2,
+            "spec.amiSelectorTerms[].id",
+            json!({ "pattern": "ami-[0-9a-z]+" }),
+        ),
+        (
+            EC2,
+            "spec.amiSelectorTerms[].owner",
+            json!({ "pattern": r"(^\d{12}$)|(^[a-zA-Z0-9-]+$)" }),
+        ),
         (
             EC2,
             "spec.amiFamily",
@@ -332,44 +475,148 @@ fn patches() -> Vec<(Crd, &'static str, Value)> {
         (EC2, "spec.tags", json!({ "maxProperties": 50 })),
         (EC2, "spec.kubelet.maxPods", json!({ "minimum": 0 })),
         (EC2, "spec.kubelet.podsPerCore", json!({ "minimum": 0 })),
-        (EC2, "spec.kubelet.systemReserved", json!({ "additionalProperties": { "pattern": QUANTITY_PATTERN } })),
-        (EC2, "spec.kubelet.kubeReserved", json!({ "additionalProperties": { "pattern": QUANTITY_PATTERN } })),
-        (EC2, "spec.kubelet.evictionHard", json!({ "additionalProperties": { "pattern": EVICTION_VALUE_PATTERN } })),
-        (EC2, "spec.kubelet.evictionSoft", json!({ "additionalProperties": { "pattern": EVICTION_VALUE_PATTERN } })),
-        (EC2, "spec.kubelet.evictionSoftGracePeriod", json!({ "additionalProperties": { "pattern": DURATION_PATTERN } })),
-        (EC2, "spec.kubelet.imageGCHighThresholdPercent", json!({ "minimum": 0, "maximum": 100 })),
-        (EC2, "spec.kubelet.imageGCLowThresholdPercent", json!({ "minimum": 0, "maximum": 100 })),
-        (EC2, "spec.kubelet.clusterDNS", json!({ "x-kubernetes-list-type": "atomic" })),
+        (
+            EC2,
+            "spec.kubelet.systemReserved",
+            json!({ "additionalProperties": { "pattern": QUANTITY_PATTERN } }),
+        ),
+        (
+            EC2,
+            "spec.kubelet.kubeReserved",
+            json!({ "additionalProperties": { "pattern": QUANTITY_PATTERN } }),
+        ),
+        (
+            EC2,
+            "spec.kubelet.evictionHard",
+            json!({ "additionalProperties": { "pattern": EVICTION_VALUE_PATTERN } }),
+        ),
+        (
+            EC2,
+            "spec.kubelet.evictionSoft",
+            json!({ "additionalProperties": { "pattern": EVICTION_VALUE_PATTERN } }),
+        ),
+        (
+            EC2,
+            "spec.kubelet.evictionSoftGracePeriod",
+            json!({ "additionalProperties": { "pattern": DURATION_PATTERN } }),
+        ),
+        (
+            EC2,
+            "spec.kubelet.imageGCHighThresholdPercent",
+            json!({ "minimum": 0, "maximum": 100 }),
+        ),
+        (
+            EC2,
+            "spec.kubelet.imageGCLowThresholdPercent",
+            json!({ "minimum": 0, "maximum": 100 }),
+        ),
+        (
+            EC2,
+            "spec.kubelet.clusterDNS",
+            json!({ "x-kubernetes-list-type": "atomic" }),
+        ),
         (EC2, "spec.blockDeviceMappings", json!({ "maxItems": 50 })),
-        (EC2, "spec.blockDeviceMappings[].ebs.volumeSize", json!({ "pattern": VOLUME_SIZE_PATTERN })),
+        (
+            EC2,
+            "spec.blockDeviceMappings[].ebs.volumeSize",
+            json!({ "pattern": VOLUME_SIZE_PATTERN }),
+        ),
         (
             EC2,
             "spec.blockDeviceMappings[].ebs.volumeType",
             json!({ "enum": ["standard", "io1", "io2", "gp2", "sc1", "st1", "gp3"] }),
         ),
-        (EC2, "spec.blockDeviceMappings[].ebs.volumeInitializationRate", json!({ "minimum": 100, "maximum": 300 })),
-        (EC2, "spec.instanceStorePolicy", json!({ "enum": ["RAID0"] })),
+        (
+            EC2,
+            "spec.blockDeviceMappings[].ebs.volumeInitializationRate",
+            json!({ "minimum": 100, "maximum": 300 }),
+        ),
+        (
+            EC2,
+            "spec.instanceStorePolicy",
+            json!({ "enum": ["RAID0"] }),
+        ),
         (EC2, "spec.networkInterfaces", json!({ "maxItems": 150 })),
-        (EC2, "spec.networkInterfaces[].networkCardIndex", json!({ "minimum": 0 })),
-        (EC2, "spec.networkInterfaces[].deviceIndex", json!({ "minimum": 0 })),
-        (EC2, "spec.networkInterfaces[].interfaceType", json!({ "enum": ["interface", "efa-only"] })),
+        (
+            EC2,
+            "spec.networkInterfaces[].networkCardIndex",
+            json!({ "minimum": 0 }),
+        ),
+        (
+            EC2,
+            "spec.networkInterfaces[].deviceIndex",
+            json!({ "minimum": 0 }),
+        ),
+        (
+            EC2,
+            "spec.networkInterfaces[].interfaceType",
+            json!({ "enum": ["interface", "efa-only"] }),
+        ),
         (
             EC2,
             "spec.metadataOptions",
             json!({ "default": { "httpEndpoint": "enabled", "httpProtocolIPv6": "disabled", "httpPutResponseHopLimit": 1, "httpTokens": "required" } }),
         ),
-        (EC2, "spec.metadataOptions.httpEndpoint", json!({ "default": "enabled", "enum": ["enabled", "disabled"] })),
-        (EC2, "spec.metadataOptions.httpProtocolIPv6", json!({ "default": "disabled", "enum": ["enabled", "disabled"] })),
-        (EC2, "spec.metadataOptions.httpPutResponseHopLimit", json!({ "default": 1, "minimum": 1, "maximum": 64 })),
-        (EC2, "spec.metadataOptions.httpTokens", json!({ "default": "required", "enum": ["required", "optional"] })),
-        (EC2, "spec.connectionTracking.tcpEstablishedTimeout", json!({ "minimum": 60, "maximum": 432000 })),
-        (EC2, "spec.connectionTracking.udpStreamTimeout", json!({ "minimum": 60, "maximum": 180 })),
-        (EC2, "spec.connectionTracking.udpTimeout", json!({ "minimum": 30, "maximum": 60 })),
-        (EC2, "spec.cpuOptions.nestedVirtualization", json!({ "enum": ["enabled", "disabled"] })),
-        (EC2, "status.subnets[]", json!({ "required": ["id", "zone"] })),
-        (EC2, "status.capacityReservations[].instanceMatchCriteria", json!({ "enum": ["open", "targeted"] })),
-        (EC2, "status.capacityReservations[].reservationType", json!({ "enum": ["default", "capacity-block"] })),
-        (EC2, "status.capacityReservations[].state", json!({ "enum": ["active", "expiring"] })),
+        (
+            EC2,
+            "spec.metadataOptions.httpEndpoint",
+            json!({ "default": "enabled", "enum": ["enabled", "disabled"] }),
+        ),
+        (
+            EC2,
+            "spec.metadataOptions.httpProtocolIPv6",
+            json!({ "default": "disabled", "enum": ["enabled", "disabled"] }),
+        ),
+        (
+            EC2,
+            "spec.metadataOptions.httpPutResponseHopLimit",
+            json!({ "default": 1, "minimum": 1, "maximum": 64 }),
+        ),
+        (
+            EC2,
+            "spec.metadataOptions.httpTokens",
+            json!({ "default": "required", "enum": ["required", "optional"] }),
+        ),
+        (
+            EC2,
+            "spec.connectionTracking.tcpEstablishedTimeout",
+            json!({ "minimum": 60, "maximum": 432000 }),
+        ),
+        (
+            EC2,
+            "spec.connectionTracking.udpStreamTimeout",
+            json!({ "minimum": 60, "maximum": 180 }),
+        ),
+        (
+            EC2,
+            "spec.connectionTracking.udpTimeout",
+            json!({ "minimum": 30, "maximum": 60 }),
+        ),
+        (
+            EC2,
+            "spec.cpuOptions.nestedVirtualization",
+            json!({ "enum": ["enabled", "disabled"] }),
+        ),
+        (
+            EC2,
+            "status.subnets[]",
+            json!({ "required": ["id", "zone"] }),
+        ),
+        (
+            EC2,
+            "status.capacityReservations[].instanceMatchCriteria",
+            json!({ "enum": ["open", "targeted"] }),
+        ),
+        (
+            EC2,
+            "status.capacityReservations[].reservationType",
+            json!({ "enum": ["default", "capacity-block"] }),
+        ),
+        (
+            EC2,
+            "status.capacityReservations[].state",
+            json!({ "enum": ["active", "expiring"] }),
+        ),
         (EC2, "status.conditions", conditions_schema()),
     ]
 }
@@ -381,8 +628,18 @@ mod tests {
     #[test]
     fn all_crds_generate() {
         let crds = all().unwrap();
-        let names: Vec<_> = crds.iter().map(|c| c.metadata.name.clone().unwrap_or_default()).collect();
-        assert_eq!(names, ["nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws"]);
+        let names: Vec<_> = crds
+            .iter()
+            .map(|c| c.metadata.name.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "nodepools.karpenter.sh",
+                "nodeclaims.karpenter.sh",
+                "ec2nodeclasses.karpenter.k8s.aws"
+            ]
+        );
     }
 
     #[test]

@@ -7,9 +7,9 @@
 pub mod convert;
 pub mod crd;
 pub mod manifest;
-pub mod validation;
 pub mod rules;
 pub mod v1;
+pub mod validation;
 pub mod well_known;
 
 pub use v1::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodePool, NodePoolSpec, NodePoolStatus};

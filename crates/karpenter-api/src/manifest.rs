@@ -23,11 +23,12 @@ pub fn split_documents(text: &str) -> Vec<Document> {
             chunks.push(String::new());
             // `--- value` puts content on the separator line itself.
             let rest = line[3..].trim();
-            if !rest.is_empty() && !rest.starts_with('#') {
-                if let Some(last) = chunks.last_mut() {
-                    last.push_str(rest);
-                    last.push('\n');
-                }
+            if !rest.is_empty()
+                && !rest.starts_with('#')
+                && let Some(last) = chunks.last_mut()
+            {
+                last.push_str(rest);
+                last.push('\n');
             }
         } else if line == "..." {
             continue;
@@ -38,11 +39,19 @@ pub fn split_documents(text: &str) -> Vec<Document> {
     }
     chunks
         .into_iter()
-        .filter(|chunk| chunk.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')))
+        .filter(|chunk| {
+            chunk
+                .lines()
+                .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        })
         .enumerate()
         .map(|(i, text)| {
             let value = serde_saphyr::from_str::<Value>(&text).map_err(|err| err.to_string());
-            Document { index: i + 1, text, value }
+            Document {
+                index: i + 1,
+                text,
+                value,
+            }
         })
         .collect()
 }
@@ -80,6 +89,9 @@ mod tests {
     fn block_scalars_survive() {
         let docs = split_documents("a: |\n  line\n  --- not a separator\n");
         assert_eq!(docs.len(), 1);
-        assert_eq!(docs[0].value.as_ref().unwrap()["a"], "line\n--- not a separator\n");
+        assert_eq!(
+            docs[0].value.as_ref().unwrap()["a"],
+            "line\n--- not a separator\n"
+        );
     }
 }

@@ -444,7 +444,11 @@ mod tests {
         assert!(ALL.len() >= 50);
         for rule in ALL {
             assert!(!rule.paths.is_empty(), "{}", rule.rule);
-            assert!(!rule.message.is_empty() && !rule.hint.is_empty(), "{}", rule.rule);
+            assert!(
+                !rule.message.is_empty() && !rule.hint.is_empty(),
+                "{}",
+                rule.rule
+            );
         }
     }
 }

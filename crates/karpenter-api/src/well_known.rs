@@ -35,7 +35,11 @@ pub const CAPACITY_TYPE_SPOT: &str = "spot";
 pub const CAPACITY_TYPE_ON_DEMAND: &str = "on-demand";
 pub const CAPACITY_TYPE_RESERVED: &str = "reserved";
 /// Known values of [`CAPACITY_TYPE_LABEL`].
-pub const CAPACITY_TYPES: [&str; 3] = [CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, CAPACITY_TYPE_RESERVED];
+pub const CAPACITY_TYPES: [&str; 3] = [
+    CAPACITY_TYPE_ON_DEMAND,
+    CAPACITY_TYPE_SPOT,
+    CAPACITY_TYPE_RESERVED,
+];
 
 // AWS provider labels (karpenter.k8s.aws/*).
 pub const AWS_ZONE_ID_LABEL: &str = "topology.k8s.aws/zone-id";
@@ -51,7 +55,8 @@ pub const AWS_INSTANCE_MEMORY_LABEL: &str = "karpenter.k8s.aws/instance-memory";
 pub const AWS_INSTANCE_HYPERVISOR_LABEL: &str = "karpenter.k8s.aws/instance-hypervisor";
 pub const AWS_INSTANCE_ENCRYPTION_IN_TRANSIT_LABEL: &str =
     "karpenter.k8s.aws/instance-encryption-in-transit-supported";
-pub const AWS_INSTANCE_NETWORK_BANDWIDTH_LABEL: &str = "karpenter.k8s.aws/instance-network-bandwidth";
+pub const AWS_INSTANCE_NETWORK_BANDWIDTH_LABEL: &str =
+    "karpenter.k8s.aws/instance-network-bandwidth";
 pub const AWS_INSTANCE_EBS_BANDWIDTH_LABEL: &str = "karpenter.k8s.aws/instance-ebs-bandwidth";
 pub const AWS_INSTANCE_LOCAL_NVME_LABEL: &str = "karpenter.k8s.aws/instance-local-nvme";
 pub const AWS_INSTANCE_CAPABILITY_FLEX_LABEL: &str = "karpenter.k8s.aws/instance-capability-flex";
@@ -63,7 +68,8 @@ pub const AWS_INSTANCE_GPU_MEMORY_LABEL: &str = "karpenter.k8s.aws/instance-gpu-
 pub const AWS_INSTANCE_ACCELERATOR_NAME_LABEL: &str = "karpenter.k8s.aws/instance-accelerator-name";
 pub const AWS_INSTANCE_ACCELERATOR_MANUFACTURER_LABEL: &str =
     "karpenter.k8s.aws/instance-accelerator-manufacturer";
-pub const AWS_INSTANCE_ACCELERATOR_COUNT_LABEL: &str = "karpenter.k8s.aws/instance-accelerator-count";
+pub const AWS_INSTANCE_ACCELERATOR_COUNT_LABEL: &str =
+    "karpenter.k8s.aws/instance-accelerator-count";
 pub const AWS_CAPACITY_RESERVATION_ID_LABEL: &str = "karpenter.k8s.aws/capacity-reservation-id";
 pub const AWS_CAPACITY_RESERVATION_TYPE_LABEL: &str = "karpenter.k8s.aws/capacity-reservation-type";
 pub const AWS_EC2NODECLASS_LABEL: &str = "karpenter.k8s.aws/ec2nodeclass";
@@ -160,9 +166,11 @@ pub const NODEPOOL_HASH_VERSION_ANNOTATION: &str = "karpenter.sh/nodepool-hash-v
 pub const NODEPOOL_HASH_VERSION: &str = "v3";
 pub const NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION: &str =
     "karpenter.sh/nodeclaim-termination-timestamp";
-pub const NODECLAIM_MIN_VALUES_RELAXED_ANNOTATION: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
+pub const NODECLAIM_MIN_VALUES_RELAXED_ANNOTATION: &str =
+    "karpenter.sh/nodeclaim-min-values-relaxed";
 pub const EC2NODECLASS_HASH_ANNOTATION: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
-pub const EC2NODECLASS_HASH_VERSION_ANNOTATION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
+pub const EC2NODECLASS_HASH_VERSION_ANNOTATION: &str =
+    "karpenter.k8s.aws/ec2nodeclass-hash-version";
 /// Legacy (v1alpha5/v1beta1) annotations: still recognised so `validate` can point at `convert`.
 pub const LEGACY_DO_NOT_EVICT_ANNOTATION: &str = "karpenter.sh/do-not-evict";
 pub const LEGACY_DO_NOT_CONSOLIDATE_ANNOTATION: &str = "karpenter.sh/do-not-consolidate";

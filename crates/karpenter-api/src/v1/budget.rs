@@ -26,10 +26,19 @@ pub enum BudgetError {
 /// Parses a budget schedule as standard 5-field cron (or `@daily`-style macro), in UTC.
 pub fn parse_budget_schedule(schedule: &str) -> Result<Cron, BudgetError> {
     // croner knows every macro upstream allows except `@midnight` (= `@daily`).
-    let pattern = if schedule.trim().eq_ignore_ascii_case("@midnight") { "@daily" } else { schedule };
-    CronParser::builder().seconds(Seconds::Disallowed).build().parse(pattern).map_err(|err| {
-        BudgetError::InvalidSchedule { schedule: schedule.to_string(), reason: err.to_string() }
-    })
+    let pattern = if schedule.trim().eq_ignore_ascii_case("@midnight") {
+        "@daily"
+    } else {
+        schedule
+    };
+    CronParser::builder()
+        .seconds(Seconds::Disallowed)
+        .build()
+        .parse(pattern)
+        .map_err(|err| BudgetError::InvalidSchedule {
+            schedule: schedule.to_string(),
+            reason: err.to_string(),
+        })
 }
 
 impl Budget {
@@ -42,17 +51,20 @@ impl Budget {
             _ => return Err(BudgetError::ScheduleWithoutDuration),
         };
         let cron = parse_budget_schedule(schedule)?;
-        let secs = parse_go_duration_secs(duration).map_err(|reason| BudgetError::InvalidDuration {
-            duration: duration.clone(),
-            reason,
-        })?;
+        let secs =
+            parse_go_duration_secs(duration).map_err(|reason| BudgetError::InvalidDuration {
+                duration: duration.clone(),
+                reason,
+            })?;
         let window_start = now - jiff::SignedDuration::from_secs(secs);
         let start = window_start.to_zoned(TimeZone::UTC);
         // Upstream asks for the next hit strictly after (now - duration); active if it is not in
         // the future.
-        let next = cron.find_next_occurrence(&start, false).map_err(|err| BudgetError::InvalidSchedule {
-            schedule: schedule.clone(),
-            reason: err.to_string(),
+        let next = cron.find_next_occurrence(&start, false).map_err(|err| {
+            BudgetError::InvalidSchedule {
+                schedule: schedule.clone(),
+                reason: err.to_string(),
+            }
         })?;
         Ok(next.timestamp() <= now)
     }
@@ -68,13 +80,17 @@ impl Budget {
 
     /// Whether this budget applies to `reason` (no reasons = all reasons).
     pub fn applies_to(&self, reason: &str) -> bool {
-        self.reasons.as_ref().is_none_or(|reasons| reasons.iter().any(|r| r == reason))
+        self.reasons
+            .as_ref()
+            .is_none_or(|reasons| reasons.iter().any(|r| r == reason))
     }
 }
 
 /// `5` → 5; `10%` of `num_nodes` rounded up.
 pub fn parse_budget_nodes(nodes: &str, num_nodes: u32) -> Result<i32, BudgetError> {
-    let invalid = || BudgetError::InvalidNodes { value: nodes.to_string() };
+    let invalid = || BudgetError::InvalidNodes {
+        value: nodes.to_string(),
+    };
     if let Some(percent) = nodes.strip_suffix('%') {
         let percent: u64 = percent.parse().map_err(|_| invalid())?;
         if percent > 100 {
@@ -103,12 +119,22 @@ impl NodePool {
                 Err(err) => errors.push(err),
             }
         }
-        if errors.is_empty() { Ok(allowed) } else { Err(errors) }
+        if errors.is_empty() {
+            Ok(allowed)
+        } else {
+            Err(errors)
+        }
     }
 
     /// Like [`Self::allowed_disruptions_by_reason`] but fails closed: any error means 0.
-    pub fn must_get_allowed_disruptions(&self, now: Timestamp, num_nodes: u32, reason: &str) -> i32 {
-        self.allowed_disruptions_by_reason(now, num_nodes, reason).unwrap_or(0)
+    pub fn must_get_allowed_disruptions(
+        &self,
+        now: Timestamp,
+        num_nodes: u32,
+        reason: &str,
+    ) -> i32 {
+        self.allowed_disruptions_by_reason(now, num_nodes, reason)
+            .unwrap_or(0)
     }
 }
 
@@ -121,7 +147,12 @@ mod tests {
         rfc3339.parse().unwrap()
     }
 
-    fn budget(nodes: &str, schedule: Option<&str>, duration: Option<&str>, reasons: Option<&[&str]>) -> Budget {
+    fn budget(
+        nodes: &str,
+        schedule: Option<&str>,
+        duration: Option<&str>,
+        reasons: Option<&[&str]>,
+    ) -> Budget {
         Budget {
             nodes: nodes.into(),
             schedule: schedule.map(Into::into),
@@ -134,7 +165,10 @@ mod tests {
         NodePool::new(
             "p",
             NodePoolSpec {
-                disruption: Some(Disruption { budgets: Some(budgets), ..Disruption::default() }),
+                disruption: Some(Disruption {
+                    budgets: Some(budgets),
+                    ..Disruption::default()
+                }),
                 ..NodePoolSpec::default()
             },
         )
@@ -142,7 +176,11 @@ mod tests {
 
     #[test]
     fn active_when_no_schedule() {
-        assert!(budget("1", None, None, None).is_active(at("2024-01-01T00:00:00Z")).unwrap());
+        assert!(
+            budget("1", None, None, None)
+                .is_active(at("2024-01-01T00:00:00Z"))
+                .unwrap()
+        );
     }
 
     #[test]
@@ -162,7 +200,11 @@ mod tests {
 
     #[test]
     fn midnight_macro_and_weekday_names() {
-        assert!(budget("0", Some("@midnight"), Some("1h"), None).is_active(at("2024-01-01T00:10:00Z")).unwrap());
+        assert!(
+            budget("0", Some("@midnight"), Some("1h"), None)
+                .is_active(at("2024-01-01T00:10:00Z"))
+                .unwrap()
+        );
         // 2024-01-06 is a Saturday.
         let weekdays = budget("0", Some("0 9 * * MON-FRI"), Some("8h"), None);
         assert!(!weekdays.is_active(at("2024-01-06T10:00:00Z")).unwrap());
@@ -171,7 +213,8 @@ mod tests {
 
     #[test]
     fn invalid_schedule_is_an_error() {
-        let err = budget("0", Some("* * *"), Some("1h"), None).is_active(at("2024-01-01T00:00:00Z"));
+        let err =
+            budget("0", Some("* * *"), Some("1h"), None).is_active(at("2024-01-01T00:00:00Z"));
         assert!(matches!(err, Err(BudgetError::InvalidSchedule { .. })));
     }
 
@@ -187,24 +230,46 @@ mod tests {
 
     #[test]
     fn minimum_over_applicable_budgets() {
-        let p = pool(vec![budget("10", None, None, None), budget("2", None, None, Some(&["Drifted"]))]);
+        let p = pool(vec![
+            budget("10", None, None, None),
+            budget("2", None, None, Some(&["Drifted"])),
+        ]);
         let now = at("2024-01-01T00:00:00Z");
-        assert_eq!(p.allowed_disruptions_by_reason(now, 100, "Drifted").unwrap(), 2);
-        assert_eq!(p.allowed_disruptions_by_reason(now, 100, "Empty").unwrap(), 10);
+        assert_eq!(
+            p.allowed_disruptions_by_reason(now, 100, "Drifted")
+                .unwrap(),
+            2
+        );
+        assert_eq!(
+            p.allowed_disruptions_by_reason(now, 100, "Empty").unwrap(),
+            10
+        );
     }
 
     #[test]
     fn inactive_budgets_allow_everything() {
         let p = pool(vec![budget("0", Some("0 9 * * *"), Some("1h"), None)]);
-        assert_eq!(p.must_get_allowed_disruptions(at("2024-01-01T12:00:00Z"), 10, "Empty"), i32::MAX);
-        assert_eq!(p.must_get_allowed_disruptions(at("2024-01-01T09:10:00Z"), 10, "Empty"), 0);
+        assert_eq!(
+            p.must_get_allowed_disruptions(at("2024-01-01T12:00:00Z"), 10, "Empty"),
+            i32::MAX
+        );
+        assert_eq!(
+            p.must_get_allowed_disruptions(at("2024-01-01T09:10:00Z"), 10, "Empty"),
+            0
+        );
     }
 
     #[test]
     fn default_budget_is_ten_percent_and_errors_fail_closed() {
         let p = NodePool::new("p", NodePoolSpec::default());
-        assert_eq!(p.must_get_allowed_disruptions(at("2024-01-01T00:00:00Z"), 30, "Empty"), 3);
+        assert_eq!(
+            p.must_get_allowed_disruptions(at("2024-01-01T00:00:00Z"), 30, "Empty"),
+            3
+        );
         let bad = pool(vec![budget("abc", None, None, None)]);
-        assert_eq!(bad.must_get_allowed_disruptions(at("2024-01-01T00:00:00Z"), 30, "Empty"), 0);
+        assert_eq!(
+            bad.must_get_allowed_disruptions(at("2024-01-01T00:00:00Z"), 30, "Empty"),
+            0
+        );
     }
 }

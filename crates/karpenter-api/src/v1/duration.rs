@@ -18,21 +18,33 @@ pub struct NillableDuration {
 impl NillableDuration {
     /// `Never`.
     pub fn never() -> Self {
-        Self { raw: "Never".into(), value: None }
+        Self {
+            raw: "Never".into(),
+            value: None,
+        }
     }
 
     /// A finite duration, rendered Go-style.
     pub fn from_secs(secs: i64) -> Self {
-        Self { raw: format_go_duration(secs), value: Some(SignedDuration::from_secs(secs)) }
+        Self {
+            raw: format_go_duration(secs),
+            value: Some(SignedDuration::from_secs(secs)),
+        }
     }
 
     /// Parses `Never` or a Go duration made of `h`, `m`, `s` parts.
     pub fn parse(raw: &str) -> Result<Self, String> {
         if raw == "Never" {
-            return Ok(Self { raw: raw.into(), value: None });
+            return Ok(Self {
+                raw: raw.into(),
+                value: None,
+            });
         }
         let secs = parse_go_duration_secs(raw)?;
-        Ok(Self { raw: raw.into(), value: Some(SignedDuration::from_secs(secs)) })
+        Ok(Self {
+            raw: raw.into(),
+            value: Some(SignedDuration::from_secs(secs)),
+        })
     }
 
     /// `None` means `Never`.
@@ -72,12 +84,20 @@ pub fn parse_go_duration_secs(raw: &str) -> Result<i64, String> {
             'h' => 3600,
             'm' => 60,
             's' => 1,
-            _ => return Err(format!("invalid duration {raw:?}: unexpected {ch:?} (use h, m, s, e.g. 720h or 1h30m)")),
+            _ => {
+                return Err(format!(
+                    "invalid duration {raw:?}: unexpected {ch:?} (use h, m, s, e.g. 720h or 1h30m)"
+                ));
+            }
         };
         if digits.is_empty() {
-            return Err(format!("invalid duration {raw:?}: unit {ch:?} without a number"));
+            return Err(format!(
+                "invalid duration {raw:?}: unit {ch:?} without a number"
+            ));
         }
-        let n: i64 = digits.parse().map_err(|_| format!("invalid duration {raw:?}: number too large"))?;
+        let n: i64 = digits
+            .parse()
+            .map_err(|_| format!("invalid duration {raw:?}: number too large"))?;
         total = n
             .checked_mul(unit)
             .and_then(|v| total.checked_add(v))
@@ -85,7 +105,9 @@ pub fn parse_go_duration_secs(raw: &str) -> Result<i64, String> {
         digits.clear();
     }
     if !digits.is_empty() {
-        return Err(format!("invalid duration {raw:?}: missing unit after {digits} (use h, m or s)"));
+        return Err(format!(
+            "invalid duration {raw:?}: missing unit after {digits} (use h, m or s)"
+        ));
     }
     Ok(total)
 }
@@ -141,11 +163,17 @@ mod tests {
 
     #[test]
     fn parses_go_durations_and_never() {
-        assert_eq!(NillableDuration::parse("720h").unwrap().duration(), Some(SignedDuration::from_hours(720)));
+        assert_eq!(
+            NillableDuration::parse("720h").unwrap().duration(),
+            Some(SignedDuration::from_hours(720))
+        );
         assert_eq!(parse_go_duration_secs("1h30m").unwrap(), 5400);
         assert!(NillableDuration::parse("Never").unwrap().is_never());
         assert!(NillableDuration::parse("2d").is_err());
         assert!(NillableDuration::parse("10").is_err());
-        assert_eq!(NillableDuration::parse("1h30m").unwrap().to_string(), "1h30m");
+        assert_eq!(
+            NillableDuration::parse("1h30m").unwrap().to_string(),
+            "1h30m"
+        );
     }
 }

@@ -39,7 +39,11 @@ pub struct EC2NodeClassSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement_group_selector: Option<PlacementGroupSelector>,
     /// Whether instances get a public IPv4 address (subnet default when unset).
-    #[serde(default, rename = "associatePublicIPAddress", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "associatePublicIPAddress",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub associate_public_ip_address: Option<bool>,
     /// Number of IPv4 prefixes assigned to the primary interface.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -207,13 +211,25 @@ pub struct KubeletConfiguration {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eviction_max_pod_grace_period: Option<i32>,
     /// Disk usage that always triggers image garbage collection.
-    #[serde(default, rename = "imageGCHighThresholdPercent", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "imageGCHighThresholdPercent",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub image_gc_high_threshold_percent: Option<i32>,
     /// Disk usage image garbage collection frees down to.
-    #[serde(default, rename = "imageGCLowThresholdPercent", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "imageGCLowThresholdPercent",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub image_gc_low_threshold_percent: Option<i32>,
     /// Enforce CPU CFS quota for containers with CPU limits.
-    #[serde(default, rename = "cpuCFSQuota", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "cpuCFSQuota",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub cpu_cfs_quota: Option<bool>,
 }
 
@@ -249,7 +265,11 @@ pub struct BlockDevice {
     #[serde(default, rename = "kmsKeyID", skip_serializing_if = "Option::is_none")]
     pub kms_key_id: Option<String>,
     /// Snapshot to create the volume from.
-    #[serde(default, rename = "snapshotID", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "snapshotID",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub snapshot_id: Option<String>,
     /// Throughput in MiB/s (gp3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -285,7 +305,11 @@ pub struct MetadataOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_endpoint: Option<String>,
     /// `enabled` or `disabled`.
-    #[serde(default, rename = "httpProtocolIPv6", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "httpProtocolIPv6",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub http_protocol_ipv6: Option<String>,
     /// Hop limit for metadata PUT responses (1-64).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -419,7 +443,15 @@ pub struct AmiStatus {
 }
 
 /// AMI families the `amiFamily` field accepts.
-pub const AMI_FAMILIES: [&str; 7] = ["AL2", "AL2023", "Bottlerocket", "Custom", "Windows2019", "Windows2022", "Windows2025"];
+pub const AMI_FAMILIES: [&str; 7] = [
+    "AL2",
+    "AL2023",
+    "Bottlerocket",
+    "Custom",
+    "Windows2019",
+    "Windows2022",
+    "Windows2025",
+];
 /// Alias families (`family@version`) and the `amiFamily` each one implies.
 pub const AMI_ALIAS_FAMILIES: [(&str, &str); 6] = [
     ("al2", "AL2"),
@@ -433,7 +465,10 @@ pub const AMI_ALIAS_FAMILIES: [(&str, &str); 6] = [
 impl EC2NodeClass {
     /// The alias term, if the AMIs are selected by alias.
     pub fn alias(&self) -> Option<&str> {
-        self.spec.ami_selector_terms.iter().find_map(|t| t.alias.as_deref())
+        self.spec
+            .ami_selector_terms
+            .iter()
+            .find_map(|t| t.alias.as_deref())
     }
 
     /// The effective AMI family: from the alias when there is one, else `amiFamily`.
@@ -454,14 +489,18 @@ impl EC2NodeClass {
         MetadataOptions {
             http_endpoint: given.http_endpoint.or(defaults.http_endpoint),
             http_protocol_ipv6: given.http_protocol_ipv6.or(defaults.http_protocol_ipv6),
-            http_put_response_hop_limit: given.http_put_response_hop_limit.or(defaults.http_put_response_hop_limit),
+            http_put_response_hop_limit: given
+                .http_put_response_hop_limit
+                .or(defaults.http_put_response_hop_limit),
             http_tokens: given.http_tokens.or(defaults.http_tokens),
         }
     }
 
     /// `Ready` condition status is `True`.
     pub fn is_ready(&self) -> bool {
-        self.status.as_ref().is_some_and(|s| s.is_condition_true(super::CONDITION_READY))
+        self.status
+            .as_ref()
+            .is_some_and(|s| s.is_condition_true(super::CONDITION_READY))
     }
 }
 
@@ -474,14 +513,20 @@ mod tests {
         let mut nc = EC2NodeClass::new("x", EC2NodeClassSpec::default());
         nc.spec.ami_family = Some("AL2".into());
         assert_eq!(nc.ami_family(), Some("AL2"));
-        nc.spec.ami_selector_terms = vec![AmiSelectorTerm { alias: Some("bottlerocket@latest".into()), ..Default::default() }];
+        nc.spec.ami_selector_terms = vec![AmiSelectorTerm {
+            alias: Some("bottlerocket@latest".into()),
+            ..Default::default()
+        }];
         assert_eq!(nc.ami_family(), Some("Bottlerocket"));
     }
 
     #[test]
     fn metadata_defaults_fill_gaps() {
         let mut nc = EC2NodeClass::new("x", EC2NodeClassSpec::default());
-        nc.spec.metadata_options = Some(MetadataOptions { http_tokens: Some("optional".into()), ..Default::default() });
+        nc.spec.metadata_options = Some(MetadataOptions {
+            http_tokens: Some("optional".into()),
+            ..Default::default()
+        });
         let m = nc.metadata_options();
         assert_eq!(m.http_tokens.as_deref(), Some("optional"));
         assert_eq!(m.http_put_response_hop_limit, Some(1));

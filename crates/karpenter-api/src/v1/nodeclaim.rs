@@ -8,7 +8,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Condition, ConditionsExt, NillableDuration, NodeClassReference, NodeSelectorRequirementWithMinValues};
+use super::{
+    Condition, ConditionsExt, NillableDuration, NodeClassReference,
+    NodeSelectorRequirementWithMinValues,
+};
 
 /// A request for one node: Karpenter's unit of launch and termination.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -74,7 +77,11 @@ pub struct NodeClaimStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
     /// Cloud provider ID of the instance.
-    #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "providerID",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub provider_id: Option<String>,
     /// Image the instance was launched from.
     #[serde(default, rename = "imageID", skip_serializing_if = "Option::is_none")]
@@ -117,11 +124,17 @@ pub const NODECLAIM_CONDITION_DISRUPTION_REASON: &str = "DisruptionReason";
 impl NodeClaim {
     /// `Ready` condition status is `True`.
     pub fn is_ready(&self) -> bool {
-        self.status.as_ref().is_some_and(|s| s.is_condition_true(super::CONDITION_READY))
+        self.status
+            .as_ref()
+            .is_some_and(|s| s.is_condition_true(super::CONDITION_READY))
     }
 
     /// The owning NodePool, from the `karpenter.sh/nodepool` label.
     pub fn nodepool_name(&self) -> Option<&str> {
-        self.metadata.labels.as_ref()?.get(crate::well_known::NODEPOOL_LABEL).map(String::as_str)
+        self.metadata
+            .labels
+            .as_ref()?
+            .get(crate::well_known::NODEPOOL_LABEL)
+            .map(String::as_str)
     }
 }

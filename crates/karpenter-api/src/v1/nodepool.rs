@@ -8,7 +8,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Condition, ConditionsExt, NillableDuration, NodeClassReference, NodeSelectorRequirementWithMinValues};
+use super::{
+    Condition, ConditionsExt, NillableDuration, NodeClassReference,
+    NodeSelectorRequirementWithMinValues,
+};
 
 /// CRD default of `spec.template.spec.expireAfter`.
 pub const DEFAULT_EXPIRE_AFTER: &str = "720h";
@@ -29,7 +32,10 @@ pub const DEFAULT_BUDGET_NODES: &str = "10%";
     shortname = "nps",
     status = "NodePoolStatus",
     category = "karpenter",
-    scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.nodes"),
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.nodes"
+    ),
     printcolumn = r#"{"name":"NodeClass","type":"string","jsonPath":".spec.template.spec.nodeClassRef.name"}"#,
     printcolumn = r#"{"name":"Nodes","type":"string","jsonPath":".status.resources.nodes"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
@@ -104,7 +110,9 @@ pub struct NodeClaimTemplateSpec {
 impl NodeClaimTemplateSpec {
     /// `expireAfter` with the CRD default (720h) applied.
     pub fn effective_expire_after(&self) -> NillableDuration {
-        self.expire_after.clone().unwrap_or_else(|| NillableDuration::from_secs(720 * 3600))
+        self.expire_after
+            .clone()
+            .unwrap_or_else(|| NillableDuration::from_secs(720 * 3600))
     }
 }
 
@@ -219,7 +227,12 @@ impl NodePool {
     /// The consolidation policy with the CRD default applied. An unknown policy (rejected by
     /// validation) is treated as the most conservative one, `WhenEmpty`.
     pub fn consolidation_policy(&self) -> ConsolidationPolicy {
-        match self.spec.disruption.as_ref().and_then(|d| d.consolidation_policy.as_deref()) {
+        match self
+            .spec
+            .disruption
+            .as_ref()
+            .and_then(|d| d.consolidation_policy.as_deref())
+        {
             None => ConsolidationPolicy::WhenEmptyOrUnderutilized,
             Some(raw) => ConsolidationPolicy::parse(raw).unwrap_or(ConsolidationPolicy::WhenEmpty),
         }
@@ -241,19 +254,34 @@ impl NodePool {
 
     /// Budgets with the CRD default (`[{nodes: 10%}]`) applied.
     pub fn budgets(&self) -> Vec<Budget> {
-        match self.spec.disruption.as_ref().and_then(|d| d.budgets.clone()) {
+        match self
+            .spec
+            .disruption
+            .as_ref()
+            .and_then(|d| d.budgets.clone())
+        {
             Some(budgets) => budgets,
-            None => vec![Budget { nodes: DEFAULT_BUDGET_NODES.into(), ..Budget::default() }],
+            None => vec![Budget {
+                nodes: DEFAULT_BUDGET_NODES.into(),
+                ..Budget::default()
+            }],
         }
     }
 
     /// Template labels (empty when the template has no metadata).
     pub fn template_labels(&self) -> BTreeMap<String, String> {
-        self.spec.template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default()
+        self.spec
+            .template
+            .metadata
+            .as_ref()
+            .map(|m| m.labels.clone())
+            .unwrap_or_default()
     }
 
     /// `Ready` condition status is `True`.
     pub fn is_ready(&self) -> bool {
-        self.status.as_ref().is_some_and(|s| s.is_condition_true(super::CONDITION_READY))
+        self.status
+            .as_ref()
+            .is_some_and(|s| s.is_condition_true(super::CONDITION_READY))
     }
 }

@@ -76,7 +76,8 @@ pub trait ConditionsExt {
 
     /// Whether the condition is present with status `True`.
     fn is_condition_true(&self, type_: &str) -> bool {
-        self.condition(type_).is_some_and(|c| c.status == CONDITION_TRUE)
+        self.condition(type_)
+            .is_some_and(|c| c.status == CONDITION_TRUE)
     }
 
     /// Sets a condition; `last_transition_time` only moves when the status changes, like upstream.
@@ -145,11 +146,25 @@ mod tests {
         let mut status = Status::default();
         assert!(status.set_condition("Ready", "False", "A", "m", "t1", Some(1)));
         assert!(status.set_condition("Ready", "False", "B", "m", "t2", Some(1)));
-        assert_eq!(status.condition("Ready").unwrap().last_transition_time.as_deref(), Some("t1"));
+        assert_eq!(
+            status
+                .condition("Ready")
+                .unwrap()
+                .last_transition_time
+                .as_deref(),
+            Some("t1")
+        );
         assert!(!status.set_condition("Ready", "False", "B", "m", "t3", Some(1)));
         assert!(status.set_condition("Ready", "True", "B", "m", "t4", Some(1)));
         assert!(status.is_condition_true("Ready"));
-        assert_eq!(status.condition("Ready").unwrap().last_transition_time.as_deref(), Some("t4"));
+        assert_eq!(
+            status
+                .condition("Ready")
+                .unwrap()
+                .last_transition_time
+                .as_deref(),
+            Some("t4")
+        );
         assert!(status.clear_condition("Ready"));
         assert!(status.condition("Ready").is_none());
     }

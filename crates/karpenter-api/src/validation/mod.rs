@@ -17,7 +17,9 @@ use crate::crd;
 use crate::rules::{CelRule, Crd};
 use crate::v1::{EC2NodeClass, NodeClaim, NodePool};
 
-pub use rules_impl::{check_ec2nodeclass, check_nodeclaim, check_nodepool, runtime_checks_nodepool};
+pub use rules_impl::{
+    check_ec2nodeclass, check_nodeclaim, check_nodepool, runtime_checks_nodepool,
+};
 
 /// One problem with a manifest.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,8 +33,16 @@ pub struct ValidationError {
 }
 
 impl ValidationError {
-    pub fn new(path: impl Into<String>, message: impl Into<String>, hint: impl Into<String>) -> Self {
-        Self { path: path.into(), message: message.into(), hint: Some(hint.into()) }
+    pub fn new(
+        path: impl Into<String>,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+    ) -> Self {
+        Self {
+            path: path.into(),
+            message: message.into(),
+            hint: Some(hint.into()),
+        }
     }
 
     /// A violation of a CEL rule, reported at `path`.
@@ -43,7 +53,11 @@ impl ValidationError {
 
 impl fmt::Display for ValidationError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let path = if self.path.is_empty() { "(object)" } else { &self.path };
+        let path = if self.path.is_empty() {
+            "(object)"
+        } else {
+            &self.path
+        };
         write!(f, "{path}: {}", self.message)?;
         if let Some(hint) = &self.hint {
             write!(f, " ({hint})")?;
@@ -54,7 +68,11 @@ impl fmt::Display for ValidationError {
 
 /// `a` + `b` → `a.b`.
 pub(crate) fn join_field(path: &str, field: &str) -> String {
-    if path.is_empty() { field.to_string() } else { format!("{path}.{field}") }
+    if path.is_empty() {
+        field.to_string()
+    } else {
+        format!("{path}.{field}")
+    }
 }
 
 /// `a` + 3 → `a[3]`.
@@ -138,16 +156,29 @@ pub fn check_schema(which: Crd, value: &Value) -> Vec<ValidationError> {
             }
             schema::check(&root, value, "", pattern_cache(), &mut errors);
         }
-        None => errors.push(ValidationError::new("", "internal error: CRD schema unavailable", "report this bug")),
+        None => errors.push(ValidationError::new(
+            "",
+            "internal error: CRD schema unavailable",
+            "report this bug",
+        )),
     }
     errors
 }
 
 /// Validates one parsed manifest document.
 pub fn validate_document(doc: &Value) -> DocumentReport {
-    let text = |pointer: &str| doc.pointer(pointer).and_then(Value::as_str).unwrap_or_default().to_string();
+    let text = |pointer: &str| {
+        doc.pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
     let (api_version, kind, name) = (text("/apiVersion"), text("/kind"), text("/metadata/name"));
-    let report = |outcome| DocumentReport { kind: kind.clone(), name: name.clone(), outcome };
+    let report = |outcome| DocumentReport {
+        kind: kind.clone(),
+        name: name.clone(),
+        outcome,
+    };
     if !doc.is_object() {
         return report(Outcome::Skipped("not a Kubernetes object".into()));
     }
@@ -159,7 +190,9 @@ pub fn validate_document(doc: &Value) -> DocumentReport {
         )]));
     }
     let Some(which) = v1_kind(&api_version, &kind) else {
-        return report(Outcome::Skipped(format!("{api_version} {kind} is not a Karpenter v1 object")));
+        return report(Outcome::Skipped(format!(
+            "{api_version} {kind} is not a Karpenter v1 object"
+        )));
     };
     let mut errors = check_metadata(doc);
     errors.extend(check_schema(which, doc));
@@ -167,16 +200,29 @@ pub fn validate_document(doc: &Value) -> DocumentReport {
     // would fail here.
     if errors.is_empty() {
         let typed = match which {
-            Crd::NodePool => serde_json::from_value::<NodePool>(doc.clone()).map(|np| validate_nodepool(&np)),
-            Crd::NodeClaim => serde_json::from_value::<NodeClaim>(doc.clone()).map(|nc| check_nodeclaim(&nc)),
-            Crd::EC2NodeClass => serde_json::from_value::<EC2NodeClass>(doc.clone()).map(|nc| check_ec2nodeclass(&nc)),
+            Crd::NodePool => {
+                serde_json::from_value::<NodePool>(doc.clone()).map(|np| validate_nodepool(&np))
+            }
+            Crd::NodeClaim => {
+                serde_json::from_value::<NodeClaim>(doc.clone()).map(|nc| check_nodeclaim(&nc))
+            }
+            Crd::EC2NodeClass => serde_json::from_value::<EC2NodeClass>(doc.clone())
+                .map(|nc| check_ec2nodeclass(&nc)),
         };
         match typed {
             Ok(found) => errors.extend(found),
-            Err(err) => errors.push(ValidationError::new("", format!("cannot be read: {err}"), "fix the field named in the message")),
+            Err(err) => errors.push(ValidationError::new(
+                "",
+                format!("cannot be read: {err}"),
+                "fix the field named in the message",
+            )),
         }
     }
-    if errors.is_empty() { report(Outcome::Valid) } else { report(Outcome::Invalid(errors)) }
+    if errors.is_empty() {
+        report(Outcome::Valid)
+    } else {
+        report(Outcome::Invalid(errors))
+    }
 }
 
 fn check_metadata(doc: &Value) -> Vec<ValidationError> {
@@ -199,7 +245,9 @@ pub fn is_dns_subdomain(name: &str) -> bool {
         && name.len() <= 253
         && name.split('.').all(|label| {
             !label.is_empty()
-                && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         })
@@ -210,7 +258,11 @@ pub fn is_dns_subdomain(name: &str) -> bool {
 pub fn validate_nodepool(nodepool: &NodePool) -> Vec<ValidationError> {
     let mut errors = match serde_json::to_value(nodepool) {
         Ok(value) => check_schema(Crd::NodePool, &value),
-        Err(err) => vec![ValidationError::new("", format!("cannot be serialized: {err}"), "report this bug")],
+        Err(err) => vec![ValidationError::new(
+            "",
+            format!("cannot be serialized: {err}"),
+            "report this bug",
+        )],
     };
     errors.extend(check_nodepool(nodepool));
     errors.extend(runtime_checks_nodepool(nodepool));
@@ -221,7 +273,11 @@ pub fn validate_nodepool(nodepool: &NodePool) -> Vec<ValidationError> {
 pub fn validate_nodeclaim(nodeclaim: &NodeClaim) -> Vec<ValidationError> {
     let mut errors = match serde_json::to_value(nodeclaim) {
         Ok(value) => check_schema(Crd::NodeClaim, &value),
-        Err(err) => vec![ValidationError::new("", format!("cannot be serialized: {err}"), "report this bug")],
+        Err(err) => vec![ValidationError::new(
+            "",
+            format!("cannot be serialized: {err}"),
+            "report this bug",
+        )],
     };
     errors.extend(check_nodeclaim(nodeclaim));
     dedup(errors)
@@ -231,7 +287,11 @@ pub fn validate_nodeclaim(nodeclaim: &NodeClaim) -> Vec<ValidationError> {
 pub fn validate_ec2nodeclass(nodeclass: &EC2NodeClass) -> Vec<ValidationError> {
     let mut errors = match serde_json::to_value(nodeclass) {
         Ok(value) => check_schema(Crd::EC2NodeClass, &value),
-        Err(err) => vec![ValidationError::new("", format!("cannot be serialized: {err}"), "report this bug")],
+        Err(err) => vec![ValidationError::new(
+            "",
+            format!("cannot be serialized: {err}"),
+            "report this bug",
+        )],
     };
     errors.extend(check_ec2nodeclass(nodeclass));
     dedup(errors)
@@ -247,4 +307,6 @@ fn dedup(errors: Vec<ValidationError>) -> Vec<ValidationError> {
     out
 }
 
-pub use rules_impl::{validate_ec2nodeclass_update, validate_nodeclaim_update, validate_nodepool_update};
+pub use rules_impl::{
+    validate_ec2nodeclass_update, validate_nodeclaim_update, validate_nodepool_update,
+};

@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::Taint;
 use super::{ValidationError as E, join_field, join_index, join_key};
 use crate::rules::*;
 use crate::v1::{
-    AMI_ALIAS_FAMILIES, EC2NodeClass, NodeClaim, NodeClassReference, NodePool, NodeSelectorRequirementWithMinValues,
-    parse_budget_schedule,
+    AMI_ALIAS_FAMILIES, EC2NodeClass, NodeClaim, NodeClassReference, NodePool,
+    NodeSelectorRequirementWithMinValues, parse_budget_schedule,
 };
 use crate::well_known::{CAPACITY_TYPE_LABEL, CAPACITY_TYPES, normalize_label_key};
 
@@ -18,7 +18,9 @@ fn label_domain(key: &str) -> &str {
 }
 
 fn karpenter_domain_allowed(key: &str) -> bool {
-    key == "karpenter.sh/capacity-type" || key == "karpenter.sh/nodepool" || !label_domain(key).ends_with("karpenter.sh")
+    key == "karpenter.sh/capacity-type"
+        || key == "karpenter.sh/nodepool"
+        || !label_domain(key).ends_with("karpenter.sh")
 }
 
 /// CEL rules of a NodePool (creation rules only; see [`validate_nodepool_update`]).
@@ -26,7 +28,10 @@ pub fn check_nodepool(nodepool: &NodePool) -> Vec<E> {
     let mut errors = Vec::new();
     let spec = &nodepool.spec;
     if spec.replicas.is_some() {
-        let limits_ok = spec.limits.as_ref().is_none_or(|l| l.is_empty() || (l.len() == 1 && l.contains_key("nodes")));
+        let limits_ok = spec
+            .limits
+            .as_ref()
+            .is_none_or(|l| l.is_empty() || (l.len() == 1 && l.contains_key("nodes")));
         if !limits_ok {
             errors.push(E::rule("spec.limits", &STATIC_LIMITS));
         }
@@ -37,7 +42,11 @@ pub fn check_nodepool(nodepool: &NodePool) -> Vec<E> {
     if let Some(budgets) = spec.disruption.as_ref().and_then(|d| d.budgets.as_ref()) {
         for (i, budget) in budgets.iter().enumerate() {
             if budget.schedule.is_some() != budget.duration.is_some() {
-                let missing = if budget.schedule.is_some() { "duration" } else { "schedule" };
+                let missing = if budget.schedule.is_some() {
+                    "duration"
+                } else {
+                    "schedule"
+                };
                 errors.push(E::rule(
                     join_field(&join_index("spec.disruption.budgets", i), missing),
                     &BUDGET_SCHEDULE_WITH_DURATION,
@@ -60,12 +69,26 @@ pub fn check_nodepool(nodepool: &NodePool) -> Vec<E> {
         }
     }
     let template = &spec.template.spec;
-    check_requirements("spec.template.spec.requirements", &template.requirements, true, &mut errors);
-    check_node_class_ref("spec.template.spec.nodeClassRef", &template.node_class_ref, &mut errors);
+    check_requirements(
+        "spec.template.spec.requirements",
+        &template.requirements,
+        true,
+        &mut errors,
+    );
+    check_node_class_ref(
+        "spec.template.spec.nodeClassRef",
+        &template.node_class_ref,
+        &mut errors,
+    );
     errors
 }
 
-fn check_requirements(path: &str, requirements: &[NodeSelectorRequirementWithMinValues], is_nodepool: bool, errors: &mut Vec<E>) {
+fn check_requirements(
+    path: &str,
+    requirements: &[NodeSelectorRequirementWithMinValues],
+    is_nodepool: bool,
+    errors: &mut Vec<E>,
+) {
     for (i, requirement) in requirements.iter().enumerate() {
         let item = join_index(path, i);
         let key_path = join_field(&item, "key");
@@ -80,7 +103,9 @@ fn check_requirements(path: &str, requirements: &[NodeSelectorRequirementWithMin
         }
         let values_path = join_field(&item, "values");
         match requirement.operator.as_str() {
-            "In" if requirement.values.is_empty() => errors.push(E::rule(&values_path, &REQ_IN_HAS_VALUES)),
+            "In" if requirement.values.is_empty() => {
+                errors.push(E::rule(&values_path, &REQ_IN_HAS_VALUES))
+            }
             "Gt" | "Lt" | "Gte" | "Lte" => {
                 let single_non_negative = matches!(requirement.values.as_slice(), [v]
                     if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) && v.parse::<i64>().is_ok());
@@ -94,7 +119,10 @@ fn check_requirements(path: &str, requirements: &[NodeSelectorRequirementWithMin
             && let Some(min) = requirement.min_values
             && (requirement.values.len() as i64) < i64::from(min)
         {
-            errors.push(E::rule(join_field(&item, "minValues"), &REQ_MIN_VALUES_LE_VALUES));
+            errors.push(E::rule(
+                join_field(&item, "minValues"),
+                &REQ_MIN_VALUES_LE_VALUES,
+            ));
         }
     }
 }
@@ -128,7 +156,12 @@ pub fn runtime_checks_nodepool(nodepool: &NodePool) -> Vec<E> {
         }
     }
     let template = &spec.template.spec;
-    check_taints("spec.template.spec", &template.taints, &template.startup_taints, &mut errors);
+    check_taints(
+        "spec.template.spec",
+        &template.taints,
+        &template.startup_taints,
+        &mut errors,
+    );
     for (i, requirement) in template.requirements.iter().enumerate() {
         let item = join_index("spec.template.spec.requirements", i);
         let key = normalize_label_key(&requirement.key);
@@ -143,11 +176,18 @@ pub fn runtime_checks_nodepool(nodepool: &NodePool) -> Vec<E> {
             ));
         }
         if key == CAPACITY_TYPE_LABEL && requirement.operator == "In" {
-            let known = requirement.values.iter().filter(|v| CAPACITY_TYPES.contains(&v.as_str())).count();
+            let known = requirement
+                .values
+                .iter()
+                .filter(|v| CAPACITY_TYPES.contains(&v.as_str()))
+                .count();
             if known == 0 {
                 errors.push(E::new(
                     join_field(&item, "values"),
-                    format!("no known values for {CAPACITY_TYPE_LABEL}: {:?}", requirement.values),
+                    format!(
+                        "no known values for {CAPACITY_TYPE_LABEL}: {:?}",
+                        requirement.values
+                    ),
                     format!("use one or more of {}", CAPACITY_TYPES.join(", ")),
                 ));
             } else if let Some(min) = requirement.min_values
@@ -189,11 +229,21 @@ fn qualified_name_problem(key: &str) -> Option<&'static str> {
     if name.len() > 63 {
         return Some("the name part must be no more than 63 characters");
     }
-    let name_ok = name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-        && name.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
-        && name.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric);
+    let name_ok = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        && name
+            .as_bytes()
+            .first()
+            .is_some_and(u8::is_ascii_alphanumeric)
+        && name
+            .as_bytes()
+            .last()
+            .is_some_and(u8::is_ascii_alphanumeric);
     if !name_ok {
-        return Some("the name part must be alphanumerics, '-', '_' or '.', starting and ending alphanumeric");
+        return Some(
+            "the name part must be alphanumerics, '-', '_' or '.', starting and ending alphanumeric",
+        );
     }
     if let Some(prefix) = prefix {
         if prefix.len() > 253 {
@@ -221,7 +271,10 @@ fn check_taints(path: &str, taints: &[Taint], startup_taints: &[Taint], errors: 
             if !seen.insert((&taint.key, &taint.effect)) {
                 errors.push(E::new(
                     item,
-                    format!("duplicate taint Key/Effect pair {}={}", taint.key, taint.effect),
+                    format!(
+                        "duplicate taint Key/Effect pair {}={}",
+                        taint.key, taint.effect
+                    ),
                     "each (key, effect) may appear once across taints and startupTaints",
                 ));
             }
@@ -232,15 +285,32 @@ fn check_taints(path: &str, taints: &[Taint], startup_taints: &[Taint], errors: 
 /// CEL rules of a NodeClaim (creation rules).
 pub fn check_nodeclaim(nodeclaim: &NodeClaim) -> Vec<E> {
     let mut errors = Vec::new();
-    check_requirements("spec.requirements", &nodeclaim.spec.requirements, false, &mut errors);
-    check_node_class_ref("spec.nodeClassRef", &nodeclaim.spec.node_class_ref, &mut errors);
-    check_taints("spec", &nodeclaim.spec.taints, &nodeclaim.spec.startup_taints, &mut errors);
+    check_requirements(
+        "spec.requirements",
+        &nodeclaim.spec.requirements,
+        false,
+        &mut errors,
+    );
+    check_node_class_ref(
+        "spec.nodeClassRef",
+        &nodeclaim.spec.node_class_ref,
+        &mut errors,
+    );
+    check_taints(
+        "spec",
+        &nodeclaim.spec.taints,
+        &nodeclaim.spec.startup_taints,
+        &mut errors,
+    );
     errors
 }
 
 fn check_selector_tags(path: &str, tags: &BTreeMap<String, String>, errors: &mut Vec<E>) {
     if tags.iter().any(|(k, v)| k.is_empty() || v.is_empty()) {
-        errors.push(E::rule(join_field(path, "tags"), &EC2_SELECTOR_TAGS_NONEMPTY));
+        errors.push(E::rule(
+            join_field(path, "tags"),
+            &EC2_SELECTOR_TAGS_NONEMPTY,
+        ));
     }
 }
 
@@ -255,11 +325,17 @@ pub fn check_ec2nodeclass(nodeclass: &EC2NodeClass) -> Vec<E> {
         errors.push(E::rule("spec.role", &EC2_ROLE_NONEMPTY));
     }
     if spec.instance_profile.as_deref() == Some("") {
-        errors.push(E::rule("spec.instanceProfile", &EC2_INSTANCE_PROFILE_NONEMPTY));
+        errors.push(E::rule(
+            "spec.instanceProfile",
+            &EC2_INSTANCE_PROFILE_NONEMPTY,
+        ));
     }
     // Selector terms.
     if spec.subnet_selector_terms.is_empty() {
-        errors.push(E::rule("spec.subnetSelectorTerms", &EC2_SUBNET_TERMS_NONEMPTY));
+        errors.push(E::rule(
+            "spec.subnetSelectorTerms",
+            &EC2_SUBNET_TERMS_NONEMPTY,
+        ));
     }
     for (i, term) in spec.subnet_selector_terms.iter().enumerate() {
         let path = join_index("spec.subnetSelectorTerms", i);
@@ -272,11 +348,18 @@ pub fn check_ec2nodeclass(nodeclass: &EC2NodeClass) -> Vec<E> {
         check_selector_tags(&path, &term.tags, &mut errors);
     }
     if spec.security_group_selector_terms.is_empty() {
-        errors.push(E::rule("spec.securityGroupSelectorTerms", &EC2_SG_TERMS_NONEMPTY));
+        errors.push(E::rule(
+            "spec.securityGroupSelectorTerms",
+            &EC2_SG_TERMS_NONEMPTY,
+        ));
     }
     for (i, term) in spec.security_group_selector_terms.iter().enumerate() {
         let path = join_index("spec.securityGroupSelectorTerms", i);
-        let (tags, id, name) = (!term.tags.is_empty(), term.id.is_some(), term.name.is_some());
+        let (tags, id, name) = (
+            !term.tags.is_empty(),
+            term.id.is_some(),
+            term.name.is_some(),
+        );
         if !tags && !id && !name {
             errors.push(E::rule(&path, &EC2_SG_TERM_NONEMPTY));
         }
@@ -290,7 +373,11 @@ pub fn check_ec2nodeclass(nodeclass: &EC2NodeClass) -> Vec<E> {
     }
     for (i, term) in spec.capacity_reservation_selector_terms.iter().enumerate() {
         let path = join_index("spec.capacityReservationSelectorTerms", i);
-        let (tags, id, criteria) = (!term.tags.is_empty(), term.id.is_some(), term.instance_match_criteria.is_some());
+        let (tags, id, criteria) = (
+            !term.tags.is_empty(),
+            term.id.is_some(),
+            term.instance_match_criteria.is_some(),
+        );
         if !tags && !id && !criteria {
             errors.push(E::rule(&path, &EC2_CR_TERM_NONEMPTY));
         }
@@ -302,14 +389,23 @@ pub fn check_ec2nodeclass(nodeclass: &EC2NodeClass) -> Vec<E> {
     if let Some(selector) = &spec.placement_group_selector
         && selector.name.is_some() == selector.id.is_some()
     {
-        errors.push(E::rule("spec.placementGroupSelector", &EC2_PLACEMENT_GROUP_ONE_OF));
+        errors.push(E::rule(
+            "spec.placementGroupSelector",
+            &EC2_PLACEMENT_GROUP_ONE_OF,
+        ));
     }
     check_ami_terms(nodeclass, &mut errors);
     check_tags(&spec.tags, &mut errors);
     if let Some(kubelet) = &spec.kubelet {
         check_kubelet(kubelet, &mut errors);
     }
-    if spec.block_device_mappings.iter().filter(|m| m.root_volume == Some(true)).count() > 1 {
+    if spec
+        .block_device_mappings
+        .iter()
+        .filter(|m| m.root_volume == Some(true))
+        .count()
+        > 1
+    {
         errors.push(E::rule("spec.blockDeviceMappings", &EC2_ONE_ROOT_VOLUME));
     }
     for (i, mapping) in spec.block_device_mappings.iter().enumerate() {
@@ -319,25 +415,40 @@ pub fn check_ec2nodeclass(nodeclass: &EC2NodeClass) -> Vec<E> {
             errors.push(E::rule(&path, &EC2_EBS_SNAPSHOT_OR_SIZE));
         }
         if ebs.volume_initialization_rate.is_some() && ebs.snapshot_id.is_none() {
-            errors.push(E::rule(join_field(&path, "volumeInitializationRate"), &EC2_EBS_INIT_RATE_NEEDS_SNAPSHOT));
+            errors.push(E::rule(
+                join_field(&path, "volumeInitializationRate"),
+                &EC2_EBS_INIT_RATE_NEEDS_SNAPSHOT,
+            ));
         }
     }
     let interfaces = &spec.network_interfaces;
     if !interfaces.is_empty() {
-        if !interfaces.iter().any(|x| x.network_card_index == 0 && x.device_index == 0 && x.interface_type == "interface") {
+        if !interfaces.iter().any(|x| {
+            x.network_card_index == 0 && x.device_index == 0 && x.interface_type == "interface"
+        }) {
             errors.push(E::rule("spec.networkInterfaces", &EC2_NETWORK_PRIMARY));
         }
         for (i, x) in interfaces.iter().enumerate() {
-            let same = interfaces.iter().filter(|y| y.network_card_index == x.network_card_index && y.device_index == x.device_index);
+            let same = interfaces.iter().filter(|y| {
+                y.network_card_index == x.network_card_index && y.device_index == x.device_index
+            });
             if same.count() != 1 {
-                errors.push(E::rule(join_index("spec.networkInterfaces", i), &EC2_NETWORK_UNIQUE));
+                errors.push(E::rule(
+                    join_index("spec.networkInterfaces", i),
+                    &EC2_NETWORK_UNIQUE,
+                ));
             }
             let efa_on_card = interfaces
                 .iter()
-                .filter(|y| y.network_card_index == x.network_card_index && y.interface_type == "efa-only")
+                .filter(|y| {
+                    y.network_card_index == x.network_card_index && y.interface_type == "efa-only"
+                })
                 .count();
             if x.interface_type == "efa-only" && efa_on_card != 1 {
-                errors.push(E::rule(join_index("spec.networkInterfaces", i), &EC2_NETWORK_ONE_EFA_PER_CARD));
+                errors.push(E::rule(
+                    join_index("spec.networkInterfaces", i),
+                    &EC2_NETWORK_ONE_EFA_PER_CARD,
+                ));
             }
         }
     }
@@ -346,7 +457,10 @@ pub fn check_ec2nodeclass(nodeclass: &EC2NodeClass) -> Vec<E> {
         && tracking.udp_stream_timeout.is_none()
         && tracking.udp_timeout.is_none()
     {
-        errors.push(E::rule("spec.connectionTracking", &EC2_CONNECTION_TRACKING_NONEMPTY));
+        errors.push(E::rule(
+            "spec.connectionTracking",
+            &EC2_CONNECTION_TRACKING_NONEMPTY,
+        ));
     }
     errors
 }
@@ -364,16 +478,28 @@ fn check_ami_terms(nodeclass: &EC2NodeClass, errors: &mut Vec<E>) {
     if let Some(family) = &spec.ami_family
         && has_alias
         && family != "Custom"
-        && !terms.iter().filter_map(|t| t.alias.as_deref()).any(|alias| {
-            alias.split('@').next().unwrap_or_default().eq_ignore_ascii_case(family)
-        })
+        && !terms
+            .iter()
+            .filter_map(|t| t.alias.as_deref())
+            .any(|alias| {
+                alias
+                    .split('@')
+                    .next()
+                    .unwrap_or_default()
+                    .eq_ignore_ascii_case(family)
+            })
     {
         errors.push(E::rule("spec.amiFamily", &EC2_AMI_FAMILY_MATCHES_ALIAS));
     }
     for (i, term) in terms.iter().enumerate() {
         let path = join_index("spec.amiSelectorTerms", i);
-        let (tags, name, id, owner, ssm) =
-            (!term.tags.is_empty(), term.name.is_some(), term.id.is_some(), term.owner.is_some(), term.ssm_parameter.is_some());
+        let (tags, name, id, owner, ssm) = (
+            !term.tags.is_empty(),
+            term.name.is_some(),
+            term.id.is_some(),
+            term.owner.is_some(),
+            term.ssm_parameter.is_some(),
+        );
         let alias = term.alias.is_some();
         if !alias && !tags && !name && !id && !ssm {
             errors.push(E::rule(&path, &EC2_AMI_TERM_NONEMPTY));
@@ -416,26 +542,46 @@ fn check_tags(tags: &BTreeMap<String, String>, errors: &mut Vec<E>) {
 }
 
 const RESERVED_KEYS: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pid"];
-const EVICTION_SIGNALS: [&str; 6] =
-    ["memory.available", "nodefs.available", "nodefs.inodesFree", "imagefs.available", "imagefs.inodesFree", "pid.available"];
+const EVICTION_SIGNALS: [&str; 6] = [
+    "memory.available",
+    "nodefs.available",
+    "nodefs.inodesFree",
+    "imagefs.available",
+    "imagefs.inodesFree",
+    "pid.available",
+];
 
 fn check_kubelet(kubelet: &crate::v1::KubeletConfiguration, errors: &mut Vec<E>) {
-    if let (Some(high), Some(low)) = (kubelet.image_gc_high_threshold_percent, kubelet.image_gc_low_threshold_percent)
-        && high <= low
+    if let (Some(high), Some(low)) = (
+        kubelet.image_gc_high_threshold_percent,
+        kubelet.image_gc_low_threshold_percent,
+    ) && high <= low
     {
-        errors.push(E::rule("spec.kubelet.imageGCHighThresholdPercent", &KUBELET_IMAGE_GC_THRESHOLDS));
+        errors.push(E::rule(
+            "spec.kubelet.imageGCHighThresholdPercent",
+            &KUBELET_IMAGE_GC_THRESHOLDS,
+        ));
     }
     for key in kubelet.eviction_soft.keys() {
         if !kubelet.eviction_soft_grace_period.contains_key(key) {
-            errors.push(E::rule(join_key("spec.kubelet.evictionSoft", key), &KUBELET_EVICTION_SOFT_HAS_GRACE));
+            errors.push(E::rule(
+                join_key("spec.kubelet.evictionSoft", key),
+                &KUBELET_EVICTION_SOFT_HAS_GRACE,
+            ));
         }
     }
     for key in kubelet.eviction_soft_grace_period.keys() {
         if !kubelet.eviction_soft.contains_key(key) {
-            errors.push(E::rule(join_key("spec.kubelet.evictionSoftGracePeriod", key), &KUBELET_GRACE_HAS_EVICTION_SOFT));
+            errors.push(E::rule(
+                join_key("spec.kubelet.evictionSoftGracePeriod", key),
+                &KUBELET_GRACE_HAS_EVICTION_SOFT,
+            ));
         }
     }
-    for (field, map) in [("kubeReserved", &kubelet.kube_reserved), ("systemReserved", &kubelet.system_reserved)] {
+    for (field, map) in [
+        ("kubeReserved", &kubelet.kube_reserved),
+        ("systemReserved", &kubelet.system_reserved),
+    ] {
         for (key, value) in map {
             let path = join_key(&join_field("spec.kubelet", field), key);
             if !RESERVED_KEYS.contains(&key.as_str()) {
@@ -449,11 +595,17 @@ fn check_kubelet(kubelet: &crate::v1::KubeletConfiguration, errors: &mut Vec<E>)
     for (field, map) in [
         ("evictionHard", &kubelet.eviction_hard),
         ("evictionSoft", &kubelet.eviction_soft),
-        ("evictionSoftGracePeriod", &kubelet.eviction_soft_grace_period),
+        (
+            "evictionSoftGracePeriod",
+            &kubelet.eviction_soft_grace_period,
+        ),
     ] {
         for key in map.keys() {
             if !EVICTION_SIGNALS.contains(&key.as_str()) {
-                errors.push(E::rule(join_key(&join_field("spec.kubelet", field), key), &KUBELET_EVICTION_KEYS));
+                errors.push(E::rule(
+                    join_key(&join_field("spec.kubelet", field), key),
+                    &KUBELET_EVICTION_KEYS,
+                ));
             }
         }
     }
@@ -465,19 +617,32 @@ pub fn validate_nodepool_update(old: &NodePool, new: &NodePool) -> Vec<E> {
     if old.spec.replicas.is_some() != new.spec.replicas.is_some() {
         errors.push(E::rule("spec.replicas", &STATIC_TRANSITION));
     }
-    let (old_ref, new_ref) = (&old.spec.template.spec.node_class_ref, &new.spec.template.spec.node_class_ref);
+    let (old_ref, new_ref) = (
+        &old.spec.template.spec.node_class_ref,
+        &new.spec.template.spec.node_class_ref,
+    );
     if old_ref.group != new_ref.group {
-        errors.push(E::rule("spec.template.spec.nodeClassRef.group", &NODECLASSREF_GROUP_IMMUTABLE));
+        errors.push(E::rule(
+            "spec.template.spec.nodeClassRef.group",
+            &NODECLASSREF_GROUP_IMMUTABLE,
+        ));
     }
     if old_ref.kind != new_ref.kind {
-        errors.push(E::rule("spec.template.spec.nodeClassRef.kind", &NODECLASSREF_KIND_IMMUTABLE));
+        errors.push(E::rule(
+            "spec.template.spec.nodeClassRef.kind",
+            &NODECLASSREF_KIND_IMMUTABLE,
+        ));
     }
     errors
 }
 
 /// Transition rules of a NodeClaim update: the spec is immutable.
 pub fn validate_nodeclaim_update(old: &NodeClaim, new: &NodeClaim) -> Vec<E> {
-    if old.spec == new.spec { Vec::new() } else { vec![E::rule("spec", &NODECLAIM_SPEC_IMMUTABLE)] }
+    if old.spec == new.spec {
+        Vec::new()
+    } else {
+        vec![E::rule("spec", &NODECLAIM_SPEC_IMMUTABLE)]
+    }
 }
 
 /// Transition rules of an EC2NodeClass update: no switching between role and instanceProfile.
@@ -487,7 +652,10 @@ pub fn validate_ec2nodeclass_update(old: &EC2NodeClass, new: &EC2NodeClass) -> V
         errors.push(E::rule("spec.role", &EC2_ROLE_TO_INSTANCE_PROFILE));
     }
     if old.spec.instance_profile.is_some() && new.spec.instance_profile.is_none() {
-        errors.push(E::rule("spec.instanceProfile", &EC2_INSTANCE_PROFILE_TO_ROLE));
+        errors.push(E::rule(
+            "spec.instanceProfile",
+            &EC2_INSTANCE_PROFILE_TO_ROLE,
+        ));
     }
     errors
 }

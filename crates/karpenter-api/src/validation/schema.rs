@@ -17,19 +17,33 @@ pub(crate) struct PatternCache {
 
 impl PatternCache {
     fn is_match(&self, pattern: &str, text: &str) -> bool {
-        let Ok(mut compiled) = self.compiled.lock() else { return true };
-        let regex = compiled.entry(pattern.to_string()).or_insert_with(|| Regex::new(pattern).ok());
+        let Ok(mut compiled) = self.compiled.lock() else {
+            return true;
+        };
+        let regex = compiled
+            .entry(pattern.to_string())
+            .or_insert_with(|| Regex::new(pattern).ok());
         // A pattern the regex engine cannot compile would be a bug in our CRD; don't blame the user.
         regex.as_ref().is_none_or(|r| r.is_match(text))
     }
 }
 
-pub(crate) fn check(schema: &Value, value: &Value, path: &str, cache: &PatternCache, errors: &mut Vec<ValidationError>) {
+pub(crate) fn check(
+    schema: &Value,
+    value: &Value,
+    path: &str,
+    cache: &PatternCache,
+    errors: &mut Vec<ValidationError>,
+) {
     // Non-nullable nulls are pruned by the API server: treat them as absent.
     if value.is_null() {
         return;
     }
-    if schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true) {
+    if schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        == Some(true)
+    {
         match value {
             Value::String(s) => check_string(schema, s, path, cache, errors),
             Value::Number(n) if n.is_i64() || n.is_u64() => {}
@@ -54,15 +68,9 @@ pub(crate) fn check(schema: &Value, value: &Value, path: &str, cache: &PatternCa
             Some(n) => check_integer(schema, n, path, errors),
             None => errors.push(type_error(path, "an integer", value)),
         },
-        Some("number") => {
-            if !value.is_number() {
-                errors.push(type_error(path, "a number", value));
-            }
-        }
-        Some("boolean") => {
-            if !value.is_boolean() {
-                errors.push(type_error(path, "true or false", value));
-            }
+        Some("number") if !value.is_number() => errors.push(type_error(path, "a number", value)),
+        Some("boolean") if !value.is_boolean() => {
+            errors.push(type_error(path, "true or false", value))
         }
         _ => {}
     }
@@ -97,27 +105,44 @@ fn check_object(
     }
     let properties = schema.get("properties").and_then(Value::as_object);
     let additional = schema.get("additionalProperties");
-    let preserve = schema.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true);
+    let preserve = schema
+        .get("x-kubernetes-preserve-unknown-fields")
+        .and_then(Value::as_bool)
+        == Some(true);
     for (key, child) in obj {
         if let Some(child_schema) = properties.and_then(|p| p.get(key)) {
             check(child_schema, child, &join_field(path, key), cache, errors);
         } else if let Some(additional) = additional.filter(|a| a.is_object()) {
             check(additional, child, &join_key(path, key), cache, errors);
         } else if !preserve && additional.and_then(Value::as_bool) != Some(true) {
-            let known: BTreeSet<&str> = properties.map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
+            let known: BTreeSet<&str> = properties
+                .map(|p| p.keys().map(String::as_str).collect())
+                .unwrap_or_default();
             errors.push(unknown_field(path, key, &known));
         }
     }
 }
 
 fn unknown_field(path: &str, key: &str, known: &BTreeSet<&str>) -> ValidationError {
-    let closest = known.iter().min_by_key(|k| edit_distance(&k.to_lowercase(), &key.to_lowercase())).copied();
+    let closest = known
+        .iter()
+        .min_by_key(|k| edit_distance(&k.to_lowercase(), &key.to_lowercase()))
+        .copied();
     let hint = match closest {
-        Some(c) if edit_distance(&c.to_lowercase(), &key.to_lowercase()) <= 3 => format!("did you mean {c:?}?"),
+        Some(c) if edit_distance(&c.to_lowercase(), &key.to_lowercase()) <= 3 => {
+            format!("did you mean {c:?}?")
+        }
         _ if known.is_empty() => "remove it".to_string(),
-        _ => format!("remove it; known fields here: {}", known.iter().copied().collect::<Vec<_>>().join(", ")),
+        _ => format!(
+            "remove it; known fields here: {}",
+            known.iter().copied().collect::<Vec<_>>().join(", ")
+        ),
     };
-    ValidationError::new(join_field(path, key), format!("unknown field {key:?}"), hint)
+    ValidationError::new(
+        join_field(path, key),
+        format!("unknown field {key:?}"),
+        hint,
+    )
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -134,7 +159,13 @@ fn edit_distance(a: &str, b: &str) -> usize {
     previous[b.len()]
 }
 
-fn check_array(schema: &Value, items: &[Value], path: &str, cache: &PatternCache, errors: &mut Vec<ValidationError>) {
+fn check_array(
+    schema: &Value,
+    items: &[Value],
+    path: &str,
+    cache: &PatternCache,
+    errors: &mut Vec<ValidationError>,
+) {
     if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
         && (items.len() as u64) < min
     {
@@ -156,7 +187,11 @@ fn check_array(schema: &Value, items: &[Value], path: &str, cache: &PatternCache
     if schema.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("set") {
         for (i, item) in items.iter().enumerate() {
             if items[..i].contains(item) {
-                errors.push(ValidationError::new(join_index(path, i), format!("Duplicate value: {item}"), "remove the duplicate"));
+                errors.push(ValidationError::new(
+                    join_index(path, i),
+                    format!("Duplicate value: {item}"),
+                    "remove the duplicate",
+                ));
             }
         }
     }
@@ -167,13 +202,26 @@ fn check_array(schema: &Value, items: &[Value], path: &str, cache: &PatternCache
     }
 }
 
-fn check_string(schema: &Value, s: &str, path: &str, cache: &PatternCache, errors: &mut Vec<ValidationError>) {
+fn check_string(
+    schema: &Value,
+    s: &str,
+    path: &str,
+    cache: &PatternCache,
+    errors: &mut Vec<ValidationError>,
+) {
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
         if !allowed.iter().any(|a| a.as_str() == Some(s)) {
-            let list: Vec<String> = allowed.iter().filter_map(Value::as_str).map(|a| format!("{a:?}")).collect();
+            let list: Vec<String> = allowed
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|a| format!("{a:?}"))
+                .collect();
             errors.push(ValidationError::new(
                 path.to_string(),
-                format!("Unsupported value: {s:?}: supported values: {}", list.join(", ")),
+                format!(
+                    "Unsupported value: {s:?}: supported values: {}",
+                    list.join(", ")
+                ),
                 format!("use one of {}", list.join(", ")),
             ));
         }
@@ -213,16 +261,30 @@ fn check_string(schema: &Value, s: &str, path: &str, cache: &PatternCache, error
 fn pattern_hint(pattern: &str) -> String {
     use crate::crd::*;
     let hint = match pattern {
-        p if p == NILLABLE_DURATION_PATTERN => "use a duration of whole hours/minutes/seconds such as 720h or 1h30m, or Never",
-        p if p == DURATION_PATTERN => "use a duration of whole hours/minutes/seconds such as 48h or 30m",
-        p if p == BUDGET_NODES_PATTERN => "use a node count such as 5 or a percentage from 0% to 100%",
-        p if p == BUDGET_SCHEDULE_PATTERN => "use five cron fields (minute hour day month weekday) or a macro such as @daily",
+        p if p == NILLABLE_DURATION_PATTERN => {
+            "use a duration of whole hours/minutes/seconds such as 720h or 1h30m, or Never"
+        }
+        p if p == DURATION_PATTERN => {
+            "use a duration of whole hours/minutes/seconds such as 48h or 30m"
+        }
+        p if p == BUDGET_NODES_PATTERN => {
+            "use a node count such as 5 or a percentage from 0% to 100%"
+        }
+        p if p == BUDGET_SCHEDULE_PATTERN => {
+            "use five cron fields (minute hour day month weekday) or a macro such as @daily"
+        }
         p if p == BUDGET_DURATION_PATTERN => "use hours and/or minutes, such as 1h, 30m or 1h30m",
-        p if p == LABEL_VALUE_PATTERN => "label values are at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric",
+        p if p == LABEL_VALUE_PATTERN => {
+            "label values are at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
+        }
         p if p == QUALIFIED_NAME_PATTERN => "use a qualified name such as example.com/team or team",
         p if p == QUANTITY_PATTERN => "use a quantity such as 100, 500m, 16Gi",
-        p if p == VOLUME_SIZE_PATTERN => "use a size such as 20Gi or 100G (at most 59000Gi / 64000G / 58Ti / 64T)",
-        p if p == EVICTION_VALUE_PATTERN => "use a percentage such as 10% or a quantity such as 100Mi",
+        p if p == VOLUME_SIZE_PATTERN => {
+            "use a size such as 20Gi or 100G (at most 59000Gi / 64000G / 58Ti / 64T)"
+        }
+        p if p == EVICTION_VALUE_PATTERN => {
+            "use a percentage such as 10% or a quantity such as 100Mi"
+        }
         _ => return format!("must match {pattern}"),
     };
     hint.to_string()
@@ -234,8 +296,16 @@ fn check_integer(schema: &Value, n: i64, path: &str, errors: &mut Vec<Validation
         Some("uint32") => (0, i64::from(u32::MAX)),
         _ => (i64::MIN, i64::MAX),
     };
-    let min = schema.get("minimum").and_then(Value::as_i64).unwrap_or(format_min).max(format_min);
-    let max = schema.get("maximum").and_then(Value::as_i64).unwrap_or(format_max).min(format_max);
+    let min = schema
+        .get("minimum")
+        .and_then(Value::as_i64)
+        .unwrap_or(format_min)
+        .max(format_min);
+    let max = schema
+        .get("maximum")
+        .and_then(Value::as_i64)
+        .unwrap_or(format_max)
+        .min(format_max);
     if n < min {
         errors.push(ValidationError::new(
             path.to_string(),
@@ -268,7 +338,11 @@ fn type_error(path: &str, expected: &str, value: &Value) -> ValidationError {
         Value::Array(_) => "a list",
         Value::Object(_) => "an object",
     };
-    ValidationError::new(path.to_string(), format!("Invalid value: expected {expected}, got {got}"), format!("write {expected} here"))
+    ValidationError::new(
+        path.to_string(),
+        format!("Invalid value: expected {expected}, got {got}"),
+        format!("write {expected} here"),
+    )
 }
 
 #[cfg(test)]

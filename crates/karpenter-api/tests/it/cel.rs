@@ -17,7 +17,12 @@ fn cel(value: &Value, old: Option<&Value>) -> Result<(), String> {
     let schema = crd::schema(which(value)).unwrap();
     kube_cel::Validator::new()
         .validate(&schema, value, old)
-        .map_err(|errs| errs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))
+        .map_err(|errs| {
+            errs.iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
 }
 
 #[test]
@@ -29,9 +34,16 @@ fn cel_rules_reject_every_cel_layer_invalid_fixture() {
             continue;
         }
         let rust = validation::validate_document(&case.value);
-        assert!(matches!(rust.outcome, validation::Outcome::Invalid(_)), "{name}: validate accepted it");
+        assert!(
+            matches!(rust.outcome, validation::Outcome::Invalid(_)),
+            "{name}: validate accepted it"
+        );
         match cel(&case.value, None) {
-            Err(message) => assert!(message.contains(&case.message), "{name}: CEL rejected with {message:?}, expected {:?}", case.message),
+            Err(message) => assert!(
+                message.contains(&case.message),
+                "{name}: CEL rejected with {message:?}, expected {:?}",
+                case.message
+            ),
             Ok(()) => panic!("{name}: the CRD's CEL rules accept it, but validate rejects it"),
         }
         checked += 1;
@@ -74,22 +86,35 @@ fn transition_rules_match_in_cel_and_rust() {
     let mut new = old.clone();
     new["spec"]["template"]["spec"]["nodeClassRef"]["kind"] = json!("OtherNodeClass");
     let cel_error = cel(&new, Some(&old)).unwrap_err();
-    assert!(cel_error.contains("nodeClassRef.kind is immutable"), "{cel_error}");
-    let (o, n) = (serde_json::from_value(old.clone()).unwrap(), serde_json::from_value(new).unwrap());
+    assert!(
+        cel_error.contains("nodeClassRef.kind is immutable"),
+        "{cel_error}"
+    );
+    let (o, n) = (
+        serde_json::from_value(old.clone()).unwrap(),
+        serde_json::from_value(new).unwrap(),
+    );
     let rust = validation::validate_nodepool_update(&o, &n);
     assert_eq!(rust[0].message, "nodeClassRef.kind is immutable");
 
     let mut renamed = old.clone();
     renamed["spec"]["template"]["spec"]["nodeClassRef"]["name"] = json!("other");
     cel(&renamed, Some(&old)).unwrap();
-    assert!(validation::validate_nodepool_update(&o, &serde_json::from_value(renamed).unwrap()).is_empty());
+    assert!(
+        validation::validate_nodepool_update(&o, &serde_json::from_value(renamed).unwrap())
+            .is_empty()
+    );
 
     // Static <-> dynamic.
     let mut static_pool = old.clone();
     static_pool["spec"]["replicas"] = json!(3);
     let cel_error = cel(&static_pool, Some(&old)).unwrap_err();
-    assert!(cel_error.contains("Cannot transition NodePool"), "{cel_error}");
-    let rust = validation::validate_nodepool_update(&o, &serde_json::from_value(static_pool).unwrap());
+    assert!(
+        cel_error.contains("Cannot transition NodePool"),
+        "{cel_error}"
+    );
+    let rust =
+        validation::validate_nodepool_update(&o, &serde_json::from_value(static_pool).unwrap());
     assert!(rust[0].message.starts_with("Cannot transition NodePool"));
 }
 
@@ -101,7 +126,11 @@ fn nodeclaim_spec_is_immutable_in_cel_and_rust() {
     });
     let mut new = old.clone();
     new["spec"]["nodeClassRef"]["name"] = json!("b");
-    assert!(cel(&new, Some(&old)).unwrap_err().contains("spec is immutable"));
+    assert!(
+        cel(&new, Some(&old))
+            .unwrap_err()
+            .contains("spec is immutable")
+    );
     cel(&old, Some(&old)).unwrap();
     let rust = validation::validate_nodeclaim_update(
         &serde_json::from_value(old.clone()).unwrap(),
@@ -122,10 +151,18 @@ fn ec2nodeclass_role_to_instance_profile_is_forbidden_in_cel_and_rust() {
     let mut new = old.clone();
     new["spec"].as_object_mut().unwrap().remove("role");
     new["spec"]["instanceProfile"] = json!("p");
-    assert!(cel(&new, Some(&old)).unwrap_err().contains("changing from 'role' to 'instanceProfile'"));
+    assert!(
+        cel(&new, Some(&old))
+            .unwrap_err()
+            .contains("changing from 'role' to 'instanceProfile'")
+    );
     let rust = validation::validate_ec2nodeclass_update(
         &serde_json::from_value(old).unwrap(),
         &serde_json::from_value(new).unwrap(),
     );
-    assert!(rust[0].message.starts_with("changing from 'role' to 'instanceProfile'"));
+    assert!(
+        rust[0]
+            .message
+            .starts_with("changing from 'role' to 'instanceProfile'")
+    );
 }

@@ -12,7 +12,9 @@ fn crd_value(which: Crd) -> Value {
 fn node<'a>(schema: &'a Value, path: &str) -> &'a Value {
     let mut node = schema;
     for segment in path.split('.') {
-        let (field, items) = segment.strip_suffix("[]").map_or((segment, false), |f| (f, true));
+        let (field, items) = segment
+            .strip_suffix("[]")
+            .map_or((segment, false), |f| (f, true));
         node = &node["properties"][field];
         if items {
             node = &node["items"];
@@ -25,9 +27,27 @@ fn node<'a>(schema: &'a Value, path: &str) -> &'a Value {
 #[test]
 fn names_scope_and_categories() {
     for (which, name, kind, plural, short) in [
-        (Crd::NodePool, "nodepools.karpenter.sh", "NodePool", "nodepools", ["np", "nps"]),
-        (Crd::NodeClaim, "nodeclaims.karpenter.sh", "NodeClaim", "nodeclaims", ["nc", "ncs"]),
-        (Crd::EC2NodeClass, "ec2nodeclasses.karpenter.k8s.aws", "EC2NodeClass", "ec2nodeclasses", ["ec2nc", "ec2ncs"]),
+        (
+            Crd::NodePool,
+            "nodepools.karpenter.sh",
+            "NodePool",
+            "nodepools",
+            ["np", "nps"],
+        ),
+        (
+            Crd::NodeClaim,
+            "nodeclaims.karpenter.sh",
+            "NodeClaim",
+            "nodeclaims",
+            ["nc", "ncs"],
+        ),
+        (
+            Crd::EC2NodeClass,
+            "ec2nodeclasses.karpenter.k8s.aws",
+            "EC2NodeClass",
+            "ec2nodeclasses",
+            ["ec2nc", "ec2ncs"],
+        ),
     ] {
         let crd = crd_value(which);
         assert_eq!(crd["apiVersion"], "apiextensions.k8s.io/v1");
@@ -36,7 +56,10 @@ fn names_scope_and_categories() {
         assert_eq!(crd["spec"]["names"]["kind"], kind);
         assert_eq!(crd["spec"]["names"]["plural"], plural);
         assert_eq!(crd["spec"]["names"]["shortNames"], serde_json::json!(short));
-        assert_eq!(crd["spec"]["names"]["categories"], serde_json::json!(["karpenter"]));
+        assert_eq!(
+            crd["spec"]["names"]["categories"],
+            serde_json::json!(["karpenter"])
+        );
         let version = &crd["spec"]["versions"][0];
         assert_eq!(version["name"], "v1");
         assert_eq!(version["served"], true);
@@ -59,21 +82,55 @@ fn columns(which: Crd) -> Vec<(String, i64)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| (c["name"].as_str().unwrap().to_string(), c["priority"].as_i64().unwrap_or(0)))
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_string(),
+                c["priority"].as_i64().unwrap_or(0),
+            )
+        })
         .collect()
 }
 
 #[test]
 fn printer_columns_including_wide_ones() {
     let np = columns(Crd::NodePool);
-    let expected: Vec<(String, i64)> = [("NodeClass", 0), ("Nodes", 0), ("Ready", 0), ("Age", 0), ("Weight", 1), ("CPU", 1), ("Memory", 1)]
-        .iter()
-        .map(|(n, p)| (n.to_string(), *p))
-        .collect();
+    let expected: Vec<(String, i64)> = [
+        ("NodeClass", 0),
+        ("Nodes", 0),
+        ("Ready", 0),
+        ("Age", 0),
+        ("Weight", 1),
+        ("CPU", 1),
+        ("Memory", 1),
+    ]
+    .iter()
+    .map(|(n, p)| (n.to_string(), *p))
+    .collect();
     assert_eq!(np, expected);
-    let nc: Vec<String> = columns(Crd::NodeClaim).into_iter().map(|(n, _)| n).collect();
-    assert_eq!(nc, ["Type", "Capacity", "Zone", "Node", "Ready", "Age", "ImageID", "ID", "NodePool", "NodeClass", "Drifted"]);
-    assert_eq!(columns(Crd::EC2NodeClass), vec![("Ready".into(), 0), ("Age".into(), 0), ("Role".into(), 1)]);
+    let nc: Vec<String> = columns(Crd::NodeClaim)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        nc,
+        [
+            "Type",
+            "Capacity",
+            "Zone",
+            "Node",
+            "Ready",
+            "Age",
+            "ImageID",
+            "ID",
+            "NodePool",
+            "NodeClass",
+            "Drifted"
+        ]
+    );
+    assert_eq!(
+        columns(Crd::EC2NodeClass),
+        vec![("Ready".into(), 0), ("Age".into(), 0), ("Role".into(), 1)]
+    );
 }
 
 #[test]
@@ -82,9 +139,14 @@ fn every_cel_rule_is_present_at_its_path() {
     for rule in rules::ALL {
         for (which, path) in rule.paths {
             let schema = crd::schema(*which).unwrap();
-            let validations = node(&schema, path)["x-kubernetes-validations"].as_array().cloned().unwrap_or_default();
+            let validations = node(&schema, path)["x-kubernetes-validations"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             assert!(
-                validations.iter().any(|v| v["rule"] == rule.rule && v["message"] == rule.message),
+                validations
+                    .iter()
+                    .any(|v| v["rule"] == rule.rule && v["message"] == rule.message),
                 "{which:?} {path}: missing rule {}",
                 rule.rule
             );
@@ -97,10 +159,22 @@ fn every_cel_rule_is_present_at_its_path() {
 #[test]
 fn crd_defaults() {
     let np = crd::schema(Crd::NodePool).unwrap();
-    assert_eq!(node(&np, "spec.template.spec.expireAfter")["default"], "720h");
-    assert_eq!(node(&np, "spec.disruption.consolidateAfter")["default"], "0s");
-    assert_eq!(node(&np, "spec.disruption.consolidationPolicy")["default"], "WhenEmptyOrUnderutilized");
-    assert_eq!(node(&np, "spec.disruption.budgets")["default"], serde_json::json!([{ "nodes": "10%" }]));
+    assert_eq!(
+        node(&np, "spec.template.spec.expireAfter")["default"],
+        "720h"
+    );
+    assert_eq!(
+        node(&np, "spec.disruption.consolidateAfter")["default"],
+        "0s"
+    );
+    assert_eq!(
+        node(&np, "spec.disruption.consolidationPolicy")["default"],
+        "WhenEmptyOrUnderutilized"
+    );
+    assert_eq!(
+        node(&np, "spec.disruption.budgets")["default"],
+        serde_json::json!([{ "nodes": "10%" }])
+    );
     let ec2 = crd::schema(Crd::EC2NodeClass).unwrap();
     assert_eq!(
         node(&ec2, "spec.metadataOptions")["default"],
@@ -111,12 +185,18 @@ fn crd_defaults() {
 /// Structural: every node with properties/items is typed; quantities are int-or-string.
 fn assert_structural(node: &Value, path: &str) {
     let Some(obj) = node.as_object() else { return };
-    if obj.contains_key("properties") || obj.contains_key("items") || obj.contains_key("additionalProperties") {
+    if obj.contains_key("properties")
+        || obj.contains_key("items")
+        || obj.contains_key("additionalProperties")
+    {
         assert!(obj.contains_key("type"), "{path}: untyped node");
     }
     if let Some(props) = obj.get("properties").and_then(Value::as_object) {
         for (k, v) in props {
-            if !v.get("x-kubernetes-int-or-string").is_some_and(|b| b == true) {
+            if !v
+                .get("x-kubernetes-int-or-string")
+                .is_some_and(|b| b == true)
+            {
                 assert!(v.get("type").is_some(), "{path}.{k}: untyped field");
             }
             assert_structural(v, &format!("{path}.{k}"));
@@ -135,9 +215,18 @@ fn schemas_are_structural() {
         assert_structural(&crd::schema(which).unwrap(), &format!("{which:?}"));
     }
     let np = crd::schema(Crd::NodePool).unwrap();
-    assert_eq!(node(&np, "spec.limits")["additionalProperties"]["x-kubernetes-int-or-string"], true);
-    assert_eq!(node(&np, "spec.template.spec.requirements[].values")["x-kubernetes-list-type"], "atomic");
-    assert_eq!(node(&np, "status.conditions")["x-kubernetes-list-type"], "map");
+    assert_eq!(
+        node(&np, "spec.limits")["additionalProperties"]["x-kubernetes-int-or-string"],
+        true
+    );
+    assert_eq!(
+        node(&np, "spec.template.spec.requirements[].values")["x-kubernetes-list-type"],
+        "atomic"
+    );
+    assert_eq!(
+        node(&np, "status.conditions")["x-kubernetes-list-type"],
+        "map"
+    );
 }
 
 /// `deploy/crds/` is committed; it must be exactly what `karpenter crds` generates.
@@ -149,7 +238,11 @@ fn deploy_crds_are_up_to_date() {
     for (i, (name, yaml)) in crd::render_yaml().unwrap().into_iter().enumerate() {
         // The YAML (folded long CEL rules and all) reads back as exactly the generated CRD.
         let parsed: Value = serde_saphyr::from_str(&yaml).unwrap();
-        assert_eq!(parsed, serde_json::to_value(&crds[i]).unwrap(), "{name} does not round-trip");
+        assert_eq!(
+            parsed,
+            serde_json::to_value(&crds[i]).unwrap(),
+            "{name} does not round-trip"
+        );
         let path = dir.join(&name);
         if update {
             std::fs::write(&path, &yaml).unwrap();

@@ -43,8 +43,16 @@ pub fn invalid_case(name: &str) -> InvalidCase {
     };
     let docs = split_documents(&text);
     assert_eq!(docs.len(), 1, "{name}: one document per invalid case");
-    let value = docs[0].value.clone().unwrap_or_else(|e| panic!("{name}: {e}"));
-    InvalidCase { layer: header("layer"), path: header("expect-path"), message: header("expect-message"), value }
+    let value = docs[0]
+        .value
+        .clone()
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    InvalidCase {
+        layer: header("layer"),
+        path: header("expect-path"),
+        message: header("expect-message"),
+        value,
+    }
 }
 
 /// Every invalid case name (file stem).

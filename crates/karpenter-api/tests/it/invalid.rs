@@ -7,15 +7,28 @@ use super::fixtures::{invalid_case, invalid_case_names};
 fn assert_rejected(name: &str) {
     let case = invalid_case(name);
     let report = validate_document(&case.value);
-    let Outcome::Invalid(errors) = report.outcome else { panic!("{name}: accepted, expected {}: {}", case.path, case.message) };
+    let Outcome::Invalid(errors) = report.outcome else {
+        panic!("{name}: accepted, expected {}: {}", case.path, case.message)
+    };
     assert!(
-        errors.iter().any(|e| e.path == case.path && e.message.contains(&case.message)),
+        errors
+            .iter()
+            .any(|e| e.path == case.path && e.message.contains(&case.message)),
         "{name}: expected `{}: ...{}...`, got:\n{}",
         case.path,
         case.message,
-        errors.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n")
+        errors
+            .iter()
+            .map(|e| format!("  {e}"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
-    assert!(errors.iter().all(|e| e.hint.as_ref().is_some_and(|h| !h.is_empty())), "{name}: every error has a hint");
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.hint.as_ref().is_some_and(|h| !h.is_empty())),
+        "{name}: every error has a hint"
+    );
 }
 
 macro_rules! invalid_cases {

@@ -1,6 +1,9 @@
 //! Integration tests of the API crate: seed manifests, invalid variants, CRD structure and the CRD's
 //! CEL rules evaluated client-side.
 
+// Test helpers panic on purpose: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cel;
 mod crd_structure;
 mod fixtures;
