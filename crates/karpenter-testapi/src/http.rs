@@ -188,7 +188,10 @@ pub(crate) async fn handle(inner: Arc<Inner>, request: Request<Bytes>) -> Respon
     let target = match route {
         Route::Objects(target) => target,
         other if parts.method == Method::GET => {
-            return json_response(200, &discovery(&inner, &other));
+            return match discovery(&inner, &other) {
+                Ok(document) => json_response(200, &document),
+                Err(error) => error_response(&error),
+            };
         }
         _ => {
             return error_response(&ApiError::method_not_allowed(
@@ -633,9 +636,9 @@ async fn next_line(mut state: WatchState) -> Option<(Bytes, WatchState)> {
     }
 }
 
-fn discovery(inner: &Inner, route: &Route) -> Value {
+fn discovery(inner: &Inner, route: &Route) -> Result<Value, ApiError> {
     let store = inner.store();
-    match route {
+    let document = match route {
         Route::Version => json!({
             "major": "1", "minor": "33", "gitVersion": "v1.33.0-testapi", "gitCommit": "", "gitTreeState": "clean",
             "buildDate": "1970-01-01T00:00:00Z", "goVersion": "none", "compiler": "rustc", "platform": "linux/amd64",
@@ -657,7 +660,7 @@ fn discovery(inner: &Inner, route: &Route) -> Value {
             let groups = store.registry.groups();
             match groups.iter().find(|(g, _)| g == group) {
                 Some((g, versions)) => group_json(g, versions),
-                None => not_found_path().to_status(),
+                None => return Err(not_found_path()),
             }
         }
         Route::ResourceList { group, version } => {
@@ -693,6 +696,9 @@ fn discovery(inner: &Inner, route: &Route) -> Value {
                     resources.push(json!({"name": "pods/binding", "singularName": "", "namespaced": true, "kind": "Binding", "verbs": ["create"]}));
                 }
             }
+            if resources.is_empty() {
+                return Err(not_found_path());
+            }
             let group_version = if group.is_empty() {
                 version.clone()
             } else {
@@ -700,8 +706,9 @@ fn discovery(inner: &Inner, route: &Route) -> Value {
             };
             json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources})
         }
-        Route::Objects(_) => Value::Null,
-    }
+        Route::Objects(_) => return Err(not_found_path()),
+    };
+    Ok(document)
 }
 
 fn group_json(group: &str, versions: &[String]) -> Value {

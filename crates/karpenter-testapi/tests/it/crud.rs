@@ -380,6 +380,11 @@ async fn discovery_and_version() {
         .unwrap();
     assert_eq!(leases.plural, "leases");
     assert!(discovery.has_group("policy"));
+    let unknown = server
+        .client()
+        .list_api_group_resources("nope.example.com/v1")
+        .await;
+    assert_eq!(code_of(unknown), 404);
 }
 
 #[tokio::test]
