@@ -11,12 +11,15 @@ pub mod events;
 pub mod leader;
 pub mod logging;
 pub mod metrics;
+pub mod nodeclaim;
 pub mod nodepool;
 pub mod provisioning;
 pub mod run;
 pub mod server;
 pub mod settings;
+pub mod sim_kubelet;
 pub mod state;
+pub mod termination;
 
 pub use context::{Context, TokioClock};
 pub use settings::Settings;

@@ -19,7 +19,7 @@ use crate::context::Context;
 use crate::provisioning::Batcher;
 use crate::state::reflector::reflect;
 use crate::state::{Tracked, pod};
-use crate::{leader, nodepool, provisioning, server};
+use crate::{leader, nodeclaim, nodepool, provisioning, server, termination};
 
 /// A running replica. Drop-safe, but call [`RunningController::stop`] for a graceful shutdown
 /// (the leader releases its lease so a follower takes over at once).
@@ -92,6 +92,8 @@ impl RunningController {
             tokio::spawn(leader::run(ctx.clone(), shutdown_rx.clone())),
             tokio::spawn(provisioning::run(ctx.clone(), batcher, shutdown_rx.clone())),
             tokio::spawn(nodepool::run(ctx.clone(), shutdown_rx.clone())),
+            tokio::spawn(nodeclaim::run(ctx.clone(), shutdown_rx.clone())),
+            tokio::spawn(termination::run(ctx.clone(), shutdown_rx.clone())),
         ];
         let (mut metrics_address, mut health_address) = (None, None);
         if options.serve_http {

@@ -76,10 +76,11 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
                 }
             }
             _ = collector.tick() => {
-                if ctx.is_leader() && ctx.state.read().synced() {
-                    if let Err(err) = gc::collect(&ctx).await {
-                        tracing::error!(error = %err, "nodeclaim garbage collection failed");
-                    }
+                if ctx.is_leader()
+                    && ctx.state.read().synced()
+                    && let Err(err) = gc::collect(&ctx).await
+                {
+                    tracing::error!(error = %err, "nodeclaim garbage collection failed");
                 }
             }
         }

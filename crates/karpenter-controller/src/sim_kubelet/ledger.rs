@@ -10,7 +10,9 @@ use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::{NodeClaim, NodePool};
-use karpenter_core::cloud_provider::{CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy};
+use karpenter_core::cloud_provider::{
+    CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
+};
 use karpenter_core::instance_type::InstanceType;
 use karpenter_sim::SimCloudProvider;
 use kube::Api;
@@ -55,7 +57,9 @@ pub struct LedgerStore {
 
 impl std::fmt::Debug for LedgerStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LedgerStore").field("namespace", &self.namespace).finish_non_exhaustive()
+        f.debug_struct("LedgerStore")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
     }
 }
 
@@ -70,16 +74,26 @@ impl LedgerStore {
 
     /// Loads the persisted ledger into `provider`. Returns whether one was found.
     pub async fn restore(&self, provider: &SimCloudProvider) -> Result<bool, LedgerError> {
-        let found = self.api.get_opt(LEDGER_CONFIGMAP).await.map_err(|e| LedgerError::Kube {
-            action: format!("read ConfigMap {}/{LEDGER_CONFIGMAP}", self.namespace),
-            source: Box::new(e),
-        })?;
-        let Some(json) = found.and_then(|cm| cm.data).and_then(|mut d| d.remove(LEDGER_KEY)) else {
+        let found = self
+            .api
+            .get_opt(LEDGER_CONFIGMAP)
+            .await
+            .map_err(|e| LedgerError::Kube {
+                action: format!("read ConfigMap {}/{LEDGER_CONFIGMAP}", self.namespace),
+                source: Box::new(e),
+            })?;
+        let Some(json) = found
+            .and_then(|cm| cm.data)
+            .and_then(|mut d| d.remove(LEDGER_KEY))
+        else {
             return Ok(false);
         };
         provider
             .restore(&json)
-            .map_err(|source| LedgerError::Corrupt { namespace: self.namespace.clone(), source })?;
+            .map_err(|source| LedgerError::Corrupt {
+                namespace: self.namespace.clone(),
+                source,
+            })?;
         *self.last_written.lock().unwrap_or_else(|e| e.into_inner()) = Some(json);
         Ok(true)
     }
@@ -87,18 +101,36 @@ impl LedgerStore {
     /// Writes the provider's ledger if it changed since the last write.
     pub async fn save(&self, provider: &SimCloudProvider) -> Result<(), LedgerError> {
         let json = provider.snapshot().map_err(LedgerError::Snapshot)?;
-        if self.last_written.lock().unwrap_or_else(|e| e.into_inner()).as_deref() == Some(json.as_str()) {
+        if self
+            .last_written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_deref()
+            == Some(json.as_str())
+        {
             return Ok(());
         }
         let kube_err = |action: &str| {
             let action = format!("{action} ConfigMap {}/{LEDGER_CONFIGMAP}", self.namespace);
-            move |e| LedgerError::Kube { action, source: Box::new(e) }
+            move |e| LedgerError::Kube {
+                action,
+                source: Box::new(e),
+            }
         };
         let data = BTreeMap::from([(LEDGER_KEY.to_string(), json.clone())]);
-        match self.api.get_opt(LEDGER_CONFIGMAP).await.map_err(kube_err("read"))? {
+        match self
+            .api
+            .get_opt(LEDGER_CONFIGMAP)
+            .await
+            .map_err(kube_err("read"))?
+        {
             Some(mut cm) => {
                 cm.data = Some(data);
-                match self.api.replace(LEDGER_CONFIGMAP, &PostParams::default(), &cm).await {
+                match self
+                    .api
+                    .replace(LEDGER_CONFIGMAP, &PostParams::default(), &cm)
+                    .await
+                {
                     Ok(_) => {}
                     // Someone wrote in between; the next save writes the latest ledger.
                     Err(err) if is_conflict(&err) => return Ok(()),
@@ -141,7 +173,10 @@ impl PersistentSimProvider {
     }
 
     async fn persist(&self) -> Result<(), CloudError> {
-        self.store.save(&self.sim).await.map_err(|e| CloudError::Other(format!("persisting the sim ledger: {e}")))
+        self.store
+            .save(&self.sim)
+            .await
+            .map_err(|e| CloudError::Other(format!("persisting the sim ledger: {e}")))
     }
 }
 
@@ -171,7 +206,10 @@ impl CloudProvider for PersistentSimProvider {
         self.sim.list().await
     }
 
-    async fn instance_types(&self, node_pool: &NodePool) -> Result<Vec<Arc<InstanceType>>, CloudError> {
+    async fn instance_types(
+        &self,
+        node_pool: &NodePool,
+    ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
         self.sim.instance_types(node_pool).await
     }
 

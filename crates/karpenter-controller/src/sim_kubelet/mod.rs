@@ -68,7 +68,10 @@ pub struct SimKubeletError {
 
 fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> SimKubeletError {
     let action = action.into();
-    move |e| SimKubeletError { action, source: Box::new(e) }
+    move |e| SimKubeletError {
+        action,
+        source: Box::new(e),
+    }
 }
 
 struct Inner {
@@ -88,7 +91,9 @@ pub struct SimKubelet {
 
 impl std::fmt::Debug for SimKubelet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SimKubelet").field("options", &self.inner.options).finish_non_exhaustive()
+        f.debug_struct("SimKubelet")
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
     }
 }
 
@@ -97,7 +102,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn ready_condition(node: &Node) -> Option<&NodeCondition> {
-    node.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready")
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
 }
 
 fn pod_is_ready(pod: &Pod) -> bool {
@@ -133,21 +143,46 @@ pub fn running_status(pod: &Pod, host_ip: &str, pod_ip: &str, now: Timestamp) ->
 /// What the node-lifecycle controller does to a node given its Lease: `Some(node)` when it
 /// changes. A stale Lease → Ready=Unknown plus the unreachable taints; a fresh one → Ready=True
 /// and the not-ready/unreachable taints lifted.
-pub fn node_lifecycle(node: &Node, renewed: Option<Timestamp>, now: Timestamp, grace: SignedDuration) -> Option<Node> {
-    let created = node.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or(now);
+pub fn node_lifecycle(
+    node: &Node,
+    renewed: Option<Timestamp>,
+    now: Timestamp,
+    grace: SignedDuration,
+) -> Option<Node> {
+    let created = node
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or(now);
     let last = renewed.unwrap_or(created);
     let alive = now.duration_since(last) <= grace;
     let mut out = node.clone();
-    let taints = out.spec.get_or_insert_default().taints.get_or_insert_default();
-    let conditions = out.status.get_or_insert_default().conditions.get_or_insert_default();
+    let taints = out
+        .spec
+        .get_or_insert_default()
+        .taints
+        .get_or_insert_default();
+    let conditions = out
+        .status
+        .get_or_insert_default()
+        .conditions
+        .get_or_insert_default();
     conditions.retain(|c| c.type_ != "Ready");
     if alive {
         taints.retain(|t| t.key != NODE_NOT_READY_TAINT_KEY && t.key != NODE_UNREACHABLE_TAINT_KEY);
         conditions.push(ready_true(node, now));
     } else {
         for effect in [NO_SCHEDULE, NO_EXECUTE] {
-            if !taints.iter().any(|t| t.key == NODE_UNREACHABLE_TAINT_KEY && t.effect == effect) {
-                taints.push(Taint { key: NODE_UNREACHABLE_TAINT_KEY.into(), effect: effect.into(), ..Taint::default() });
+            if !taints
+                .iter()
+                .any(|t| t.key == NODE_UNREACHABLE_TAINT_KEY && t.effect == effect)
+            {
+                taints.push(Taint {
+                    key: NODE_UNREACHABLE_TAINT_KEY.into(),
+                    effect: effect.into(),
+                    ..Taint::default()
+                });
             }
         }
         let previous = ready_condition(node);
@@ -158,15 +193,29 @@ pub fn node_lifecycle(node: &Node, renewed: Option<Timestamp>, now: Timestamp, g
             reason: Some("NodeStatusUnknown".into()),
             message: Some("Kubelet stopped posting node status.".into()),
             last_heartbeat_time: previous.and_then(|c| c.last_heartbeat_time.clone()),
-            last_transition_time: if unchanged { previous.and_then(|c| c.last_transition_time.clone()) } else { Some(Time(now)) },
+            last_transition_time: if unchanged {
+                previous.and_then(|c| c.last_transition_time.clone())
+            } else {
+                Some(Time(now))
+            },
         });
     }
-    if out.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some_and(Vec::is_empty) {
+    if out
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(Vec::is_empty)
+    {
         out.spec.get_or_insert_default().taints = None;
     }
-    let before_taints = node.spec.as_ref().and_then(|s| s.taints.clone()).filter(|t| !t.is_empty());
+    let before_taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .filter(|t| !t.is_empty());
     let after_taints = out.spec.as_ref().and_then(|s| s.taints.clone());
-    let ready_changed = ready_condition(node).map(|c| c.status.as_str()) != ready_condition(&out).map(|c| c.status.as_str());
+    let ready_changed = ready_condition(node).map(|c| c.status.as_str())
+        != ready_condition(&out).map(|c| c.status.as_str());
     (before_taints != after_taints || ready_changed).then_some(out)
 }
 
@@ -179,12 +228,21 @@ fn ready_true(node: &Node, now: Timestamp) -> NodeCondition {
         reason: Some("KubeletReady".into()),
         message: Some("kubelet is posting ready status (simulated)".into()),
         last_heartbeat_time: Some(Time(now)),
-        last_transition_time: if unchanged { previous.and_then(|c| c.last_transition_time.clone()) } else { Some(Time(now)) },
+        last_transition_time: if unchanged {
+            previous.and_then(|c| c.last_transition_time.clone())
+        } else {
+            Some(Time(now))
+        },
     }
 }
 
 impl SimKubelet {
-    pub fn new(client: kube::Client, provider: SimCloudProvider, clock: Arc<dyn Clock>, options: SimKubeletOptions) -> Self {
+    pub fn new(
+        client: kube::Client,
+        provider: SimCloudProvider,
+        clock: Arc<dyn Clock>,
+        options: SimKubeletOptions,
+    ) -> Self {
         SimKubelet {
             inner: Arc::new(Inner {
                 client,
@@ -233,8 +291,13 @@ impl SimKubelet {
         let now = self.inner.clock.now();
         let client = self.inner.client.clone();
         let node_api: Api<Node> = Api::all(client.clone());
-        let instances: BTreeMap<String, SimInstance> =
-            self.inner.provider.instances().into_iter().map(|i| (i.node_name.clone(), i)).collect();
+        let instances: BTreeMap<String, SimInstance> = self
+            .inner
+            .provider
+            .instances()
+            .into_iter()
+            .map(|i| (i.node_name.clone(), i))
+            .collect();
         let nodes: BTreeMap<String, Node> = node_api
             .list(&ListParams::default())
             .await
@@ -248,9 +311,13 @@ impl SimKubelet {
             if nodes.contains_key(name) || !self.is_alive(name) {
                 continue;
             }
-            let Ok(node) = self.inner.provider.registered_node(&instance.provider_id) else { continue };
+            let Ok(node) = self.inner.provider.registered_node(&instance.provider_id) else {
+                continue;
+            };
             match node_api.create(&PostParams::default(), &node).await {
-                Ok(_) => tracing::info!(node = %name, provider_id = %instance.provider_id, "sim kubelet registered node"),
+                Ok(_) => {
+                    tracing::info!(node = %name, provider_id = %instance.provider_id, "sim kubelet registered node")
+                }
                 Err(err) if is_conflict(&err) => {}
                 Err(err) => return Err(kube_err(format!("register node {name}"))(err)),
             }
@@ -259,7 +326,8 @@ impl SimKubelet {
         let leases = self.heartbeat(&instances, now).await?;
 
         if self.inner.options.emulate_node_lifecycle {
-            let grace = SignedDuration::try_from(self.inner.options.lease_duration).unwrap_or(SignedDuration::from_secs(40));
+            let grace = SignedDuration::try_from(self.inner.options.lease_duration)
+                .unwrap_or(SignedDuration::from_secs(40));
             for (name, node) in nodes.iter().filter(|(_, n)| self.owns(n)) {
                 if let Some(updated) = node_lifecycle(node, leases.get(name).copied(), now, grace) {
                     self.write_node(&node_api, node, updated).await?;
@@ -267,16 +335,28 @@ impl SimKubelet {
             }
         } else {
             // On a real cluster only the kubelet's own Ready condition is ours to post.
-            for (name, node) in nodes.iter().filter(|(n, _)| instances.contains_key(*n) && self.is_alive(n)) {
+            for (name, node) in nodes
+                .iter()
+                .filter(|(n, _)| instances.contains_key(*n) && self.is_alive(n))
+            {
                 if ready_condition(node).is_none_or(|c| c.status != "True") {
                     let mut updated = node.clone();
-                    let conditions = updated.status.get_or_insert_default().conditions.get_or_insert_default();
+                    let conditions = updated
+                        .status
+                        .get_or_insert_default()
+                        .conditions
+                        .get_or_insert_default();
                     conditions.retain(|c| c.type_ != "Ready");
                     conditions.push(ready_true(node, now));
-                    match node_api.replace_status(name, &PostParams::default(), &updated).await {
+                    match node_api
+                        .replace_status(name, &PostParams::default(), &updated)
+                        .await
+                    {
                         Ok(_) => {}
                         Err(err) if is_conflict(&err) || is_not_found(&err) => {}
-                        Err(err) => return Err(kube_err(format!("post status of node {name}"))(err)),
+                        Err(err) => {
+                            return Err(kube_err(format!("post status of node {name}"))(err));
+                        }
                     }
                 }
             }
@@ -288,14 +368,24 @@ impl SimKubelet {
     /// A node this provider launched (its providerID is one of ours).
     fn owns(&self, node: &Node) -> bool {
         let prefix = format!("{}://", karpenter_sim::provider::PROVIDER_NAME);
-        node.spec.as_ref().and_then(|s| s.provider_id.as_deref()).is_some_and(|p| p.starts_with(&prefix))
+        node.spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .is_some_and(|p| p.starts_with(&prefix))
     }
 
-    async fn write_node(&self, api: &Api<Node>, before: &Node, mut desired: Node) -> Result<(), SimKubeletError> {
+    async fn write_node(
+        &self,
+        api: &Api<Node>,
+        before: &Node,
+        mut desired: Node,
+    ) -> Result<(), SimKubeletError> {
         let name = before.name_any();
         let pp = PostParams::default();
         let mut current = before.clone();
-        if before.spec.as_ref().and_then(|s| s.taints.as_ref()) != desired.spec.as_ref().and_then(|s| s.taints.as_ref()) {
+        if before.spec.as_ref().and_then(|s| s.taints.as_ref())
+            != desired.spec.as_ref().and_then(|s| s.taints.as_ref())
+        {
             let mut spec_update = before.clone();
             spec_update.spec = desired.spec.clone();
             current = match api.replace(&name, &pp, &spec_update).await {
@@ -324,7 +414,8 @@ impl SimKubelet {
         now: Timestamp,
     ) -> Result<BTreeMap<String, Timestamp>, SimKubeletError> {
         let api: Api<Lease> = Api::namespaced(self.inner.client.clone(), NODE_LEASE_NAMESPACE);
-        let period = SignedDuration::try_from(self.inner.options.heartbeat_period).unwrap_or(SignedDuration::from_secs(10));
+        let period = SignedDuration::try_from(self.inner.options.heartbeat_period)
+            .unwrap_or(SignedDuration::from_secs(10));
         let mut renewed: BTreeMap<String, Timestamp> = api
             .list(&ListParams::default())
             .await
@@ -334,7 +425,9 @@ impl SimKubelet {
             .filter_map(|l| Some((l.name_any(), l.spec?.renew_time?.0)))
             .collect();
         for name in instances.keys().filter(|n| self.is_alive(n)) {
-            let due = lock(&self.inner.last_heartbeat).get(name).is_none_or(|at| now.duration_since(*at) >= period);
+            let due = lock(&self.inner.last_heartbeat)
+                .get(name)
+                .is_none_or(|at| now.duration_since(*at) >= period);
             if !due {
                 continue;
             }
@@ -346,15 +439,24 @@ impl SimKubelet {
                 },
                 spec: Some(LeaseSpec {
                     holder_identity: Some(name.clone()),
-                    lease_duration_seconds: i32::try_from(self.inner.options.lease_duration.as_secs()).ok(),
+                    lease_duration_seconds: i32::try_from(
+                        self.inner.options.lease_duration.as_secs(),
+                    )
+                    .ok(),
                     renew_time: Some(MicroTime(now)),
                     ..LeaseSpec::default()
                 }),
             };
-            let result = match api.get_opt(name).await.map_err(kube_err(format!("read lease {name}")))? {
+            let result = match api
+                .get_opt(name)
+                .await
+                .map_err(kube_err(format!("read lease {name}")))?
+            {
                 Some(mut existing) => {
                     existing.spec = lease.spec;
-                    api.replace(name, &PostParams::default(), &existing).await.map(|_| ())
+                    api.replace(name, &PostParams::default(), &existing)
+                        .await
+                        .map(|_| ())
                 }
                 None => api.create(&PostParams::default(), &lease).await.map(|_| ()),
             };
@@ -371,12 +473,24 @@ impl SimKubelet {
     }
 
     /// Starts pods bound to live sim nodes and completes the deletion of terminating ones.
-    async fn run_pods(&self, instances: &BTreeMap<String, SimInstance>, now: Timestamp) -> Result<(), SimKubeletError> {
+    async fn run_pods(
+        &self,
+        instances: &BTreeMap<String, SimInstance>,
+        now: Timestamp,
+    ) -> Result<(), SimKubeletError> {
         let all: Api<Pod> = Api::all(self.inner.client.clone());
-        let pods = all.list(&ListParams::default()).await.map_err(kube_err("list pods"))?.items;
+        let pods = all
+            .list(&ListParams::default())
+            .await
+            .map_err(kube_err("list pods"))?
+            .items;
         for pod in pods {
-            let Some(node) = crate::state::pod::node_name(&pod) else { continue };
-            let Some(instance) = instances.get(node) else { continue };
+            let Some(node) = crate::state::pod::node_name(&pod) else {
+                continue;
+            };
+            let Some(instance) = instances.get(node) else {
+                continue;
+            };
             if !self.is_alive(node) || crate::state::pod::is_terminal(&pod) {
                 continue;
             }
@@ -386,13 +500,20 @@ impl SimKubelet {
                 // The containers "exit" at once; the deletion completes.
                 let params = DeleteParams {
                     grace_period_seconds: Some(0),
-                    preconditions: Some(Preconditions { uid: pod.uid(), resource_version: None }),
+                    preconditions: Some(Preconditions {
+                        uid: pod.uid(),
+                        resource_version: None,
+                    }),
                     ..DeleteParams::default()
                 };
                 match api.delete(&name, &params).await {
                     Ok(_) => {}
                     Err(err) if is_conflict(&err) || is_not_found(&err) => {}
-                    Err(err) => return Err(kube_err(format!("finish deleting pod {namespace}/{name}"))(err)),
+                    Err(err) => {
+                        return Err(kube_err(format!("finish deleting pod {namespace}/{name}"))(
+                            err,
+                        ));
+                    }
                 }
                 continue;
             }
@@ -401,9 +522,19 @@ impl SimKubelet {
             }
             let mut updated = pod.clone();
             let seq = lock(&self.inner.last_heartbeat).len();
-            let pod_ip = format!("{}.{}", instance.private_ip.rsplit_once('.').map_or("10.0.0", |(net, _)| net), 100 + seq % 100);
+            let pod_ip = format!(
+                "{}.{}",
+                instance
+                    .private_ip
+                    .rsplit_once('.')
+                    .map_or("10.0.0", |(net, _)| net),
+                100 + seq % 100
+            );
             updated.status = Some(running_status(&pod, &instance.private_ip, &pod_ip, now));
-            match api.replace_status(&name, &PostParams::default(), &updated).await {
+            match api
+                .replace_status(&name, &PostParams::default(), &updated)
+                .await
+            {
                 Ok(_) => {}
                 Err(err) if is_conflict(&err) || is_not_found(&err) => {}
                 Err(err) => return Err(kube_err(format!("start pod {namespace}/{name}"))(err)),
@@ -436,18 +567,40 @@ mod tests {
         let grace = SignedDuration::from_secs(40);
         let later = t0().checked_add(SignedDuration::from_secs(60)).unwrap();
         let healthy = node("True", json!([]));
-        assert!(node_lifecycle(&healthy, Some(later), later, grace).is_none(), "nothing to change");
+        assert!(
+            node_lifecycle(&healthy, Some(later), later, grace).is_none(),
+            "nothing to change"
+        );
         let dead = node_lifecycle(&healthy, Some(t0()), later, grace).unwrap();
         assert_eq!(ready_condition(&dead).unwrap().status, "Unknown");
         let taints = dead.spec.as_ref().unwrap().taints.as_ref().unwrap();
-        assert_eq!(taints.iter().filter(|t| t.key == NODE_UNREACHABLE_TAINT_KEY).count(), 2);
-        assert!(node_lifecycle(&dead, Some(t0()), later, grace).is_none(), "stable once dead");
+        assert_eq!(
+            taints
+                .iter()
+                .filter(|t| t.key == NODE_UNREACHABLE_TAINT_KEY)
+                .count(),
+            2
+        );
+        assert!(
+            node_lifecycle(&dead, Some(t0()), later, grace).is_none(),
+            "stable once dead"
+        );
         let healed = node_lifecycle(&dead, Some(later), later, grace).unwrap();
         assert_eq!(ready_condition(&healed).unwrap().status, "True");
         assert!(healed.spec.as_ref().unwrap().taints.is_none());
         // The not-ready taint admission adds to new nodes goes once the node is Ready.
-        let fresh = node("True", json!([{"key": NODE_NOT_READY_TAINT_KEY, "effect": "NoSchedule"}]));
-        assert!(node_lifecycle(&fresh, Some(t0()), t0(), grace).unwrap().spec.unwrap().taints.is_none());
+        let fresh = node(
+            "True",
+            json!([{"key": NODE_NOT_READY_TAINT_KEY, "effect": "NoSchedule"}]),
+        );
+        assert!(
+            node_lifecycle(&fresh, Some(t0()), t0(), grace)
+                .unwrap()
+                .spec
+                .unwrap()
+                .taints
+                .is_none()
+        );
     }
 
     #[test]

@@ -15,7 +15,9 @@ use karpenter_api::well_known::{DISRUPTED_TAINT_KEY, DO_NOT_DISRUPT_ANNOTATION};
 use karpenter_core::taints::{NO_SCHEDULE, tolerates};
 use kube::ResourceExt;
 
-use crate::state::pod::{is_owned_by_daemonset, is_owned_by_node, is_terminal, is_terminating, pod_key};
+use crate::state::pod::{
+    is_owned_by_daemonset, is_owned_by_node, is_terminal, is_terminating, pod_key,
+};
 
 /// Pods deleted more than this long ago are treated as stuck and no longer block the drain.
 pub const STUCK_TERMINATING_AFTER: SignedDuration = SignedDuration::from_mins(1);
@@ -54,16 +56,26 @@ pub fn tier(pod: &Pod) -> Tier {
 
 /// `karpenter.sh/do-not-disrupt: "true"`.
 pub fn has_do_not_disrupt(pod: &Pod) -> bool {
-    pod.annotations().get(DO_NOT_DISRUPT_ANNOTATION).is_some_and(|v| v == "true")
+    pod.annotations()
+        .get(DO_NOT_DISRUPT_ANNOTATION)
+        .is_some_and(|v| v == "true")
 }
 
 fn disrupted_taint() -> Taint {
-    Taint { key: DISRUPTED_TAINT_KEY.into(), effect: NO_SCHEDULE.into(), ..Taint::default() }
+    Taint {
+        key: DISRUPTED_TAINT_KEY.into(),
+        effect: NO_SCHEDULE.into(),
+        ..Taint::default()
+    }
 }
 
 /// Pods that tolerate the disrupted taint would come straight back, so they are not drained.
 pub fn tolerates_disruption(pod: &Pod) -> bool {
-    let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.clone()).unwrap_or_default();
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.clone())
+        .unwrap_or_default();
     tolerates(&tolerations, &disrupted_taint())
 }
 
@@ -78,11 +90,18 @@ pub fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
 
 /// A pod the drain waits for.
 pub fn is_drainable(pod: &Pod, now: Timestamp) -> bool {
-    !is_terminal(pod) && !tolerates_disruption(pod) && !is_stuck_terminating(pod, now) && !is_owned_by_node(pod)
+    !is_terminal(pod)
+        && !tolerates_disruption(pod)
+        && !is_stuck_terminating(pod, now)
+        && !is_owned_by_node(pod)
 }
 
 fn grace_seconds(pod: &Pod) -> i64 {
-    pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).unwrap_or(DEFAULT_POD_GRACE_SECONDS).max(0)
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(DEFAULT_POD_GRACE_SECONDS)
+        .max(0)
 }
 
 /// Force-delete when the deadline leaves the pod no more than its own grace period, or when it
@@ -90,7 +109,9 @@ fn grace_seconds(pod: &Pod) -> i64 {
 /// delete with: the time left, at least 1 s (never 0, so two copies never run at once).
 pub fn force_delete_grace(pod: &Pod, now: Timestamp, deadline: Option<Timestamp>) -> Option<i64> {
     let deadline = deadline?;
-    let latest_start = deadline.checked_sub(SignedDuration::from_secs(grace_seconds(pod))).unwrap_or(deadline);
+    let latest_start = deadline
+        .checked_sub(SignedDuration::from_secs(grace_seconds(pod)))
+        .unwrap_or(deadline);
     let needed = match deletion_time(pod) {
         Some(deleted) => deleted > deadline,
         None => now > latest_start,
@@ -142,17 +163,29 @@ fn action(pod: &Pod, action: Action) -> PodAction {
 
 /// Plans the next drain step for the pods bound to a node.
 pub fn plan(pods: &[&Pod], now: Timestamp, deadline: Option<Timestamp>) -> DrainPlan {
-    let waiting: Vec<&Pod> = pods.iter().copied().filter(|p| is_drainable(p, now)).collect();
-    let mut out = DrainPlan { waiting: waiting.len(), ..DrainPlan::default() };
+    let waiting: Vec<&Pod> = pods
+        .iter()
+        .copied()
+        .filter(|p| is_drainable(p, now))
+        .collect();
+    let mut out = DrainPlan {
+        waiting: waiting.len(),
+        ..DrainPlan::default()
+    };
     let mut graceful = Vec::new();
     for pod in waiting {
         match force_delete_grace(pod, now, deadline) {
-            Some(grace_seconds) => out.actions.push(action(pod, Action::ForceDelete { grace_seconds })),
+            Some(grace_seconds) => out
+                .actions
+                .push(action(pod, Action::ForceDelete { grace_seconds })),
             None => graceful.push(pod),
         }
     }
     out.tier = graceful.iter().map(|p| tier(p)).min();
-    for pod in graceful.into_iter().filter(|p| Some(tier(p)) == out.tier && !is_terminating(p)) {
+    for pod in graceful
+        .into_iter()
+        .filter(|p| Some(tier(p)) == out.tier && !is_terminating(p))
+    {
         if has_do_not_disrupt(pod) {
             out.do_not_disrupt += 1;
         } else {
@@ -171,13 +204,22 @@ pub struct EvictionBackoff {
 impl EvictionBackoff {
     /// Whether the pod may be tried at `now`.
     pub fn ready(&self, key: &str, uid: &str, now: Timestamp) -> bool {
-        self.entries.get(&(key.to_string(), uid.to_string())).is_none_or(|(next, _)| *next <= now)
+        self.entries
+            .get(&(key.to_string(), uid.to_string()))
+            .is_none_or(|(next, _)| *next <= now)
     }
 
     /// Records a failed attempt: the next one waits twice as long as the last (capped).
     pub fn failed(&mut self, key: &str, uid: &str, now: Timestamp) {
-        let entry = self.entries.entry((key.to_string(), uid.to_string())).or_insert((now, SignedDuration::ZERO));
-        let delay = if entry.1.is_zero() { EVICTION_BACKOFF_MIN } else { (entry.1 * 2).min(EVICTION_BACKOFF_MAX) };
+        let entry = self
+            .entries
+            .entry((key.to_string(), uid.to_string()))
+            .or_insert((now, SignedDuration::ZERO));
+        let delay = if entry.1.is_zero() {
+            EVICTION_BACKOFF_MIN
+        } else {
+            (entry.1 * 2).min(EVICTION_BACKOFF_MAX)
+        };
         *entry = (now.checked_add(delay).unwrap_or(now), delay);
     }
 
@@ -227,10 +269,18 @@ mod tests {
 
     #[test]
     fn evicts_one_tier_at_a_time() {
-        let pods = [pod("cd", true, true), pod("c", true, false), pod("d", false, true), pod("a", false, false)];
+        let pods = [
+            pod("cd", true, true),
+            pod("c", true, false),
+            pod("d", false, true),
+            pod("a", false, false),
+        ];
         let refs: Vec<&Pod> = pods.iter().collect();
         let p = plan(&refs, t0(), None);
-        assert_eq!((names(&p), p.waiting, p.tier), (vec!["a"], 4, Some(Tier::NonCriticalNonDaemon)));
+        assert_eq!(
+            (names(&p), p.waiting, p.tier),
+            (vec!["a"], 4, Some(Tier::NonCriticalNonDaemon))
+        );
         // `a` terminating still holds the next tier back.
         let mut terminating = pods[3].clone();
         terminating.metadata.deletion_timestamp = Some(Time(t0()));
@@ -245,11 +295,17 @@ mod tests {
     #[test]
     fn skips_tolerating_static_terminal_and_stuck_pods() {
         let mut tolerating = pod("t", false, false);
-        tolerating.spec.as_mut().unwrap().tolerations =
-            Some(vec![serde_json::from_value(json!({"key": DISRUPTED_TAINT_KEY, "operator": "Exists"})).unwrap()]);
+        tolerating.spec.as_mut().unwrap().tolerations = Some(vec![
+            serde_json::from_value(json!({"key": DISRUPTED_TAINT_KEY, "operator": "Exists"}))
+                .unwrap(),
+        ]);
         let mut mirror = pod("m", false, false);
-        mirror.metadata.owner_references =
-            Some(vec![serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "n"})).unwrap()]);
+        mirror.metadata.owner_references = Some(vec![
+            serde_json::from_value(
+                json!({"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "n"}),
+            )
+            .unwrap(),
+        ]);
         let mut done = pod("s", false, false);
         done.status.as_mut().unwrap().phase = Some("Succeeded".into());
         let mut stuck = pod("k", false, false);
@@ -262,7 +318,8 @@ mod tests {
     #[test]
     fn do_not_disrupt_waits_until_the_deadline_then_force_deletes() {
         let mut held = pod("h", false, false);
-        held.metadata.annotations = Some([(DO_NOT_DISRUPT_ANNOTATION.to_string(), "true".to_string())].into());
+        held.metadata.annotations =
+            Some([(DO_NOT_DISRUPT_ANNOTATION.to_string(), "true".to_string())].into());
         held.spec.as_mut().unwrap().termination_grace_period_seconds = Some(10);
         let deadline = t0().checked_add(SignedDuration::from_secs(60)).unwrap();
         let p = plan(&[&held], t0(), Some(deadline));
@@ -270,20 +327,33 @@ mod tests {
         // 51 s in, only 9 s remain: less than its 10 s grace period.
         let late = t0().checked_add(SignedDuration::from_secs(51)).unwrap();
         let p = plan(&[&held], late, Some(deadline));
-        assert_eq!(p.actions[0].action, Action::ForceDelete { grace_seconds: 9 });
+        assert_eq!(
+            p.actions[0].action,
+            Action::ForceDelete { grace_seconds: 9 }
+        );
         let past = t0().checked_add(SignedDuration::from_secs(90)).unwrap();
-        assert_eq!(plan(&[&held], past, Some(deadline)).actions[0].action, Action::ForceDelete { grace_seconds: 1 });
+        assert_eq!(
+            plan(&[&held], past, Some(deadline)).actions[0].action,
+            Action::ForceDelete { grace_seconds: 1 }
+        );
     }
 
     #[test]
     fn past_deadline_pods_are_not_gated_behind_earlier_tiers() {
         let normal = pod("a", false, false);
         let mut critical = pod("c", true, false);
-        critical.spec.as_mut().unwrap().termination_grace_period_seconds = Some(120);
+        critical
+            .spec
+            .as_mut()
+            .unwrap()
+            .termination_grace_period_seconds = Some(120);
         let deadline = t0().checked_add(SignedDuration::from_secs(60)).unwrap();
         let p = plan(&[&normal, &critical], t0(), Some(deadline));
         assert_eq!(names(&p), ["c", "a"]);
-        assert!(matches!(p.actions[0].action, Action::ForceDelete { grace_seconds: 60 }));
+        assert!(matches!(
+            p.actions[0].action,
+            Action::ForceDelete { grace_seconds: 60 }
+        ));
         assert_eq!(p.actions[1].action, Action::Evict);
     }
 
@@ -292,12 +362,23 @@ mod tests {
         let mut b = EvictionBackoff::default();
         b.failed("default/a", "u", t0());
         assert!(!b.ready("default/a", "u", t0()));
-        assert!(b.ready("default/a", "u", t0().checked_add(SignedDuration::from_millis(100)).unwrap()));
-        assert!(b.ready("default/a", "other-uid", t0()), "a new pod with the same name starts fresh");
+        assert!(b.ready(
+            "default/a",
+            "u",
+            t0().checked_add(SignedDuration::from_millis(100)).unwrap()
+        ));
+        assert!(
+            b.ready("default/a", "other-uid", t0()),
+            "a new pod with the same name starts fresh"
+        );
         for _ in 0..10 {
             b.failed("default/a", "u", t0());
         }
-        assert!(b.ready("default/a", "u", t0().checked_add(EVICTION_BACKOFF_MAX).unwrap()));
+        assert!(b.ready(
+            "default/a",
+            "u",
+            t0().checked_add(EVICTION_BACKOFF_MAX).unwrap()
+        ));
         b.forget("default/a", "u");
         assert!(b.ready("default/a", "u", t0()));
     }

@@ -18,8 +18,8 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use karpenter_api::well_known::{
-    DISRUPTED_TAINT_KEY, EXCLUDE_FROM_LB_LABEL, NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION, NODEPOOL_LABEL,
-    TERMINATION_FINALIZER,
+    DISRUPTED_TAINT_KEY, EXCLUDE_FROM_LB_LABEL, NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION,
+    NODEPOOL_LABEL, TERMINATION_FINALIZER,
 };
 use karpenter_api::{NodeClaim, NodeClaimStatus};
 use karpenter_core::cloud_provider::CloudError;
@@ -60,7 +60,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn provider_id(node: &Node) -> Option<&str> {
-    node.spec.as_ref()?.provider_id.as_deref().filter(|p| !p.is_empty())
+    node.spec
+        .as_ref()?
+        .provider_id
+        .as_deref()
+        .filter(|p| !p.is_empty())
 }
 
 fn node_ready(node: &Node) -> bool {
@@ -82,10 +86,21 @@ pub fn should_finalize(node: &Node, provider_name: &str) -> bool {
 /// that key) and excluded from external load balancers.
 pub fn tainted_for_termination(node: &Node) -> Node {
     let mut node = node.clone();
-    let taints = node.spec.get_or_insert_default().taints.get_or_insert_default();
+    let taints = node
+        .spec
+        .get_or_insert_default()
+        .taints
+        .get_or_insert_default();
     taints.retain(|t| t.key != DISRUPTED_TAINT_KEY);
-    taints.push(Taint { key: DISRUPTED_TAINT_KEY.into(), effect: NO_SCHEDULE.into(), ..Taint::default() });
-    node.metadata.labels.get_or_insert_default().insert(EXCLUDE_FROM_LB_LABEL.into(), "karpenter".into());
+    taints.push(Taint {
+        key: DISRUPTED_TAINT_KEY.into(),
+        effect: NO_SCHEDULE.into(),
+        ..Taint::default()
+    });
+    node.metadata
+        .labels
+        .get_or_insert_default()
+        .insert(EXCLUDE_FROM_LB_LABEL.into(), "karpenter".into());
     node
 }
 
@@ -93,7 +108,10 @@ fn has_disrupted_taint(node: &Node) -> bool {
     node.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| t.iter().any(|t| t.key == DISRUPTED_TAINT_KEY && t.effect == NO_SCHEDULE))
+        .is_some_and(|t| {
+            t.iter()
+                .any(|t| t.key == DISRUPTED_TAINT_KEY && t.effect == NO_SCHEDULE)
+        })
         && node.labels().contains_key(EXCLUDE_FROM_LB_LABEL)
 }
 
@@ -117,8 +135,13 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
 impl Terminator {
     /// One pass over every deleting Node we own.
     pub async fn reconcile_all(&self, ctx: &Context) {
-        let nodes: Vec<Node> =
-            ctx.state.read().nodes().filter(|n| should_finalize(n, ctx.cloud.name())).cloned().collect();
+        let nodes: Vec<Node> = ctx
+            .state
+            .read()
+            .nodes()
+            .filter(|n| should_finalize(n, ctx.cloud.name()))
+            .cloned()
+            .collect();
         let results = futures::future::join_all(nodes.into_iter().map(|node| async move {
             let name = node.name_any();
             (name, self.reconcile(ctx, node).await)
@@ -134,20 +157,35 @@ impl Terminator {
     /// One step of terminating one Node.
     pub async fn reconcile(&self, ctx: &Context, node: Node) -> crate::Result<()> {
         let node_name = node.name_any();
-        let Some(pid) = provider_id(&node).map(str::to_string) else { return Ok(()) };
+        let Some(pid) = provider_id(&node).map(str::to_string) else {
+            return Ok(());
+        };
         let claims: Vec<NodeClaim> = ctx
             .state
             .read()
             .nodeclaims()
-            .filter(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(pid.as_str()))
+            .filter(|c| {
+                c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(pid.as_str())
+            })
             .cloned()
             .collect();
         let claim_api: Api<NodeClaim> = Api::all(ctx.client.clone());
-        for claim in claims.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
-            match claim_api.delete(&claim.name_any(), &DeleteParams::default()).await {
+        for claim in claims
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+        {
+            match claim_api
+                .delete(&claim.name_any(), &DeleteParams::default())
+                .await
+            {
                 Ok(_) => {}
                 Err(err) if is_not_found(&err) => {}
-                Err(err) => return Err(crate::Error::kube(format!("delete nodeclaim {}", claim.name_any()), err)),
+                Err(err) => {
+                    return Err(crate::Error::kube(
+                        format!("delete nodeclaim {}", claim.name_any()),
+                        err,
+                    ));
+                }
             }
         }
         let claim = match claims.as_slice() {
@@ -159,30 +197,50 @@ impl Terminator {
         let instance_claim = claim.clone().or_else(|| {
             node.labels().contains_key(NODEPOOL_LABEL).then(|| {
                 let mut synthetic = NodeClaim::new(&node_name, Default::default());
-                synthetic.status = Some(NodeClaimStatus { provider_id: Some(pid.clone()), ..Default::default() });
+                synthetic.status = Some(NodeClaimStatus {
+                    provider_id: Some(pid.clone()),
+                    ..Default::default()
+                });
                 synthetic
             })
         });
 
-        if !node_ready(&node) && matches!(ctx.cloud.get(&pid).await, Err(CloudError::NodeClaimNotFound(_))) {
+        if !node_ready(&node)
+            && matches!(
+                ctx.cloud.get(&pid).await,
+                Err(CloudError::NodeClaimNotFound(_))
+            )
+        {
             tracing::info!(node = %node_name, "instance already gone; releasing node without draining");
             return self.release(ctx, &node).await;
         }
 
         let deadline = claim
             .as_ref()
-            .and_then(|c| c.annotations().get(NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION).cloned())
+            .and_then(|c| {
+                c.annotations()
+                    .get(NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION)
+                    .cloned()
+            })
             .and_then(|raw| parse_time(&raw));
         if let Some(deadline) = deadline {
             let message = format!("All pods will be deleted by {deadline}");
             ctx.events
-                .publish(EventRecord::new(&node, EventType::Warning, REASON_TERMINATION_GRACE_PERIOD_EXPIRING, message))
+                .publish(EventRecord::new(
+                    &node,
+                    EventType::Warning,
+                    REASON_TERMINATION_GRACE_PERIOD_EXPIRING,
+                    message,
+                ))
                 .await;
         }
 
         if !has_disrupted_taint(&node) {
             let desired = tainted_for_termination(&node);
-            match Api::<Node>::all(ctx.client.clone()).replace(&node_name, &PostParams::default(), &desired).await {
+            match Api::<Node>::all(ctx.client.clone())
+                .replace(&node_name, &PostParams::default(), &desired)
+                .await
+            {
                 Ok(updated) => ctx.state.write().apply(updated),
                 Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
                 Err(err) => return Err(crate::Error::kube(format!("taint node {node_name}"), err)),
@@ -193,17 +251,32 @@ impl Terminator {
         let pods: Vec<Pod> = ctx.state.read().pods_on_node(&node_name).cloned().collect();
         let refs: Vec<&Pod> = pods.iter().collect();
         let plan = drain::plan(&refs, now, deadline);
-        lock(&self.backoff).retain(|key, uid| pods.iter().any(|p| crate::state::pod::pod_key(p) == key && p.uid().as_deref() == Some(uid)));
+        lock(&self.backoff).retain(|key, uid| {
+            pods.iter()
+                .any(|p| crate::state::pod::pod_key(p) == key && p.uid().as_deref() == Some(uid))
+        });
         for action in &plan.actions {
             self.act(ctx, &node, action, now).await;
         }
         if plan.waiting > 0 {
             lock(&self.drained_since).remove(&node_name);
-            let message = format!("Failed to drain node, {} pods are waiting to be evicted", plan.waiting);
-            ctx.events.publish(EventRecord::new(&node, EventType::Warning, REASON_FAILED_DRAINING, message)).await;
+            let message = format!(
+                "Failed to drain node, {} pods are waiting to be evicted",
+                plan.waiting
+            );
+            ctx.events
+                .publish(EventRecord::new(
+                    &node,
+                    EventType::Warning,
+                    REASON_FAILED_DRAINING,
+                    message,
+                ))
+                .await;
             return Ok(());
         }
-        let drained_at = *lock(&self.drained_since).entry(node_name.clone()).or_insert(now);
+        let drained_at = *lock(&self.drained_since)
+            .entry(node_name.clone())
+            .or_insert(now);
         if now.duration_since(drained_at) < MIN_DRAIN_TIME {
             return Ok(());
         }
@@ -214,7 +287,10 @@ impl Terminator {
                 Ok(()) => return Ok(()),
                 Err(CloudError::NodeClaimNotFound(_)) => {}
                 Err(source) => {
-                    return Err(crate::Error::Cloud { action: format!("terminate instance of node {node_name}"), source });
+                    return Err(crate::Error::Cloud {
+                        action: format!("terminate instance of node {node_name}"),
+                        source,
+                    });
                 }
             }
         }
@@ -225,16 +301,33 @@ impl Terminator {
     async fn release(&self, ctx: &Context, node: &Node) -> crate::Result<()> {
         let node_name = node.name_any();
         let mut node = node.clone();
-        node.metadata.finalizers.get_or_insert_default().retain(|f| f != TERMINATION_FINALIZER);
-        match Api::<Node>::all(ctx.client.clone()).replace(&node_name, &PostParams::default(), &node).await {
+        node.metadata
+            .finalizers
+            .get_or_insert_default()
+            .retain(|f| f != TERMINATION_FINALIZER);
+        match Api::<Node>::all(ctx.client.clone())
+            .replace(&node_name, &PostParams::default(), &node)
+            .await
+        {
             Ok(_) => {}
             Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
-            Err(err) => return Err(crate::Error::kube(format!("remove finalizer from node {node_name}"), err)),
+            Err(err) => {
+                return Err(crate::Error::kube(
+                    format!("remove finalizer from node {node_name}"),
+                    err,
+                ));
+            }
         }
         lock(&self.drained_since).remove(&node_name);
         ctx.metrics
             .nodes_terminated
-            .get_or_create(&NodePoolLabels { nodepool: node.labels().get(NODEPOOL_LABEL).cloned().unwrap_or_default() })
+            .get_or_create(&NodePoolLabels {
+                nodepool: node
+                    .labels()
+                    .get(NODEPOOL_LABEL)
+                    .cloned()
+                    .unwrap_or_default(),
+            })
             .inc();
         tracing::info!(node = %node_name, "deleted node");
         Ok(())
@@ -245,11 +338,17 @@ impl Terminator {
             return;
         }
         let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &action.namespace);
-        let preconditions = Some(Preconditions { uid: Some(action.uid.clone()), resource_version: None });
+        let preconditions = Some(Preconditions {
+            uid: Some(action.uid.clone()),
+            resource_version: None,
+        });
         let result = match action.action {
             Action::Evict => {
                 let params = EvictParams {
-                    delete_options: Some(DeleteParams { preconditions, ..DeleteParams::default() }),
+                    delete_options: Some(DeleteParams {
+                        preconditions,
+                        ..DeleteParams::default()
+                    }),
                     ..EvictParams::default()
                 };
                 api.evict(&action.name, &params).await.map(|_| ())
@@ -274,28 +373,55 @@ impl Terminator {
             Ok(()) => {
                 lock(&self.backoff).forget(&action.key, &action.uid);
                 let (reason, message) = match action.action {
-                    Action::Evict => (REASON_EVICTED, "Evicted pod: Forceful Termination".to_string()),
-                    Action::ForceDelete { .. } => (REASON_DISRUPTED, "Deleting the pod to accommodate the terminationTime of the node".to_string()),
+                    Action::Evict => (
+                        REASON_EVICTED,
+                        "Evicted pod: Forceful Termination".to_string(),
+                    ),
+                    Action::ForceDelete { .. } => (
+                        REASON_DISRUPTED,
+                        "Deleting the pod to accommodate the terminationTime of the node"
+                            .to_string(),
+                    ),
                 };
                 tracing::info!(pod = %action.key, node = %node.name_any(), reason, "pod removed from node");
-                ctx.events.publish(EventRecord::new(&pod_ref(), EventType::Normal, reason, message)).await;
+                ctx.events
+                    .publish(EventRecord::new(
+                        &pod_ref(),
+                        EventType::Normal,
+                        reason,
+                        message,
+                    ))
+                    .await;
             }
             // Gone, or a different pod by now: nothing to do.
-            Err(err) if matches!(status_code(&err), Some(404 | 409)) => lock(&self.backoff).forget(&action.key, &action.uid),
+            Err(err) if matches!(status_code(&err), Some(404 | 409)) => {
+                lock(&self.backoff).forget(&action.key, &action.uid)
+            }
             Err(err) => {
                 lock(&self.backoff).failed(&action.key, &action.uid, now);
                 let blocked = match &err {
                     kube::Error::Api(s) if s.code == 429 => Some("evicting pod violates a PDB"),
-                    kube::Error::Api(s) if s.message.contains(MULTIPLE_PDBS_MESSAGE) => Some("eviction does not support multiple PDBs"),
+                    kube::Error::Api(s) if s.message.contains(MULTIPLE_PDBS_MESSAGE) => {
+                        Some("eviction does not support multiple PDBs")
+                    }
                     _ => None,
                 };
                 match blocked {
                     Some(why) => {
                         tracing::debug!(pod = %action.key, "eviction refused: {why}");
                         let message = format!("Failed to drain node, {why} (pod {})", action.key);
-                        ctx.events.publish(EventRecord::new(node, EventType::Warning, REASON_FAILED_DRAINING, message)).await;
+                        ctx.events
+                            .publish(EventRecord::new(
+                                node,
+                                EventType::Warning,
+                                REASON_FAILED_DRAINING,
+                                message,
+                            ))
+                            .await;
                     }
-                    None => tracing::warn!(pod = %action.key, error = %err, "eviction failed; retrying"),
+                    None => {
+                        tracing::warn!(pod = %action.key, error = %err, "eviction failed; retrying")
+                    }
                 }
             }
         }
@@ -314,7 +440,9 @@ mod tests {
         }))
         .unwrap();
         if deleting {
-            n.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH));
+            n.metadata.deletion_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
+            );
         }
         if finalizer {
             n.metadata.finalizers = Some(vec![TERMINATION_FINALIZER.into()]);
@@ -327,7 +455,10 @@ mod tests {
         assert!(should_finalize(&node(true, true, "sim://r/z/i-1"), "sim"));
         assert!(!should_finalize(&node(false, true, "sim://r/z/i-1"), "sim"));
         assert!(!should_finalize(&node(true, false, "sim://r/z/i-1"), "sim"));
-        assert!(!should_finalize(&node(true, true, "aws:///us-west-2a/i-1"), "sim"), "another provider's node");
+        assert!(
+            !should_finalize(&node(true, true, "aws:///us-west-2a/i-1"), "sim"),
+            "another provider's node"
+        );
     }
 
     #[test]

@@ -3,6 +3,11 @@
 //! Integration tests of the controller runtime against the in-process API server
 //! (`karpenter-testapi`), in virtual time. One binary; add modules here.
 
+mod e2e_inflate;
 mod leader;
+mod lifecycle;
 mod provisioning;
+mod sim_cluster;
+mod sim_kubelet;
 mod support;
+mod termination;

@@ -1,0 +1,217 @@
+//! End to end on the sim provider: the seed guide's `inflate` flow. Ten pending pods → one
+//! provisioning batch → NodeClaims → Nodes registered and initialized by the sim kubelet → pods
+//! bound (by a tiny test binder: the test API server runs no kube-scheduler) → scale to zero and
+//! delete the NodeClaims → drained and gone.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use karpenter_api::NodeClaim;
+use karpenter_api::v1::NodeSelectorRequirementWithMinValues;
+use karpenter_api::well_known as wk;
+use karpenter_controller::provisioning::{PlannedNodeClaim, SolveInput, SolveOutput, Solver};
+use karpenter_controller::state::pod::{node_name, pod_requests};
+use karpenter_core::resources::{Quantity, ResourceList};
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::sim_cluster::SimCluster;
+
+const PODS_PER_NODE: usize = 3;
+
+/// A stand-in scheduler: packs the pods, in order, three to a `sim.xlarge` NodeClaim of the
+/// first NodePool. (The real scheduler has its own tests; this one exercises the plumbing.)
+struct PackThree;
+
+impl Solver for PackThree {
+    fn solve(&self, input: SolveInput) -> SolveOutput {
+        let Some(pool) = input.nodepools.first() else {
+            return SolveOutput::default();
+        };
+        let pool_name = pool.nodepool.name_any();
+        let mut out = SolveOutput::default();
+        let indices: Vec<usize> = (0..input.pods.len()).collect();
+        for chunk in indices.chunks(PODS_PER_NODE) {
+            let mut requests = ResourceList::new();
+            for &i in chunk {
+                requests.add(&pod_requests(&input.pods[i]).unwrap_or_default());
+            }
+            requests.set(
+                "pods",
+                Quantity::from_units(i64::try_from(chunk.len()).unwrap_or(1)),
+            );
+            out.new_nodeclaims.push(PlannedNodeClaim {
+                nodepool: pool_name.clone(),
+                requirements: vec![NodeSelectorRequirementWithMinValues {
+                    key: wk::CAPACITY_TYPE_LABEL.into(),
+                    operator: "In".into(),
+                    values: vec!["on-demand".into()],
+                    min_values: None,
+                }],
+                instance_types: vec!["sim.xlarge".into()],
+                pods: chunk.to_vec(),
+                requests,
+                ..PlannedNodeClaim::default()
+            });
+        }
+        out
+    }
+}
+
+fn cpu_millis(pod: &Pod) -> i64 {
+    pod_requests(pod)
+        .map(|r| r.get("cpu").millis())
+        .unwrap_or(0)
+}
+
+/// The test's kube-scheduler: binds each pending pod to an initialized, schedulable Karpenter
+/// node with room for it.
+fn bind_pending(cluster: &SimCluster) {
+    let nodes: Vec<Node> = cluster
+        .server
+        .list::<Node>()
+        .into_iter()
+        .filter(|n| {
+            n.labels()
+                .get(wk::NODE_INITIALIZED_LABEL)
+                .is_some_and(|v| v == "true")
+        })
+        .filter(|n| n.metadata.deletion_timestamp.is_none())
+        .collect();
+    let pods = cluster.server.list::<Pod>();
+    let mut used: BTreeMap<String, i64> = BTreeMap::new();
+    for pod in &pods {
+        if let Some(node) = node_name(pod) {
+            *used.entry(node.to_string()).or_default() += cpu_millis(pod);
+        }
+    }
+    for pod in pods
+        .iter()
+        .filter(|p| node_name(p).is_none() && p.metadata.deletion_timestamp.is_none())
+    {
+        let need = cpu_millis(pod);
+        let target = nodes.iter().find(|n| {
+            let allocatable = n
+                .status
+                .as_ref()
+                .and_then(|s| s.allocatable.as_ref())
+                .and_then(|a| ResourceList::from_k8s(a).ok());
+            let free = allocatable.map(|a| a.get("cpu").millis()).unwrap_or(0)
+                - used.get(&n.name_any()).copied().unwrap_or(0);
+            free >= need
+        });
+        if let Some(node) = target {
+            let mut bound = pod.clone();
+            bound.spec.get_or_insert_default().node_name = Some(node.name_any());
+            cluster.server.put(&bound).unwrap();
+            *used.entry(node.name_any()).or_default() += need;
+        }
+    }
+}
+
+fn inflate_pod(i: usize) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("inflate-{i}"), "namespace": "default", "uid": format!("inflate-uid-{i}"), "labels": {"app": "inflate"}},
+        "spec": {"terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "inflate", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+                                 "resources": {"requests": {"cpu": "1"}}}]},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    }))
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn inflate_scale_up_and_down() {
+    let cluster = SimCluster::new().await;
+    cluster
+        .server
+        .put_value(json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+            "metadata": {"name": "default"}, "spec": {}
+        }))
+        .unwrap();
+    cluster.server.put_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": "default", "uid": "pool-uid", "generation": 1},
+        "spec": {"template": {"spec": {
+            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "expireAfter": "720h"
+        }}}
+    })).unwrap();
+    let controller = cluster.start_controller_with(Arc::new(PackThree)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let scaled_at = cluster.now();
+    for i in 0..10 {
+        cluster.server.put(&inflate_pod(i)).unwrap();
+    }
+    // One batch window (idle 1 s, at most 10 s) → ceil(10 / 3) NodeClaims.
+    cluster
+        .eventually("nodeclaims created", Duration::from_secs(11), || {
+            (cluster.server.count::<NodeClaim>() == 4).then_some(())
+        })
+        .await;
+    let within = cluster.now().duration_since(scaled_at);
+    assert!(
+        within <= jiff::SignedDuration::from_secs(11),
+        "created after {within:?}"
+    );
+
+    cluster
+        .eventually(
+            "all pods bound and Running",
+            Duration::from_secs(60),
+            || {
+                bind_pending(&cluster);
+                let pods = cluster.server.list::<Pod>();
+                pods.iter()
+                    .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                    .then_some(())
+            },
+        )
+        .await;
+    let claims = cluster.server.list::<NodeClaim>();
+    assert_eq!(claims.len(), 4, "no extra NodeClaims");
+    assert!(claims.iter().all(NodeClaim::is_ready));
+    assert_eq!(cluster.server.count::<Node>(), 4);
+    assert_eq!(cluster.provider.instances().len(), 4);
+    assert!(
+        cluster
+            .provider
+            .instances()
+            .iter()
+            .all(|i| i.instance_type == "sim.xlarge")
+    );
+
+    // Scale to zero, then delete the NodeClaims.
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), "default");
+    pods.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("app=inflate"),
+    )
+    .await
+    .unwrap();
+    let claims_api: Api<NodeClaim> = Api::all(cluster.client.clone());
+    for claim in claims {
+        claims_api
+            .delete(&claim.name_any(), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    cluster
+        .eventually("everything gone", Duration::from_secs(120), || {
+            (cluster.server.count::<NodeClaim>() == 0
+                && cluster.server.count::<Node>() == 0
+                && cluster.server.count::<Pod>() == 0
+                && cluster.provider.instances().is_empty())
+            .then_some(())
+        })
+        .await;
+    controller.stop().await;
+    cluster.shutdown().await;
+}

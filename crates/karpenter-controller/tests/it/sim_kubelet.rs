@@ -1,0 +1,205 @@
+//! The sim kubelet: node registration, Lease heartbeats, dead nodes, pod start and deletion, and
+//! the persisted ledger.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use karpenter_api::NodeClaim;
+use karpenter_controller::sim_kubelet::{LEDGER_CONFIGMAP, LedgerStore, PersistentSimProvider};
+use karpenter_core::cloud_provider::CloudProvider;
+use karpenter_sim::SimCloudProvider;
+use kube::Api;
+use kube::api::DeleteParams;
+use serde_json::json;
+
+use crate::sim_cluster::SimCluster;
+
+fn ready_status(node: &Node) -> String {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status.clone())
+        .unwrap_or_default()
+}
+
+fn claim(name: &str) -> NodeClaim {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": name, "uid": format!("uid-{name}"), "labels": {"karpenter.sh/nodepool": "default"}},
+        "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}
+    }))
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn registers_nodes_heartbeats_and_dies_when_stopped() {
+    let cluster = SimCluster::new().await;
+    let launched = cluster.provider.create(&claim("a")).await.unwrap();
+    let provider_id = launched.status.unwrap().provider_id.unwrap();
+    let name = cluster.provider.instances()[0].node_name.clone();
+    let node = cluster
+        .eventually("node registered", Duration::from_secs(5), || {
+            cluster.node(&name)
+        })
+        .await;
+    assert_eq!(
+        node.spec.as_ref().unwrap().provider_id.as_deref(),
+        Some(provider_id.as_str())
+    );
+    assert_eq!(ready_status(&node), "True");
+    let lease: Lease = cluster
+        .eventually("lease", Duration::from_secs(5), || {
+            cluster.server.get::<Lease>(Some("kube-node-lease"), &name)
+        })
+        .await;
+    let first_renewal = lease.spec.unwrap().renew_time.unwrap().0;
+
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let renewed = cluster
+        .server
+        .get::<Lease>(Some("kube-node-lease"), &name)
+        .unwrap()
+        .spec
+        .unwrap()
+        .renew_time
+        .unwrap()
+        .0;
+    assert!(renewed > first_renewal, "heartbeats keep the lease fresh");
+    assert_eq!(ready_status(&cluster.node(&name).unwrap()), "True");
+
+    cluster.kubelet.stop_heartbeats(&name);
+    let dead = cluster
+        .eventually("node unreachable", Duration::from_secs(60), || {
+            cluster.node(&name).filter(|n| ready_status(n) == "Unknown")
+        })
+        .await;
+    let taints = dead.spec.unwrap().taints.unwrap();
+    assert!(
+        taints
+            .iter()
+            .any(|t| t.key == "node.kubernetes.io/unreachable" && t.effect == "NoExecute")
+    );
+
+    cluster.kubelet.resume_heartbeats(&name);
+    let healed = cluster
+        .eventually("node Ready again", Duration::from_secs(30), || {
+            cluster.node(&name).filter(|n| ready_status(n) == "True")
+        })
+        .await;
+    let taints = healed.spec.unwrap().taints.unwrap_or_default();
+    assert!(
+        !taints
+            .iter()
+            .any(|t| t.key == "node.kubernetes.io/unreachable"),
+        "{taints:?}"
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn runs_pods_and_finishes_their_deletion() {
+    let cluster = SimCluster::new().await;
+    cluster.provider.create(&claim("a")).await.unwrap();
+    let name = cluster.provider.instances()[0].node_name.clone();
+    cluster
+        .eventually("node registered", Duration::from_secs(5), || {
+            cluster.node(&name)
+        })
+        .await;
+    cluster
+        .bound_pod(
+            "app-0",
+            &name,
+            json!({"spec": {"terminationGracePeriodSeconds": 600}}),
+        )
+        .await;
+    let pod: Pod = cluster
+        .eventually("pod Running", Duration::from_secs(5), || {
+            cluster
+                .pod("app-0")
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        })
+        .await;
+    let conditions = pod.status.unwrap().conditions.unwrap();
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
+
+    // A graceful delete would wait 10 minutes for a kubelet; the sim kubelet finishes it now.
+    Api::<Pod>::namespaced(cluster.client.clone(), "default")
+        .delete("app-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(
+        cluster.pod("app-0").is_some(),
+        "terminating, held for the kubelet"
+    );
+    cluster
+        .eventually("pod gone", Duration::from_secs(5), || {
+            cluster.pod("app-0").is_none().then_some(())
+        })
+        .await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn ledger_survives_a_restart_through_the_configmap() {
+    let cluster = SimCluster::new().await;
+    let store = LedgerStore::new(cluster.client.clone(), "kube-system");
+    let provider = PersistentSimProvider::new(cluster.provider.clone(), store);
+    let launched = provider.create(&claim("a")).await.unwrap();
+    let cm: ConfigMap = cluster
+        .server
+        .get(Some("kube-system"), LEDGER_CONFIGMAP)
+        .unwrap();
+    assert!(cm.data.unwrap()["ledger.json"].contains("uid-a"));
+
+    // A new process: an empty cloud, restored from the ConfigMap.
+    let restarted = SimCloudProvider::with_instance_types(
+        "us-west-2",
+        cluster
+            .provider
+            .catalog_types()
+            .map(|t| (**t).clone())
+            .collect(),
+        cluster.clock.clone(),
+    );
+    let store = LedgerStore::new(cluster.client.clone(), "kube-system");
+    assert!(store.restore(&restarted).await.unwrap());
+    assert_eq!(restarted.instances(), cluster.provider.instances());
+    let again = PersistentSimProvider::new(restarted.clone(), store)
+        .create(&claim("a"))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.status.unwrap().provider_id,
+        launched.status.unwrap().provider_id,
+        "create stays idempotent"
+    );
+    assert_eq!(restarted.instances().len(), 1);
+
+    // A corrupt ledger is a clear error naming the ConfigMap, not a panic.
+    let mut cm: ConfigMap = cluster
+        .server
+        .get(Some("kube-system"), LEDGER_CONFIGMAP)
+        .unwrap();
+    cm.data = Some([("ledger.json".to_string(), "not json".to_string())].into());
+    cluster.server.put(&cm).unwrap();
+    let fresh = SimCloudProvider::with_instance_types(
+        "us-west-2",
+        Vec::new(),
+        Arc::new(karpenter_core::clock::FakeClock::default()),
+    );
+    let err = LedgerStore::new(cluster.client.clone(), "kube-system")
+        .restore(&fresh)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(LEDGER_CONFIGMAP), "{err}");
+    cluster.shutdown().await;
+}
