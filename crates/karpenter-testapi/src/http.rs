@@ -409,6 +409,14 @@ fn execute(
                     "fieldManager is required for apply requests",
                 ));
             }
+            if kind == PatchKind::Strategic && !crate::registry::is_builtin(&res.group, &res.plural)
+            {
+                return Err(ApiError::new(
+                    415,
+                    "UnsupportedMediaType",
+                    "strategic merge patch is not supported for custom resources; use a merge, JSON or apply patch",
+                ));
+            }
             let patched = store.patch(res, ns, name, kind, &parse_body(body)?, write_target)?;
             Ok((200, present.object(&patched)))
         }

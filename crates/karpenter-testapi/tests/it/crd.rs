@@ -68,6 +68,19 @@ async fn custom_resources_with_status() {
         "main writes keep status"
     );
 
+    let strategic = widgets
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"size": 3}})),
+        )
+        .await;
+    assert_eq!(
+        crate::code_of(strategic),
+        415,
+        "custom resources take no strategic merge patches"
+    );
+
     let all: Api<Widget> = Api::all(server.client());
     assert_eq!(
         all.list(&ListParams::default()).await.unwrap().items.len(),
