@@ -808,10 +808,12 @@ impl Store {
                 )));
             }
             WatchStart::After(rv) => {
+                // The history is ordered by resourceVersion: skip the seen part without a scan.
+                let first_unseen = self.history.partition_point(|c| c.rv <= rv);
                 let backlog = self
                     .history
-                    .iter()
-                    .filter(|c| c.rv > rv && c.key.group == group && c.key.plural == plural)
+                    .range(first_unseen..)
+                    .filter(|c| c.key.group == group && c.key.plural == plural)
                     .cloned()
                     .collect();
                 (Vec::new(), backlog)
@@ -912,4 +914,81 @@ fn prepare_update(
         metadata_mut(&mut result).insert("generation".into(), json!(generation + 1));
     }
     Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(history_limit: usize) -> Store {
+        Store::new(history_limit, Arc::new(|| jiff::Timestamp::UNIX_EPOCH))
+    }
+
+    fn configmaps() -> ResourceInfo {
+        ResourceInfo::new("", "v1", "ConfigMap", "configmaps", true, false)
+    }
+
+    fn create(store: &mut Store, name: &str) -> u64 {
+        let object = json!({"metadata": {"name": name}});
+        let created = store.create(&configmaps(), Some("ns"), object).unwrap();
+        meta_str(&created, "resourceVersion")
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn history_bounds_decide_between_replay_and_expired() {
+        let mut s = store(2);
+        let first = create(&mut s, "a");
+        let second = create(&mut s, "b");
+        let third = create(&mut s, "c");
+        // The history keeps b and c: resuming after a replays both; before a is gone.
+        let setup = s
+            .watch("", "configmaps", None, WatchStart::After(first))
+            .unwrap();
+        assert_eq!(
+            setup.backlog.iter().map(|c| c.rv).collect::<Vec<_>>(),
+            [second, third]
+        );
+        assert_eq!(
+            s.watch("", "configmaps", None, WatchStart::After(first - 1))
+                .err()
+                .map(|e| e.code),
+            Some(410)
+        );
+        s.compact();
+        assert!(
+            s.watch("", "configmaps", None, WatchStart::After(third))
+                .is_ok()
+        );
+        assert!(
+            s.watch("", "configmaps", None, WatchStart::After(second))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn timestamps_names_and_no_op_updates() {
+        let mut s = store(10);
+        let object = json!({"metadata": {"generateName": "web-"}, "data": {"k": "v"}});
+        let created = s.create(&configmaps(), Some("ns"), object).unwrap();
+        assert_eq!(
+            meta_str(&created, "creationTimestamp"),
+            Some("1970-01-01T00:00:00Z")
+        );
+        let name = meta_str(&created, "name").unwrap().to_owned();
+        assert!(name.starts_with("web-") && name.len() == 9);
+        let rv = s.resource_version();
+        let same = s
+            .update(
+                &configmaps(),
+                Some("ns"),
+                &name,
+                created.clone(),
+                Target::Main,
+            )
+            .unwrap();
+        assert_eq!((same, s.resource_version()), (created, rv));
+    }
 }
