@@ -431,3 +431,38 @@ async fn kube_runtime_finalizer_helper_round_trip() {
     assert_eq!(cleanups.load(Ordering::SeqCst), 1);
     assert!(api.get_opt("guarded").await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn unsupported_methods_paths_and_bodies() {
+    let server = TestApiServer::new();
+    let client = server.client();
+    let request = |method: &str, path: &str, body: &str| {
+        http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .body(body.as_bytes().to_vec())
+            .unwrap()
+    };
+    let put_collection = request("PUT", "/api/v1/namespaces/default/configmaps", "{}");
+    assert_eq!(code_of(client.request_text(put_collection).await), 405);
+    let unknown = request("GET", "/apis/example.com/v1/widgets", "");
+    assert_eq!(code_of(client.request_text(unknown).await), 404);
+    let not_json = request("POST", "/api/v1/namespaces/default/configmaps", "{oops");
+    assert_eq!(code_of(client.request_text(not_json).await), 400);
+    let nameless = request("POST", "/api/v1/namespaces/default/configmaps", "{}");
+    assert_eq!(code_of(client.request_text(nameless).await), 422);
+    let patch = request("PATCH", "/api/v1/namespaces/default/configmaps/x", "{}");
+    assert_eq!(
+        code_of(client.request_text(patch).await),
+        415,
+        "plain JSON is not a patch type"
+    );
+    let dry_run = request(
+        "POST",
+        "/api/v1/namespaces/default/configmaps?dryRun=All",
+        "{}",
+    );
+    assert_eq!(code_of(client.request_text(dry_run).await), 400);
+    assert_eq!(server.count::<ConfigMap>(), 0);
+}
