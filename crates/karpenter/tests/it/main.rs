@@ -3,4 +3,5 @@
 // Test helpers panic on purpose: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod api_cli;
 mod simulate;
