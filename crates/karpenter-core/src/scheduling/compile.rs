@@ -236,10 +236,18 @@ fn spread_term(tsc: &TopologySpreadConstraint, labels: &[(Key, Sym)], interner: 
     }
 }
 
-/// Converts user requirements, rejecting restricted keys.
+/// Converts a pod's requirements, rejecting keys pods may not select: the hostname, and the
+/// `karpenter.sh` domain except its well-known labels (`karpenter.sh/nodepool`, capacity type).
 fn checked_reqs(reqs: Result<Requirements, crate::requirements::RequirementError>, what: &str) -> Result<Requirements, String> {
     let reqs = reqs.map_err(|e| format!("{what}: {e}"))?;
-    reqs.check_restricted().map_err(|e| format!("{what}: {e}"))?;
+    for key in reqs.keys() {
+        if key == well_known::HOSTNAME_LABEL
+            || (!well_known::is_well_known_label(key) && well_known::restricted_label_reason(key).is_some())
+        {
+            let reason = well_known::restricted_label_reason(key).unwrap_or("restricted");
+            return Err(format!("{what}: label {key:?} may not be used: {reason}"));
+        }
+    }
     Ok(reqs)
 }
 

@@ -137,3 +137,104 @@ pub fn daemonset_pod(ds: &DaemonSet) -> Pod {
         status: None,
     }
 }
+
+/// A NodeClaim whose Node has not registered yet (in flight), with the pods already planned
+/// onto it.
+///
+/// Its labels are the NodeClaim's plus every single-valued `In` requirement (what the Node will
+/// carry). Capacity and allocatable come from the NodeClaim's status, so before launch it has
+/// none and takes no further pods (as upstream: only the launched instance says what fits).
+pub fn in_flight_node_claim(
+    node_claim: &NodeClaim,
+    pods: &[Pod],
+) -> Result<ExistingNode, InputError> {
+    let name = node_claim.metadata.name.clone().unwrap_or_default();
+    let err = |field: &str| {
+        let object = format!("nodeclaim {name}");
+        let field = field.to_string();
+        move |source| InputError {
+            object: object.clone(),
+            field: field.clone(),
+            source,
+        }
+    };
+    let mut labels = node_claim.metadata.labels.clone().unwrap_or_default();
+    for requirement in &node_claim.spec.requirements {
+        if requirement.operator == "In"
+            && let [value] = requirement.values.as_slice()
+        {
+            labels
+                .entry(requirement.key.clone())
+                .or_insert_with(|| value.clone());
+        }
+    }
+    let (allocatable, capacity) = match &node_claim.status {
+        Some(status) => (
+            ResourceList::from_k8s(&status.allocatable).map_err(err("status.allocatable"))?,
+            ResourceList::from_k8s(&status.capacity).map_err(err("status.capacity"))?,
+        ),
+        None => (ResourceList::new(), ResourceList::new()),
+    };
+    Ok(ExistingNode {
+        name,
+        node_pool: labels.get(well_known::NODEPOOL_LABEL).cloned(),
+        labels,
+        taints: node_claim.spec.taints.clone(),
+        allocatable,
+        capacity,
+        pods: pods.to_vec(),
+        initialized: false,
+        startup_taints: node_claim.spec.startup_taints.clone(),
+        volume_limits: BTreeMap::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+    use karpenter_api::NodeClaimSpec;
+    use karpenter_api::v1::NodeSelectorRequirementWithMinValues;
+
+    fn requirement(key: &str, values: &[&str]) -> NodeSelectorRequirementWithMinValues {
+        NodeSelectorRequirementWithMinValues {
+            key: key.into(),
+            operator: "In".into(),
+            values: values.iter().map(|v| v.to_string()).collect(),
+            min_values: None,
+        }
+    }
+
+    #[test]
+    fn in_flight_node_claim_takes_single_valued_requirements_as_labels() {
+        let mut claim = NodeClaim::new(
+            "default-abc",
+            NodeClaimSpec {
+                requirements: vec![
+                    requirement(well_known::CAPACITY_TYPE_LABEL, &["spot"]),
+                    requirement(well_known::INSTANCE_TYPE_LABEL, &["m5.large", "m5.xlarge"]),
+                ],
+                ..NodeClaimSpec::default()
+            },
+        );
+        claim.metadata.labels =
+            Some([(well_known::NODEPOOL_LABEL.into(), "default".into())].into());
+        let node = in_flight_node_claim(&claim, &[]).unwrap();
+        assert_eq!(node.name, "default-abc");
+        assert_eq!(node.node_pool.as_deref(), Some("default"));
+        assert_eq!(node.labels[well_known::CAPACITY_TYPE_LABEL], "spot");
+        assert!(!node.labels.contains_key(well_known::INSTANCE_TYPE_LABEL));
+        assert!(!node.initialized);
+        assert!(
+            node.allocatable.get("cpu").is_zero(),
+            "not launched: no capacity yet"
+        );
+
+        claim.status = Some(karpenter_api::NodeClaimStatus {
+            allocatable: [("cpu".into(), K8sQuantity("1930m".into()))].into(),
+            ..Default::default()
+        });
+        let node = in_flight_node_claim(&claim, &[]).unwrap();
+        assert_eq!(node.allocatable.get("cpu").millis(), 1930);
+    }
+}
