@@ -35,7 +35,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         for doc in split_documents(&source.text) {
             match doc.value {
                 Ok(value) => {
-                    inputs.push(Input { source: source.name.clone(), index: doc.index, value });
+                    inputs.push(Input {
+                        source: source.name.clone(),
+                        index: doc.index,
+                        value,
+                    });
                     texts.push(doc.text);
                 }
                 Err(err) => bail!("{}:{}: invalid YAML: {err}", source.name, doc.index),
@@ -58,7 +62,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Output::Converted(objects) => {
                 for object in objects {
                     match args.output {
-                        Format::Yaml => yaml_docs.push(object.to_yaml().map_err(anyhow::Error::msg)?),
+                        Format::Yaml => {
+                            yaml_docs.push(object.to_yaml().map_err(anyhow::Error::msg)?)
+                        }
                         Format::Json => json_items.push(object.to_value()?),
                     }
                 }
@@ -79,9 +85,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
         Format::Json => {
-            let list = serde_json::json!({ "apiVersion": "v1", "kind": "List", "items": json_items });
+            let list =
+                serde_json::json!({ "apiVersion": "v1", "kind": "List", "items": json_items });
             println!("{}", serde_json::to_string_pretty(&list)?);
         }
     }
-    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

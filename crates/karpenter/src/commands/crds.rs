@@ -21,7 +21,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             for (name, yaml) in rendered {
                 let path = dir.join(name);
-                std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
+                std::fs::write(&path, yaml)
+                    .with_context(|| format!("writing {}", path.display()))?;
                 eprintln!("wrote {}", path.display());
             }
         }

@@ -19,8 +19,13 @@ pub fn read_sources(args: &[PathBuf]) -> anyhow::Result<Vec<Source>> {
     for arg in args {
         if arg.as_os_str() == "-" {
             let mut text = String::new();
-            std::io::stdin().read_to_string(&mut text).context("reading stdin")?;
-            sources.push(Source { name: "-".into(), text });
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading stdin")?;
+            sources.push(Source {
+                name: "-".into(),
+                text,
+            });
         } else if arg.is_dir() {
             let mut files = Vec::new();
             collect_yaml(arg, &mut files)?;
@@ -36,13 +41,21 @@ pub fn read_sources(args: &[PathBuf]) -> anyhow::Result<Vec<Source>> {
 }
 
 fn read_file(path: &Path) -> anyhow::Result<Source> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(Source { name: path.display().to_string(), text })
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(Source {
+        name: path.display().to_string(),
+        text,
+    })
 }
 
 fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
-    for entry in std::fs::read_dir(dir).with_context(|| format!("reading directory {}", dir.display()))? {
-        let path = entry.with_context(|| format!("reading directory {}", dir.display()))?.path();
+    for entry in
+        std::fs::read_dir(dir).with_context(|| format!("reading directory {}", dir.display()))?
+    {
+        let path = entry
+            .with_context(|| format!("reading directory {}", dir.display()))?
+            .path();
         if path.is_dir() {
             collect_yaml(&path, out)?;
         } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {

@@ -26,7 +26,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 Ok(value) => value,
                 Err(err) => {
                     invalid += 1;
-                    println!("{location}: (unparsed): (document): invalid YAML: {err} (fix the YAML syntax)");
+                    println!(
+                        "{location}: (unparsed): (document): invalid YAML: {err} (fix the YAML syntax)"
+                    );
                     continue;
                 }
             };

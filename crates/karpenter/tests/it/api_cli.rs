@@ -35,7 +35,11 @@ fn crds_prints_three_crds() {
     assert!(out.status.success());
     let stdout = text(&out.stdout);
     assert_eq!(stdout.matches("kind: CustomResourceDefinition").count(), 3);
-    for name in ["nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws"] {
+    for name in [
+        "nodepools.karpenter.sh",
+        "nodeclaims.karpenter.sh",
+        "ec2nodeclasses.karpenter.k8s.aws",
+    ] {
         assert!(stdout.contains(&format!("name: {name}")), "{name}");
     }
 }
@@ -45,24 +49,51 @@ fn crds_dir_writes_what_is_committed_in_deploy() {
     let dir = std::env::temp_dir().join(format!("karpenter-crds-{}", std::process::id()));
     let out = karpenter(&["crds", "--dir", dir.to_str().unwrap()], "");
     assert!(out.status.success(), "{}", text(&out.stderr));
-    for name in ["karpenter.sh_nodepools.yaml", "karpenter.sh_nodeclaims.yaml", "karpenter.k8s.aws_ec2nodeclasses.yaml"] {
+    for name in [
+        "karpenter.sh_nodepools.yaml",
+        "karpenter.sh_nodeclaims.yaml",
+        "karpenter.k8s.aws_ec2nodeclasses.yaml",
+    ] {
         let generated = std::fs::read_to_string(dir.join(name)).unwrap();
-        let committed = std::fs::read_to_string(repo().join("deploy/crds").join(name)).unwrap_or_default();
-        assert!(generated == committed, "deploy/crds/{name} is stale; regenerate with: cargo run -- crds --dir deploy/crds");
+        let committed =
+            std::fs::read_to_string(repo().join("deploy/crds").join(name)).unwrap_or_default();
+        assert!(
+            generated == committed,
+            "deploy/crds/{name} is stale; regenerate with: cargo run -- crds --dir deploy/crds"
+        );
     }
     std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
 fn validate_v1_seeds_exits_zero_with_summary() {
-    let out = karpenter(&["validate", "-f", &format!("{SEEDS}/002-v1-spot.yaml"), "-f", &format!("{SEEDS}/003-v1-nodepools.yaml")], "");
+    let out = karpenter(
+        &[
+            "validate",
+            "-f",
+            &format!("{SEEDS}/002-v1-spot.yaml"),
+            "-f",
+            &format!("{SEEDS}/003-v1-nodepools.yaml"),
+        ],
+        "",
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
-    assert_eq!(text(&out.stdout).trim(), "ok: 9 valid, 0 invalid, 0 skipped");
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "ok: 9 valid, 0 invalid, 0 skipped"
+    );
 }
 
 #[test]
 fn validate_reports_file_document_object_path_message_hint() {
-    let out = karpenter(&["validate", "-f", "tests/fixtures/manifests/invalid/np-weight-too-high.yaml"], "");
+    let out = karpenter(
+        &[
+            "validate",
+            "-f",
+            "tests/fixtures/manifests/invalid/np-weight-too-high.yaml",
+        ],
+        "",
+    );
     assert_eq!(out.status.code(), Some(1));
     let stdout = text(&out.stdout);
     assert_eq!(
@@ -78,11 +109,17 @@ fn validate_directory_recurses_and_fails_on_invalid_fixtures() {
     assert_eq!(out.status.code(), Some(1));
     let stdout = text(&out.stdout);
     // Every file contributes at least one error line.
-    let files = std::fs::read_dir(repo().join("tests/fixtures/manifests/invalid")).unwrap().count();
+    let files = std::fs::read_dir(repo().join("tests/fixtures/manifests/invalid"))
+        .unwrap()
+        .count();
     for line in stdout.lines() {
-        assert!(line.starts_with("tests/fixtures/manifests/invalid/"), "{line}");
+        assert!(
+            line.starts_with("tests/fixtures/manifests/invalid/"),
+            "{line}"
+        );
     }
-    let failing: std::collections::BTreeSet<&str> = stdout.lines().filter_map(|l| l.split(':').next()).collect();
+    let failing: std::collections::BTreeSet<&str> =
+        stdout.lines().filter_map(|l| l.split(':').next()).collect();
     assert_eq!(failing.len(), files);
 }
 
@@ -95,16 +132,30 @@ fn validate_stdin_document_index_and_skips_unknown_kinds() {
         text(&out.stdout).trim(),
         "-:2: NodePool/p: spec.template.spec.nodeClassRef.name: name may not be empty (name the EC2NodeClass this pool uses)"
     );
-    assert!(text(&out.stderr).contains("-:1: ConfigMap/x: skipped"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("-:1: ConfigMap/x: skipped"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
 fn validate_legacy_points_at_convert() {
-    let out = karpenter(&["validate", "-f", &format!("{SEEDS}/000-v1alpha5-provisioner-awsnodetemplate.yaml")], "");
+    let out = karpenter(
+        &[
+            "validate",
+            "-f",
+            &format!("{SEEDS}/000-v1alpha5-provisioner-awsnodetemplate.yaml"),
+        ],
+        "",
+    );
     assert_eq!(out.status.code(), Some(1));
     let stdout = text(&out.stdout);
     assert_eq!(stdout.lines().count(), 2);
-    assert!(stdout.lines().all(|l| l.contains("run `karpenter convert")), "{stdout}");
+    assert!(
+        stdout.lines().all(|l| l.contains("run `karpenter convert")),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -112,13 +163,22 @@ fn convert_legacy_seeds_output_validates() {
     let out = karpenter(&["convert", "-f", SEEDS], "");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let converted = text(&out.stdout);
-    assert!(!converted.contains("v1beta1") && !converted.contains("v1alpha"), "{converted}");
+    assert!(
+        !converted.contains("v1beta1") && !converted.contains("v1alpha"),
+        "{converted}"
+    );
     let stderr = text(&out.stderr);
-    assert!(stderr.lines().all(|l| l.starts_with("warning: ")), "{stderr}");
+    assert!(
+        stderr.lines().all(|l| l.starts_with("warning: ")),
+        "{stderr}"
+    );
     let check = karpenter(&["validate", "-f", "-"], &converted);
     assert_eq!(check.status.code(), Some(0), "{}", text(&check.stdout));
     // 8 converted legacy objects + 12 v1 objects passed through.
-    assert_eq!(text(&check.stdout).trim(), "ok: 20 valid, 0 invalid, 0 skipped");
+    assert_eq!(
+        text(&check.stdout).trim(),
+        "ok: 20 valid, 0 invalid, 0 skipped"
+    );
 }
 
 #[test]
@@ -127,11 +187,20 @@ fn convert_warns_about_fields_without_v1_equivalent() {
     let out = karpenter(&["convert", "-f", "-"], input);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stderr = text(&out.stderr);
-    assert!(stderr.contains("-:1: Provisioner/p: spec.madeUpField: has no v1 equivalent"), "{stderr}");
+    assert!(
+        stderr.contains("-:1: Provisioner/p: spec.madeUpField: has no v1 equivalent"),
+        "{stderr}"
+    );
     assert!(stderr.contains("containerRuntime"), "{stderr}");
-    assert!(stderr.contains("-:2: AWSNodeTemplate/nc: spec.launchTemplate"), "{stderr}");
+    assert!(
+        stderr.contains("-:2: AWSNodeTemplate/nc: spec.launchTemplate"),
+        "{stderr}"
+    );
     let stdout = text(&out.stdout);
-    assert!(stdout.contains("consolidationPolicy: WhenEmpty\n"), "{stdout}");
+    assert!(
+        stdout.contains("consolidationPolicy: WhenEmpty\n"),
+        "{stdout}"
+    );
     assert!(stdout.contains("consolidateAfter: 30s"), "{stdout}");
     assert!(stdout.contains("expireAfter: 720h"), "{stdout}");
     assert!(stdout.contains("maxPods: 20"), "{stdout}");
@@ -143,7 +212,8 @@ fn convert_warns_about_fields_without_v1_equivalent() {
 
 #[test]
 fn convert_passes_other_documents_through_unchanged() {
-    let input = "# keep me\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x   # odd spacing stays\n";
+    let input =
+        "# keep me\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x   # odd spacing stays\n";
     let out = karpenter(&["convert", "-f", "-"], input);
     assert!(out.status.success());
     assert_eq!(text(&out.stdout), format!("---\n{input}"));
@@ -151,10 +221,22 @@ fn convert_passes_other_documents_through_unchanged() {
 
 #[test]
 fn convert_json_output() {
-    let out = karpenter(&["convert", "-f", &format!("{SEEDS}/004-v1beta1-eks-workshop.yaml"), "-o", "json"], "");
+    let out = karpenter(
+        &[
+            "convert",
+            "-f",
+            &format!("{SEEDS}/004-v1beta1-eks-workshop.yaml"),
+            "-o",
+            "json",
+        ],
+        "",
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(list["kind"], "List");
     assert_eq!(list["items"][0]["apiVersion"], "karpenter.sh/v1");
-    assert_eq!(list["items"][1]["spec"]["amiSelectorTerms"][0]["alias"], "al2023@latest");
+    assert_eq!(
+        list["items"][1]["spec"]["amiSelectorTerms"][0]["alias"],
+        "al2023@latest"
+    );
 }
