@@ -267,7 +267,7 @@ pub fn plan(
                     instance_type_options: claim
                         .instance_types
                         .iter()
-                        .map(|o| o.name.clone())
+                        .map(|o| o.name.to_string())
                         .collect(),
                     zone: choice.zone,
                     capacity_type: choice.capacity_type,
