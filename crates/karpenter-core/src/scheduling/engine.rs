@@ -857,6 +857,7 @@ impl Engine {
         reqs: &Reqs,
         hostname_req: &Req,
         node_taints: &[Taint],
+        on_claim: bool,
     ) {
         for &gid in groups.counting.iter().chain(groups.inverse_owned.iter()) {
             let g = &topology.groups[gid];
@@ -865,7 +866,7 @@ impl Engine {
             }
             let key = g.key;
             let domains = if key == hostname_key { Some(hostname_req) } else { reqs.get(&key) };
-            topology.record(gid, domains);
+            topology.record(gid, domains, on_claim);
         }
     }
 
@@ -932,6 +933,7 @@ impl Engine {
             &reqs,
             &hostname_req,
             &self.nodes[ni].taints,
+            false,
         );
     }
 
@@ -1083,6 +1085,7 @@ impl Engine {
             &claim.reqs,
             &claim.hostname_req,
             &self.pools[claim.pool].taints,
+            true,
         );
     }
 
@@ -1157,8 +1160,14 @@ impl Engine {
                 return Ok(());
             }
         }
-        // In-flight claims, fewest pods first (ties: oldest first).
-        let found = self.claim_order.iter().find_map(|&ci| {
+        // In-flight claims, fewest pods first (ties: oldest first). An anti-affinity on hostname
+        // that already counts every claim rules them all out without looking.
+        let all_blocked = d.hostname_groups.iter().any(|&(g, _)| {
+            let g = &self.topology.groups[g];
+            g.is_exclusive() && g.claims_counted >= self.claims.len()
+        });
+        let order: &[u32] = if all_blocked { &[] } else { &self.claim_order };
+        let found = order.iter().find_map(|&ci| {
             let c = &self.claims[ci as usize];
             if !self.claim_precheck(c, pod, d) {
                 return None;
@@ -1396,17 +1405,18 @@ impl Engine {
 
     // ---- finalisation ---------------------------------------------------------------------------
 
-    fn finalize(&self, claim: &Claim) -> Result<NewNodeClaim, String> {
-        let pool = &self.pools[claim.pool];
+    /// The parts of a NodeClaim that depend only on its requirements and instance types.
+    fn finalize_shape(&self, pool_index: usize, reqs: &Reqs, types: &Bits) -> Result<Finalized, String> {
+        let pool = &self.pools[pool_index];
         let keys = &self.keys;
-        let order = pool.price_order(&claim.reqs, keys);
+        let order = pool.price_order(reqs, keys);
         let max = self.options.max_instance_types.max(1);
-        let options: Vec<(f64, usize)> = order.iter().copied().filter(|(_, t)| claim.types.get(*t)).take(max).collect();
+        let options: Vec<(f64, usize)> = order.iter().copied().filter(|(_, t)| types.get(*t)).take(max).collect();
         let mut kept = Bits::new(pool.types.len());
         for (_, t) in &options {
             kept.set(*t);
         }
-        let unmet = pool.unmet_min_values(&kept, &claim.reqs);
+        let unmet = pool.unmet_min_values(&kept, reqs);
         if !unmet.is_empty() && self.options.min_values_policy == MinValuesPolicy::Strict {
             let keys: Vec<&str> = unmet.iter().map(|(k, _)| self.interner.key_str(*k)).collect();
             return Err(format!(
@@ -1416,37 +1426,34 @@ impl Engine {
                 options.len()
             ));
         }
-        let mut requests = claim.requests.clone();
         let mut min_overhead: Option<ResVec> = None;
-        let mut groups_seen = HashSet::new();
+        let mut groups_seen: Vec<usize> = Vec::new();
         let mut capacity_types: BTreeSet<Sym> = BTreeSet::new();
         for (_, t) in &options {
             let g = pool.types[*t].daemon_group;
-            if groups_seen.insert(g) {
+            if !groups_seen.contains(&g) {
+                groups_seen.push(g);
                 match &mut min_overhead {
                     None => min_overhead = Some(pool.daemon_groups[g].overhead.clone()),
                     Some(m) => m.min_with(&pool.daemon_groups[g].overhead),
                 }
             }
             for o in &pool.types[*t].offerings {
-                if o.available && offering_compatible(o, &claim.reqs, keys) {
+                if o.available && offering_compatible(o, reqs, keys) {
                     capacity_types.insert(o.capacity_type);
                 }
             }
         }
-        if let Some(m) = min_overhead {
-            requests.add(&m);
-        }
-        let mut reqs = self.reqs_text(&claim.reqs);
-        let min_ct = reqs.get(&well_known::CAPACITY_TYPE_LABEL.to_string()).and_then(|r| r.min_values());
+        let mut text = self.reqs_text(reqs);
+        let min_ct = text.get(&well_known::CAPACITY_TYPE_LABEL.to_string()).and_then(|r| r.min_values());
         let capacity_types = capacity_types.into_iter().map(|c| self.interner.value_str(c).to_string());
-        reqs.set(well_known::CAPACITY_TYPE_LABEL.to_string(), Requirement::is_in(capacity_types).with_min_values(min_ct));
-        let instance_type_min_values = reqs.get(&well_known::INSTANCE_TYPE_LABEL.to_string()).and_then(|r| r.min_values());
+        text.set(well_known::CAPACITY_TYPE_LABEL.to_string(), Requirement::is_in(capacity_types).with_min_values(min_ct));
+        let instance_type_min_values = text.get(&well_known::INSTANCE_TYPE_LABEL.to_string()).and_then(|r| r.min_values());
         // The instance-type list lives in `instance_types`; `node_claim_requirements()` adds it.
-        reqs.remove(&well_known::INSTANCE_TYPE_LABEL.to_string());
+        text.remove(&well_known::INSTANCE_TYPE_LABEL.to_string());
         let mut labels = pool.labels.clone();
         labels.insert(well_known::NODEPOOL_LABEL.to_string(), pool.name.clone());
-        for (k, r) in reqs.iter() {
+        for (k, r) in text.iter() {
             if well_known::is_well_known_label(k)
                 || self.options.extra_well_known_labels.contains(k)
                 || well_known::restricted_label_reason(k).is_some()
@@ -1458,23 +1465,54 @@ impl Engine {
                 labels.insert(k.clone(), v);
             }
         }
-        Ok(NewNodeClaim {
-            node_pool: pool.name.clone(),
-            hostname: self.interner.value_str(claim.hostname).to_string(),
-            requirements: reqs.to_node_selector(),
+        Ok(Finalized {
+            requirements: text.to_node_selector(),
             instance_type_min_values: instance_type_min_values.map(|m| m as i32),
             instance_types: options
                 .iter()
                 .map(|(p, t)| InstanceTypeOption { name: pool.types[*t].name.clone(), price: *p })
                 .collect(),
+            labels,
+            daemon_overhead: min_overhead.unwrap_or_default(),
+        })
+    }
+
+    fn finalize(&self, claim: &Claim, cache: &mut FxMap<(usize, Reqs, Bits), Result<Rc<Finalized>, String>>) -> Result<NewNodeClaim, String> {
+        let key = (claim.pool, claim.reqs.clone(), claim.types.clone());
+        let shape = match cache.get(&key) {
+            Some(shape) => shape.clone(),
+            None => {
+                let shape = self.finalize_shape(claim.pool, &claim.reqs, &claim.types).map(Rc::new);
+                cache.insert(key, shape.clone());
+                shape
+            }
+        }?;
+        let pool = &self.pools[claim.pool];
+        let mut requests = claim.requests.clone();
+        requests.add(&shape.daemon_overhead);
+        Ok(NewNodeClaim {
+            node_pool: pool.name.clone(),
+            hostname: self.interner.value_str(claim.hostname).to_string(),
+            requirements: shape.requirements.clone(),
+            instance_type_min_values: shape.instance_type_min_values,
+            instance_types: shape.instance_types.clone(),
             pods: claim.pods.clone(),
             requests: self.interner.resource_list(&requests),
-            labels,
+            labels: shape.labels.clone(),
             taints: pool.taints.clone(),
             startup_taints: pool.startup_taints.clone(),
             min_values_relaxed: claim.min_values_relaxed,
         })
     }
+}
+
+/// What identical NodeClaims share.
+struct Finalized {
+    requirements: Vec<karpenter_api::v1::NodeSelectorRequirementWithMinValues>,
+    instance_type_min_values: Option<i32>,
+    instance_types: Arc<[InstanceTypeOption]>,
+    labels: BTreeMap<String, String>,
+    daemon_overhead: ResVec,
 }
 
 /// Runs one scheduling simulation.
@@ -1536,8 +1574,9 @@ pub(crate) fn solve(input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
         }
     }
     let claims = std::mem::take(&mut engine.claims);
+    let mut shapes = FxMap::default();
     for claim in &claims {
-        match engine.finalize(claim) {
+        match engine.finalize(claim, &mut shapes) {
             Ok(nc) => results.new_node_claims.push(nc),
             Err(reason) => {
                 for &p in &claim.pods {

@@ -143,8 +143,10 @@ pub struct NewNodeClaim {
     /// `minValues` on `node.kubernetes.io/instance-type`, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instance_type_min_values: Option<i32>,
-    /// Cheapest first (ties by name), at most `max_instance_types`.
-    pub instance_types: Vec<InstanceTypeOption>,
+    /// Cheapest first (ties by name), at most `max_instance_types`. Shared between NodeClaims with
+    /// the same options (no copy per claim).
+    #[serde(serialize_with = "serialize_options")]
+    pub instance_types: Arc<[InstanceTypeOption]>,
     /// Indices into the pods given to [`Scheduler::solve`].
     pub pods: Vec<usize>,
     /// The pods' requests plus the smallest daemonset overhead (incl. `pods`).
@@ -181,6 +183,10 @@ pub struct UnschedulablePod {
     pub name: String,
     /// One line per NodePool (or cause), naming the blocking constraint.
     pub explanation: String,
+}
+
+fn serialize_options<S: serde::Serializer>(options: &Arc<[InstanceTypeOption]>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(options.iter())
 }
 
 fn serialize_str<S: serde::Serializer>(s: &Arc<str>, serializer: S) -> Result<S::Ok, S::Error> {

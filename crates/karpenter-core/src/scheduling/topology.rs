@@ -67,26 +67,37 @@ pub(crate) struct Group {
     counts: Vec<u32>,
     /// Domains with a non-zero count, in first-recorded order.
     nonzero: Vec<Sym>,
+    /// In-flight NodeClaim hostnames with a non-zero count (counts never decrease, so for
+    /// anti-affinity this is the number of claims that can never take a selected pod).
+    pub claims_counted: usize,
 }
 
 impl Group {
     pub fn new(kind: GroupKind, key: Key, namespaces: Namespaces, selector: Selector, filter: NodeFilter) -> Self {
-        Group { kind, key, namespaces, selector, filter, counts: Vec::new(), nonzero: Vec::new() }
+        Group { kind, key, namespaces, selector, filter, counts: Vec::new(), nonzero: Vec::new(), claims_counted: 0 }
     }
 
     pub fn count(&self, domain: Sym) -> u32 {
         self.counts.get(domain.id as usize).copied().unwrap_or(0)
     }
 
-    pub fn record(&mut self, domain: Sym) {
+    /// Counts one pod in `domain`; true when the domain was empty before.
+    pub fn record(&mut self, domain: Sym) -> bool {
         let i = domain.id as usize;
         if self.counts.len() <= i {
             self.counts.resize(i + 1, 0);
         }
-        if self.counts[i] == 0 {
+        let first = self.counts[i] == 0;
+        if first {
             self.nonzero.push(domain);
         }
         self.counts[i] += 1;
+        first
+    }
+
+    /// Whether this group forbids selected pods from every domain already counted.
+    pub fn is_exclusive(&self) -> bool {
+        matches!(self.kind, GroupKind::AntiAffinity | GroupKind::InverseAntiAffinity)
     }
 
     /// Whether the group counts pods with these labels in this namespace.
@@ -282,7 +293,8 @@ impl Topology {
 
     /// Records a placement in `gid` on a node whose requirement on the key is `node_domains`.
     /// Anti-affinity counts every domain still possible; spread and affinity only a single one.
-    pub fn record(&mut self, gid: usize, node_domains: Option<&Req>) {
+    /// `on_claim`: the node is an in-flight NodeClaim (for [`Group::claims_counted`]).
+    pub fn record(&mut self, gid: usize, node_domains: Option<&Req>, on_claim: bool) {
         let key = self.groups[gid].key;
         let every = matches!(self.groups[gid].kind, GroupKind::AntiAffinity | GroupKind::InverseAntiAffinity);
         let domains: Vec<Sym> = match node_domains {
@@ -295,8 +307,11 @@ impl Topology {
             _ if every => self.universe(key, None).filter(|d| has(node_domains, d)).collect(),
             _ => return,
         };
+        let hostname = key == self.hostname_key;
         for d in domains {
-            self.groups[gid].record(d);
+            if self.groups[gid].record(d) && hostname && on_claim {
+                self.groups[gid].claims_counted += 1;
+            }
         }
     }
 }
