@@ -25,7 +25,7 @@ fn schedule_on_cheapest_instance_for_pod_arch_and_os() {
         let min = cheapest_compatible(&types, |t| t.labels.get(key).map(String::as_str) == Some(value));
         let c = &r.new_node_claims[0];
         assert_eq!(c.instance_types[0].price, min, "{key}={value}");
-        for o in &c.instance_types {
+        for o in c.instance_types.iter() {
             let t = types.iter().find(|t| *t.name == *o.name).unwrap();
             assert_eq!(t.labels.get(key).map(String::as_str), Some(value), "every option matches {key}");
         }
@@ -56,7 +56,7 @@ fn not_schedule_if_no_instance_type_matches_selector() {
 fn schedule_on_an_instance_with_enough_resources() {
     let r = solve(vec![pool("default")], &pods(vec![pod().requests(&[("cpu", "3"), ("memory", "3Gi")])]));
     let types = default_instance_types();
-    for o in &r.new_node_claims[0].instance_types {
+    for o in r.new_node_claims[0].instance_types.iter() {
         let t = types.iter().find(|t| *t.name == *o.name).unwrap();
         assert!(t.allocatable().get("cpu") >= q("3") && t.allocatable().get("memory") >= q("3Gi"));
     }

@@ -106,7 +106,7 @@ proptest! {
             let pool = pools.iter().find(|p| p.name == c.node_pool).unwrap();
             prop_assert!(!c.instance_types.is_empty());
             // Fits: the claim's requests fit every instance-type option's allocatable.
-            for o in &c.instance_types {
+            for o in c.instance_types.iter() {
                 let it = pool.instance_types.iter().find(|t| *t.name == *o.name).unwrap();
                 prop_assert!(it.allocatable().fits(&c.requests), "{} requests {:?} on {}", ci, c.requests, o.name);
             }
