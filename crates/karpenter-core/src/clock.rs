@@ -27,7 +27,9 @@ pub struct FakeClock {
 
 impl FakeClock {
     pub fn new(start: Timestamp) -> Self {
-        Self { now: Mutex::new(start) }
+        Self {
+            now: Mutex::new(start),
+        }
     }
 
     /// Moves time forward by `by`.
@@ -64,6 +66,9 @@ mod tests {
         let t0 = clock.now();
         assert_eq!(clock.now(), t0);
         clock.advance(SignedDuration::from_secs(90));
-        assert_eq!(clock.now().duration_since(t0), SignedDuration::from_secs(90));
+        assert_eq!(
+            clock.now().duration_since(t0),
+            SignedDuration::from_secs(90)
+        );
     }
 }

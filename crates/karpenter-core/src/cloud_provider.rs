@@ -83,7 +83,10 @@ pub trait CloudProvider: Send + Sync {
     async fn list(&self) -> Result<Vec<NodeClaim>, CloudError>;
 
     /// Every instance type usable by `node_pool`, including those without available offerings.
-    async fn instance_types(&self, node_pool: &NodePool) -> Result<Vec<Arc<InstanceType>>, CloudError>;
+    async fn instance_types(
+        &self,
+        node_pool: &NodePool,
+    ) -> Result<Vec<Arc<InstanceType>>, CloudError>;
 
     /// `Some(reason)` when the NodeClaim's instance no longer matches its NodeClass.
     async fn is_drifted(&self, node_claim: &NodeClaim) -> Result<Option<DriftReason>, CloudError>;

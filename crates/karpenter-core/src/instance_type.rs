@@ -89,7 +89,8 @@ impl InstanceType {
 
     /// The cheapest available offering, if any.
     pub fn cheapest_available(&self) -> Option<&Offering> {
-        self.available_offerings().min_by(|a, b| a.price.total_cmp(&b.price))
+        self.available_offerings()
+            .min_by(|a, b| a.price.total_cmp(&b.price))
     }
 }
 
@@ -101,7 +102,12 @@ mod tests {
     fn allocatable_subtracts_overhead_and_hugepages() {
         let it = InstanceType {
             name: "test.large".into(),
-            capacity: ResourceList::parse([("cpu", "2"), ("memory", "8Gi"), ("hugepages-2Mi", "1Gi")]).unwrap(),
+            capacity: ResourceList::parse([
+                ("cpu", "2"),
+                ("memory", "8Gi"),
+                ("hugepages-2Mi", "1Gi"),
+            ])
+            .unwrap(),
             overhead: Overhead {
                 kube_reserved: ResourceList::parse([("cpu", "70m"), ("memory", "574Mi")]).unwrap(),
                 system_reserved: ResourceList::new(),
@@ -111,6 +117,9 @@ mod tests {
         };
         let a = it.allocatable();
         assert_eq!(a.get("cpu"), Quantity::parse("1930m").unwrap());
-        assert_eq!(a.get("memory"), Quantity::parse("7518Mi").unwrap() - Quantity::parse("1Gi").unwrap());
+        assert_eq!(
+            a.get("memory"),
+            Quantity::parse("7518Mi").unwrap() - Quantity::parse("1Gi").unwrap()
+        );
     }
 }

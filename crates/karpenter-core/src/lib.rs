@@ -6,8 +6,8 @@
 pub mod clock;
 pub mod cloud_provider;
 pub mod instance_type;
-pub mod resources;
 pub mod pod;
 pub mod requirements;
+pub mod resources;
 pub mod scheduling;
 pub mod taints;

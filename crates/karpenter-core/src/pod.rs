@@ -22,7 +22,10 @@ pub struct PodError {
 /// `namespace/name` of a pod (`default` namespace when unset).
 pub fn pod_key(pod: &Pod) -> (String, String) {
     (
-        pod.metadata.namespace.clone().unwrap_or_else(|| "default".to_string()),
+        pod.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string()),
         pod.metadata.name.clone().unwrap_or_default(),
     )
 }
@@ -35,7 +38,9 @@ fn container_requests(
     err: &dyn Fn(String, QuantityError) -> PodError,
 ) -> Result<ResourceList, PodError> {
     let mut out = ResourceList::new();
-    let Some(resources) = resources else { return Ok(out) };
+    let Some(resources) = resources else {
+        return Ok(out);
+    };
     let empty = BTreeMap::new();
     let requests = resources.requests.as_ref().unwrap_or(&empty);
     let limits = resources.limits.as_ref().unwrap_or(&empty);
@@ -118,18 +123,31 @@ mod tests {
 
     fn container(name: &str, requests: &[(&str, &str)], limits: &[(&str, &str)]) -> Container {
         let map = |pairs: &[(&str, &str)]| {
-            (!pairs.is_empty()).then(|| pairs.iter().map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string()))).collect())
+            (!pairs.is_empty()).then(|| {
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string())))
+                    .collect()
+            })
         };
         Container {
             name: name.into(),
-            resources: Some(ResourceRequirements { requests: map(requests), limits: map(limits), ..Default::default() }),
+            resources: Some(ResourceRequirements {
+                requests: map(requests),
+                limits: map(limits),
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }
 
     fn pod(containers: Vec<Container>, init: Vec<Container>) -> Pod {
         Pod {
-            spec: Some(PodSpec { containers, init_containers: Some(init), ..Default::default() }),
+            spec: Some(PodSpec {
+                containers,
+                init_containers: Some(init),
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }
@@ -140,7 +158,13 @@ mod tests {
 
     #[test]
     fn sums_containers_and_counts_one_pod() {
-        let p = pod(vec![container("a", &[("cpu", "1")], &[]), container("b", &[("cpu", "500m")], &[])], vec![]);
+        let p = pod(
+            vec![
+                container("a", &[("cpu", "1")], &[]),
+                container("b", &[("cpu", "500m")], &[]),
+            ],
+            vec![],
+        );
         let r = effective_requests(&p).unwrap();
         assert_eq!(cpu(&r), 1500);
         assert_eq!(r.get("pods"), Quantity::from_units(1));
@@ -148,9 +172,15 @@ mod tests {
 
     #[test]
     fn init_containers_take_the_max() {
-        let p = pod(vec![container("a", &[("cpu", "1")], &[])], vec![container("i", &[("cpu", "2")], &[])]);
+        let p = pod(
+            vec![container("a", &[("cpu", "1")], &[])],
+            vec![container("i", &[("cpu", "2")], &[])],
+        );
         assert_eq!(cpu(&effective_requests(&p).unwrap()), 2000);
-        let p = pod(vec![container("a", &[("cpu", "3")], &[])], vec![container("i", &[("cpu", "2")], &[])]);
+        let p = pod(
+            vec![container("a", &[("cpu", "3")], &[])],
+            vec![container("i", &[("cpu", "2")], &[])],
+        );
         assert_eq!(cpu(&effective_requests(&p).unwrap()), 3000);
     }
 
@@ -159,18 +189,34 @@ mod tests {
         let mut sidecar = container("side", &[("cpu", "1")], &[]);
         sidecar.restart_policy = Some("Always".into());
         // sidecar(1) then init(2): init phase needs 1+2=3; run phase 1+1=2.
-        let p = pod(vec![container("a", &[("cpu", "1")], &[])], vec![sidecar.clone(), container("i", &[("cpu", "2")], &[])]);
+        let p = pod(
+            vec![container("a", &[("cpu", "1")], &[])],
+            vec![sidecar.clone(), container("i", &[("cpu", "2")], &[])],
+        );
         assert_eq!(cpu(&effective_requests(&p).unwrap()), 3000);
         // init(2) before the sidecar: init phase 2, run phase 1+1=2 → 2... and a big app wins.
-        let p = pod(vec![container("a", &[("cpu", "4")], &[])], vec![container("i", &[("cpu", "2")], &[]), sidecar]);
+        let p = pod(
+            vec![container("a", &[("cpu", "4")], &[])],
+            vec![container("i", &[("cpu", "2")], &[]), sidecar],
+        );
         assert_eq!(cpu(&effective_requests(&p).unwrap()), 5000);
     }
 
     #[test]
     fn limits_stand_in_for_missing_requests_and_overhead_is_added() {
-        let mut p = pod(vec![container("a", &[("memory", "1Gi")], &[("cpu", "2"), ("memory", "2Gi")])], vec![]);
+        let mut p = pod(
+            vec![container(
+                "a",
+                &[("memory", "1Gi")],
+                &[("cpu", "2"), ("memory", "2Gi")],
+            )],
+            vec![],
+        );
         if let Some(spec) = p.spec.as_mut() {
-            spec.overhead = Some(BTreeMap::from([("cpu".to_string(), K8sQuantity("250m".into()))]));
+            spec.overhead = Some(BTreeMap::from([(
+                "cpu".to_string(),
+                K8sQuantity("250m".into()),
+            )]));
         }
         let r = effective_requests(&p).unwrap();
         assert_eq!(cpu(&r), 2250);
@@ -179,7 +225,14 @@ mod tests {
 
     #[test]
     fn zero_quantity_requests_are_kept_as_zero() {
-        let p = pod(vec![container("a", &[("cpu", "0"), ("nvidia.com/gpu", "0")], &[])], vec![]);
+        let p = pod(
+            vec![container(
+                "a",
+                &[("cpu", "0"), ("nvidia.com/gpu", "0")],
+                &[],
+            )],
+            vec![],
+        );
         let r = effective_requests(&p).unwrap();
         assert_eq!(cpu(&r), 0);
         assert!(r.get("nvidia.com/gpu").is_zero());
@@ -190,7 +243,10 @@ mod tests {
         let mut p = pod(vec![container("a", &[("cpu", "1")], &[])], vec![]);
         if let Some(spec) = p.spec.as_mut() {
             spec.resources = Some(ResourceRequirements {
-                requests: Some(BTreeMap::from([("cpu".to_string(), K8sQuantity("3".into()))])),
+                requests: Some(BTreeMap::from([(
+                    "cpu".to_string(),
+                    K8sQuantity("3".into()),
+                )])),
                 ..Default::default()
             });
         }
@@ -201,6 +257,10 @@ mod tests {
     fn bad_quantities_name_the_field() {
         let p = pod(vec![container("app", &[("cpu", "lots")], &[])], vec![]);
         let e = effective_requests(&p).unwrap_err();
-        assert!(e.to_string().contains("spec.containers[app].resources.requests[cpu]"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("spec.containers[app].resources.requests[cpu]"),
+            "{e}"
+        );
     }
 }

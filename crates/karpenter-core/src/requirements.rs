@@ -80,12 +80,22 @@ impl fmt::Display for Operator {
 /// Why a requirement could not be built from user input.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RequirementError {
-    #[error("requirement on {key:?}: unknown operator {operator:?} (use In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte or Lte)")]
+    #[error(
+        "requirement on {key:?}: unknown operator {operator:?} (use In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte or Lte)"
+    )]
     UnknownOperator { key: String, operator: String },
     #[error("requirement {key:?} {operator}: needs exactly one integer value, got {values:?}")]
-    NotOneInteger { key: String, operator: Operator, values: Vec<String> },
+    NotOneInteger {
+        key: String,
+        operator: Operator,
+        values: Vec<String>,
+    },
     #[error("requirement {key:?} {operator}: must not have values, got {values:?}")]
-    UnexpectedValues { key: String, operator: Operator, values: Vec<String> },
+    UnexpectedValues {
+        key: String,
+        operator: Operator,
+        values: Vec<String>,
+    },
     #[error("requirement {key:?} In: needs at least one value")]
     NoValues { key: String },
     #[error("requirement {key:?}: minValues {min_values} must be between 1 and 50")]
@@ -113,32 +123,62 @@ pub struct Requirement<V = String> {
 impl<V: RequirementValue> Requirement<V> {
     /// `Exists`: any value.
     pub fn exists() -> Self {
-        Requirement { complement: true, values: Vec::new(), gte: None, lte: None, min_values: None }
+        Requirement {
+            complement: true,
+            values: Vec::new(),
+            gte: None,
+            lte: None,
+            min_values: None,
+        }
     }
 
     /// `DoesNotExist`: the label must be absent.
     pub fn does_not_exist() -> Self {
-        Requirement { complement: false, values: Vec::new(), gte: None, lte: None, min_values: None }
+        Requirement {
+            complement: false,
+            values: Vec::new(),
+            gte: None,
+            lte: None,
+            min_values: None,
+        }
     }
 
     /// `In values`.
     pub fn is_in(values: impl IntoIterator<Item = V>) -> Self {
-        Requirement { complement: false, values: sorted_unique(values), gte: None, lte: None, min_values: None }
+        Requirement {
+            complement: false,
+            values: sorted_unique(values),
+            gte: None,
+            lte: None,
+            min_values: None,
+        }
     }
 
     /// `NotIn values`.
     pub fn not_in(values: impl IntoIterator<Item = V>) -> Self {
-        Requirement { complement: true, values: sorted_unique(values), gte: None, lte: None, min_values: None }
+        Requirement {
+            complement: true,
+            values: sorted_unique(values),
+            gte: None,
+            lte: None,
+            min_values: None,
+        }
     }
 
     /// `Gte n` (inclusive lower bound).
     pub fn gte(n: i64) -> Self {
-        Requirement { gte: Some(n), ..Self::exists() }
+        Requirement {
+            gte: Some(n),
+            ..Self::exists()
+        }
     }
 
     /// `Lte n` (inclusive upper bound).
     pub fn lte(n: i64) -> Self {
-        Requirement { lte: Some(n), ..Self::exists() }
+        Requirement {
+            lte: Some(n),
+            ..Self::exists()
+        }
     }
 
     /// `Gt n`; `Gt i64::MAX` admits nothing.
@@ -194,7 +234,11 @@ impl<V: RequirementValue> Requirement<V> {
 
     /// Number of allowed values (`usize::MAX - excluded` for complements).
     pub fn len(&self) -> usize {
-        if self.complement { usize::MAX - self.values.len() } else { self.values.len() }
+        if self.complement {
+            usize::MAX - self.values.len()
+        } else {
+            self.values.len()
+        }
     }
 
     /// Whether nothing is allowed (not even absence is "a value").
@@ -238,7 +282,13 @@ impl<V: RequirementValue> Requirement<V> {
             values
         };
         let (gte, lte) = if complement { (gte, lte) } else { (None, None) };
-        Requirement { complement, values, gte, lte, min_values }
+        Requirement {
+            complement,
+            values,
+            gte,
+            lte,
+            min_values,
+        }
     }
 
     /// Whether some value satisfies both, without allocating.
@@ -266,7 +316,9 @@ impl<V: RequirementValue> Requirement<V> {
                 } else {
                     (&other.values, &self.values)
                 };
-                small.iter().any(|v| large.binary_search(v).is_ok() && within(v, gte, lte))
+                small
+                    .iter()
+                    .any(|v| large.binary_search(v).is_ok() && within(v, gte, lte))
             }
         }
     }
@@ -292,25 +344,38 @@ impl Requirement<String> {
         })?;
         let one_int = || -> Result<i64, RequirementError> {
             match values {
-                [v] => v.trim().parse::<i64>().map_err(|_| RequirementError::NotOneInteger {
+                [v] => v
+                    .trim()
+                    .parse::<i64>()
+                    .map_err(|_| RequirementError::NotOneInteger {
+                        key: key.to_string(),
+                        operator: op,
+                        values: values.to_vec(),
+                    }),
+                _ => Err(RequirementError::NotOneInteger {
                     key: key.to_string(),
                     operator: op,
                     values: values.to_vec(),
                 }),
-                _ => Err(RequirementError::NotOneInteger { key: key.to_string(), operator: op, values: values.to_vec() }),
             }
         };
         let no_values = || {
             if values.is_empty() {
                 Ok(())
             } else {
-                Err(RequirementError::UnexpectedValues { key: key.to_string(), operator: op, values: values.to_vec() })
+                Err(RequirementError::UnexpectedValues {
+                    key: key.to_string(),
+                    operator: op,
+                    values: values.to_vec(),
+                })
             }
         };
         Ok(match op {
             Operator::In => {
                 if values.is_empty() {
-                    return Err(RequirementError::NoValues { key: key.to_string() });
+                    return Err(RequirementError::NoValues {
+                        key: key.to_string(),
+                    });
                 }
                 Self::is_in(values.iter().cloned())
             }
@@ -427,7 +492,9 @@ pub struct Requirements<K = String, V = String> {
 
 impl<K, V> Default for Requirements<K, V> {
     fn default() -> Self {
-        Requirements { entries: Vec::new() }
+        Requirements {
+            entries: Vec::new(),
+        }
     }
 }
 
@@ -522,9 +589,9 @@ impl<K: Ord + Clone, V: RequirementValue> Requirements<K, V> {
                 std::cmp::Ordering::Less => i += 1,
                 std::cmp::Ordering::Greater => j += 1,
                 std::cmp::Ordering::Equal => {
-                    if !ra.has_intersection(rb)
-                        && !(ra.operator().tolerates_absence() && rb.operator().tolerates_absence())
-                    {
+                    let both_tolerate_absence =
+                        ra.operator().tolerates_absence() && rb.operator().tolerates_absence();
+                    if !ra.has_intersection(rb) && !both_tolerate_absence {
                         return Err(Incompatibility::NoCommonValue(ka.clone()));
                     }
                     i += 1;
@@ -575,7 +642,10 @@ impl<K: Ord + Clone, V: RequirementValue> Requirements<K, V> {
 impl Requirements<String, String> {
     /// Adds a requirement given as text, normalising aliased keys (`beta.kubernetes.io/arch`).
     pub fn add_str(&mut self, key: &str, requirement: Requirement<String>) {
-        self.add(well_known::normalize_label_key(key).to_string(), requirement);
+        self.add(
+            well_known::normalize_label_key(key).to_string(),
+            requirement,
+        );
     }
 
     /// `key In [value]` for every label.
@@ -596,9 +666,17 @@ impl Requirements<String, String> {
             let min_values = match r.min_values {
                 None => None,
                 Some(m) if (1..=50).contains(&m) => Some(m as u32),
-                Some(m) => return Err(RequirementError::BadMinValues { key: r.key.clone(), min_values: m }),
+                Some(m) => {
+                    return Err(RequirementError::BadMinValues {
+                        key: r.key.clone(),
+                        min_values: m,
+                    });
+                }
             };
-            out.add_str(&r.key, Requirement::new(&r.key, &r.operator, &r.values)?.with_min_values(min_values));
+            out.add_str(
+                &r.key,
+                Requirement::new(&r.key, &r.operator, &r.values)?.with_min_values(min_values),
+            );
         }
         Ok(out)
     }
@@ -625,7 +703,10 @@ impl Requirements<String, String> {
     pub fn check_restricted(&self) -> Result<(), RequirementError> {
         for (key, _) in &self.entries {
             if let Some(reason) = well_known::restricted_label_reason(key) {
-                return Err(RequirementError::Restricted { key: key.clone(), reason });
+                return Err(RequirementError::Restricted {
+                    key: key.clone(),
+                    reason,
+                });
             }
         }
         Ok(())
@@ -633,7 +714,10 @@ impl Requirements<String, String> {
 
     /// Serialised as NodeSelectorRequirements, sorted by key.
     pub fn to_node_selector(&self) -> Vec<NodeSelectorRequirementWithMinValues> {
-        self.entries.iter().flat_map(|(k, r)| r.to_node_selector(k)).collect()
+        self.entries
+            .iter()
+            .flat_map(|(k, r)| r.to_node_selector(k))
+            .collect()
     }
 
     /// Single-valued (`In [v]`) requirements as labels.
@@ -757,11 +841,17 @@ fn union<V: Ord + Clone>(a: &[V], b: &[V]) -> Vec<V> {
 }
 
 fn intersect<V: Ord + Clone>(a: &[V], b: &[V]) -> Vec<V> {
-    a.iter().filter(|v| b.binary_search(v).is_ok()).cloned().collect()
+    a.iter()
+        .filter(|v| b.binary_search(v).is_ok())
+        .cloned()
+        .collect()
 }
 
 fn difference<V: Ord + Clone>(a: &[V], b: &[V]) -> Vec<V> {
-    a.iter().filter(|v| b.binary_search(v).is_err()).cloned().collect()
+    a.iter()
+        .filter(|v| b.binary_search(v).is_err())
+        .cloned()
+        .collect()
 }
 
 #[cfg(test)]
@@ -795,12 +885,18 @@ mod tests {
         assert!(!req("Lte", &["5"]).has(&"6".into()));
         assert_eq!(req("Gt", &["4"]), req("Gte", &["5"]));
         assert_eq!(req("Lt", &["6"]), req("Lte", &["5"]));
-        assert!(!req("Gt", &["1"]).has(&"abc".into()), "non-integers never satisfy bounds");
+        assert!(
+            !req("Gt", &["1"]).has(&"abc".into()),
+            "non-integers never satisfy bounds"
+        );
     }
 
     #[test]
     fn gt_max_int_does_not_exist() {
-        assert_eq!(req("Gt", &[&i64::MAX.to_string()]).operator(), Operator::DoesNotExist);
+        assert_eq!(
+            req("Gt", &[&i64::MAX.to_string()]).operator(),
+            Operator::DoesNotExist
+        );
     }
 
     #[test]
@@ -812,7 +908,10 @@ mod tests {
         assert_eq!(conflict.operator(), Operator::DoesNotExist);
         assert!(!req("Gte", &["5"]).has_intersection(&req("Lte", &["4"])));
         // the more restrictive bound wins
-        assert_eq!(req("Gt", &["1"]).intersection(&req("Gt", &["3"])).bounds(), (Some(4), None));
+        assert_eq!(
+            req("Gt", &["1"]).intersection(&req("Gt", &["3"])).bounds(),
+            (Some(4), None)
+        );
         // In values outside bounds are dropped, bounds removed from a concrete result
         let r = req("In", &["1", "5", "x"]).intersection(&req("Gte", &["3"]));
         assert_eq!(r.values(), &["5".to_string()]);
@@ -846,13 +945,33 @@ mod tests {
             (req("In", &["a", "b"]), req("NotIn", &["a"]), In, true),
             (req("In", &["a"]), req("NotIn", &["a"]), DoesNotExist, false),
             (req("In", &["a"]), req("Exists", &[]), In, true),
-            (req("In", &["a"]), req("DoesNotExist", &[]), DoesNotExist, false),
+            (
+                req("In", &["a"]),
+                req("DoesNotExist", &[]),
+                DoesNotExist,
+                false,
+            ),
             (req("NotIn", &["a"]), req("NotIn", &["b"]), NotIn, true),
             (req("NotIn", &["a"]), req("Exists", &[]), NotIn, true),
-            (req("NotIn", &["a"]), req("DoesNotExist", &[]), DoesNotExist, false),
+            (
+                req("NotIn", &["a"]),
+                req("DoesNotExist", &[]),
+                DoesNotExist,
+                false,
+            ),
             (req("Exists", &[]), req("Exists", &[]), Exists, true),
-            (req("Exists", &[]), req("DoesNotExist", &[]), DoesNotExist, false),
-            (req("DoesNotExist", &[]), req("DoesNotExist", &[]), DoesNotExist, false),
+            (
+                req("Exists", &[]),
+                req("DoesNotExist", &[]),
+                DoesNotExist,
+                false,
+            ),
+            (
+                req("DoesNotExist", &[]),
+                req("DoesNotExist", &[]),
+                DoesNotExist,
+                false,
+            ),
             (req("Gt", &["1"]), req("Lt", &["5"]), Exists, true),
             (req("Gt", &["5"]), req("Lt", &["1"]), DoesNotExist, false),
             (req("In", &["3"]), req("Gt", &["1"]), In, true),
@@ -880,8 +999,13 @@ mod tests {
         let mut r = Requirements::new();
         r.add_str("beta.kubernetes.io/arch", req("In", &["arm64"]));
         assert!(r.get(&"kubernetes.io/arch".to_string()).is_some());
-        let labels = BTreeMap::from([("failure-domain.beta.kubernetes.io/zone".to_string(), "z1".to_string())]);
-        assert!(Requirements::from_labels(&labels).contains_key(&well_known::ZONE_LABEL.to_string()));
+        let labels = BTreeMap::from([(
+            "failure-domain.beta.kubernetes.io/zone".to_string(),
+            "z1".to_string(),
+        )]);
+        assert!(
+            Requirements::from_labels(&labels).contains_key(&well_known::ZONE_LABEL.to_string())
+        );
     }
 
     fn reqs(entries: &[(&str, Requirement)]) -> Requirements {
@@ -897,16 +1021,27 @@ mod tests {
         let node = reqs(&[("custom", req("In", &["a"]))]);
         let pod = reqs(&[(well_known::ZONE_LABEL, req("In", &["z1"]))]);
         let allow_wk = |k: &String| well_known::is_well_known_label(k);
-        assert!(node.compatible(&pod, allow_wk).is_ok(), "undefined well-known label allowed");
+        assert!(
+            node.compatible(&pod, allow_wk).is_ok(),
+            "undefined well-known label allowed"
+        );
         assert_eq!(
             node.compatible(&pod, |_| false),
-            Err(Incompatibility::UndefinedKey(well_known::ZONE_LABEL.to_string())),
+            Err(Incompatibility::UndefinedKey(
+                well_known::ZONE_LABEL.to_string()
+            )),
             "strictly compatible: node must define the key"
         );
         let pod = reqs(&[("other", req("In", &["x"]))]);
-        assert!(node.compatible(&pod, allow_wk).is_err(), "custom undefined key In");
+        assert!(
+            node.compatible(&pod, allow_wk).is_err(),
+            "custom undefined key In"
+        );
         let pod = reqs(&[("other", req("NotIn", &["x"]))]);
-        assert!(node.compatible(&pod, allow_wk).is_ok(), "NotIn tolerates absence");
+        assert!(
+            node.compatible(&pod, allow_wk).is_ok(),
+            "NotIn tolerates absence"
+        );
         let pod = reqs(&[("other", req("DoesNotExist", &[]))]);
         assert!(node.compatible(&pod, allow_wk).is_ok());
         let pod = reqs(&[("other", req("Exists", &[]))]);
@@ -920,24 +1055,39 @@ mod tests {
         let err = node.compatible(&pod, |_| false).unwrap_err();
         let text = node.explain(&pod, &err);
         assert!(text.contains("does not have known values"), "{text}");
-        assert!(text.contains("typo of \"topology.kubernetes.io/zone\""), "{text}");
+        assert!(
+            text.contains("typo of \"topology.kubernetes.io/zone\""),
+            "{text}"
+        );
     }
 
     #[test]
     fn converts_to_node_selector_requirements_including_both_bounds() {
-        let r = reqs(&[("n", req("Gte", &["2"]).intersection(&req("Lte", &["9"]))), ("a", req("In", &["x", "y"]))]);
+        let r = reqs(&[
+            ("n", req("Gte", &["2"]).intersection(&req("Lte", &["9"]))),
+            ("a", req("In", &["x", "y"])),
+        ]);
         let ns = r.to_node_selector();
         assert_eq!(ns.len(), 3);
         assert_eq!((ns[0].key.as_str(), ns[0].operator.as_str()), ("a", "In"));
-        assert_eq!((ns[1].operator.as_str(), ns[1].values[0].as_str()), ("Gte", "2"));
-        assert_eq!((ns[2].operator.as_str(), ns[2].values[0].as_str()), ("Lte", "9"));
+        assert_eq!(
+            (ns[1].operator.as_str(), ns[1].values[0].as_str()),
+            ("Gte", "2")
+        );
+        assert_eq!(
+            (ns[2].operator.as_str(), ns[2].values[0].as_str()),
+            ("Lte", "9")
+        );
         let back = Requirements::from_node_selector_with_min_values(&ns).unwrap();
         assert_eq!(back, r);
     }
 
     #[test]
     fn stringifies_in_key_order_and_elides_long_lists() {
-        let r = reqs(&[("b", req("In", &["1", "2", "3", "4", "5", "6", "7"])), ("a", req("Exists", &[]))]);
+        let r = reqs(&[
+            ("b", req("In", &["1", "2", "3", "4", "5", "6", "7"])),
+            ("a", req("Exists", &[])),
+        ]);
         assert_eq!(r.to_string(), "a Exists, b In [1, 2, 3, 4, 5 and 2 others]");
     }
 
@@ -953,13 +1103,19 @@ mod tests {
         let r = reqs(&[("karpenter.sh/foo", req("In", &["n"]))]);
         assert!(r.check_restricted().is_err());
         let r = reqs(&[("kubernetes.io/custom", req("In", &["n"]))]);
-        assert!(r.check_restricted().is_ok(), "kubernetes domains allowed (v1.9+)");
+        assert!(
+            r.check_restricted().is_ok(),
+            "kubernetes domains allowed (v1.9+)"
+        );
     }
 
     // ---- property tests -----------------------------------------------------------------------
 
     fn arb_requirement() -> impl Strategy<Value = Requirement> {
-        let values = prop::collection::vec(prop::sample::select(vec!["0", "1", "2", "3", "a", "b"]), 0..4);
+        let values = prop::collection::vec(
+            prop::sample::select(vec!["0", "1", "2", "3", "a", "b"]),
+            0..4,
+        );
         (0usize..8, values, -1i64..5).prop_map(|(op, vals, n)| {
             let vals: Vec<String> = vals.into_iter().map(String::from).collect();
             match op {
@@ -976,7 +1132,8 @@ mod tests {
     }
 
     fn arb_value() -> impl Strategy<Value = String> {
-        prop::sample::select(vec!["-1", "0", "1", "2", "3", "4", "5", "a", "b", "c"]).prop_map(String::from)
+        prop::sample::select(vec!["-1", "0", "1", "2", "3", "4", "5", "a", "b", "c"])
+            .prop_map(String::from)
     }
 
     proptest! {

@@ -85,7 +85,10 @@ impl Quantity {
 
     /// Parses a Kubernetes quantity (`100m`, `1.5`, `2Gi`, `1e3`, `128974848`).
     pub fn parse(input: &str) -> Result<Quantity, QuantityError> {
-        let err = |reason| QuantityError { input: input.to_string(), reason };
+        let err = |reason| QuantityError {
+            input: input.to_string(),
+            reason,
+        };
         let s = input.trim();
         if s.is_empty() {
             return Err(err("empty"));
@@ -135,12 +138,18 @@ impl Quantity {
         };
         // milli-units: × 10^3, ÷ 10^frac_len, × 10^dec_exp, × 2^bin_exp.
         let scale = 3 + dec_exp - frac_part.len() as i32;
-        let mut value = mantissa.checked_mul(1i128 << bin_exp).ok_or_else(|| err("too large"))?;
+        let mut value = mantissa
+            .checked_mul(1i128 << bin_exp)
+            .ok_or_else(|| err("too large"))?;
         if scale >= 0 {
-            let pow = 10i128.checked_pow(scale as u32).ok_or_else(|| err("too large"))?;
+            let pow = 10i128
+                .checked_pow(scale as u32)
+                .ok_or_else(|| err("too large"))?;
             value = value.checked_mul(pow).ok_or_else(|| err("too large"))?;
         } else {
-            let pow = 10i128.checked_pow((-scale) as u32).ok_or_else(|| err("too precise"))?;
+            let pow = 10i128
+                .checked_pow((-scale) as u32)
+                .ok_or_else(|| err("too precise"))?;
             // Round up to the next milli-unit, as Kubernetes does.
             value = (value + pow - 1) / pow;
         }
@@ -254,7 +263,9 @@ impl ResourceList {
     }
 
     /// Builds a list from `(name, quantity)` pairs; parse errors name the resource.
-    pub fn parse<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self, QuantityError> {
+    pub fn parse<'a>(
+        pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Self, QuantityError> {
         let mut list = ResourceList::new();
         for (name, value) in pairs {
             list.set(name, Quantity::parse(value)?);
@@ -272,7 +283,10 @@ impl ResourceList {
     }
 
     pub fn to_k8s(&self) -> BTreeMap<String, K8sQuantity> {
-        self.0.iter().map(|(k, v)| (k.clone(), (*v).into())).collect()
+        self.0
+            .iter()
+            .map(|(k, v)| (k.clone(), (*v).into()))
+            .collect()
     }
 
     pub fn get(&self, name: &str) -> Quantity {

@@ -38,7 +38,9 @@ pub fn toleration_tolerates(toleration: &Toleration, taint: &Taint) -> bool {
     }
     match operator {
         "Exists" => true,
-        "Equal" | "" => toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        "Equal" | "" => {
+            toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
         _ => false,
     }
 }
@@ -76,9 +78,19 @@ mod tests {
     use super::*;
 
     fn taint(key: &str, value: Option<&str>, effect: &str) -> Taint {
-        Taint { key: key.into(), value: value.map(Into::into), effect: effect.into(), time_added: None }
+        Taint {
+            key: key.into(),
+            value: value.map(Into::into),
+            effect: effect.into(),
+            time_added: None,
+        }
     }
-    fn tol(key: Option<&str>, op: Option<&str>, value: Option<&str>, effect: Option<&str>) -> Toleration {
+    fn tol(
+        key: Option<&str>,
+        op: Option<&str>,
+        value: Option<&str>,
+        effect: Option<&str>,
+    ) -> Toleration {
         Toleration {
             key: key.map(Into::into),
             operator: op.map(Into::into),
@@ -91,14 +103,38 @@ mod tests {
     #[test]
     fn equal_and_exists_match_per_kubernetes() {
         let t = taint("gpu", Some("true"), NO_SCHEDULE);
-        assert!(toleration_tolerates(&tol(Some("gpu"), None, Some("true"), None), &t), "Equal is default");
-        assert!(!toleration_tolerates(&tol(Some("gpu"), Some("Equal"), Some("false"), None), &t));
-        assert!(toleration_tolerates(&tol(Some("gpu"), Some("Exists"), None, None), &t));
-        assert!(toleration_tolerates(&tol(Some("gpu"), Some("Exists"), None, Some(NO_SCHEDULE)), &t));
-        assert!(!toleration_tolerates(&tol(Some("gpu"), Some("Exists"), None, Some(NO_EXECUTE)), &t));
-        assert!(toleration_tolerates(&tol(None, Some("Exists"), None, None), &t), "empty key + Exists");
-        assert!(!toleration_tolerates(&tol(None, Some("Equal"), None, None), &t));
-        assert!(!toleration_tolerates(&tol(Some("other"), Some("Exists"), None, None), &t));
+        assert!(
+            toleration_tolerates(&tol(Some("gpu"), None, Some("true"), None), &t),
+            "Equal is default"
+        );
+        assert!(!toleration_tolerates(
+            &tol(Some("gpu"), Some("Equal"), Some("false"), None),
+            &t
+        ));
+        assert!(toleration_tolerates(
+            &tol(Some("gpu"), Some("Exists"), None, None),
+            &t
+        ));
+        assert!(toleration_tolerates(
+            &tol(Some("gpu"), Some("Exists"), None, Some(NO_SCHEDULE)),
+            &t
+        ));
+        assert!(!toleration_tolerates(
+            &tol(Some("gpu"), Some("Exists"), None, Some(NO_EXECUTE)),
+            &t
+        ));
+        assert!(
+            toleration_tolerates(&tol(None, Some("Exists"), None, None), &t),
+            "empty key + Exists"
+        );
+        assert!(!toleration_tolerates(
+            &tol(None, Some("Equal"), None, None),
+            &t
+        ));
+        assert!(!toleration_tolerates(
+            &tol(Some("other"), Some("Exists"), None, None),
+            &t
+        ));
     }
 
     #[test]
@@ -111,8 +147,16 @@ mod tests {
 
     #[test]
     fn ephemeral_taints_are_known() {
-        assert!(is_ephemeral(&taint("node.kubernetes.io/not-ready", None, NO_EXECUTE)));
-        assert!(is_ephemeral(&taint("karpenter.sh/unregistered", None, NO_EXECUTE)));
+        assert!(is_ephemeral(&taint(
+            "node.kubernetes.io/not-ready",
+            None,
+            NO_EXECUTE
+        )));
+        assert!(is_ephemeral(&taint(
+            "karpenter.sh/unregistered",
+            None,
+            NO_EXECUTE
+        )));
         assert!(!is_ephemeral(&taint("custom", None, NO_SCHEDULE)));
     }
 }

@@ -16,9 +16,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm, PodAffinity, PodAffinityTerm,
-    PodAntiAffinity, PodSpec, PreferredSchedulingTerm, ResourceRequirements, TopologySpreadConstraint,
-    WeightedPodAffinityTerm,
+    Affinity, Container, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm, PodAffinity,
+    PodAffinityTerm, PodAntiAffinity, PodSpec, PreferredSchedulingTerm, ResourceRequirements,
+    TopologySpreadConstraint, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -66,10 +66,16 @@ pub fn instance_types(count: usize) -> Vec<InstanceType> {
             let price = 0.1 * cpu as f64 + 0.1 * (memory.units_ceil() as f64) / 1e9;
             let large = cpu > 4 && memory > Quantity::from_gibibytes(8);
             let mut labels = BTreeMap::from([
-                (well_known::INSTANCE_TYPE_LABEL.to_string(), format!("fake-it-{i}")),
+                (
+                    well_known::INSTANCE_TYPE_LABEL.to_string(),
+                    format!("fake-it-{i}"),
+                ),
                 (well_known::ARCH_LABEL.to_string(), "amd64".to_string()),
                 (well_known::OS_LABEL.to_string(), "linux".to_string()),
-                ("size".to_string(), if large { "large" } else { "small" }.to_string()),
+                (
+                    "size".to_string(),
+                    if large { "large" } else { "small" }.to_string(),
+                ),
                 ("integer".to_string(), cpu.to_string()),
             ]);
             if large {
@@ -94,7 +100,10 @@ pub fn instance_types(count: usize) -> Vec<InstanceType> {
                 name: format!("fake-it-{i}"),
                 labels,
                 capacity,
-                overhead: Overhead { kube_reserved, ..Default::default() },
+                overhead: Overhead {
+                    kube_reserved,
+                    ..Default::default()
+                },
                 offerings: vec![
                     offering(ZONES[0], "spot"),
                     offering(ZONES[1], "spot"),
@@ -189,7 +198,11 @@ fn spread(key: &str, value: &str) -> TopologySpreadConstraint {
 }
 
 fn affinity_term(key: &str, label: &str, value: &str) -> PodAffinityTerm {
-    PodAffinityTerm { topology_key: key.to_string(), label_selector: selector(label, value), ..Default::default() }
+    PodAffinityTerm {
+        topology_key: key.to_string(),
+        label_selector: selector(label, value),
+        ..Default::default()
+    }
 }
 
 /// Upstream's `makeDiversePods(n)`: ⌊n/5⌋ of each kind in order, then the remainder generic.
@@ -209,7 +222,11 @@ pub fn diverse_pods(n: usize, seed: u64) -> Vec<Pod> {
             1 | 2 => {
                 let v = rng.pick(&LABEL_VALUES);
                 let sel = rng.pick(&LABEL_VALUES);
-                let key = if kind == 1 { well_known::ZONE_LABEL } else { well_known::HOSTNAME_LABEL };
+                let key = if kind == 1 {
+                    well_known::ZONE_LABEL
+                } else {
+                    well_known::HOSTNAME_LABEL
+                };
                 let mut p = pod(name, &[("my-label", v)], cpu, memory);
                 if let Some(spec) = p.spec.as_mut() {
                     spec.topology_spread_constraints = Some(vec![spread(key, sel)]);
@@ -222,11 +239,9 @@ pub fn diverse_pods(n: usize, seed: u64) -> Vec<Pod> {
                 if let Some(spec) = p.spec.as_mut() {
                     spec.affinity = Some(Affinity {
                         pod_affinity: Some(PodAffinity {
-                            required_during_scheduling_ignored_during_execution: Some(vec![affinity_term(
-                                well_known::ZONE_LABEL,
-                                "my-affininity",
-                                v,
-                            )]),
+                            required_during_scheduling_ignored_during_execution: Some(vec![
+                                affinity_term(well_known::ZONE_LABEL, "my-affininity", v),
+                            ]),
                             ..Default::default()
                         }),
                         ..Default::default()
@@ -239,11 +254,9 @@ pub fn diverse_pods(n: usize, seed: u64) -> Vec<Pod> {
                 if let Some(spec) = p.spec.as_mut() {
                     spec.affinity = Some(Affinity {
                         pod_anti_affinity: Some(PodAntiAffinity {
-                            required_during_scheduling_ignored_during_execution: Some(vec![affinity_term(
-                                well_known::HOSTNAME_LABEL,
-                                "app",
-                                "nginx",
-                            )]),
+                            required_during_scheduling_ignored_during_execution: Some(vec![
+                                affinity_term(well_known::HOSTNAME_LABEL, "app", "nginx"),
+                            ]),
                             ..Default::default()
                         }),
                         ..Default::default()
@@ -277,28 +290,38 @@ pub fn preference_pods(n: usize, seed: u64) -> Vec<Pod> {
             if let Some(spec) = p.spec.as_mut() {
                 spec.affinity = Some(Affinity {
                     node_affinity: Some(NodeAffinity {
-                        preferred_during_scheduling_ignored_during_execution: Some(vec![PreferredSchedulingTerm {
-                            weight: 1,
-                            preference: NodeSelectorTerm {
-                                match_expressions: Some(vec![NodeSelectorRequirement {
-                                    key: well_known::ZONE_LABEL.to_string(),
-                                    operator: "In".to_string(),
-                                    values: Some(vec![ZONES[0].to_string()]),
-                                }]),
-                                ..Default::default()
+                        preferred_during_scheduling_ignored_during_execution: Some(vec![
+                            PreferredSchedulingTerm {
+                                weight: 1,
+                                preference: NodeSelectorTerm {
+                                    match_expressions: Some(vec![NodeSelectorRequirement {
+                                        key: well_known::ZONE_LABEL.to_string(),
+                                        operator: "In".to_string(),
+                                        values: Some(vec![ZONES[0].to_string()]),
+                                    }]),
+                                    ..Default::default()
+                                },
                             },
-                        }]),
+                        ]),
                         ..Default::default()
                     }),
                     pod_anti_affinity: Some(PodAntiAffinity {
                         preferred_during_scheduling_ignored_during_execution: Some(vec![
                             WeightedPodAffinityTerm {
                                 weight: 10,
-                                pod_affinity_term: affinity_term(well_known::ZONE_LABEL, "app", "nginx"),
+                                pod_affinity_term: affinity_term(
+                                    well_known::ZONE_LABEL,
+                                    "app",
+                                    "nginx",
+                                ),
                             },
                             WeightedPodAffinityTerm {
                                 weight: 1,
-                                pod_affinity_term: affinity_term(well_known::HOSTNAME_LABEL, "app", "nginx"),
+                                pod_affinity_term: affinity_term(
+                                    well_known::HOSTNAME_LABEL,
+                                    "app",
+                                    "nginx",
+                                ),
                             },
                         ]),
                         ..Default::default()

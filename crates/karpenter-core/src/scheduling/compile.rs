@@ -24,15 +24,26 @@ pub(crate) enum SelectorOp {
 }
 
 impl Selector {
-    pub fn compile(selector: Option<&LabelSelector>, extra: &[(Key, Sym)], interner: &mut Interner) -> Selector {
-        let Some(selector) = selector else { return Selector(None) };
+    pub fn compile(
+        selector: Option<&LabelSelector>,
+        extra: &[(Key, Sym)],
+        interner: &mut Interner,
+    ) -> Selector {
+        let Some(selector) = selector else {
+            return Selector(None);
+        };
         let mut terms = Vec::new();
         for (k, v) in selector.match_labels.iter().flatten() {
             terms.push((interner.key(k), SelectorOp::In(vec![interner.value(v)])));
         }
         for e in selector.match_expressions.iter().flatten() {
             let key = interner.key(&e.key);
-            let mut values: Vec<Sym> = e.values.iter().flatten().map(|v| interner.value(v)).collect();
+            let mut values: Vec<Sym> = e
+                .values
+                .iter()
+                .flatten()
+                .map(|v| interner.value(v))
+                .collect();
             values.sort();
             let op = match e.operator.as_str() {
                 "In" => SelectorOp::In(values),
@@ -46,7 +57,7 @@ impl Selector {
         for (k, v) in extra {
             terms.push((*k, SelectorOp::In(vec![*v])));
         }
-        terms.sort_by(|a, b| a.0.cmp(&b.0));
+        terms.sort_by_key(|t| t.0);
         Selector(Some(terms))
     }
 
@@ -54,7 +65,10 @@ impl Selector {
     pub fn matches(&self, labels: &[(Key, Sym)]) -> bool {
         let Some(terms) = &self.0 else { return false };
         terms.iter().all(|(key, op)| {
-            let value = labels.binary_search_by(|(k, _)| k.cmp(key)).ok().map(|i| labels[i].1);
+            let value = labels
+                .binary_search_by(|(k, _)| k.cmp(key))
+                .ok()
+                .map(|i| labels[i].1);
             match (op, value) {
                 (SelectorOp::In(vs), Some(v)) => vs.contains(&v),
                 (SelectorOp::NotIn(vs), Some(v)) => !vs.contains(&v),
@@ -170,9 +184,15 @@ pub(crate) struct CompileContext<'a> {
     pub volumes: &'a VolumeInput,
 }
 
-fn sorted_labels(labels: Option<&BTreeMap<String, String>>, interner: &mut Interner) -> Vec<(Key, Sym)> {
-    let mut out: Vec<(Key, Sym)> =
-        labels.into_iter().flatten().map(|(k, v)| (interner.key(k), interner.value(v))).collect();
+fn sorted_labels(
+    labels: Option<&BTreeMap<String, String>>,
+    interner: &mut Interner,
+) -> Vec<(Key, Sym)> {
+    let mut out: Vec<(Key, Sym)> = labels
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (interner.key(k), interner.value(v)))
+        .collect();
     out.sort_by_key(|(k, _)| *k);
     out
 }
@@ -187,8 +207,9 @@ fn affinity_term(
     let key = interner.key(well_known::normalize_label_key(&term.topology_key));
     let explicit = term.namespaces.clone().unwrap_or_default();
     let namespaces = match &term.namespace_selector {
-        Some(sel) if sel.match_labels.as_ref().is_none_or(|m| m.is_empty())
-            && sel.match_expressions.as_ref().is_none_or(|m| m.is_empty()) =>
+        Some(sel)
+            if sel.match_labels.as_ref().is_none_or(|m| m.is_empty())
+                && sel.match_expressions.as_ref().is_none_or(|m| m.is_empty()) =>
         {
             Namespaces::All
         }
@@ -212,10 +233,19 @@ fn affinity_term(
             Namespaces::Some(list)
         }
     };
-    AffinityTerm { key, namespaces, selector: Selector::compile(term.label_selector.as_ref(), &[], interner), weight }
+    AffinityTerm {
+        key,
+        namespaces,
+        selector: Selector::compile(term.label_selector.as_ref(), &[], interner),
+        weight,
+    }
 }
 
-fn spread_term(tsc: &TopologySpreadConstraint, labels: &[(Key, Sym)], interner: &mut Interner) -> SpreadTerm {
+fn spread_term(
+    tsc: &TopologySpreadConstraint,
+    labels: &[(Key, Sym)],
+    interner: &mut Interner,
+) -> SpreadTerm {
     // matchLabelKeys: `key In [the pod's value]` for each key the pod has.
     let mut extra = Vec::new();
     for k in tsc.match_label_keys.iter().flatten() {
@@ -238,11 +268,15 @@ fn spread_term(tsc: &TopologySpreadConstraint, labels: &[(Key, Sym)], interner: 
 
 /// Converts a pod's requirements, rejecting keys pods may not select: the hostname, and the
 /// `karpenter.sh` domain except its well-known labels (`karpenter.sh/nodepool`, capacity type).
-fn checked_reqs(reqs: Result<Requirements, crate::requirements::RequirementError>, what: &str) -> Result<Requirements, String> {
+fn checked_reqs(
+    reqs: Result<Requirements, crate::requirements::RequirementError>,
+    what: &str,
+) -> Result<Requirements, String> {
     let reqs = reqs.map_err(|e| format!("{what}: {e}"))?;
     for key in reqs.keys() {
         if key == well_known::HOSTNAME_LABEL
-            || (!well_known::is_well_known_label(key) && well_known::restricted_label_reason(key).is_some())
+            || (!well_known::is_well_known_label(key)
+                && well_known::restricted_label_reason(key).is_some())
         {
             let reason = well_known::restricted_label_reason(key).unwrap_or("restricted");
             return Err(format!("{what}: label {key:?} may not be used: {reason}"));
@@ -251,7 +285,12 @@ fn checked_reqs(reqs: Result<Requirements, crate::requirements::RequirementError
     Ok(reqs)
 }
 
-pub(crate) fn compile_pod(index: usize, pod: &Pod, ctx: &CompileContext, interner: &mut Interner) -> PodInfo {
+pub(crate) fn compile_pod(
+    index: usize,
+    pod: &Pod,
+    ctx: &CompileContext,
+    interner: &mut Interner,
+) -> PodInfo {
     let (namespace, name) = pod_key(pod);
     let mut info = PodInfo {
         index,
@@ -261,13 +300,19 @@ pub(crate) fn compile_pod(index: usize, pod: &Pod, ctx: &CompileContext, interne
         name,
         ..Default::default()
     };
-    info.is_daemonset =
-        pod.metadata.owner_references.iter().flatten().any(|o| o.kind == "DaemonSet");
+    info.is_daemonset = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet");
     match effective_requests(pod) {
         Ok(r) => info.requests = interner.resources(&r),
         Err(e) => info.invalid = Some(e.to_string()),
     }
-    let Some(spec) = pod.spec.as_ref() else { return info };
+    let Some(spec) = pod.spec.as_ref() else {
+        return info;
+    };
     info.tolerations = spec.tolerations.clone().unwrap_or_default();
     let mut problems = Vec::new();
     if let Some(sel) = &spec.node_selector {
@@ -278,7 +323,10 @@ pub(crate) fn compile_pod(index: usize, pod: &Pod, ctx: &CompileContext, interne
     }
     let affinity = spec.affinity.as_ref();
     let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
-    if let Some(required) = node_affinity.and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref()) {
+    if let Some(required) = node_affinity.and_then(|n| {
+        n.required_during_scheduling_ignored_during_execution
+            .as_ref()
+    }) {
         for (i, term) in required.node_selector_terms.iter().enumerate() {
             let what = format!("spec.affinity.nodeAffinity.required.nodeSelectorTerms[{i}]");
             match checked_reqs(Requirements::from_term(term), &what) {
@@ -287,7 +335,10 @@ pub(crate) fn compile_pod(index: usize, pod: &Pod, ctx: &CompileContext, interne
             }
         }
     }
-    if let Some(preferred) = node_affinity.and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref()) {
+    if let Some(preferred) = node_affinity.and_then(|n| {
+        n.preferred_during_scheduling_ignored_during_execution
+            .as_ref()
+    }) {
         let mut terms: Vec<(i32, Reqs)> = Vec::new();
         for p in preferred {
             // Invalid preferences are simply not honoured.
@@ -295,33 +346,69 @@ pub(crate) fn compile_pod(index: usize, pod: &Pod, ctx: &CompileContext, interne
                 terms.push((p.weight, interner.reqs(&r)));
             }
         }
-        terms.sort_by(|a, b| b.0.cmp(&a.0));
+        terms.sort_by_key(|t| std::cmp::Reverse(t.0));
         info.preferred_terms = terms.into_iter().map(|(_, r)| r).collect();
     }
     let ns = info.namespace.clone();
     if let Some(pa) = affinity.and_then(|a| a.pod_affinity.as_ref()) {
-        for t in pa.required_during_scheduling_ignored_during_execution.iter().flatten() {
-            info.affinity_required.push(affinity_term(t, 0, &ns, ctx, interner));
+        for t in pa
+            .required_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+        {
+            info.affinity_required
+                .push(affinity_term(t, 0, &ns, ctx, interner));
         }
-        for w in pa.preferred_during_scheduling_ignored_during_execution.iter().flatten() {
-            info.affinity_preferred.push(affinity_term(&w.pod_affinity_term, w.weight, &ns, ctx, interner));
+        for w in pa
+            .preferred_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+        {
+            info.affinity_preferred.push(affinity_term(
+                &w.pod_affinity_term,
+                w.weight,
+                &ns,
+                ctx,
+                interner,
+            ));
         }
-        info.affinity_preferred.sort_by(|a, b| b.weight.cmp(&a.weight));
+        info.affinity_preferred
+            .sort_by_key(|t| std::cmp::Reverse(t.weight));
     }
     if let Some(pa) = affinity.and_then(|a| a.pod_anti_affinity.as_ref()) {
-        for t in pa.required_during_scheduling_ignored_during_execution.iter().flatten() {
-            info.anti_required.push(affinity_term(t, 0, &ns, ctx, interner));
+        for t in pa
+            .required_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+        {
+            info.anti_required
+                .push(affinity_term(t, 0, &ns, ctx, interner));
         }
-        for w in pa.preferred_during_scheduling_ignored_during_execution.iter().flatten() {
-            info.anti_preferred.push(affinity_term(&w.pod_affinity_term, w.weight, &ns, ctx, interner));
+        for w in pa
+            .preferred_during_scheduling_ignored_during_execution
+            .iter()
+            .flatten()
+        {
+            info.anti_preferred.push(affinity_term(
+                &w.pod_affinity_term,
+                w.weight,
+                &ns,
+                ctx,
+                interner,
+            ));
         }
-        info.anti_preferred.sort_by(|a, b| b.weight.cmp(&a.weight));
+        info.anti_preferred
+            .sort_by_key(|t| std::cmp::Reverse(t.weight));
     }
     for tsc in spec.topology_spread_constraints.iter().flatten() {
         let labels = info.labels.clone();
         info.spreads.push(spread_term(tsc, &labels, interner));
     }
-    for c in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
+    for c in spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+    {
         for p in c.ports.iter().flatten() {
             if let Some(port) = p.host_port.filter(|p| *p != 0) {
                 info.host_ports.push(HostPort {
@@ -339,7 +426,9 @@ pub(crate) fn compile_pod(index: usize, pod: &Pod, ctx: &CompileContext, interne
         }
         Err(e) => problems.push(e),
     }
-    if let Some(r) = info.node_selector.get(&interner.key(well_known::NODEPOOL_LABEL))
+    if let Some(r) = info
+        .node_selector
+        .get(&interner.key(well_known::NODEPOOL_LABEL))
         && r.operator() == crate::requirements::Operator::DoesNotExist
     {
         info.ignored = true;
@@ -350,13 +439,18 @@ pub(crate) fn compile_pod(index: usize, pod: &Pod, ctx: &CompileContext, interne
     info
 }
 
+/// Requirement alternatives, and (CSI driver, claim) pairs.
+type VolumeTopology = (Vec<Requirements>, Vec<(String, String)>);
+
 /// Volume topology alternatives and (driver, claim) pairs for a pod's persistent volume claims.
 fn volume_topology(
     pod: &Pod,
     namespace: &str,
     volumes: &VolumeInput,
-) -> Result<(Vec<Requirements>, Vec<(String, String)>), String> {
-    let Some(spec) = pod.spec.as_ref() else { return Ok((Vec::new(), Vec::new())) };
+) -> Result<VolumeTopology, String> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok((Vec::new(), Vec::new()));
+    };
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
     let mut per_volume: Vec<Vec<Requirements>> = Vec::new();
     let mut used = Vec::new();
@@ -375,23 +469,45 @@ fn volume_topology(
             if v.ephemeral.is_some() {
                 continue; // not created yet: no constraint
             }
-            return Err(format!("persistentvolumeclaim {namespace}/{claim_name} not found"));
+            return Err(format!(
+                "persistentvolumeclaim {namespace}/{claim_name} not found"
+            ));
         };
         let claim_spec = claim.spec.clone().unwrap_or_default();
         let bound = claim_spec.volume_name.as_ref().and_then(|pv| {
-            volumes.volumes.iter().find(|p| p.metadata.name.as_deref() == Some(pv.as_str()))
+            volumes
+                .volumes
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(pv.as_str()))
         });
         let class = claim_spec.storage_class_name.as_ref().and_then(|sc| {
-            volumes.storage_classes.iter().find(|s| s.metadata.name.as_deref() == Some(sc.as_str()))
+            volumes
+                .storage_classes
+                .iter()
+                .find(|s| s.metadata.name.as_deref() == Some(sc.as_str()))
         });
         let mut alternatives = Vec::new();
         let driver;
         if let Some(pv) = bound {
             let pv_spec = pv.spec.clone().unwrap_or_default();
-            driver = pv_spec.csi.as_ref().map(|c| c.driver.clone()).unwrap_or_default();
+            driver = pv_spec
+                .csi
+                .as_ref()
+                .map(|c| c.driver.clone())
+                .unwrap_or_default();
             let local = pv_spec.local.is_some() || pv_spec.host_path.is_some();
-            for term in pv_spec.node_affinity.and_then(|a| a.required).map(|r| r.node_selector_terms).unwrap_or_default() {
-                let mut reqs = Requirements::from_term(&term).map_err(|e| format!("persistentvolume {}: {e}", pv.metadata.name.clone().unwrap_or_default()))?;
+            for term in pv_spec
+                .node_affinity
+                .and_then(|a| a.required)
+                .map(|r| r.node_selector_terms)
+                .unwrap_or_default()
+            {
+                let mut reqs = Requirements::from_term(&term).map_err(|e| {
+                    format!(
+                        "persistentvolume {}: {e}",
+                        pv.metadata.name.clone().unwrap_or_default()
+                    )
+                })?;
                 if local {
                     reqs.remove(&well_known::HOSTNAME_LABEL.to_string());
                 }
@@ -400,9 +516,14 @@ fn volume_topology(
         } else {
             let Some(class) = class else {
                 if claim_spec.storage_class_name.is_some() {
-                    return Err(format!("storageclass {:?} of persistentvolumeclaim {namespace}/{claim_name} not found", claim_spec.storage_class_name.unwrap_or_default()));
+                    return Err(format!(
+                        "storageclass {:?} of persistentvolumeclaim {namespace}/{claim_name} not found",
+                        claim_spec.storage_class_name.unwrap_or_default()
+                    ));
                 }
-                return Err(format!("persistentvolumeclaim {namespace}/{claim_name} is unbound and has no storage class"));
+                return Err(format!(
+                    "persistentvolumeclaim {namespace}/{claim_name} is unbound and has no storage class"
+                ));
             };
             driver = class.provisioner.clone();
             for term in class.allowed_topologies.iter().flatten() {
@@ -434,7 +555,11 @@ fn volume_topology(
                 all.push(merged);
             }
         }
-        combos = if intersecting.is_empty() { all } else { intersecting };
+        combos = if intersecting.is_empty() {
+            all
+        } else {
+            intersecting
+        };
     }
     if per_volume.is_empty() {
         combos.clear();
@@ -443,9 +568,16 @@ fn volume_topology(
 }
 
 /// Namespace name → labels.
-pub(crate) fn namespace_labels(namespaces: &[k8s_openapi::api::core::v1::Namespace]) -> BTreeMap<String, BTreeMap<String, String>> {
+pub(crate) fn namespace_labels(
+    namespaces: &[k8s_openapi::api::core::v1::Namespace],
+) -> BTreeMap<String, BTreeMap<String, String>> {
     namespaces
         .iter()
-        .filter_map(|n| Some((n.metadata.name.clone()?, n.metadata.labels.clone().unwrap_or_default())))
+        .filter_map(|n| {
+            Some((
+                n.metadata.name.clone()?,
+                n.metadata.labels.clone().unwrap_or_default(),
+            ))
+        })
         .collect()
 }

@@ -15,8 +15,8 @@ use super::compile::{
 use super::intern::{FxMap, Interner, Key, Req, Reqs, ResVec, Sym};
 use super::topology::{Group, GroupKind, NodeFilter, Topology};
 use super::{
-    ExistingNodePlacement, InstanceTypeOption, MinValuesPolicy, NewNodeClaim, PreferencePolicy, SchedulerInput,
-    SchedulerOptions, SchedulingResults, UnschedulablePod,
+    ExistingNodePlacement, InstanceTypeOption, MinValuesPolicy, NewNodeClaim, PreferencePolicy,
+    SchedulerInput, SchedulerOptions, SchedulingResults, UnschedulablePod,
 };
 use crate::requirements::{Incompatibility, Operator, Requirement, Requirements};
 use crate::resources::Quantity;
@@ -71,6 +71,9 @@ struct Offering {
     available: bool,
 }
 
+/// (price, type index), cheapest first.
+type PriceOrder = Vec<(f64, usize)>;
+
 struct PoolType {
     name: Arc<str>,
     reqs: Reqs,
@@ -107,7 +110,7 @@ struct Pool {
     within_limits: Bits,
     compat_cache: RefCell<FxMap<Reqs, Rc<Bits>>>,
     /// (price, type) of types with a compatible available offering, cheapest first, per requirements.
-    price_cache: RefCell<FxMap<Reqs, Rc<Vec<(f64, usize)>>>>,
+    price_cache: RefCell<FxMap<Reqs, Rc<PriceOrder>>>,
     unusable: Option<String>,
 }
 
@@ -240,11 +243,15 @@ fn label_from_elsewhere(key: &str) -> bool {
 
 fn offering_compatible(o: &Offering, reqs: &Reqs, keys: &WellKnownKeys) -> bool {
     reqs.get(&keys.zone).is_none_or(|r| r.has(&o.zone))
-        && reqs.get(&keys.capacity_type).is_none_or(|r| r.has(&o.capacity_type))
-        && reqs.get(&keys.reservation).is_none_or(|r| match &o.reservation {
-            Some(id) => r.has(id),
-            None => r.operator().tolerates_absence(),
-        })
+        && reqs
+            .get(&keys.capacity_type)
+            .is_none_or(|r| r.has(&o.capacity_type))
+        && reqs
+            .get(&keys.reservation)
+            .is_none_or(|r| match &o.reservation {
+                Some(id) => r.has(id),
+                None => r.operator().tolerates_absence(),
+            })
 }
 
 impl Pool {
@@ -257,18 +264,23 @@ impl Pool {
         for t in self.base.iter() {
             let ty = &self.types[t];
             if ty.reqs.intersects(reqs).is_ok()
-                && ty.offerings.iter().any(|o| o.available && offering_compatible(o, reqs, keys))
+                && ty
+                    .offerings
+                    .iter()
+                    .any(|o| o.available && offering_compatible(o, reqs, keys))
             {
                 bits.set(t);
             }
         }
         let bits = Rc::new(bits);
-        self.compat_cache.borrow_mut().insert(reqs.clone(), bits.clone());
+        self.compat_cache
+            .borrow_mut()
+            .insert(reqs.clone(), bits.clone());
         bits
     }
 
     /// Compatible types by their cheapest compatible available offering (ties: name).
-    fn price_order(&self, reqs: &Reqs, keys: &WellKnownKeys) -> Rc<Vec<(f64, usize)>> {
+    fn price_order(&self, reqs: &Reqs, keys: &WellKnownKeys) -> Rc<PriceOrder> {
         if let Some(order) = self.price_cache.borrow().get(reqs) {
             return order.clone();
         }
@@ -277,16 +289,25 @@ impl Pool {
             .iter()
             .map(|t| (self.cheapest_price(t, reqs, keys), t))
             .collect();
-        order.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| self.types[a.1].name.cmp(&self.types[b.1].name)));
+        order.sort_by(|a, b| {
+            a.0.total_cmp(&b.0)
+                .then_with(|| self.types[a.1].name.cmp(&self.types[b.1].name))
+        });
         let order = Rc::new(order);
-        self.price_cache.borrow_mut().insert(reqs.clone(), order.clone());
+        self.price_cache
+            .borrow_mut()
+            .insert(reqs.clone(), order.clone());
         order
     }
 
     fn recompute_within_limits(&mut self) {
         let mut bits = Bits::new(self.types.len());
         for (i, ty) in self.types.iter().enumerate() {
-            if self.limits.iter().all(|l| ty.capacity.get(l.resource) <= l.remaining) {
+            if self
+                .limits
+                .iter()
+                .all(|l| ty.capacity.get(l.resource) <= l.remaining)
+            {
                 bits.set(i);
             }
         }
@@ -306,7 +327,9 @@ impl Pool {
     fn unmet_min_values(&self, types: &Bits, reqs: &Reqs) -> Vec<(Key, usize)> {
         let mut unmet = Vec::new();
         for (key, req) in reqs.iter() {
-            let Some(min) = req.min_values() else { continue };
+            let Some(min) = req.min_values() else {
+                continue;
+            };
             let mut seen: HashSet<Sym> = HashSet::new();
             for t in types.iter() {
                 if let Some(r) = self.types[t].reqs.get(key) {
@@ -338,20 +361,30 @@ fn daemon_compatible(
         return false;
     }
     // Try the required terms in turn (the DS controller rewrites them per node; drop and retry).
-    let terms: Vec<Option<&Reqs>> =
-        if ds.required_terms.is_empty() { vec![None] } else { ds.required_terms.iter().map(Some).collect() };
+    let terms: Vec<Option<&Reqs>> = if ds.required_terms.is_empty() {
+        vec![None]
+    } else {
+        ds.required_terms.iter().map(Some).collect()
+    };
     terms.into_iter().any(|term| {
         let mut strict = ds.node_selector.clone();
         if let Some(t) = term {
             strict.add_all(t);
         }
-        pool_reqs.compatible(&strict, |k| interner.is_well_known(*k)).is_ok()
+        pool_reqs
+            .compatible(&strict, |k| interner.is_well_known(*k))
+            .is_ok()
             && type_reqs.is_none_or(|tr| tr.intersects(&strict).is_ok())
     })
 }
 
 impl Engine {
-    fn new(input: &SchedulerInput, pod_infos: &mut [PodInfo], ctx: &CompileContext, pods_interner: Interner) -> Self {
+    fn new(
+        input: &SchedulerInput,
+        pod_infos: &mut [PodInfo],
+        ctx: &CompileContext,
+        pods_interner: Interner,
+    ) -> Self {
         let mut interner = pods_interner;
         let keys = WellKnownKeys {
             zone: interner.key(well_known::ZONE_LABEL),
@@ -361,19 +394,30 @@ impl Engine {
             registered: interner.key(well_known::NODE_REGISTERED_LABEL),
             initialized: interner.key(well_known::NODE_INITIALIZED_LABEL),
         };
-        let mut topology = Topology { hostname_key: keys.hostname, ..Default::default() };
+        let mut topology = Topology {
+            hostname_key: keys.hostname,
+            ..Default::default()
+        };
         let daemonsets: Vec<DaemonSetInfo> = input
             .daemonsets
             .iter()
             .enumerate()
-            .map(|(i, p)| DaemonSetInfo { info: compile_pod(i, p, ctx, &mut interner) })
+            .map(|(i, p)| DaemonSetInfo {
+                info: compile_pod(i, p, ctx, &mut interner),
+            })
             .filter(|d| d.info.invalid.is_none())
             .collect();
         let well_known_keys: Vec<&str> = well_known::WELL_KNOWN_LABELS
             .iter()
             .chain(well_known::AWS_WELL_KNOWN_LABELS.iter())
             .copied()
-            .chain(input.options.extra_well_known_labels.iter().map(String::as_str))
+            .chain(
+                input
+                    .options
+                    .extra_well_known_labels
+                    .iter()
+                    .map(String::as_str),
+            )
             .filter(|k| !label_from_elsewhere(k))
             .collect();
 
@@ -381,7 +425,9 @@ impl Engine {
         let mut order: Vec<usize> = (0..input.node_pools.len()).collect();
         order.sort_by(|&a, &b| {
             let (pa, pb) = (&input.node_pools[a], &input.node_pools[b]);
-            pb.weight.cmp(&pa.weight).then_with(|| pb.name.cmp(&pa.name))
+            pb.weight
+                .cmp(&pa.weight)
+                .then_with(|| pb.name.cmp(&pa.name))
         });
         let mut pools = Vec::new();
         for &pi in &order {
@@ -389,17 +435,27 @@ impl Engine {
             let taint_set = topology.taint_sets.len();
             topology.taint_sets.push(np.taints.clone());
             let mut unusable = None;
-            let mut reqs_s = match Requirements::from_node_selector_with_min_values(&np.requirements) {
-                Ok(r) => r,
-                Err(e) => {
-                    unusable = Some(format!("invalid spec.template.spec.requirements: {e}"));
-                    Requirements::new()
-                }
-            };
+            let mut reqs_s =
+                match Requirements::from_node_selector_with_min_values(&np.requirements) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        unusable = Some(format!("invalid spec.template.spec.requirements: {e}"));
+                        Requirements::new()
+                    }
+                };
             reqs_s.add_all(&Requirements::from_labels(&np.labels));
-            reqs_s.add_str(well_known::NODEPOOL_LABEL, Requirement::is_in([np.name.clone()]));
-            reqs_s.add_str(well_known::NODE_REGISTERED_LABEL, Requirement::is_in(["true".to_string()]));
-            reqs_s.add_str(well_known::NODE_INITIALIZED_LABEL, Requirement::is_in(["true".to_string()]));
+            reqs_s.add_str(
+                well_known::NODEPOOL_LABEL,
+                Requirement::is_in([np.name.clone()]),
+            );
+            reqs_s.add_str(
+                well_known::NODE_REGISTERED_LABEL,
+                Requirement::is_in(["true".to_string()]),
+            );
+            reqs_s.add_str(
+                well_known::NODE_INITIALIZED_LABEL,
+                Requirement::is_in(["true".to_string()]),
+            );
             let reqs = interner.reqs(&reqs_s);
             let mut types = Vec::with_capacity(np.instance_types.len());
             for it in &np.instance_types {
@@ -427,7 +483,10 @@ impl Engine {
                     .collect();
                 let avail: Vec<&Offering> = offerings.iter().filter(|o| o.available).collect();
                 tr.add(keys.zone, Req::is_in(avail.iter().map(|o| o.zone)));
-                tr.add(keys.capacity_type, Req::is_in(avail.iter().map(|o| o.capacity_type)));
+                tr.add(
+                    keys.capacity_type,
+                    Req::is_in(avail.iter().map(|o| o.capacity_type)),
+                );
                 types.push(PoolType {
                     name: Arc::from(it.name.as_str()),
                     reqs: tr,
@@ -458,7 +517,10 @@ impl Engine {
             for t in 0..pool.types.len() {
                 let ty = &pool.types[t];
                 if ty.reqs.intersects(&pool.reqs).is_ok()
-                    && ty.offerings.iter().any(|o| o.available && offering_compatible(o, &pool.reqs, &keys))
+                    && ty
+                        .offerings
+                        .iter()
+                        .any(|o| o.available && offering_compatible(o, &pool.reqs, &keys))
                 {
                     pool.base.set(t);
                 }
@@ -475,7 +537,15 @@ impl Engine {
                 let set: Vec<usize> = daemonsets
                     .iter()
                     .enumerate()
-                    .filter(|(_, d)| daemon_compatible(&d.info, &pool.reqs, Some(&pool.types[t].reqs), &pool.taints, &interner))
+                    .filter(|(_, d)| {
+                        daemon_compatible(
+                            &d.info,
+                            &pool.reqs,
+                            Some(&pool.types[t].reqs),
+                            &pool.taints,
+                            &interner,
+                        )
+                    })
                     .map(|(i, _)| i)
                     .collect();
                 let next = group_ids.len();
@@ -487,7 +557,10 @@ impl Engine {
                         overhead.add(&daemonsets[d].info.requests);
                         host_ports.extend(daemonsets[d].info.host_ports.iter().cloned());
                     }
-                    pool.daemon_groups.push(DaemonGroup { overhead, host_ports });
+                    pool.daemon_groups.push(DaemonGroup {
+                        overhead,
+                        host_ports,
+                    });
                 }
                 pool.types[t].daemon_group = gid;
             }
@@ -496,24 +569,39 @@ impl Engine {
                 let used = np.usage.get(name);
                 let remaining = limit.millis().saturating_sub(used.millis());
                 if name == well_known::NODES_RESOURCE {
-                    pool.nodes_limit = Some(Limit { resource: usize::MAX, limit: limit.millis(), remaining });
+                    pool.nodes_limit = Some(Limit {
+                        resource: usize::MAX,
+                        limit: limit.millis(),
+                        remaining,
+                    });
                 } else {
                     let resource = interner.resource(name);
-                    pool.limits.push(Limit { resource, limit: limit.millis(), remaining });
+                    pool.limits.push(Limit {
+                        resource,
+                        limit: limit.millis(),
+                        remaining,
+                    });
                 }
             }
             pool.recompute_within_limits();
             pools.push(pool);
             let _ = taint_set;
         }
-        let any_prefer_no_schedule =
-            pools.iter().any(|p| p.taints.iter().any(|t| t.effect == taints::PREFER_NO_SCHEDULE));
+        let any_prefer_no_schedule = pools.iter().any(|p| {
+            p.taints
+                .iter()
+                .any(|t| t.effect == taints::PREFER_NO_SCHEDULE)
+        });
 
         // ---- existing nodes
         let mut nodes = Vec::new();
         let mut bound: Vec<(usize, PodInfo)> = Vec::new();
         for (ni, n) in input.existing_nodes.iter().enumerate() {
-            let hostname_text = n.labels.get(well_known::HOSTNAME_LABEL).cloned().unwrap_or_else(|| n.name.clone());
+            let hostname_text = n
+                .labels
+                .get(well_known::HOSTNAME_LABEL)
+                .cloned()
+                .unwrap_or_else(|| n.name.clone());
             let hostname = interner.value(&hostname_text);
             let mut reqs_s = Requirements::from_labels(&n.labels);
             reqs_s.remove(&well_known::HOSTNAME_LABEL.to_string());
@@ -526,7 +614,9 @@ impl Engine {
                     !(managed
                         && !n.initialized
                         && (taints::is_ephemeral(t)
-                            || n.startup_taints.iter().any(|s| s.key == t.key && s.effect == t.effect)))
+                            || n.startup_taints
+                                .iter()
+                                .any(|s| s.key == t.key && s.effect == t.effect)))
                 })
                 .cloned()
                 .collect();
@@ -577,8 +667,13 @@ impl Engine {
         }
         let mut node_order: Vec<usize> = (0..nodes.len()).collect();
         node_order.sort_by(|&a, &b| {
-            let (na, nb) = (&input.existing_nodes[nodes[a].input_index], &input.existing_nodes[nodes[b].input_index]);
-            nb.initialized.cmp(&na.initialized).then_with(|| na.name.cmp(&nb.name))
+            let (na, nb) = (
+                &input.existing_nodes[nodes[a].input_index],
+                &input.existing_nodes[nodes[b].input_index],
+            );
+            nb.initialized
+                .cmp(&na.initialized)
+                .then_with(|| na.name.cmp(&nb.name))
         });
 
         let mut engine = Engine {
@@ -623,30 +718,64 @@ impl Engine {
                     continue;
                 }
                 let filter = NodeFilter {
-                    affinity: s.honor_affinity.then(|| (pod.node_selector.clone(), pod.required_terms.clone())),
+                    affinity: s
+                        .honor_affinity
+                        .then(|| (pod.node_selector.clone(), pod.required_terms.clone())),
                     tolerations: s.honor_taints.then(|| pod.tolerations.clone()),
                 };
-                let kind = GroupKind::Spread { max_skew: s.max_skew, min_domains: s.min_domains };
+                let kind = GroupKind::Spread {
+                    max_skew: s.max_skew,
+                    min_domains: s.min_domains,
+                };
                 let ns = super::compile::Namespaces::Some(pod.ns.into_iter().collect());
-                g.spread.push(register(&mut self.topology, Group::new(kind, s.key, ns, s.selector.clone(), filter), &mut used_keys));
+                g.spread.push(register(
+                    &mut self.topology,
+                    Group::new(kind, s.key, ns, s.selector.clone(), filter),
+                    &mut used_keys,
+                ));
             }
             let mk = |kind: GroupKind, t: &super::compile::AffinityTerm| {
-                Group::new(kind, t.key, t.namespaces.clone(), t.selector.clone(), NodeFilter::default())
+                Group::new(
+                    kind,
+                    t.key,
+                    t.namespaces.clone(),
+                    t.selector.clone(),
+                    NodeFilter::default(),
+                )
             };
             for t in &pod.affinity_required {
-                g.affinity_required.push(register(&mut self.topology, mk(GroupKind::Affinity, t), &mut used_keys));
+                g.affinity_required.push(register(
+                    &mut self.topology,
+                    mk(GroupKind::Affinity, t),
+                    &mut used_keys,
+                ));
             }
             for t in &pod.anti_required {
-                g.anti_required.push(register(&mut self.topology, mk(GroupKind::AntiAffinity, t), &mut used_keys));
-                g.inverse_owned
-                    .push(register(&mut self.topology, mk(GroupKind::InverseAntiAffinity, t), &mut used_keys));
+                g.anti_required.push(register(
+                    &mut self.topology,
+                    mk(GroupKind::AntiAffinity, t),
+                    &mut used_keys,
+                ));
+                g.inverse_owned.push(register(
+                    &mut self.topology,
+                    mk(GroupKind::InverseAntiAffinity, t),
+                    &mut used_keys,
+                ));
             }
             if respect {
                 for t in &pod.affinity_preferred {
-                    g.affinity_preferred.push(register(&mut self.topology, mk(GroupKind::Affinity, t), &mut used_keys));
+                    g.affinity_preferred.push(register(
+                        &mut self.topology,
+                        mk(GroupKind::Affinity, t),
+                        &mut used_keys,
+                    ));
                 }
                 for t in &pod.anti_preferred {
-                    g.anti_preferred.push(register(&mut self.topology, mk(GroupKind::AntiAffinity, t), &mut used_keys));
+                    g.anti_preferred.push(register(
+                        &mut self.topology,
+                        mk(GroupKind::AntiAffinity, t),
+                        &mut used_keys,
+                    ));
                 }
             }
         }
@@ -655,11 +784,23 @@ impl Engine {
             for t in &bp.anti_required {
                 let id = register(
                     &mut self.topology,
-                    Group::new(GroupKind::InverseAntiAffinity, t.key, t.namespaces.clone(), t.selector.clone(), NodeFilter::default()),
+                    Group::new(
+                        GroupKind::InverseAntiAffinity,
+                        t.key,
+                        t.namespaces.clone(),
+                        t.selector.clone(),
+                        NodeFilter::default(),
+                    ),
                     &mut used_keys,
                 );
                 let node = &nodes[*ni];
-                let domain = if t.key == self.keys.hostname { Some(node.hostname) } else { node.reqs.get(&t.key).and_then(|r| r.values().first().copied()) };
+                let domain = if t.key == self.keys.hostname {
+                    Some(node.hostname)
+                } else {
+                    node.reqs
+                        .get(&t.key)
+                        .and_then(|r| r.values().first().copied())
+                };
                 if let Some(d) = domain {
                     self.topology.groups[id].record(d);
                 }
@@ -717,7 +858,9 @@ impl Engine {
                 let domain = if g.key == self.keys.hostname {
                     Some(node.hostname)
                 } else {
-                    node.reqs.get(&g.key).and_then(|r| r.values().first().copied())
+                    node.reqs
+                        .get(&g.key)
+                        .and_then(|r| r.values().first().copied())
                 };
                 hits.extend(domain);
             }
@@ -761,9 +904,17 @@ impl Engine {
             }
         }
         groups.extend(&pg.affinity_required);
-        groups.extend(pg.affinity_preferred.iter().skip(attempt.affinity_preferred_dropped));
+        groups.extend(
+            pg.affinity_preferred
+                .iter()
+                .skip(attempt.affinity_preferred_dropped),
+        );
         groups.extend(&pg.anti_required);
-        groups.extend(pg.anti_preferred.iter().skip(attempt.anti_preferred_dropped));
+        groups.extend(
+            pg.anti_preferred
+                .iter()
+                .skip(attempt.anti_preferred_dropped),
+        );
         groups.extend(&pg.inverse_selecting);
         groups.sort_unstable();
         groups.dedup();
@@ -771,8 +922,11 @@ impl Engine {
             .into_iter()
             .map(|g| (g, self.topology.groups[g].selects(pod.ns, &pod.labels)))
             .collect();
-        let hostname_groups =
-            groups.iter().copied().filter(|(g, _)| self.topology.groups[*g].key == self.keys.hostname).collect();
+        let hostname_groups = groups
+            .iter()
+            .copied()
+            .filter(|(g, _)| self.topology.groups[*g].key == self.keys.hostname)
+            .collect();
         let mut tolerations = pod.tolerations.clone();
         if attempt.tolerate_prefer_no_schedule {
             tolerations.push(taints::prefer_no_schedule_toleration());
@@ -780,9 +934,20 @@ impl Engine {
         let pool_taint = self
             .pools
             .iter()
-            .map(|p| p.taints.iter().position(|t| !taints::tolerates(&tolerations, t)))
+            .map(|p| {
+                p.taints
+                    .iter()
+                    .position(|t| !taints::tolerates(&tolerations, t))
+            })
             .collect();
-        Derived { reqs, strict, groups, hostname_groups, tolerations, pool_taint }
+        Derived {
+            reqs,
+            strict,
+            groups,
+            hostname_groups,
+            tolerations,
+            pool_taint,
+        }
     }
 
     /// One relaxation step in upstream's order; false when nothing is left to relax.
@@ -808,7 +973,9 @@ impl Engine {
             if a.spreads_dropped.len() < pod.spreads.len() {
                 a.spreads_dropped.resize(pod.spreads.len(), false);
             }
-            if let Some(i) = (0..pod.spreads.len()).find(|&i| pod.spreads[i].schedule_anyway && !a.spreads_dropped[i]) {
+            if let Some(i) = (0..pod.spreads.len())
+                .find(|&i| pod.spreads[i].schedule_anyway && !a.spreads_dropped[i])
+            {
                 a.spreads_dropped[i] = true;
                 return true;
             }
@@ -824,12 +991,23 @@ impl Engine {
 
     /// Tightens `reqs` with the pod's topology constraints on a node whose hostname requirement is
     /// `hostname_req`.
-    fn apply_topology(&self, d: &Derived, hostname_req: &Req, reqs: &mut Reqs, strict_node: bool) -> Result<(), Reject> {
+    fn apply_topology(
+        &self,
+        d: &Derived,
+        hostname_req: &Req,
+        reqs: &mut Reqs,
+        strict_node: bool,
+    ) -> Result<(), Reject> {
         for &(gid, selected) in &d.groups {
             let key = self.topology.groups[gid].key;
             let allowed = {
-                let node_domains = if key == self.keys.hostname { Some(hostname_req) } else { reqs.get(&key) };
-                self.topology.allowed(gid, selected, d.strict.get(&key), node_domains)
+                let node_domains = if key == self.keys.hostname {
+                    Some(hostname_req)
+                } else {
+                    reqs.get(&key)
+                };
+                self.topology
+                    .allowed(gid, selected, d.strict.get(&key), node_domains)
             };
             let Some(allowed) = allowed else {
                 return Err(Reject::Topology(gid));
@@ -849,6 +1027,7 @@ impl Engine {
     }
 
     /// Counts a placed pod in the groups that select it (and its own inverse groups).
+    #[allow(clippy::too_many_arguments)]
     fn record_topology(
         topology: &mut Topology,
         interner: &Interner,
@@ -861,11 +1040,18 @@ impl Engine {
     ) {
         for &gid in groups.counting.iter().chain(groups.inverse_owned.iter()) {
             let g = &topology.groups[gid];
-            if matches!(g.kind, GroupKind::Spread { .. }) && !g.filter.is_trivial() && !g.filter.matches(reqs, node_taints, interner) {
+            if matches!(g.kind, GroupKind::Spread { .. })
+                && !g.filter.is_trivial()
+                && !g.filter.matches(reqs, node_taints, interner)
+            {
                 continue;
             }
             let key = g.key;
-            let domains = if key == hostname_key { Some(hostname_req) } else { reqs.get(&key) };
+            let domains = if key == hostname_key {
+                Some(hostname_req)
+            } else {
+                reqs.get(&key)
+            };
             topology.record(gid, domains, on_claim);
         }
     }
@@ -874,7 +1060,11 @@ impl Engine {
 
     fn node_check(&self, ni: usize, pod: &PodInfo, d: &Derived) -> Result<Reqs, Reject> {
         let node = &self.nodes[ni];
-        if let Some(i) = node.taints.iter().position(|t| !taints::tolerates(&d.tolerations, t)) {
+        if let Some(i) = node
+            .taints
+            .iter()
+            .position(|t| !taints::tolerates(&d.tolerations, t))
+        {
             return Err(Reject::Taint(i));
         }
         for &(gid, sel) in &d.hostname_groups {
@@ -885,21 +1075,41 @@ impl Engine {
         if let Some(p) = ports_conflict(&pod.host_ports, &node.host_ports) {
             return Err(Reject::HostPort(p));
         }
-        if let Some(r) = node.remaining.first_exceeded_sum(&pod.requests, &ResVec::default()) {
+        if let Some(r) = node
+            .remaining
+            .first_exceeded_sum(&pod.requests, &ResVec::default())
+        {
             return Err(Reject::Resources(r));
         }
-        node.reqs.compatible(&d.reqs, |_| false).map_err(Reject::Requirements)?;
+        node.reqs
+            .compatible(&d.reqs, |_| false)
+            .map_err(Reject::Requirements)?;
         // Volume limits per CSI driver.
         for (driver, limit) in &node.volume_limits {
-            let mut ids: HashSet<&String> = node.volumes.iter().filter(|(dr, _)| dr == driver).map(|(_, id)| id).collect();
-            ids.extend(pod.volumes.iter().filter(|(dr, _)| dr == driver).map(|(_, id)| id));
+            let mut ids: HashSet<&String> = node
+                .volumes
+                .iter()
+                .filter(|(dr, _)| dr == driver)
+                .map(|(_, id)| id)
+                .collect();
+            ids.extend(
+                pod.volumes
+                    .iter()
+                    .filter(|(dr, _)| dr == driver)
+                    .map(|(_, id)| id),
+            );
             if ids.len() > *limit as usize {
-                return Err(Reject::Volume(format!("would exceed the {driver} volume limit of {limit}")));
+                return Err(Reject::Volume(format!(
+                    "would exceed the {driver} volume limit of {limit}"
+                )));
             }
         }
         let hostname_req = Req::is_in([node.hostname]);
-        let alternatives: Vec<Option<&Reqs>> =
-            if pod.volume_alternatives.is_empty() { vec![None] } else { pod.volume_alternatives.iter().map(Some).collect() };
+        let alternatives: Vec<Option<&Reqs>> = if pod.volume_alternatives.is_empty() {
+            vec![None]
+        } else {
+            pod.volume_alternatives.iter().map(Some).collect()
+        };
         let mut last = Reject::Volume("no volume topology alternative fits".into());
         for alt in alternatives {
             let mut reqs = node.reqs.clone();
@@ -942,15 +1152,18 @@ impl Engine {
     /// Checks that need no allocation, run over many claims (the fast rejections).
     fn claim_precheck(&self, claim: &Claim, pod: &PodInfo, d: &Derived) -> bool {
         d.pool_taint[claim.pool].is_none()
-            && d.hostname_groups.iter().all(|&(g, sel)| self.topology.hostname_allows(g, sel, claim.hostname))
-            && (pod.host_ports.is_empty() || ports_conflict(&pod.host_ports, &claim.host_ports).is_none())
+            && d.hostname_groups
+                .iter()
+                .all(|&(g, sel)| self.topology.hostname_allows(g, sel, claim.hostname))
+            && (pod.host_ports.is_empty()
+                || ports_conflict(&pod.host_ports, &claim.host_ports).is_none())
             && d.groups.iter().all(|&(gid, sel)| {
                 let key = self.topology.groups[gid].key;
                 match claim.reqs.get(&key) {
                     // The merged requirement can only be narrower than the claim's explicit list.
-                    Some(r) if key != self.keys.hostname && r.operator() == Operator::In => {
-                        self.topology.allows_any(gid, sel, d.strict.get(&key), r.values())
-                    }
+                    Some(r) if key != self.keys.hostname && r.operator() == Operator::In => self
+                        .topology
+                        .allows_any(gid, sel, d.strict.get(&key), r.values()),
                     _ => true,
                 }
             })
@@ -977,7 +1190,9 @@ impl Engine {
             }
         }
         let interner = &self.interner;
-        claim_reqs.compatible(&d.reqs, |k| interner.is_well_known(*k)).map_err(Reject::Requirements)?;
+        claim_reqs
+            .compatible(&d.reqs, |k| interner.is_well_known(*k))
+            .map_err(Reject::Requirements)?;
         let mut merged = claim_reqs.clone();
         merged.add_all(&d.reqs);
         let mut total = claim_requests.clone();
@@ -985,7 +1200,11 @@ impl Engine {
         let mut last = Reject::Volume("no volume topology alternative fits".into());
         let alternatives = pod.volume_alternatives.len().max(1);
         for ai in 0..alternatives {
-            let mut reqs = if ai + 1 == alternatives { std::mem::take(&mut merged) } else { merged.clone() };
+            let mut reqs = if ai + 1 == alternatives {
+                std::mem::take(&mut merged)
+            } else {
+                merged.clone()
+            };
             if let Some(alt) = pod.volume_alternatives.get(ai) {
                 if let Err(e) = reqs.compatible(alt, |k| interner.is_well_known(*k)) {
                     last = Reject::Requirements(e);
@@ -1003,7 +1222,11 @@ impl Engine {
                     if let Some(relaxed) = relaxed {
                         reqs = relaxed;
                     }
-                    return Ok(Placement { reqs, types, min_values_relaxed });
+                    return Ok(Placement {
+                        reqs,
+                        types,
+                        min_values_relaxed,
+                    });
                 }
                 Err(e) => last = e,
             }
@@ -1046,7 +1269,9 @@ impl Engine {
             let unmet = pool.unmet_min_values(&kept, reqs);
             if !unmet.is_empty() {
                 if self.options.min_values_policy == MinValuesPolicy::Strict {
-                    return Err(Reject::MinValues(unmet.into_iter().map(|(k, _)| k).collect()));
+                    return Err(Reject::MinValues(
+                        unmet.into_iter().map(|(k, _)| k).collect(),
+                    ));
                 }
                 let mut lowered = reqs.clone();
                 for (k, achievable) in unmet {
@@ -1063,7 +1288,10 @@ impl Engine {
     fn claim_add(&mut self, ci: usize, pod: &PodInfo, placement: Placement) {
         let key_of = |claims: &[Claim], c: u32| (claims[c as usize].pods.len(), c);
         let old = key_of(&self.claims, ci as u32);
-        if let Ok(pos) = self.claim_order.binary_search_by_key(&old, |&c| key_of(&self.claims, c)) {
+        if let Ok(pos) = self
+            .claim_order
+            .binary_search_by_key(&old, |&c| key_of(&self.claims, c))
+        {
             self.claim_order.remove(pos);
         }
         let claim = &mut self.claims[ci];
@@ -1074,7 +1302,10 @@ impl Engine {
         claim.host_ports.extend(pod.host_ports.iter().cloned());
         claim.min_values_relaxed |= placement.min_values_relaxed;
         let new = key_of(&self.claims, ci as u32);
-        let pos = self.claim_order.binary_search_by_key(&new, |&c| key_of(&self.claims, c)).unwrap_or_else(|p| p);
+        let pos = self
+            .claim_order
+            .binary_search_by_key(&new, |&c| key_of(&self.claims, c))
+            .unwrap_or_else(|p| p);
         self.claim_order.insert(pos, ci as u32);
         let claim = &self.claims[ci];
         Self::record_topology(
@@ -1093,7 +1324,10 @@ impl Engine {
         if let Some(h) = self.next_hostname {
             return h;
         }
-        let h = self.interner.value(&format!("hostname-placeholder-{:04}", self.hostname_counter));
+        let h = self.interner.value(&format!(
+            "hostname-placeholder-{:04}",
+            self.hostname_counter
+        ));
         self.next_hostname = Some(h);
         h
     }
@@ -1107,7 +1341,11 @@ impl Engine {
         if let Some(t) = d.pool_taint[pi] {
             return Err(Reject::Taint(t));
         }
-        if pool.nodes_limit.as_ref().is_some_and(|l| l.remaining < 1000) {
+        if pool
+            .nodes_limit
+            .as_ref()
+            .is_some_and(|l| l.remaining < 1000)
+        {
             return Err(Reject::NodesLimit);
         }
         let candidates = pool.base.and(&pool.within_limits);
@@ -1115,8 +1353,16 @@ impl Engine {
             return Err(Reject::TypesExceedLimits);
         }
         let hostname_req = Req::is_in([hostname]);
-        let placement =
-            self.claim_check(pi, &pool.reqs, &candidates, &ResVec::default(), hostname, &hostname_req, pod, d)?;
+        let placement = self.claim_check(
+            pi,
+            &pool.reqs,
+            &candidates,
+            &ResVec::default(),
+            hostname,
+            &hostname_req,
+            pod,
+            d,
+        )?;
         self.next_hostname = None;
         self.hostname_counter += 1;
         let ci = self.claims.len();
@@ -1172,9 +1418,18 @@ impl Engine {
             if !self.claim_precheck(c, pod, d) {
                 return None;
             }
-            self.claim_check(c.pool, &c.reqs, &c.types, &c.requests, c.hostname, &c.hostname_req, pod, d)
-                .ok()
-                .map(|p| (ci as usize, p))
+            self.claim_check(
+                c.pool,
+                &c.reqs,
+                &c.types,
+                &c.requests,
+                c.hostname,
+                &c.hostname_req,
+                pod,
+                d,
+            )
+            .ok()
+            .map(|p| (ci as usize, p))
         });
         if let Some((ci, placement)) = found {
             self.claim_add(ci, pod, placement);
@@ -1219,31 +1474,52 @@ impl Engine {
         let name = &pool.name;
         let i = &self.interner;
         match reject {
-            Reject::Unusable => format!("nodepool {name}: {}", pool.unusable.clone().unwrap_or_default()),
+            Reject::Unusable => format!(
+                "nodepool {name}: {}",
+                pool.unusable.clone().unwrap_or_default()
+            ),
             Reject::Taint(t) => format!(
                 "nodepool {name}: taint {} not tolerated",
-                pool.taints.get(*t).map(taints::taint_to_string).unwrap_or_default()
+                pool.taints
+                    .get(*t)
+                    .map(taints::taint_to_string)
+                    .unwrap_or_default()
             ),
             Reject::Requirements(inc) => {
                 let key = i.key_str(*inc.key()).to_string();
-                let pod_req = d.reqs.get(inc.key()).map(|r| i.req_to_string(r).to_string()).unwrap_or_default();
+                let pod_req = d
+                    .reqs
+                    .get(inc.key())
+                    .map(|r| i.req_to_string(r).to_string())
+                    .unwrap_or_default();
                 match inc {
                     Incompatibility::UndefinedKey(_) => {
-                        let hint = crate::requirements::typo_hint(&key, self.reqs_text(&pool.reqs).keys())
-                            .map(|h| format!(" (typo of {h:?}?)"))
-                            .unwrap_or_default();
+                        let hint =
+                            crate::requirements::typo_hint(&key, self.reqs_text(&pool.reqs).keys())
+                                .map(|h| format!(" (typo of {h:?}?)"))
+                                .unwrap_or_default();
                         format!(
                             "incompatible with nodepool {name}: pod requires {key} {pod_req} but the pool does not define label {key:?}{hint}; add it to the pool's requirements or labels"
                         )
                     }
                     Incompatibility::NoCommonValue(_) => {
-                        let pool_req = pool.reqs.get(inc.key()).map(|r| i.req_to_string(r).to_string()).unwrap_or_default();
-                        format!("incompatible with nodepool {name}: pod requires {key} {pod_req} but the pool allows {key} {pool_req}")
+                        let pool_req = pool
+                            .reqs
+                            .get(inc.key())
+                            .map(|r| i.req_to_string(r).to_string())
+                            .unwrap_or_default();
+                        format!(
+                            "incompatible with nodepool {name}: pod requires {key} {pod_req} but the pool allows {key} {pool_req}"
+                        )
                     }
                 }
             }
             Reject::NodesLimit => {
-                let l = pool.nodes_limit.as_ref().map(|l| Quantity::from_millis(l.limit).to_string()).unwrap_or_default();
+                let l = pool
+                    .nodes_limit
+                    .as_ref()
+                    .map(|l| Quantity::from_millis(l.limit).to_string())
+                    .unwrap_or_default();
                 format!("nodepool {name}: limit nodes={l} reached")
             }
             Reject::TypesExceedLimits => {
@@ -1257,14 +1533,25 @@ impl Engine {
                         Quantity::from_millis(pod.requests.get(l.resource))
                     ));
                 }
-                format!("nodepool {name}: every instance type would exceed the pool's limits: {}", parts.join(", "))
+                format!(
+                    "nodepool {name}: every instance type would exceed the pool's limits: {}",
+                    parts.join(", ")
+                )
             }
-            Reject::HostPort(p) => format!("nodepool {name}: host port {}/{} already in use", p.port, p.protocol),
-            Reject::Topology(gid) => self.explain_topology(*gid, pod, d, &format!("nodepool {name}")),
+            Reject::HostPort(p) => format!(
+                "nodepool {name}: host port {}/{} already in use",
+                p.port, p.protocol
+            ),
+            Reject::Topology(gid) => {
+                self.explain_topology(*gid, pod, d, &format!("nodepool {name}"))
+            }
             Reject::Volume(text) => format!("nodepool {name}: {text}"),
             Reject::MinValues(keys) => {
                 let keys: Vec<&str> = keys.iter().map(|k| i.key_str(*k)).collect();
-                format!("nodepool {name}: instance types cannot satisfy minValues for {}", keys.join(", "))
+                format!(
+                    "nodepool {name}: instance types cannot satisfy minValues for {}",
+                    keys.join(", ")
+                )
             }
             Reject::Resources(r) => format!("nodepool {name}: not enough {}", i.resource_name(*r)),
             Reject::NoInstanceType => {
@@ -1277,17 +1564,30 @@ impl Engine {
     fn explain_topology(&self, gid: usize, pod: &PodInfo, d: &Derived, subject: &str) -> String {
         let g = &self.topology.groups[gid];
         let key = self.interner.key_str(g.key);
-        let domains: Vec<Sym> = self.topology.domains.get(&g.key).map(|v| v.iter().map(|d| d.value).collect()).unwrap_or_default();
+        let domains: Vec<Sym> = self
+            .topology
+            .domains
+            .get(&g.key)
+            .map(|v| v.iter().map(|d| d.value).collect())
+            .unwrap_or_default();
         let counts = g.counts_text(&domains, &self.interner);
-        let allowed = d.strict.get(&g.key).map(|r| format!(", pod allows {key} {}", self.interner.req_to_string(r))).unwrap_or_default();
+        let allowed = d
+            .strict
+            .get(&g.key)
+            .map(|r| format!(", pod allows {key} {}", self.interner.req_to_string(r)))
+            .unwrap_or_default();
         let _ = pod;
         match g.kind {
             GroupKind::Spread { max_skew, .. } => format!(
                 "{subject}: topology spread on {key} (maxSkew {max_skew}) cannot be met (counts: {counts}{allowed})"
             ),
-            GroupKind::Affinity => format!("{subject}: pod affinity on {key}: no domain has a matching pod (counts: {counts}{allowed})"),
+            GroupKind::Affinity => format!(
+                "{subject}: pod affinity on {key}: no domain has a matching pod (counts: {counts}{allowed})"
+            ),
             GroupKind::AntiAffinity => {
-                format!("{subject}: pod anti-affinity on {key}: every allowed domain already has a matching pod (counts: {counts}{allowed})")
+                format!(
+                    "{subject}: pod anti-affinity on {key}: every allowed domain already has a matching pod (counts: {counts}{allowed})"
+                )
             }
             GroupKind::InverseAntiAffinity => format!(
                 "{subject}: another pod's anti-affinity on {key} excludes this pod from every allowed domain (counts: {counts}{allowed})"
@@ -1310,7 +1610,10 @@ impl Engine {
             let any = pool.base.iter().any(|t| {
                 let ty = &pool.types[t];
                 ty.reqs.intersects(&single).is_ok()
-                    && ty.offerings.iter().any(|o| o.available && offering_compatible(o, &single, &self.keys))
+                    && ty
+                        .offerings
+                        .iter()
+                        .any(|o| o.available && offering_compatible(o, &single, &self.keys))
             });
             if !any {
                 let values: BTreeSet<String> = pool
@@ -1320,7 +1623,11 @@ impl Engine {
                     .flat_map(|r| r.values().iter().map(|v| i.value_str(*v).to_string()))
                     .collect();
                 let shown: Vec<String> = values.iter().take(8).cloned().collect();
-                let more = if values.len() > 8 { format!(" and {} more", values.len() - 8) } else { String::new() };
+                let more = if values.len() > 8 {
+                    format!(" and {} more", values.len() - 8)
+                } else {
+                    String::new()
+                };
                 return format!(
                     "nodepool {name}: requirement {} {} matches no instance type (none of {offered} types; they offer [{}{more}])",
                     i.key_str(*key),
@@ -1336,7 +1643,10 @@ impl Engine {
             .filter(|&t| {
                 let ty = &pool.types[t];
                 ty.reqs.intersects(reqs).is_ok()
-                    && ty.offerings.iter().any(|o| o.available && offering_compatible(o, reqs, &self.keys))
+                    && ty
+                        .offerings
+                        .iter()
+                        .any(|o| o.available && offering_compatible(o, reqs, &self.keys))
             })
             .collect();
         if compatible.is_empty() {
@@ -1345,9 +1655,15 @@ impl Engine {
                 self.reqs_text(reqs)
             );
         }
-        let within: Vec<usize> = compatible.iter().copied().filter(|t| pool.within_limits.get(*t)).collect();
+        let within: Vec<usize> = compatible
+            .iter()
+            .copied()
+            .filter(|t| pool.within_limits.get(*t))
+            .collect();
         if within.is_empty() {
-            return format!("nodepool {name}: every compatible instance type would exceed the pool's limits");
+            return format!(
+                "nodepool {name}: every compatible instance type would exceed the pool's limits"
+            );
         }
         // Which resource fails on the largest type?
         let mut largest = ResVec::default();
@@ -1361,15 +1677,35 @@ impl Engine {
                 largest = alloc;
             }
         }
-        let ds = pool.daemon_groups.iter().any(|g| !g.overhead.0.iter().all(|v| *v == 0));
+        let ds = pool
+            .daemon_groups
+            .iter()
+            .any(|g| !g.overhead.0.iter().all(|v| *v == 0));
         let ds_text = if ds { " after daemonset overhead" } else { "" };
-        let short = requests.0.iter().enumerate().find(|(r, v)| **v > largest.get(*r)).map(|(r, _)| r);
+        let short = requests
+            .0
+            .iter()
+            .enumerate()
+            .find(|(r, v)| **v > largest.get(*r))
+            .map(|(r, _)| r);
         let need = match short {
-            Some(r) => format!("{} {}", Quantity::from_millis(requests.get(r)), i.resource_name(r)),
+            Some(r) => format!(
+                "{} {}",
+                Quantity::from_millis(requests.get(r)),
+                i.resource_name(r)
+            ),
             None => i.resources_text(requests),
         };
-        let ports = if pod.host_ports.is_empty() { "" } else { " (or daemonset host ports conflict)" };
-        let typo = if requests.get(0) >= 1_000_000_000 { " (cpu request >= 1 million: m vs M typo?)" } else { "" };
+        let ports = if pod.host_ports.is_empty() {
+            ""
+        } else {
+            " (or daemonset host ports conflict)"
+        };
+        let typo = if requests.get(0) >= 1_000_000_000 {
+            " (cpu request >= 1 million: m vs M typo?)"
+        } else {
+            ""
+        };
         format!(
             "nodepool {name}: no instance type has {need}{ds_text}{typo}{ports} (largest allocatable: {})",
             i.resources_text(&largest)
@@ -1378,7 +1714,10 @@ impl Engine {
 
     fn explain(&mut self, pod: &PodInfo, attempt: &Attempt, errors: &[(usize, Reject)]) -> String {
         let d = self.derive(pod, attempt);
-        let mut lines: Vec<String> = errors.iter().map(|(pi, e)| self.explain_reject(*pi, pod, &d, e)).collect();
+        let mut lines: Vec<String> = errors
+            .iter()
+            .map(|(pi, e)| self.explain_reject(*pi, pod, &d, e))
+            .collect();
         if self.pools.is_empty() {
             lines.push("no NodePool can launch nodes for it (none given)".to_string());
         }
@@ -1387,9 +1726,17 @@ impl Engine {
             if let Err(e) = self.node_check(0, pod, &d) {
                 let node = self.nodes[0].name.clone();
                 let text = match e {
-                    Reject::Taint(t) => format!("taint {} not tolerated", taints::taint_to_string(&self.nodes[0].taints[t])),
-                    Reject::Resources(r) => format!("not enough {} left", self.interner.resource_name(r)),
-                    Reject::Requirements(inc) => format!("node lacks a required label value for {}", self.interner.key_str(*inc.key())),
+                    Reject::Taint(t) => format!(
+                        "taint {} not tolerated",
+                        taints::taint_to_string(&self.nodes[0].taints[t])
+                    ),
+                    Reject::Resources(r) => {
+                        format!("not enough {} left", self.interner.resource_name(r))
+                    }
+                    Reject::Requirements(inc) => format!(
+                        "node lacks a required label value for {}",
+                        self.interner.key_str(*inc.key())
+                    ),
                     Reject::Topology(g) => self.explain_topology(g, pod, &d, "topology"),
                     Reject::HostPort(p) => format!("host port {} in use", p.port),
                     Reject::Volume(v) => v,
@@ -1406,19 +1753,32 @@ impl Engine {
     // ---- finalisation ---------------------------------------------------------------------------
 
     /// The parts of a NodeClaim that depend only on its requirements and instance types.
-    fn finalize_shape(&self, pool_index: usize, reqs: &Reqs, types: &Bits) -> Result<Finalized, String> {
+    fn finalize_shape(
+        &self,
+        pool_index: usize,
+        reqs: &Reqs,
+        types: &Bits,
+    ) -> Result<Finalized, String> {
         let pool = &self.pools[pool_index];
         let keys = &self.keys;
         let order = pool.price_order(reqs, keys);
         let max = self.options.max_instance_types.max(1);
-        let options: Vec<(f64, usize)> = order.iter().copied().filter(|(_, t)| types.get(*t)).take(max).collect();
+        let options: Vec<(f64, usize)> = order
+            .iter()
+            .copied()
+            .filter(|(_, t)| types.get(*t))
+            .take(max)
+            .collect();
         let mut kept = Bits::new(pool.types.len());
         for (_, t) in &options {
             kept.set(*t);
         }
         let unmet = pool.unmet_min_values(&kept, reqs);
         if !unmet.is_empty() && self.options.min_values_policy == MinValuesPolicy::Strict {
-            let keys: Vec<&str> = unmet.iter().map(|(k, _)| self.interner.key_str(*k)).collect();
+            let keys: Vec<&str> = unmet
+                .iter()
+                .map(|(k, _)| self.interner.key_str(*k))
+                .collect();
             return Err(format!(
                 "nodepool {}: NodePool couldn't meet minValues requirements for {} after keeping the {} cheapest instance types",
                 pool.name,
@@ -1445,10 +1805,19 @@ impl Engine {
             }
         }
         let mut text = self.reqs_text(reqs);
-        let min_ct = text.get(&well_known::CAPACITY_TYPE_LABEL.to_string()).and_then(|r| r.min_values());
-        let capacity_types = capacity_types.into_iter().map(|c| self.interner.value_str(c).to_string());
-        text.set(well_known::CAPACITY_TYPE_LABEL.to_string(), Requirement::is_in(capacity_types).with_min_values(min_ct));
-        let instance_type_min_values = text.get(&well_known::INSTANCE_TYPE_LABEL.to_string()).and_then(|r| r.min_values());
+        let min_ct = text
+            .get(&well_known::CAPACITY_TYPE_LABEL.to_string())
+            .and_then(|r| r.min_values());
+        let capacity_types = capacity_types
+            .into_iter()
+            .map(|c| self.interner.value_str(c).to_string());
+        text.set(
+            well_known::CAPACITY_TYPE_LABEL.to_string(),
+            Requirement::is_in(capacity_types).with_min_values(min_ct),
+        );
+        let instance_type_min_values = text
+            .get(&well_known::INSTANCE_TYPE_LABEL.to_string())
+            .and_then(|r| r.min_values());
         // The instance-type list lives in `instance_types`; `node_claim_requirements()` adds it.
         text.remove(&well_known::INSTANCE_TYPE_LABEL.to_string());
         let mut labels = pool.labels.clone();
@@ -1470,19 +1839,28 @@ impl Engine {
             instance_type_min_values: instance_type_min_values.map(|m| m as i32),
             instance_types: options
                 .iter()
-                .map(|(p, t)| InstanceTypeOption { name: pool.types[*t].name.clone(), price: *p })
+                .map(|(p, t)| InstanceTypeOption {
+                    name: pool.types[*t].name.clone(),
+                    price: *p,
+                })
                 .collect(),
             labels,
             daemon_overhead: min_overhead.unwrap_or_default(),
         })
     }
 
-    fn finalize(&self, claim: &Claim, cache: &mut FxMap<(usize, Reqs, Bits), Result<Rc<Finalized>, String>>) -> Result<NewNodeClaim, String> {
+    fn finalize(
+        &self,
+        claim: &Claim,
+        cache: &mut FxMap<(usize, Reqs, Bits), Result<Rc<Finalized>, String>>,
+    ) -> Result<NewNodeClaim, String> {
         let key = (claim.pool, claim.reqs.clone(), claim.types.clone());
         let shape = match cache.get(&key) {
             Some(shape) => shape.clone(),
             None => {
-                let shape = self.finalize_shape(claim.pool, &claim.reqs, &claim.types).map(Rc::new);
+                let shape = self
+                    .finalize_shape(claim.pool, &claim.reqs, &claim.types)
+                    .map(Rc::new);
                 cache.insert(key, shape.clone());
                 shape
             }
@@ -1518,9 +1896,16 @@ struct Finalized {
 /// Runs one scheduling simulation.
 pub(crate) fn solve(input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
     let namespaces = namespace_labels(&input.namespaces);
-    let ctx = CompileContext { namespaces: &namespaces, volumes: &input.volumes };
+    let ctx = CompileContext {
+        namespaces: &namespaces,
+        volumes: &input.volumes,
+    };
     let mut interner = Interner::new(&input.options.extra_well_known_labels);
-    let mut infos: Vec<PodInfo> = pods.iter().enumerate().map(|(i, p)| compile_pod(i, p, &ctx, &mut interner)).collect();
+    let mut infos: Vec<PodInfo> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| compile_pod(i, p, &ctx, &mut interner))
+        .collect();
     let mut engine = Engine::new(&input, &mut infos, &ctx, interner);
 
     let mut results = SchedulingResults::default();
@@ -1535,7 +1920,10 @@ pub(crate) fn solve(input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
                 "ignored: the pod requires karpenter.sh/nodepool DoesNotExist, so no NodePool may run it".to_string(),
             );
         } else if info.is_daemonset {
-            unschedulable.insert(info.index, "ignored: DaemonSet pods are placed by the DaemonSet controller".to_string());
+            unschedulable.insert(
+                info.index,
+                "ignored: DaemonSet pods are placed by the DaemonSet controller".to_string(),
+            );
         } else {
             queue_pods.push(info.index);
         }
@@ -1543,7 +1931,10 @@ pub(crate) fn solve(input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
     // Queue order: CPU desc, memory desc, then input order.
     queue_pods.sort_by(|&a, &b| {
         let (pa, pb) = (&infos[a], &infos[b]);
-        pb.cpu().cmp(&pa.cpu()).then_with(|| pb.memory().cmp(&pa.memory())).then_with(|| a.cmp(&b))
+        pb.cpu()
+            .cmp(&pa.cpu())
+            .then_with(|| pb.memory().cmp(&pa.memory()))
+            .then_with(|| a.cmp(&b))
     });
     let mut queue: std::collections::VecDeque<usize> = queue_pods.into();
     let mut last_len: HashMap<usize, usize> = HashMap::new();
@@ -1585,10 +1976,19 @@ pub(crate) fn solve(input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
             }
         }
     }
-    let mut placed_nodes: Vec<&Node> = engine.nodes.iter().filter(|n| !n.placed.is_empty()).collect();
+    let mut placed_nodes: Vec<&Node> = engine
+        .nodes
+        .iter()
+        .filter(|n| !n.placed.is_empty())
+        .collect();
     placed_nodes.sort_by_key(|n| n.input_index);
-    results.existing_nodes =
-        placed_nodes.into_iter().map(|n| ExistingNodePlacement { node: n.name.clone(), pods: n.placed.clone() }).collect();
+    results.existing_nodes = placed_nodes
+        .into_iter()
+        .map(|n| ExistingNodePlacement {
+            node: n.name.clone(),
+            pods: n.placed.clone(),
+        })
+        .collect();
     results.unschedulable = unschedulable
         .into_iter()
         .map(|(p, explanation)| UnschedulablePod {

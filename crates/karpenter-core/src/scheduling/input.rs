@@ -25,12 +25,19 @@ pub struct InputError {
 }
 
 /// A NodePool and the instance types its NodeClass offers.
-pub fn node_pool(pool: &NodePool, instance_types: Vec<InstanceType>) -> Result<SchedulingNodePool, InputError> {
+pub fn node_pool(
+    pool: &NodePool,
+    instance_types: Vec<InstanceType>,
+) -> Result<SchedulingNodePool, InputError> {
     let name = pool.metadata.name.clone().unwrap_or_default();
     let err = |field: &str| {
         let object = format!("nodepool {name}");
         let field = field.to_string();
-        move |source| InputError { object: object.clone(), field: field.clone(), source }
+        move |source| InputError {
+            object: object.clone(),
+            field: field.clone(),
+            source,
+        }
     };
     let template = &pool.spec.template;
     let limits = match &pool.spec.limits {
@@ -39,9 +46,13 @@ pub fn node_pool(pool: &NodePool, instance_types: Vec<InstanceType>) -> Result<S
     };
     let usage = match &pool.status {
         Some(s) => {
-            let mut usage = ResourceList::from_k8s(&s.resources).map_err(err("status.resources"))?;
+            let mut usage =
+                ResourceList::from_k8s(&s.resources).map_err(err("status.resources"))?;
             if let Some(n) = s.nodes {
-                usage.set(well_known::NODES_RESOURCE, crate::resources::Quantity::from_units(n));
+                usage.set(
+                    well_known::NODES_RESOURCE,
+                    crate::resources::Quantity::from_units(n),
+                );
             }
             usage
         }
@@ -51,7 +62,11 @@ pub fn node_pool(pool: &NodePool, instance_types: Vec<InstanceType>) -> Result<S
         name,
         weight: pool.spec.weight.unwrap_or(0),
         requirements: template.spec.requirements.clone(),
-        labels: template.metadata.as_ref().map(|m| m.labels.clone()).unwrap_or_default(),
+        labels: template
+            .metadata
+            .as_ref()
+            .map(|m| m.labels.clone())
+            .unwrap_or_default(),
         taints: template.spec.taints.clone(),
         startup_taints: template.spec.startup_taints.clone(),
         limits,
@@ -65,30 +80,51 @@ pub fn node_pool(pool: &NodePool, instance_types: Vec<InstanceType>) -> Result<S
 /// The node counts as initialized when it carries `karpenter.sh/initialized=true` or is not
 /// managed by Karpenter. While uninitialized, zero node capacity/allocatable fall back to the
 /// NodeClaim's status values.
-pub fn existing_node(node: &Node, node_claim: Option<&NodeClaim>, pods: &[Pod]) -> Result<ExistingNode, InputError> {
+pub fn existing_node(
+    node: &Node,
+    node_claim: Option<&NodeClaim>,
+    pods: &[Pod],
+) -> Result<ExistingNode, InputError> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let labels = node.metadata.labels.clone().unwrap_or_default();
     let err = |field: &str| {
         let object = format!("node {name}");
         let field = field.to_string();
-        move |source| InputError { object: object.clone(), field: field.clone(), source }
+        move |source| InputError {
+            object: object.clone(),
+            field: field.clone(),
+            source,
+        }
     };
     let status = node.status.clone().unwrap_or_default();
-    let mut allocatable = ResourceList::from_k8s(&status.allocatable.unwrap_or_default()).map_err(err("status.allocatable"))?;
-    let mut capacity = ResourceList::from_k8s(&status.capacity.unwrap_or_default()).map_err(err("status.capacity"))?;
+    let mut allocatable = ResourceList::from_k8s(&status.allocatable.unwrap_or_default())
+        .map_err(err("status.allocatable"))?;
+    let mut capacity = ResourceList::from_k8s(&status.capacity.unwrap_or_default())
+        .map_err(err("status.capacity"))?;
     let managed = node_claim.is_some() || labels.contains_key(well_known::NODEPOOL_LABEL);
-    let initialized = !managed || labels.get(well_known::NODE_INITIALIZED_LABEL).is_some_and(|v| v == "true");
+    let initialized = !managed
+        || labels
+            .get(well_known::NODE_INITIALIZED_LABEL)
+            .is_some_and(|v| v == "true");
     let mut startup_taints = Vec::new();
-    let mut taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+    let mut taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
     if let Some(nc) = node_claim {
         startup_taints = nc.spec.startup_taints.clone();
-        let registered = labels.get(well_known::NODE_REGISTERED_LABEL).is_some_and(|v| v == "true");
+        let registered = labels
+            .get(well_known::NODE_REGISTERED_LABEL)
+            .is_some_and(|v| v == "true");
         if !registered && taints.is_empty() {
             taints = nc.spec.taints.clone();
         }
         if !initialized && let Some(s) = &nc.status {
-            let claim_alloc = ResourceList::from_k8s(&s.allocatable).map_err(err("nodeclaim status.allocatable"))?;
-            let claim_cap = ResourceList::from_k8s(&s.capacity).map_err(err("nodeclaim status.capacity"))?;
+            let claim_alloc = ResourceList::from_k8s(&s.allocatable)
+                .map_err(err("nodeclaim status.allocatable"))?;
+            let claim_cap =
+                ResourceList::from_k8s(&s.capacity).map_err(err("nodeclaim status.capacity"))?;
             for (k, v) in claim_alloc.iter() {
                 if allocatable.get(k).is_zero() {
                     allocatable.set(k, v);
@@ -117,7 +153,11 @@ pub fn existing_node(node: &Node, node_claim: Option<&NodeClaim>, pods: &[Pod]) 
 
 /// The representative pod of a DaemonSet: its template, owned by the DaemonSet.
 pub fn daemonset_pod(ds: &DaemonSet) -> Pod {
-    let template = ds.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+    let template = ds
+        .spec
+        .as_ref()
+        .map(|s| s.template.clone())
+        .unwrap_or_default();
     let meta = template.metadata.unwrap_or_default();
     Pod {
         metadata: ObjectMeta {

@@ -99,8 +99,16 @@ pub(crate) const MEMORY: usize = 1;
 
 impl Interner {
     pub fn new(extra_well_known: &[String]) -> Self {
-        let mut i = Interner { extra_well_known: extra_well_known.to_vec(), ..Default::default() };
-        for name in [resources::CPU, resources::MEMORY, resources::PODS, resources::EPHEMERAL_STORAGE] {
+        let mut i = Interner {
+            extra_well_known: extra_well_known.to_vec(),
+            ..Default::default()
+        };
+        for name in [
+            resources::CPU,
+            resources::MEMORY,
+            resources::PODS,
+            resources::EPHEMERAL_STORAGE,
+        ] {
             i.resource(name);
         }
         i
@@ -113,22 +121,24 @@ impl Interner {
         let id = self.keys.len() as Key;
         self.keys.push(key.to_string());
         self.key_ids.insert(key.to_string(), id);
-        let wk = well_known::is_well_known_label(key) || self.extra_well_known.iter().any(|k| k == key);
+        let wk =
+            well_known::is_well_known_label(key) || self.extra_well_known.iter().any(|k| k == key);
         self.well_known.push(wk);
         id
     }
-
 
     pub fn value(&mut self, value: &str) -> Sym {
         if let Some(&sym) = self.value_ids.get(value) {
             return sym;
         }
-        let sym = Sym { id: self.values.len() as u32, int: value.parse().ok() };
+        let sym = Sym {
+            id: self.values.len() as u32,
+            int: value.parse().ok(),
+        };
         self.values.push(value.to_string());
         self.value_ids.insert(value.to_string(), sym);
         sym
     }
-
 
     pub fn key_str(&self, key: Key) -> &str {
         &self.keys[key as usize]
@@ -137,7 +147,6 @@ impl Interner {
     pub fn value_str(&self, sym: Sym) -> &str {
         &self.values[sym.id as usize]
     }
-
 
     pub fn is_well_known(&self, key: Key) -> bool {
         self.well_known[key as usize]
@@ -157,7 +166,10 @@ impl Interner {
     }
 
     pub fn reqs_to_strings(&self, reqs: &Reqs) -> Requirements {
-        reqs.map(|k| self.key_str(*k).to_string(), |v| self.value_str(*v).to_string())
+        reqs.map(
+            |k| self.key_str(*k).to_string(),
+            |v| self.value_str(*v).to_string(),
+        )
     }
 
     pub fn resource(&mut self, name: &str) -> usize {
@@ -193,13 +205,12 @@ impl Interner {
 
     /// `cpu=2, memory=4Gi` for messages.
     pub fn resources_text(&self, v: &ResVec) -> String {
-        let parts: Vec<String> = v
-            .0
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| **m != 0)
-            .map(|(i, m)| format!("{}={}", self.resource_names[i], Quantity::from_millis(*m)))
-            .collect();
+        let parts: Vec<String> =
+            v.0.iter()
+                .enumerate()
+                .filter(|(_, m)| **m != 0)
+                .map(|(i, m)| format!("{}={}", self.resource_names[i], Quantity::from_millis(*m)))
+                .collect();
         parts.join(", ")
     }
 }

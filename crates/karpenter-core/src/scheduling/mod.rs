@@ -185,7 +185,10 @@ pub struct UnschedulablePod {
     pub explanation: String,
 }
 
-fn serialize_options<S: serde::Serializer>(options: &Arc<[InstanceTypeOption]>, serializer: S) -> Result<S::Ok, S::Error> {
+fn serialize_options<S: serde::Serializer>(
+    options: &Arc<[InstanceTypeOption]>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     serializer.collect_seq(options.iter())
 }
 
@@ -201,7 +204,11 @@ impl NewNodeClaim {
         out.push(NodeSelectorRequirementWithMinValues {
             key: karpenter_api::well_known::INSTANCE_TYPE_LABEL.to_string(),
             operator: "In".to_string(),
-            values: self.instance_types.iter().map(|o| o.name.to_string()).collect(),
+            values: self
+                .instance_types
+                .iter()
+                .map(|o| o.name.to_string())
+                .collect(),
             min_values: self.instance_type_min_values,
         });
         out.sort_by(|a, b| a.key.cmp(&b.key));

@@ -11,7 +11,10 @@ use crate::taints;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum GroupKind {
-    Spread { max_skew: u32, min_domains: Option<u32> },
+    Spread {
+        max_skew: u32,
+        min_domains: Option<u32>,
+    },
     Affinity,
     AntiAffinity,
     /// Anti-affinity seen from the other side: pods this selects may only go to empty domains.
@@ -31,7 +34,9 @@ impl NodeFilter {
     /// Matches every node (no node selector, terms or taint policy to check).
     pub fn is_trivial(&self) -> bool {
         self.tolerations.is_none()
-            && self.affinity.as_ref().is_none_or(|(selector, terms)| selector.is_empty() && terms.iter().all(|t| t.is_empty()))
+            && self.affinity.as_ref().is_none_or(|(selector, terms)| {
+                selector.is_empty() && terms.iter().all(|t| t.is_empty())
+            })
     }
 
     pub fn matches(&self, node_reqs: &Reqs, node_taints: &[Taint], interner: &Interner) -> bool {
@@ -40,7 +45,11 @@ impl NodeFilter {
             let ok = if terms.is_empty() {
                 node_reqs.compatible(selector, allow).is_ok()
             } else {
-                terms.iter().any(|t| node_reqs.compatible(&selector.intersection(t), allow).is_ok())
+                terms.iter().any(|t| {
+                    node_reqs
+                        .compatible(&selector.intersection(t), allow)
+                        .is_ok()
+                })
             };
             if !ok {
                 return false;
@@ -73,8 +82,23 @@ pub(crate) struct Group {
 }
 
 impl Group {
-    pub fn new(kind: GroupKind, key: Key, namespaces: Namespaces, selector: Selector, filter: NodeFilter) -> Self {
-        Group { kind, key, namespaces, selector, filter, counts: Vec::new(), nonzero: Vec::new(), claims_counted: 0 }
+    pub fn new(
+        kind: GroupKind,
+        key: Key,
+        namespaces: Namespaces,
+        selector: Selector,
+        filter: NodeFilter,
+    ) -> Self {
+        Group {
+            kind,
+            key,
+            namespaces,
+            selector,
+            filter,
+            counts: Vec::new(),
+            nonzero: Vec::new(),
+            claims_counted: 0,
+        }
     }
 
     pub fn count(&self, domain: Sym) -> u32 {
@@ -97,7 +121,10 @@ impl Group {
 
     /// Whether this group forbids selected pods from every domain already counted.
     pub fn is_exclusive(&self) -> bool {
-        matches!(self.kind, GroupKind::AntiAffinity | GroupKind::InverseAntiAffinity)
+        matches!(
+            self.kind,
+            GroupKind::AntiAffinity | GroupKind::InverseAntiAffinity
+        )
     }
 
     /// Whether the group counts pods with these labels in this namespace.
@@ -141,7 +168,12 @@ impl Topology {
     pub fn register(&mut self, group: Group) -> (usize, bool) {
         let identity = format!(
             "{:?}|{}|{:?}|{:?}|{:?}|{:?}",
-            group.kind, group.key, group.namespaces, group.selector, group.filter.affinity, group.filter.tolerations
+            group.kind,
+            group.key,
+            group.namespaces,
+            group.selector,
+            group.filter.affinity,
+            group.filter.tolerations
         );
         if let Some(&id) = self.identity.get(&identity) {
             return (id, false);
@@ -160,7 +192,10 @@ impl Topology {
                     d.providers.push(taint_set);
                 }
             }
-            None => list.push(Domain { value, providers: vec![taint_set] }),
+            None => list.push(Domain {
+                value,
+                providers: vec![taint_set],
+            }),
         }
     }
 
@@ -171,53 +206,86 @@ impl Topology {
     }
 
     /// Known domains of `key` (for a spread honouring taints: those some tolerated provider offers).
-    fn universe<'a>(&'a self, key: Key, tolerations: Option<&'a [Toleration]>) -> impl Iterator<Item = Sym> + 'a {
-        self.domains.get(&key).into_iter().flatten().filter_map(move |d| {
-            let eligible = match tolerations {
-                None => true,
-                Some(tol) => d.providers.iter().any(|&p| {
-                    self.taint_sets[p]
-                        .iter()
-                        .filter(|t| t.effect != taints::PREFER_NO_SCHEDULE)
-                        .all(|t| taints::tolerates(tol, t))
-                }),
-            };
-            eligible.then_some(d.value)
-        })
+    fn universe<'a>(
+        &'a self,
+        key: Key,
+        tolerations: Option<&'a [Toleration]>,
+    ) -> impl Iterator<Item = Sym> + 'a {
+        self.domains
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .filter_map(move |d| {
+                let eligible = match tolerations {
+                    None => true,
+                    Some(tol) => d.providers.iter().any(|&p| {
+                        self.taint_sets[p]
+                            .iter()
+                            .filter(|t| t.effect != taints::PREFER_NO_SCHEDULE)
+                            .all(|t| taints::tolerates(tol, t))
+                    }),
+                };
+                eligible.then_some(d.value)
+            })
     }
 
     /// Candidate domains on a node: its explicit `In` list, else known domains it allows
     /// (`None` means `Exists`).
-    fn candidates(&self, key: Key, node_domains: Option<&Req>, tolerations: Option<&[Toleration]>) -> Vec<Sym> {
+    fn candidates(
+        &self,
+        key: Key,
+        node_domains: Option<&Req>,
+        tolerations: Option<&[Toleration]>,
+    ) -> Vec<Sym> {
         match node_domains {
             Some(r) if r.operator() == crate::requirements::Operator::In => r.values().to_vec(),
-            _ => self.universe(key, tolerations).filter(|d| has(node_domains, d)).collect(),
+            _ => self
+                .universe(key, tolerations)
+                .filter(|d| has(node_domains, d))
+                .collect(),
         }
     }
 
     /// The domains `group` allows a pod into, as a requirement on the group's key; `None` when
     /// none (the constraint cannot be met there).
-    pub fn allowed(&self, gid: usize, pod_selected: bool, pod_domains: Option<&Req>, node_domains: Option<&Req>) -> Option<Req> {
+    pub fn allowed(
+        &self,
+        gid: usize,
+        pod_selected: bool,
+        pod_domains: Option<&Req>,
+        node_domains: Option<&Req>,
+    ) -> Option<Req> {
         let g = &self.groups[gid];
         let self_count = u32::from(pod_selected);
         match g.kind {
-            GroupKind::Spread { max_skew, min_domains } => {
+            GroupKind::Spread {
+                max_skew,
+                min_domains,
+            } => {
                 let tolerations = g.filter.tolerations.as_deref();
                 let global_min = if g.key == self.hostname_key {
                     0 // a new node is always an empty hostname domain
                 } else {
                     let mut eligible = 0u32;
                     let mut min = u32::MAX;
-                    for d in self.universe(g.key, tolerations).filter(|d| has(pod_domains, d)) {
+                    for d in self
+                        .universe(g.key, tolerations)
+                        .filter(|d| has(pod_domains, d))
+                    {
                         eligible += 1;
                         min = min.min(g.count(d));
                     }
-                    if eligible == 0 || min_domains.is_some_and(|m| eligible < m) { 0 } else { min }
+                    if eligible == 0 || min_domains.is_some_and(|m| eligible < m) {
+                        0
+                    } else {
+                        min
+                    }
                 };
                 let mut best: Option<(Sym, u32)> = None;
                 for d in self.candidates(g.key, node_domains, tolerations) {
                     let c = g.count(d) + self_count;
-                    if c.saturating_sub(global_min) <= max_skew && best.is_none_or(|(_, bc)| c < bc) {
+                    if c.saturating_sub(global_min) <= max_skew && best.is_none_or(|(_, bc)| c < bc)
+                    {
                         best = Some((d, c));
                     }
                 }
@@ -225,14 +293,20 @@ impl Topology {
             }
             GroupKind::Affinity => {
                 let candidates = self.candidates(g.key, node_domains, None);
-                let occupied: Vec<Sym> =
-                    candidates.iter().copied().filter(|d| g.count(*d) > 0 && has(pod_domains, d)).collect();
+                let occupied: Vec<Sym> = candidates
+                    .iter()
+                    .copied()
+                    .filter(|d| g.count(*d) > 0 && has(pod_domains, d))
+                    .collect();
                 if !occupied.is_empty() {
                     return Some(Req::is_in(occupied));
                 }
                 // Bootstrap: a pod selecting itself may start the group where none is yet.
                 if pod_selected && !g.nonzero.iter().any(|d| has(pod_domains, d)) {
-                    return candidates.into_iter().find(|d| has(pod_domains, d)).map(|d| Req::is_in([d]));
+                    return candidates
+                        .into_iter()
+                        .find(|d| has(pod_domains, d))
+                        .map(|d| Req::is_in([d]));
                 }
                 None
             }
@@ -249,34 +323,54 @@ impl Topology {
 
     /// Allocation-free `allowed(..).is_some()` for a node whose requirement on the key is the
     /// explicit `In` list `node_values`.
-    pub fn allows_any(&self, gid: usize, pod_selected: bool, pod_domains: Option<&Req>, node_values: &[Sym]) -> bool {
+    pub fn allows_any(
+        &self,
+        gid: usize,
+        pod_selected: bool,
+        pod_domains: Option<&Req>,
+        node_values: &[Sym],
+    ) -> bool {
         let g = &self.groups[gid];
         let self_count = u32::from(pod_selected);
         match g.kind {
-            GroupKind::Spread { max_skew, min_domains } => {
+            GroupKind::Spread {
+                max_skew,
+                min_domains,
+            } => {
                 let tolerations = g.filter.tolerations.as_deref();
                 let global_min = if g.key == self.hostname_key {
                     0
                 } else {
                     let mut eligible = 0u32;
                     let mut min = u32::MAX;
-                    for d in self.universe(g.key, tolerations).filter(|d| has(pod_domains, d)) {
+                    for d in self
+                        .universe(g.key, tolerations)
+                        .filter(|d| has(pod_domains, d))
+                    {
                         eligible += 1;
                         min = min.min(g.count(d));
                     }
-                    if eligible == 0 || min_domains.is_some_and(|m| eligible < m) { 0 } else { min }
+                    if eligible == 0 || min_domains.is_some_and(|m| eligible < m) {
+                        0
+                    } else {
+                        min
+                    }
                 };
-                node_values.iter().any(|d| (g.count(*d) + self_count).saturating_sub(global_min) <= max_skew)
+                node_values
+                    .iter()
+                    .any(|d| (g.count(*d) + self_count).saturating_sub(global_min) <= max_skew)
             }
             GroupKind::Affinity => {
-                node_values.iter().any(|d| g.count(*d) > 0 && has(pod_domains, d))
+                node_values
+                    .iter()
+                    .any(|d| g.count(*d) > 0 && has(pod_domains, d))
                     || (pod_selected
                         && !g.nonzero.iter().any(|d| has(pod_domains, d))
                         && node_values.iter().any(|d| has(pod_domains, d)))
             }
-            GroupKind::AntiAffinity | GroupKind::InverseAntiAffinity => {
-                node_values.iter().any(|d| g.count(*d) == 0 && has(pod_domains, d))
-            }
+            GroupKind::AntiAffinity | GroupKind::InverseAntiAffinity => node_values
+                .iter()
+                .any(|d| g.count(*d) == 0 && has(pod_domains, d)),
         }
     }
 
@@ -296,7 +390,10 @@ impl Topology {
     /// `on_claim`: the node is an in-flight NodeClaim (for [`Group::claims_counted`]).
     pub fn record(&mut self, gid: usize, node_domains: Option<&Req>, on_claim: bool) {
         let key = self.groups[gid].key;
-        let every = matches!(self.groups[gid].kind, GroupKind::AntiAffinity | GroupKind::InverseAntiAffinity);
+        let every = matches!(
+            self.groups[gid].kind,
+            GroupKind::AntiAffinity | GroupKind::InverseAntiAffinity
+        );
         let domains: Vec<Sym> = match node_domains {
             Some(r) if r.operator() == crate::requirements::Operator::In => {
                 if !every && r.values().len() != 1 {
@@ -304,7 +401,10 @@ impl Topology {
                 }
                 r.values().to_vec()
             }
-            _ if every => self.universe(key, None).filter(|d| has(node_domains, d)).collect(),
+            _ if every => self
+                .universe(key, None)
+                .filter(|d| has(node_domains, d))
+                .collect(),
             _ => return,
         };
         let hostname = key == self.hostname_key;

@@ -8,7 +8,11 @@ fn diverse_workload_schedules_everything_on_pods_over_five_node_claims() {
     for n in [5, 50, 500] {
         let pods = diverse_pods(n, 42);
         let r = Scheduler::new(scheduler_input(PreferencePolicy::Respect)).solve(&pods);
-        assert!(r.unschedulable.is_empty(), "{n}: {:?}", r.unschedulable.first());
+        assert!(
+            r.unschedulable.is_empty(),
+            "{n}: {:?}",
+            r.unschedulable.first()
+        );
         assert_eq!(r.new_node_claims.len(), n / 5, "{n} pods");
         assert_eq!(r.pods_on_new_node_claims(), n);
     }
@@ -19,7 +23,14 @@ fn preference_workload_relaxes_to_one_pod_per_node() {
     let pods = preference_pods(40, 42);
     let r = Scheduler::new(scheduler_input(PreferencePolicy::Respect)).solve(&pods);
     assert!(r.unschedulable.is_empty());
-    assert_eq!(r.new_node_claims.len(), 40, "hostname anti-affinity preference kept");
+    assert_eq!(
+        r.new_node_claims.len(),
+        40,
+        "hostname anti-affinity preference kept"
+    );
     let r = Scheduler::new(scheduler_input(PreferencePolicy::Ignore)).solve(&pods);
-    assert!(r.new_node_claims.len() < 40, "preferences ignored: pods pack");
+    assert!(
+        r.new_node_claims.len() < 40,
+        "preferences ignored: pods pack"
+    );
 }

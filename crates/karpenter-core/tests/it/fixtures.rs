@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerPort, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
-    PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec, PreferredSchedulingTerm, ResourceRequirements, Taint,
-    Toleration, TopologySpreadConstraint, WeightedPodAffinityTerm,
+    Affinity, Container, ContainerPort, NodeAffinity, NodeSelector, NodeSelectorRequirement,
+    NodeSelectorTerm, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec,
+    PreferredSchedulingTerm, ResourceRequirements, Taint, Toleration, TopologySpreadConstraint,
+    WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -32,18 +33,30 @@ pub fn rl(pairs: &[(&str, &str)]) -> ResourceList {
 /// priced 0.1/cpu + 0.1/GB (+1 per GPU).
 pub fn instance_type(name: &str, arch: &str, os: &str, capacity: &[(&str, &str)]) -> InstanceType {
     let capacity = rl(capacity);
-    let gpus = capacity.iter().filter(|(k, _)| k.contains('/')).map(|(_, q)| q.as_f64_units()).sum::<f64>();
-    let price = 0.1 * capacity.get("cpu").as_f64_units() + 0.1 * capacity.get("memory").as_f64_units() / 1e9 + gpus;
-    let offerings = [("spot", ZONES[0]), ("spot", ZONES[1]), ("on-demand", ZONES[0]), ("on-demand", ZONES[1]), ("on-demand", ZONES[2])]
+    let gpus = capacity
         .iter()
-        .map(|(ct, z)| Offering {
-            zone: z.to_string(),
-            capacity_type: ct.to_string(),
-            price,
-            available: true,
-            ..Default::default()
-        })
-        .collect();
+        .filter(|(k, _)| k.contains('/'))
+        .map(|(_, q)| q.as_f64_units())
+        .sum::<f64>();
+    let price = 0.1 * capacity.get("cpu").as_f64_units()
+        + 0.1 * capacity.get("memory").as_f64_units() / 1e9
+        + gpus;
+    let offerings = [
+        ("spot", ZONES[0]),
+        ("spot", ZONES[1]),
+        ("on-demand", ZONES[0]),
+        ("on-demand", ZONES[1]),
+        ("on-demand", ZONES[2]),
+    ]
+    .iter()
+    .map(|(ct, z)| Offering {
+        zone: z.to_string(),
+        capacity_type: ct.to_string(),
+        price,
+        available: true,
+        ..Default::default()
+    })
+    .collect();
     InstanceType {
         name: name.to_string(),
         labels: BTreeMap::from([
@@ -60,17 +73,56 @@ pub fn instance_type(name: &str, arch: &str, os: &str, capacity: &[(&str, &str)]
 /// Upstream's default fake instance types.
 pub fn default_instance_types() -> Vec<InstanceType> {
     vec![
-        instance_type("default-instance-type", "amd64", "linux", &[("cpu", "4"), ("memory", "4Gi"), ("pods", "5")]),
-        instance_type("small-instance-type", "amd64", "linux", &[("cpu", "2"), ("memory", "2Gi"), ("pods", "32")]),
-        instance_type("gpu-vendor-instance-type", "amd64", "linux", &[("cpu", "4"), ("memory", "4Gi"), ("pods", "32"), ("fake.com/vendor-a", "2")]),
-        instance_type("arm-instance-type", "arm64", "linux", &[("cpu", "16"), ("memory", "128Gi"), ("pods", "32")]),
-        instance_type("windows-instance-type", "amd64", "windows", &[("cpu", "4"), ("memory", "4Gi"), ("pods", "32")]),
-        instance_type("single-pod-instance-type", "amd64", "linux", &[("cpu", "4"), ("memory", "4Gi"), ("pods", "1")]),
+        instance_type(
+            "default-instance-type",
+            "amd64",
+            "linux",
+            &[("cpu", "4"), ("memory", "4Gi"), ("pods", "5")],
+        ),
+        instance_type(
+            "small-instance-type",
+            "amd64",
+            "linux",
+            &[("cpu", "2"), ("memory", "2Gi"), ("pods", "32")],
+        ),
+        instance_type(
+            "gpu-vendor-instance-type",
+            "amd64",
+            "linux",
+            &[
+                ("cpu", "4"),
+                ("memory", "4Gi"),
+                ("pods", "32"),
+                ("fake.com/vendor-a", "2"),
+            ],
+        ),
+        instance_type(
+            "arm-instance-type",
+            "arm64",
+            "linux",
+            &[("cpu", "16"), ("memory", "128Gi"), ("pods", "32")],
+        ),
+        instance_type(
+            "windows-instance-type",
+            "amd64",
+            "windows",
+            &[("cpu", "4"), ("memory", "4Gi"), ("pods", "32")],
+        ),
+        instance_type(
+            "single-pod-instance-type",
+            "amd64",
+            "linux",
+            &[("cpu", "4"), ("memory", "4Gi"), ("pods", "1")],
+        ),
     ]
 }
 
 pub fn pool(name: &str) -> SchedulingNodePool {
-    SchedulingNodePool { name: name.to_string(), instance_types: default_instance_types(), ..Default::default() }
+    SchedulingNodePool {
+        name: name.to_string(),
+        instance_types: default_instance_types(),
+        ..Default::default()
+    }
 }
 
 pub fn req(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirementWithMinValues {
@@ -83,7 +135,12 @@ pub fn req(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirementWithM
 }
 
 pub fn taint(key: &str, value: Option<&str>, effect: &str) -> Taint {
-    Taint { key: key.into(), value: value.map(Into::into), effect: effect.into(), time_added: None }
+    Taint {
+        key: key.into(),
+        value: value.map(Into::into),
+        effect: effect.into(),
+        time_added: None,
+    }
 }
 
 pub fn toleration(key: &str, op: &str, value: Option<&str>, effect: Option<&str>) -> Toleration {
@@ -106,7 +163,12 @@ pub fn nsr(key: &str, op: &str, values: &[&str]) -> NodeSelectorRequirement {
 
 pub fn selector(labels: &[(&str, &str)]) -> LabelSelector {
     LabelSelector {
-        match_labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        match_labels: Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
         ..Default::default()
     }
 }
@@ -120,8 +182,18 @@ static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::ne
 pub fn pod() -> P {
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     P(Pod {
-        metadata: ObjectMeta { name: Some(format!("pod-{n}")), namespace: Some("default".into()), ..Default::default() },
-        spec: Some(PodSpec { containers: vec![Container { name: "app".into(), ..Default::default() }], ..Default::default() }),
+        metadata: ObjectMeta {
+            name: Some(format!("pod-{n}")),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "app".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
         status: None,
     })
 }
@@ -149,23 +221,41 @@ impl P {
         self
     }
     pub fn requests(mut self, requests: &[(&str, &str)]) -> Self {
-        let map: BTreeMap<String, K8sQuantity> =
-            requests.iter().map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string()))).collect();
-        self.spec().containers[0].resources = Some(ResourceRequirements { requests: Some(map), ..Default::default() });
-        self
-    }
-    pub fn init_requests(mut self, requests: &[(&str, &str)]) -> Self {
-        let map: BTreeMap<String, K8sQuantity> =
-            requests.iter().map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string()))).collect();
-        self.spec().init_containers.get_or_insert_with(Vec::new).push(Container {
-            name: "init".into(),
-            resources: Some(ResourceRequirements { requests: Some(map), ..Default::default() }),
+        let map: BTreeMap<String, K8sQuantity> = requests
+            .iter()
+            .map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string())))
+            .collect();
+        self.spec().containers[0].resources = Some(ResourceRequirements {
+            requests: Some(map),
             ..Default::default()
         });
         self
     }
+    pub fn init_requests(mut self, requests: &[(&str, &str)]) -> Self {
+        let map: BTreeMap<String, K8sQuantity> = requests
+            .iter()
+            .map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string())))
+            .collect();
+        self.spec()
+            .init_containers
+            .get_or_insert_with(Vec::new)
+            .push(Container {
+                name: "init".into(),
+                resources: Some(ResourceRequirements {
+                    requests: Some(map),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        self
+    }
     pub fn overhead(mut self, overhead: &[(&str, &str)]) -> Self {
-        self.spec().overhead = Some(overhead.iter().map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string()))).collect());
+        self.spec().overhead = Some(
+            overhead
+                .iter()
+                .map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string())))
+                .collect(),
+        );
         self
     }
     pub fn node_selector(mut self, labels: &[(&str, &str)]) -> Self {
@@ -177,84 +267,153 @@ impl P {
     }
     /// Adds a required node-affinity term (terms are ORed).
     pub fn required_term(mut self, exprs: Vec<NodeSelectorRequirement>) -> Self {
-        let na = self.affinity().node_affinity.get_or_insert_with(NodeAffinity::default);
+        let na = self
+            .affinity()
+            .node_affinity
+            .get_or_insert_with(NodeAffinity::default);
         na.required_during_scheduling_ignored_during_execution
-            .get_or_insert_with(|| NodeSelector { node_selector_terms: Vec::new() })
+            .get_or_insert_with(|| NodeSelector {
+                node_selector_terms: Vec::new(),
+            })
             .node_selector_terms
-            .push(NodeSelectorTerm { match_expressions: Some(exprs), ..Default::default() });
+            .push(NodeSelectorTerm {
+                match_expressions: Some(exprs),
+                ..Default::default()
+            });
         self
     }
     pub fn preferred_term(mut self, weight: i32, exprs: Vec<NodeSelectorRequirement>) -> Self {
-        let na = self.affinity().node_affinity.get_or_insert_with(NodeAffinity::default);
-        na.preferred_during_scheduling_ignored_during_execution.get_or_insert_with(Vec::new).push(PreferredSchedulingTerm {
-            weight,
-            preference: NodeSelectorTerm { match_expressions: Some(exprs), ..Default::default() },
-        });
+        let na = self
+            .affinity()
+            .node_affinity
+            .get_or_insert_with(NodeAffinity::default);
+        na.preferred_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(PreferredSchedulingTerm {
+                weight,
+                preference: NodeSelectorTerm {
+                    match_expressions: Some(exprs),
+                    ..Default::default()
+                },
+            });
         self
     }
     pub fn tolerate(mut self, t: Toleration) -> Self {
         self.spec().tolerations.get_or_insert_with(Vec::new).push(t);
         self
     }
-    pub fn spread(mut self, key: &str, max_skew: i32, unsat: &str, sel: Option<LabelSelector>) -> Self {
-        self.spec().topology_spread_constraints.get_or_insert_with(Vec::new).push(TopologySpreadConstraint {
-            max_skew,
-            topology_key: key.into(),
-            when_unsatisfiable: unsat.into(),
-            label_selector: sel,
-            ..Default::default()
-        });
+    pub fn spread(
+        mut self,
+        key: &str,
+        max_skew: i32,
+        unsat: &str,
+        sel: Option<LabelSelector>,
+    ) -> Self {
+        self.spec()
+            .topology_spread_constraints
+            .get_or_insert_with(Vec::new)
+            .push(TopologySpreadConstraint {
+                max_skew,
+                topology_key: key.into(),
+                when_unsatisfiable: unsat.into(),
+                label_selector: sel,
+                ..Default::default()
+            });
         self
     }
     pub fn spread_with(mut self, tsc: TopologySpreadConstraint) -> Self {
-        self.spec().topology_spread_constraints.get_or_insert_with(Vec::new).push(tsc);
+        self.spec()
+            .topology_spread_constraints
+            .get_or_insert_with(Vec::new)
+            .push(tsc);
         self
     }
     pub fn affinity_to(mut self, key: &str, sel: &[(&str, &str)]) -> Self {
-        let pa = self.affinity().pod_affinity.get_or_insert_with(PodAffinity::default);
-        pa.required_during_scheduling_ignored_during_execution.get_or_insert_with(Vec::new).push(PodAffinityTerm {
-            topology_key: key.into(),
-            label_selector: Some(selector(sel)),
-            ..Default::default()
-        });
+        let pa = self
+            .affinity()
+            .pod_affinity
+            .get_or_insert_with(PodAffinity::default);
+        pa.required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(PodAffinityTerm {
+                topology_key: key.into(),
+                label_selector: Some(selector(sel)),
+                ..Default::default()
+            });
         self
     }
     pub fn affinity_term(mut self, term: PodAffinityTerm) -> Self {
-        let pa = self.affinity().pod_affinity.get_or_insert_with(PodAffinity::default);
-        pa.required_during_scheduling_ignored_during_execution.get_or_insert_with(Vec::new).push(term);
+        let pa = self
+            .affinity()
+            .pod_affinity
+            .get_or_insert_with(PodAffinity::default);
+        pa.required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(term);
         self
     }
     pub fn preferred_affinity_to(mut self, weight: i32, key: &str, sel: &[(&str, &str)]) -> Self {
-        let pa = self.affinity().pod_affinity.get_or_insert_with(PodAffinity::default);
-        pa.preferred_during_scheduling_ignored_during_execution.get_or_insert_with(Vec::new).push(WeightedPodAffinityTerm {
-            weight,
-            pod_affinity_term: PodAffinityTerm { topology_key: key.into(), label_selector: Some(selector(sel)), ..Default::default() },
-        });
+        let pa = self
+            .affinity()
+            .pod_affinity
+            .get_or_insert_with(PodAffinity::default);
+        pa.preferred_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(WeightedPodAffinityTerm {
+                weight,
+                pod_affinity_term: PodAffinityTerm {
+                    topology_key: key.into(),
+                    label_selector: Some(selector(sel)),
+                    ..Default::default()
+                },
+            });
         self
     }
     pub fn anti_affinity_to(mut self, key: &str, sel: &[(&str, &str)]) -> Self {
-        let pa = self.affinity().pod_anti_affinity.get_or_insert_with(PodAntiAffinity::default);
-        pa.required_during_scheduling_ignored_during_execution.get_or_insert_with(Vec::new).push(PodAffinityTerm {
-            topology_key: key.into(),
-            label_selector: Some(selector(sel)),
-            ..Default::default()
-        });
+        let pa = self
+            .affinity()
+            .pod_anti_affinity
+            .get_or_insert_with(PodAntiAffinity::default);
+        pa.required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(PodAffinityTerm {
+                topology_key: key.into(),
+                label_selector: Some(selector(sel)),
+                ..Default::default()
+            });
         self
     }
-    pub fn preferred_anti_affinity_to(mut self, weight: i32, key: &str, sel: &[(&str, &str)]) -> Self {
-        let pa = self.affinity().pod_anti_affinity.get_or_insert_with(PodAntiAffinity::default);
-        pa.preferred_during_scheduling_ignored_during_execution.get_or_insert_with(Vec::new).push(WeightedPodAffinityTerm {
-            weight,
-            pod_affinity_term: PodAffinityTerm { topology_key: key.into(), label_selector: Some(selector(sel)), ..Default::default() },
-        });
+    pub fn preferred_anti_affinity_to(
+        mut self,
+        weight: i32,
+        key: &str,
+        sel: &[(&str, &str)],
+    ) -> Self {
+        let pa = self
+            .affinity()
+            .pod_anti_affinity
+            .get_or_insert_with(PodAntiAffinity::default);
+        pa.preferred_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(WeightedPodAffinityTerm {
+                weight,
+                pod_affinity_term: PodAffinityTerm {
+                    topology_key: key.into(),
+                    label_selector: Some(selector(sel)),
+                    ..Default::default()
+                },
+            });
         self
     }
     pub fn host_port(mut self, port: i32) -> Self {
-        self.spec().containers[0].ports.get_or_insert_with(Vec::new).push(ContainerPort {
-            container_port: port,
-            host_port: Some(port),
-            ..Default::default()
-        });
+        self.spec().containers[0]
+            .ports
+            .get_or_insert_with(Vec::new)
+            .push(ContainerPort {
+                container_port: port,
+                host_port: Some(port),
+                ..Default::default()
+            });
         self
     }
     pub fn build(self) -> Pod {
@@ -267,7 +426,13 @@ pub fn pods(builders: Vec<P>) -> Vec<Pod> {
 }
 
 pub fn solve(pools: Vec<SchedulingNodePool>, pods: &[Pod]) -> SchedulingResults {
-    solve_input(SchedulerInput { node_pools: pools, ..Default::default() }, pods)
+    solve_input(
+        SchedulerInput {
+            node_pools: pools,
+            ..Default::default()
+        },
+        pods,
+    )
 }
 
 pub fn solve_input(input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
@@ -276,7 +441,10 @@ pub fn solve_input(input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
 
 /// The NodeClaim index holding pod `p`, if any.
 pub fn claim_of(results: &SchedulingResults, p: usize) -> Option<usize> {
-    results.new_node_claims.iter().position(|c| c.pods.contains(&p))
+    results
+        .new_node_claims
+        .iter()
+        .position(|c| c.pods.contains(&p))
 }
 
 pub fn scheduled(results: &SchedulingResults, p: usize) -> bool {
@@ -304,12 +472,25 @@ pub fn claim_allows(results: &SchedulingResults, claim: usize, key: &str, value:
 }
 
 pub fn explanation(results: &SchedulingResults, p: usize) -> String {
-    results.unschedulable.iter().find(|u| u.pod == p).map(|u| u.explanation.clone()).unwrap_or_default()
+    results
+        .unschedulable
+        .iter()
+        .find(|u| u.pod == p)
+        .map(|u| u.explanation.clone())
+        .unwrap_or_default()
 }
 
-pub fn existing_node(name: &str, labels: &[(&str, &str)], allocatable: &[(&str, &str)]) -> ExistingNode {
-    let mut l: BTreeMap<String, String> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    l.entry(HOSTNAME.to_string()).or_insert_with(|| name.to_string());
+pub fn existing_node(
+    name: &str,
+    labels: &[(&str, &str)],
+    allocatable: &[(&str, &str)],
+) -> ExistingNode {
+    let mut l: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    l.entry(HOSTNAME.to_string())
+        .or_insert_with(|| name.to_string());
     ExistingNode {
         name: name.into(),
         labels: l,
@@ -325,7 +506,10 @@ pub fn q(s: &str) -> Quantity {
 }
 
 /// Number of claims whose zone resolves to each zone.
-pub fn zone_counts(results: &SchedulingResults, selected: impl Fn(usize) -> bool) -> BTreeMap<String, usize> {
+pub fn zone_counts(
+    results: &SchedulingResults,
+    selected: impl Fn(usize) -> bool,
+) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
     for (ci, c) in results.new_node_claims.iter().enumerate() {
         let n = c.pods.iter().filter(|p| selected(**p)).count();

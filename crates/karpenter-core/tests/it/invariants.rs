@@ -27,20 +27,33 @@ struct PoolSpec {
 }
 
 fn arb_pod() -> impl Strategy<Value = PodSpec> {
-    (1i64..40, 1i64..64, prop::option::of(0usize..3), any::<bool>(), prop::bool::weighted(0.3)).prop_map(
-        |(cpu, mem, zone, tolerate, spread)| PodSpec {
+    (
+        1i64..40,
+        1i64..64,
+        prop::option::of(0usize..3),
+        any::<bool>(),
+        prop::bool::weighted(0.3),
+    )
+        .prop_map(|(cpu, mem, zone, tolerate, spread)| PodSpec {
             cpu_millis: cpu * 100,
             memory_mib: mem * 128,
             zone: if spread { None } else { zone },
             tolerate,
             spread,
-        },
-    )
+        })
 }
 
 fn arb_pool() -> impl Strategy<Value = PoolSpec> {
-    (any::<bool>(), prop::option::of(2i64..40), prop::collection::vec((1i64..8, 1i64..16), 1..5))
-        .prop_map(|(tainted, cpu_limit, types)| PoolSpec { tainted, cpu_limit, types })
+    (
+        any::<bool>(),
+        prop::option::of(2i64..40),
+        prop::collection::vec((1i64..8, 1i64..16), 1..5),
+    )
+        .prop_map(|(tainted, cpu_limit, types)| PoolSpec {
+            tainted,
+            cpu_limit,
+            types,
+        })
 }
 
 fn build_pool(i: usize, spec: &PoolSpec) -> SchedulingNodePool {
@@ -53,11 +66,20 @@ fn build_pool(i: usize, spec: &PoolSpec) -> SchedulingNodePool {
                 &format!("p{i}-t{t}"),
                 "amd64",
                 "linux",
-                &[("cpu", &cpu.to_string()), ("memory", &format!("{gib}Gi")), ("pods", "8")],
+                &[
+                    ("cpu", &cpu.to_string()),
+                    ("memory", &format!("{gib}Gi")),
+                    ("pods", "8"),
+                ],
             )
         })
         .collect();
-    let mut pool = SchedulingNodePool { name: format!("pool-{i}"), weight: i as i32, instance_types: types, ..Default::default() };
+    let mut pool = SchedulingNodePool {
+        name: format!("pool-{i}"),
+        weight: i as i32,
+        instance_types: types,
+        ..Default::default()
+    };
     if spec.tainted {
         pool.taints = vec![taint("dedicated", Some("x"), "NoSchedule")];
     }
@@ -68,15 +90,28 @@ fn build_pool(i: usize, spec: &PoolSpec) -> SchedulingNodePool {
 }
 
 fn build_pod(spec: &PodSpec) -> k8s_openapi::api::core::v1::Pod {
-    let mut p = pod().requests(&[("cpu", &format!("{}m", spec.cpu_millis)), ("memory", &format!("{}Mi", spec.memory_mib))]);
+    let mut p = pod().requests(&[
+        ("cpu", &format!("{}m", spec.cpu_millis)),
+        ("memory", &format!("{}Mi", spec.memory_mib)),
+    ]);
     if let Some(z) = spec.zone {
         p = p.node_selector(&[(ZONE, ZONES[z])]);
     }
     if spec.tolerate {
-        p = p.tolerate(toleration("dedicated", "Equal", Some("x"), Some("NoSchedule")));
+        p = p.tolerate(toleration(
+            "dedicated",
+            "Equal",
+            Some("x"),
+            Some("NoSchedule"),
+        ));
     }
     if spec.spread {
-        p = p.labels(&[("app", "spread")]).spread(ZONE, 1, "DoNotSchedule", Some(selector(&[("app", "spread")])));
+        p = p.labels(&[("app", "spread")]).spread(
+            ZONE,
+            1,
+            "DoNotSchedule",
+            Some(selector(&[("app", "spread")])),
+        );
     }
     p.build()
 }

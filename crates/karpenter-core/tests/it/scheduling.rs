@@ -1,12 +1,17 @@
 //! §7.1 scheduling: constraints and bin-packing.
 
-use karpenter_core::scheduling::{MinValuesPolicy, PreferencePolicy, SchedulerInput, SchedulerOptions};
+use karpenter_core::scheduling::{
+    MinValuesPolicy, PreferencePolicy, SchedulerInput, SchedulerOptions,
+};
 
 use crate::fixtures::*;
 
 #[test]
 fn schedule_unconstrained_pods() {
-    let r = solve(vec![pool("default")], &pods(vec![pod().requests(&[("cpu", "1")])]));
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![pod().requests(&[("cpu", "1")])]),
+    );
     assert!(scheduled(&r, 0));
     assert_eq!(r.new_node_claims.len(), 1);
 }
@@ -15,32 +20,58 @@ fn schedule_unconstrained_pods() {
 fn not_schedule_conflicting_node_selectors() {
     let mut p = pool("default");
     p.requirements = vec![req(ZONE, "In", &["test-zone-1"])];
-    let r = solve(vec![p], &pods(vec![pod().node_selector(&[(ZONE, "test-zone-2")])]));
+    let r = solve(
+        vec![p],
+        &pods(vec![pod().node_selector(&[(ZONE, "test-zone-2")])]),
+    );
     assert!(!scheduled(&r, 0));
 }
 
 #[test]
 fn not_schedule_node_selector_with_undefined_custom_key() {
-    let r = solve(vec![pool("default")], &pods(vec![pod().node_selector(&[("foo", "bar")])]));
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![pod().node_selector(&[("foo", "bar")])]),
+    );
     assert!(!scheduled(&r, 0));
-    assert!(explanation(&r, 0).contains("does not define label \"foo\""), "{}", explanation(&r, 0));
+    assert!(
+        explanation(&r, 0).contains("does not define label \"foo\""),
+        "{}",
+        explanation(&r, 0)
+    );
 }
 
 #[test]
 fn use_nodepool_constraints_and_node_selectors() {
     let mut p = pool("default");
     p.requirements = vec![req(ZONE, "In", &["test-zone-1", "test-zone-2"])];
-    let r = solve(vec![p], &pods(vec![pod().node_selector(&[(ZONE, "test-zone-2")]), pod()]));
-    assert_eq!(claim_value(&r, claim_of(&r, 0).unwrap(), ZONE).as_deref(), Some("test-zone-2"));
+    let r = solve(
+        vec![p],
+        &pods(vec![pod().node_selector(&[(ZONE, "test-zone-2")]), pod()]),
+    );
+    assert_eq!(
+        claim_value(&r, claim_of(&r, 0).unwrap(), ZONE).as_deref(),
+        Some("test-zone-2")
+    );
     let c1 = claim_of(&r, 1).unwrap();
-    assert!(!claim_allows(&r, c1, ZONE, "test-zone-3"), "pool constraint kept");
+    assert!(
+        !claim_allows(&r, c1, ZONE, "test-zone-3"),
+        "pool constraint kept"
+    );
 }
 
 #[test]
 fn not_schedule_nodes_with_a_hostname_selector() {
-    let r = solve(vec![pool("default")], &pods(vec![pod().node_selector(&[(HOSTNAME, "red-node")])]));
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![pod().node_selector(&[(HOSTNAME, "red-node")])]),
+    );
     assert!(!scheduled(&r, 0));
-    assert!(explanation(&r, 0).contains("kubernetes.io/hostname"), "{}", explanation(&r, 0));
+    assert!(
+        explanation(&r, 0).contains("kubernetes.io/hostname"),
+        "{}",
+        explanation(&r, 0)
+    );
 }
 
 #[test]
@@ -75,17 +106,35 @@ fn schedule_compatible_requirements_with_every_operator() {
         ("Exists", vec![], true),
         ("DoesNotExist", vec![], false),
     ] {
-        let r = solve(vec![p.clone()], &pods(vec![pod().required_term(vec![nsr("tier", op, &values)])]));
-        assert_eq!(scheduled(&r, 0), ok, "tier {op} {values:?}: {}", explanation(&r, 0));
+        let r = solve(
+            vec![p.clone()],
+            &pods(vec![pod().required_term(vec![nsr("tier", op, &values)])]),
+        );
+        assert_eq!(
+            scheduled(&r, 0),
+            ok,
+            "tier {op} {values:?}: {}",
+            explanation(&r, 0)
+        );
     }
 }
 
 #[test]
 fn undefined_key_operators_in_exists_fail_notin_doesnotexist_pass() {
-    for (op, values, ok) in
-        [("In", vec!["x"], false), ("Exists", vec![], false), ("NotIn", vec!["x"], true), ("DoesNotExist", vec![], true)]
-    {
-        let r = solve(vec![pool("default")], &pods(vec![pod().required_term(vec![nsr("undefined", op, &values)])]));
+    for (op, values, ok) in [
+        ("In", vec!["x"], false),
+        ("Exists", vec![], false),
+        ("NotIn", vec!["x"], true),
+        ("DoesNotExist", vec![], true),
+    ] {
+        let r = solve(
+            vec![pool("default")],
+            &pods(vec![pod().required_term(vec![nsr(
+                "undefined",
+                op,
+                &values,
+            )])]),
+        );
         assert_eq!(scheduled(&r, 0), ok, "undefined {op}");
     }
 }
@@ -128,20 +177,32 @@ fn ignore_preferences_policy_skips_preferred_affinity() {
     let p = pod().preferred_term(10, vec![nsr(ZONE, "In", &["test-zone-3"])]);
     let input = SchedulerInput {
         node_pools: vec![pool("default")],
-        options: SchedulerOptions { preference_policy: PreferencePolicy::Ignore, ..Default::default() },
+        options: SchedulerOptions {
+            preference_policy: PreferencePolicy::Ignore,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let r = solve_input(input, &pods(vec![p]));
     assert!(scheduled(&r, 0));
-    assert!(claim_allows(&r, 0, ZONE, "test-zone-1"), "zone not pinned by an ignored preference");
+    assert!(
+        claim_allows(&r, 0, ZONE, "test-zone-1"),
+        "zone not pinned by an ignored preference"
+    );
 }
 
 #[test]
 fn not_schedule_if_requesting_more_resources_than_any_instance_type() {
-    let r = solve(vec![pool("default")], &pods(vec![pod().requests(&[("cpu", "512")])]));
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![pod().requests(&[("cpu", "512")])]),
+    );
     assert!(!scheduled(&r, 0));
     let e = explanation(&r, 0);
-    assert!(e.contains("nodepool default: no instance type has 512 cpu"), "{e}");
+    assert!(
+        e.contains("nodepool default: no instance type has 512 cpu"),
+        "{e}"
+    );
     assert!(e.contains("largest allocatable: cpu=16"), "{e}");
 }
 
@@ -149,36 +210,68 @@ fn not_schedule_if_requesting_more_resources_than_any_instance_type() {
 fn launch_pods_with_different_archs_on_different_instances() {
     let r = solve(
         vec![pool("default")],
-        &pods(vec![pod().node_selector(&[(ARCH, "amd64")]), pod().node_selector(&[(ARCH, "arm64")])]),
+        &pods(vec![
+            pod().node_selector(&[(ARCH, "amd64")]),
+            pod().node_selector(&[(ARCH, "arm64")]),
+        ]),
     );
     assert_eq!(r.new_node_claims.len(), 2);
     let arm = claim_of(&r, 1).unwrap();
-    assert!(r.new_node_claims[arm].instance_types.iter().all(|o| &*o.name == "arm-instance-type"));
+    assert!(
+        r.new_node_claims[arm]
+            .instance_types
+            .iter()
+            .all(|o| &*o.name == "arm-instance-type")
+    );
 }
 
 #[test]
 fn fail_to_schedule_requests_not_on_a_single_instance_type() {
     // vendor-a GPU exists only on a 4-cpu type; asking for it plus 8 cpu fits nowhere.
-    let r = solve(vec![pool("default")], &pods(vec![pod().requests(&[("cpu", "8"), ("fake.com/vendor-a", "1")])]));
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![
+            pod().requests(&[("cpu", "8"), ("fake.com/vendor-a", "1")]),
+        ]),
+    );
     assert!(!scheduled(&r, 0));
 }
 
 #[test]
 fn schedule_small_pod_on_the_smallest_instance_type() {
-    let r = solve(vec![pool("default")], &pods(vec![pod().requests(&[("cpu", "100m")])]));
-    assert_eq!(&*r.new_node_claims[0].instance_types[0].name, "small-instance-type");
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![pod().requests(&[("cpu", "100m")])]),
+    );
+    assert_eq!(
+        &*r.new_node_claims[0].instance_types[0].name,
+        "small-instance-type"
+    );
 }
 
 #[test]
 fn take_pod_runtime_class_overhead_into_account() {
     // 3.5 cpu + 1 overhead exceeds the 4-cpu types; only arm (16) fits.
-    let r = solve(vec![pool("default")], &pods(vec![pod().requests(&[("cpu", "3.5")]).overhead(&[("cpu", "1")])]));
-    assert!(r.new_node_claims[0].instance_types.iter().all(|o| &*o.name == "arm-instance-type"));
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![
+            pod().requests(&[("cpu", "3.5")]).overhead(&[("cpu", "1")]),
+        ]),
+    );
+    assert!(
+        r.new_node_claims[0]
+            .instance_types
+            .iter()
+            .all(|o| &*o.name == "arm-instance-type")
+    );
 }
 
 #[test]
 fn create_new_nodes_when_a_node_is_at_capacity() {
-    let p = vec![pod().requests(&[("cpu", "10")]), pod().requests(&[("cpu", "10")])];
+    let p = vec![
+        pod().requests(&[("cpu", "10")]),
+        pod().requests(&[("cpu", "10")]),
+    ];
     let r = solve(vec![pool("default")], &pods(p));
     assert_eq!(r.new_node_claims.len(), 2);
 }
@@ -186,44 +279,83 @@ fn create_new_nodes_when_a_node_is_at_capacity() {
 #[test]
 fn create_new_nodes_due_to_pod_limits_per_node() {
     let mut p = pool("default");
-    p.instance_types.retain(|it| it.name == "single-pod-instance-type");
+    p.instance_types
+        .retain(|it| it.name == "single-pod-instance-type");
     let r = solve(vec![p], &pods(vec![pod(), pod(), pod()]));
     assert_eq!(r.new_node_claims.len(), 3);
 }
 
 #[test]
 fn pack_small_and_large_pods_together() {
-    let p = vec![pod().requests(&[("cpu", "1")]), pod().requests(&[("cpu", "100m")]), pod().requests(&[("cpu", "12")])];
+    let p = vec![
+        pod().requests(&[("cpu", "1")]),
+        pod().requests(&[("cpu", "100m")]),
+        pod().requests(&[("cpu", "12")]),
+    ];
     let r = solve(vec![pool("default")], &pods(p));
     assert_eq!(r.new_node_claims.len(), 1, "{:?}", r.unschedulable);
 }
 
 #[test]
 fn handle_zero_quantity_resource_requests() {
-    let r = solve(vec![pool("default")], &pods(vec![pod().requests(&[("foo.com/weird", "0"), ("cpu", "0")])]));
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![
+            pod().requests(&[("foo.com/weird", "0"), ("cpu", "0")]),
+        ]),
+    );
     assert!(scheduled(&r, 0), "{}", explanation(&r, 0));
 }
 
 #[test]
 fn take_init_container_requests_into_account() {
-    let r = solve(vec![pool("default")], &pods(vec![pod().requests(&[("cpu", "1")]).init_requests(&[("cpu", "6")])]));
-    assert!(r.new_node_claims[0].instance_types.iter().all(|o| &*o.name == "arm-instance-type"));
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![
+            pod()
+                .requests(&[("cpu", "1")])
+                .init_requests(&[("cpu", "6")]),
+        ]),
+    );
+    assert!(
+        r.new_node_claims[0]
+            .instance_types
+            .iter()
+            .all(|o| &*o.name == "arm-instance-type")
+    );
 }
 
 #[test]
 fn in_flight_do_not_launch_a_second_node_if_the_in_flight_node_fits() {
-    let r = solve(vec![pool("default")], &pods(vec![pod().requests(&[("cpu", "1")]), pod().requests(&[("cpu", "1")])]));
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![
+            pod().requests(&[("cpu", "1")]),
+            pod().requests(&[("cpu", "1")]),
+        ]),
+    );
     assert_eq!(r.new_node_claims.len(), 1);
 }
 
 #[test]
 fn assume_pods_schedule_to_uninitialized_node_with_ephemeral_and_startup_taints() {
-    let mut node = existing_node("n1", &[("karpenter.sh/nodepool", "default")], &[("cpu", "4"), ("memory", "4Gi"), ("pods", "10")]);
+    let mut node = existing_node(
+        "n1",
+        &[("karpenter.sh/nodepool", "default")],
+        &[("cpu", "4"), ("memory", "4Gi"), ("pods", "10")],
+    );
     node.node_pool = Some("default".into());
     node.initialized = false;
-    node.taints = vec![taint("node.kubernetes.io/not-ready", None, "NoExecute"), taint("custom-startup", None, "NoSchedule")];
+    node.taints = vec![
+        taint("node.kubernetes.io/not-ready", None, "NoExecute"),
+        taint("custom-startup", None, "NoSchedule"),
+    ];
     node.startup_taints = vec![taint("custom-startup", None, "NoSchedule")];
-    let mut input = SchedulerInput { node_pools: vec![pool("default")], existing_nodes: vec![node.clone()], ..Default::default() };
+    let mut input = SchedulerInput {
+        node_pools: vec![pool("default")],
+        existing_nodes: vec![node.clone()],
+        ..Default::default()
+    };
     let r = solve_input(input.clone(), &pods(vec![pod().requests(&[("cpu", "1")])]));
     assert_eq!(r.existing_nodes.len(), 1, "{:?}", r);
     assert!(r.new_node_claims.is_empty());
@@ -239,15 +371,35 @@ fn assume_pods_schedule_to_uninitialized_node_with_ephemeral_and_startup_taints(
 #[test]
 fn track_daemonset_usage_on_new_node_claims() {
     let ds = pod().requests(&[("cpu", "1")]).build();
-    let mut input = SchedulerInput { node_pools: vec![pool("default")], daemonsets: vec![ds], ..Default::default() };
+    let mut input = SchedulerInput {
+        node_pools: vec![pool("default")],
+        daemonsets: vec![ds],
+        ..Default::default()
+    };
     // 3.5 cpu pod + 1 cpu daemonset > 4: needs the 16-cpu type.
-    let r = solve_input(input.clone(), &pods(vec![pod().requests(&[("cpu", "3.5")])]));
-    assert!(r.new_node_claims[0].instance_types.iter().all(|o| &*o.name == "arm-instance-type"));
-    assert_eq!(r.new_node_claims[0].requests.get("cpu"), q("4.5"), "pod + daemonset overhead");
+    let r = solve_input(
+        input.clone(),
+        &pods(vec![pod().requests(&[("cpu", "3.5")])]),
+    );
+    assert!(
+        r.new_node_claims[0]
+            .instance_types
+            .iter()
+            .all(|o| &*o.name == "arm-instance-type")
+    );
+    assert_eq!(
+        r.new_node_claims[0].requests.get("cpu"),
+        q("4.5"),
+        "pod + daemonset overhead"
+    );
     // Daemonset overhead too large for every type.
     input.daemonsets = vec![pod().requests(&[("cpu", "20")]).build()];
     let r = solve_input(input, &pods(vec![pod().requests(&[("cpu", "1")])]));
-    assert!(explanation(&r, 0).contains("after daemonset overhead"), "{}", explanation(&r, 0));
+    assert!(
+        explanation(&r, 0).contains("after daemonset overhead"),
+        "{}",
+        explanation(&r, 0)
+    );
 }
 
 #[test]
@@ -259,15 +411,38 @@ fn ignore_daemonsets_without_matching_tolerations() {
         daemonsets: vec![pod().requests(&[("cpu", "20")]).build()],
         ..Default::default()
     };
-    let r = solve_input(input, &pods(vec![pod().requests(&[("cpu", "1")]).tolerate(toleration("dedicated", "Exists", None, None))]));
+    let r = solve_input(
+        input,
+        &pods(vec![pod().requests(&[("cpu", "1")]).tolerate(toleration(
+            "dedicated",
+            "Exists",
+            None,
+            None,
+        ))]),
+    );
     assert!(scheduled(&r, 0), "{}", explanation(&r, 0));
 }
 
 #[test]
 fn pack_in_flight_and_existing_nodes_before_launching_new_ones() {
-    let node = existing_node("n1", &[(ZONE, "test-zone-1")], &[("cpu", "2"), ("memory", "4Gi"), ("pods", "10")]);
-    let input = SchedulerInput { node_pools: vec![pool("default")], existing_nodes: vec![node], ..Default::default() };
-    let r = solve_input(input, &pods(vec![pod().requests(&[("cpu", "1")]), pod().requests(&[("cpu", "1")]), pod().requests(&[("cpu", "1")])]));
+    let node = existing_node(
+        "n1",
+        &[(ZONE, "test-zone-1")],
+        &[("cpu", "2"), ("memory", "4Gi"), ("pods", "10")],
+    );
+    let input = SchedulerInput {
+        node_pools: vec![pool("default")],
+        existing_nodes: vec![node],
+        ..Default::default()
+    };
+    let r = solve_input(
+        input,
+        &pods(vec![
+            pod().requests(&[("cpu", "1")]),
+            pod().requests(&[("cpu", "1")]),
+            pod().requests(&[("cpu", "1")]),
+        ]),
+    );
     assert_eq!(r.existing_nodes[0].pods.len(), 2);
     assert_eq!(r.new_node_claims.len(), 1);
 }
@@ -277,21 +452,40 @@ fn order_initialized_nodes_before_uninitialized() {
     let mut a = existing_node("a-uninit", &[], &[("cpu", "4"), ("pods", "10")]);
     a.initialized = false;
     let b = existing_node("b-init", &[], &[("cpu", "4"), ("pods", "10")]);
-    let input = SchedulerInput { node_pools: vec![pool("default")], existing_nodes: vec![a, b], ..Default::default() };
+    let input = SchedulerInput {
+        node_pools: vec![pool("default")],
+        existing_nodes: vec![a, b],
+        ..Default::default()
+    };
     let r = solve_input(input, &pods(vec![pod().requests(&[("cpu", "1")])]));
     assert_eq!(r.existing_nodes[0].node, "b-init");
 }
 
 #[test]
 fn schedule_pods_with_the_same_host_port_to_different_nodes() {
-    let r = solve(vec![pool("default")], &pods(vec![pod().host_port(80), pod().host_port(80), pod().host_port(81)]));
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![
+            pod().host_port(80),
+            pod().host_port(80),
+            pod().host_port(81),
+        ]),
+    );
     assert_eq!(r.new_node_claims.len(), 2);
 }
 
 #[test]
 fn schedule_to_an_existing_node_unowned_by_karpenter() {
-    let node = existing_node("byo", &[], &[("cpu", "8"), ("memory", "8Gi"), ("pods", "10")]);
-    let input = SchedulerInput { node_pools: vec![], existing_nodes: vec![node], ..Default::default() };
+    let node = existing_node(
+        "byo",
+        &[],
+        &[("cpu", "8"), ("memory", "8Gi"), ("pods", "10")],
+    );
+    let input = SchedulerInput {
+        node_pools: vec![],
+        existing_nodes: vec![node],
+        ..Default::default()
+    };
     let r = solve_input(input, &pods(vec![pod().requests(&[("cpu", "1")])]));
     assert_eq!(r.existing_nodes[0].node, "byo");
 }
@@ -299,7 +493,11 @@ fn schedule_to_an_existing_node_unowned_by_karpenter() {
 #[test]
 fn not_schedule_when_no_nodepool_and_say_so() {
     let r = solve(vec![], &pods(vec![pod()]));
-    assert!(explanation(&r, 0).contains("no NodePool"), "{}", explanation(&r, 0));
+    assert!(
+        explanation(&r, 0).contains("no NodePool"),
+        "{}",
+        explanation(&r, 0)
+    );
 }
 
 #[test]
@@ -308,8 +506,17 @@ fn weighted_nodepools_schedule_to_highest_weight_unless_explicitly_selected() {
     low.weight = 1;
     let mut high = pool("high");
     high.weight = 50;
-    let r = solve(vec![low.clone(), high.clone()], &pods(vec![pod(), pod().node_selector(&[("karpenter.sh/nodepool", "low")])]));
-    assert_eq!(r.new_node_claims[claim_of(&r, 0).unwrap()].node_pool, "high");
+    let r = solve(
+        vec![low.clone(), high.clone()],
+        &pods(vec![
+            pod(),
+            pod().node_selector(&[("karpenter.sh/nodepool", "low")]),
+        ]),
+    );
+    assert_eq!(
+        r.new_node_claims[claim_of(&r, 0).unwrap()].node_pool,
+        "high"
+    );
     assert_eq!(r.new_node_claims[claim_of(&r, 1).unwrap()].node_pool, "low");
 }
 
@@ -328,23 +535,42 @@ fn not_match_nodepool_with_prefer_no_schedule_taint_when_another_matches() {
 #[test]
 fn resource_limits_partially_schedule_when_limits_would_be_exceeded() {
     let mut p = pool("default");
-    p.instance_types.retain(|it| it.name == "small-instance-type");
+    p.instance_types
+        .retain(|it| it.name == "small-instance-type");
     p.limits = rl(&[("cpu", "3")]);
-    let r = solve(vec![p], &pods(vec![pod().requests(&[("cpu", "1.5")]), pod().requests(&[("cpu", "1.5")])]));
+    let r = solve(
+        vec![p],
+        &pods(vec![
+            pod().requests(&[("cpu", "1.5")]),
+            pod().requests(&[("cpu", "1.5")]),
+        ]),
+    );
     // One 2-cpu node fits one 1.5-cpu pod; a second node would exceed 3 cpu.
     assert_eq!(r.new_node_claims.len(), 1);
     assert_eq!(r.unschedulable.len(), 1);
     let e = &r.unschedulable[0].explanation;
-    assert!(e.contains("limit cpu=3 reached (used 2, pod needs 1500m)"), "{e}");
+    assert!(
+        e.contains("limit cpu=3 reached (used 2, pod needs 1500m)"),
+        "{e}"
+    );
 }
 
 #[test]
 fn resource_limits_nodes_stops_new_node_claims() {
     let mut p = pool("default");
     p.limits = rl(&[("nodes", "1")]);
-    let r = solve(vec![p], &pods(vec![pod().host_port(80), pod().host_port(80)]));
+    let r = solve(
+        vec![p],
+        &pods(vec![pod().host_port(80), pod().host_port(80)]),
+    );
     assert_eq!(r.new_node_claims.len(), 1);
-    assert!(r.unschedulable[0].explanation.contains("limit nodes=1 reached"), "{:?}", r.unschedulable);
+    assert!(
+        r.unschedulable[0]
+            .explanation
+            .contains("limit nodes=1 reached"),
+        "{:?}",
+        r.unschedulable
+    );
 }
 
 #[test]
@@ -352,12 +578,18 @@ fn taint_not_tolerated_names_pool_and_taint() {
     let mut p = pool("gpu");
     p.taints = vec![taint("nvidia.com/gpu", Some("true"), "NoSchedule")];
     let r = solve(vec![p], &pods(vec![pod()]));
-    assert_eq!(explanation(&r, 0), "nodepool gpu: taint nvidia.com/gpu=true:NoSchedule not tolerated");
+    assert_eq!(
+        explanation(&r, 0),
+        "nodepool gpu: taint nvidia.com/gpu=true:NoSchedule not tolerated"
+    );
 }
 
 #[test]
 fn requirement_matching_no_instance_type_is_explained() {
-    let r = solve(vec![pool("default")], &pods(vec![pod().node_selector(&[(IT, "x9.huge")])]));
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![pod().node_selector(&[(IT, "x9.huge")])]),
+    );
     let e = explanation(&r, 0);
     assert!(
         e.starts_with("nodepool default: requirement node.kubernetes.io/instance-type In [x9.huge] matches no instance type (none of 6 types"),
@@ -369,7 +601,10 @@ fn requirement_matching_no_instance_type_is_explained() {
 fn incompatible_zone_is_explained_with_both_sides() {
     let mut p = pool("default");
     p.requirements = vec![req(ZONE, "In", &["test-zone-1", "test-zone-2"])];
-    let r = solve(vec![p], &pods(vec![pod().node_selector(&[(ZONE, "eu-west-1a")])]));
+    let r = solve(
+        vec![p],
+        &pods(vec![pod().node_selector(&[(ZONE, "eu-west-1a")])]),
+    );
     assert_eq!(
         explanation(&r, 0),
         "incompatible with nodepool default: pod requires topology.kubernetes.io/zone In [eu-west-1a] but the pool allows topology.kubernetes.io/zone In [test-zone-1, test-zone-2]"
@@ -378,8 +613,15 @@ fn incompatible_zone_is_explained_with_both_sides() {
 
 #[test]
 fn invalid_pod_quantities_are_reported_not_panicked() {
-    let r = solve(vec![pool("default")], &pods(vec![pod().requests(&[("cpu", "lots")])]));
-    assert!(explanation(&r, 0).contains("spec.containers[app].resources.requests[cpu]"), "{}", explanation(&r, 0));
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![pod().requests(&[("cpu", "lots")])]),
+    );
+    assert!(
+        explanation(&r, 0).contains("spec.containers[app].resources.requests[cpu]"),
+        "{}",
+        explanation(&r, 0)
+    );
 }
 
 #[test]
@@ -392,10 +634,17 @@ fn min_values_strict_fails_and_best_effort_relaxes() {
     }];
     let r = solve(vec![p.clone()], &pods(vec![pod()]));
     assert!(!scheduled(&r, 0));
-    assert!(explanation(&r, 0).contains("minValues"), "{}", explanation(&r, 0));
+    assert!(
+        explanation(&r, 0).contains("minValues"),
+        "{}",
+        explanation(&r, 0)
+    );
     let input = SchedulerInput {
         node_pools: vec![p],
-        options: SchedulerOptions { min_values_policy: MinValuesPolicy::BestEffort, ..Default::default() },
+        options: SchedulerOptions {
+            min_values_policy: MinValuesPolicy::BestEffort,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let r = solve_input(input, &pods(vec![pod()]));
@@ -405,8 +654,21 @@ fn min_values_strict_fails_and_best_effort_relaxes() {
 
 #[test]
 fn results_are_deterministic() {
-    let mk = || pods((0..50).map(|i| pod().name(&format!("p{i}")).requests(&[("cpu", if i % 2 == 0 { "1" } else { "250m" })])).collect());
+    let mk = || {
+        pods(
+            (0..50)
+                .map(|i| {
+                    pod()
+                        .name(&format!("p{i}"))
+                        .requests(&[("cpu", if i % 2 == 0 { "1" } else { "250m" })])
+                })
+                .collect(),
+        )
+    };
     let a = solve(vec![pool("default")], &mk());
     let b = solve(vec![pool("default")], &mk());
-    assert_eq!(serde_json::to_string(&a).unwrap(), serde_json::to_string(&b).unwrap());
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap()
+    );
 }

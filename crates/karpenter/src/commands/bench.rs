@@ -50,7 +50,12 @@ struct Row {
     pods_per_second: f64,
 }
 
-fn measure(workload: &str, pods: &[benchmark::Pod], policy: PreferencePolicy, repeat: usize) -> Row {
+fn measure(
+    workload: &str,
+    pods: &[benchmark::Pod],
+    policy: PreferencePolicy,
+    repeat: usize,
+) -> Row {
     let mut best: Option<Row> = None;
     for _ in 0..repeat.max(1) {
         let input = benchmark::scheduler_input(policy);
@@ -100,14 +105,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut rows = Vec::new();
     for &n in &sizes {
         let pods = benchmark::diverse_pods(n, args.seed);
-        rows.push(measure("diverse", &pods, PreferencePolicy::Respect, args.repeat));
+        rows.push(measure(
+            "diverse",
+            &pods,
+            PreferencePolicy::Respect,
+            args.repeat,
+        ));
         if !json {
             print_row(rows.last(), rows.len() == 1);
         }
     }
     if !args.no_preferences {
         let pods = benchmark::preference_pods(4000, args.seed);
-        for (name, policy) in [("respect-preferences", PreferencePolicy::Respect), ("ignore-preferences", PreferencePolicy::Ignore)] {
+        for (name, policy) in [
+            ("respect-preferences", PreferencePolicy::Respect),
+            ("ignore-preferences", PreferencePolicy::Ignore),
+        ] {
             rows.push(measure(name, &pods, policy, args.repeat));
             if !json {
                 print_row(rows.last(), rows.len() == 1);
@@ -119,15 +132,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         let pods: usize = rows.iter().map(|r| r.pods).sum();
         let seconds: f64 = rows.iter().map(|r| r.seconds).sum();
-        println!("total: {pods} pods in {seconds:.3}s ({:.0} pods/s)", pods as f64 / seconds.max(1e-9));
+        println!(
+            "total: {pods} pods in {seconds:.3}s ({:.0} pods/s)",
+            pods as f64 / seconds.max(1e-9)
+        );
     }
     let failed = rows.iter().any(|r| r.unschedulable > 0);
-    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn print_row(row: Option<&Row>, header: bool) {
     if header {
-        println!("{:<20} {:>7} {:>11} {:>13} {:>10} {:>12}", "workload", "pods", "nodeclaims", "unschedulable", "seconds", "pods/s");
+        println!(
+            "{:<20} {:>7} {:>11} {:>13} {:>10} {:>12}",
+            "workload", "pods", "nodeclaims", "unschedulable", "seconds", "pods/s"
+        );
     }
     if let Some(r) = row {
         println!(
