@@ -60,6 +60,16 @@ fn wake_nodepools<K>(ctx: &Context, _: &K) {
     ctx.nodepools_changed.notify_one();
 }
 
+/// Nodes and NodeClaims: their changes move NodePool status; once marked for deletion, their
+/// pods need a new home, so the provisioner plans for them right away (upstream's node trigger).
+fn on_capacity_change<K: kube::Resource>(ctx: &Context, obj: &K) {
+    wake_nodepools(ctx, obj);
+    if obj.meta().deletion_timestamp.is_some() {
+        ctx.provisioning_trigger
+            .trigger(obj.meta().uid.clone().unwrap_or_default());
+    }
+}
+
 fn ignore<K>(_: &Context, _: &K) {}
 
 impl RunningController {
@@ -78,8 +88,8 @@ impl RunningController {
                         .trigger(p.uid().unwrap_or_else(|| pod::pod_key(p)));
                 }
             }),
-            spawn_reflector::<Node>(&ctx, wake_nodepools),
-            spawn_reflector::<NodeClaim>(&ctx, wake_nodepools),
+            spawn_reflector::<Node>(&ctx, on_capacity_change),
+            spawn_reflector::<NodeClaim>(&ctx, on_capacity_change),
             spawn_reflector::<NodePool>(&ctx, wake_nodepools),
             spawn_reflector::<EC2NodeClass>(&ctx, wake_nodepools),
             spawn_reflector::<DaemonSet>(&ctx, ignore),

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use super::batcher::Batcher;
 use super::nodeclaim;
+use super::reschedulable;
 use super::solver::{NodeInput, PoolInput, SolveInput, SolveOutput};
 use crate::context::Context;
 use crate::events::{
@@ -21,6 +22,7 @@ use crate::events::{
 };
 use crate::metrics::{ControllerLabels, NodeClaimCreatedLabels};
 use crate::nodepool;
+use crate::state::ClusterState;
 use crate::state::pod::pod_key;
 
 /// How often still-provisionable pods re-trigger the batcher (upstream requeues every 10 s).
@@ -96,11 +98,28 @@ fn snapshot(ctx: &Context) -> Option<(Vec<NodePool>, SolveInput)> {
         pvcs: state.pvcs.values().cloned().collect(),
         pvs: state.pvs.values().cloned().collect(),
         storage_classes: state.storage_classes.values().cloned().collect(),
-        pods: state.provisionable_pods(now).into_iter().cloned().collect(),
+        pods: pods_to_place(&state, now).into_iter().cloned().collect(),
         preference_policy: ctx.settings.preference_policy.clone(),
         min_values_policy: ctx.settings.min_values_policy.clone(),
     };
     Some((pools, input))
+}
+
+/// The pods a pass places: provisionable pods, then the pods of nodes marked for deletion that
+/// will need capacity elsewhere (upstream appends them to the pass), unless an earlier pass
+/// already planned for them (a live nomination).
+fn pods_to_place(state: &ClusterState, now: jiff::Timestamp) -> Vec<&Pod> {
+    let pdbs: Vec<_> = state.pdbs().collect();
+    let reschedulable = state
+        .state_nodes()
+        .into_iter()
+        .filter(|n| n.marked_for_deletion())
+        .flat_map(|n| n.pods)
+        .filter(|p| reschedulable::is_reschedulable(p, &pdbs))
+        .filter(|p| state.nomination(&pod_key(p), now).is_none());
+    let mut pods = state.provisionable_pods(now);
+    pods.extend(reschedulable);
+    pods
 }
 
 /// One provisioning pass. Writes (NodeClaims, events) happen only when this replica leads.
@@ -144,7 +163,19 @@ pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
         pools.into_iter().map(|p| (p.name_any(), p)).collect();
     let pods = input.pods.clone();
     let started = std::time::Instant::now();
-    let output = ctx.solver.solve(input);
+    // Solving is CPU-bound (up to seconds on big clusters): keep it off the async workers.
+    let solver = ctx.solver.clone();
+    let output = match tokio::task::spawn_blocking(move || solver.solve(input)).await {
+        Ok(output) => output,
+        Err(err) => {
+            // A panicking solver is a bug; the pods stay pending and re-trigger the next pass.
+            tracing::error!(error = %err, "scheduling simulation failed");
+            return Ok(ProvisionOutcome {
+                pods: pods.len(),
+                ..ProvisionOutcome::default()
+            });
+        }
+    };
     let elapsed = started.elapsed().as_secs_f64();
     ctx.metrics.provisioner_scheduling_duration.observe(elapsed);
     let controller = ControllerLabels {
@@ -346,7 +377,8 @@ async fn create_nodeclaims(
 }
 
 /// The provisioner loop: one pass per closed batch window, until `shutdown` turns true. A
-/// helper task re-triggers still-provisionable pods every [`RETRIGGER_PERIOD`].
+/// helper task re-triggers still-unplaced pods (provisionable, or reschedulable on a deleting
+/// node) every [`RETRIGGER_PERIOD`].
 pub async fn run(ctx: Arc<Context>, mut batcher: Batcher, mut shutdown: watch::Receiver<bool>) {
     let retrigger = tokio::spawn(retrigger_provisionable(ctx.clone()));
     loop {
@@ -376,8 +408,7 @@ async fn retrigger_provisionable(ctx: Arc<Context>) {
             let mut state = ctx.state.write();
             let now = ctx.now();
             state.expire_nominations(now);
-            state
-                .provisionable_pods(now)
+            pods_to_place(&state, now)
                 .iter()
                 .filter_map(|p| p.uid())
                 .collect()

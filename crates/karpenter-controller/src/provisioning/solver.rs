@@ -1,6 +1,7 @@
 //! The seam between the provisioner and the scheduler. The provisioner hands a [`SolveInput`]
 //! (plain API objects, owned) to a [`Solver`] and acts on the [`SolveOutput`]; the production
-//! solver wraps `karpenter_core::scheduling`, tests may plug in their own.
+//! solver ([`CoreScheduler`](super::CoreScheduler)) wraps `karpenter_core::scheduling`, tests may
+//! plug in their own.
 
 use std::collections::BTreeMap;
 
@@ -34,13 +35,13 @@ pub struct NodeInput {
 pub struct SolveInput {
     /// Usable pools (ready, not deleting, not static).
     pub nodepools: Vec<PoolInput>,
-    /// Nodes not marked for deletion, plus in-flight NodeClaims.
+    /// Nodes not marked for deletion, plus in-flight NodeClaims (with the pods nominated to them).
     pub nodes: Vec<NodeInput>,
     pub daemonsets: Vec<DaemonSet>,
     pub pvcs: Vec<PersistentVolumeClaim>,
     pub pvs: Vec<PersistentVolume>,
     pub storage_classes: Vec<StorageClass>,
-    /// The pods to place.
+    /// The pods to place: provisionable pods, then reschedulable pods of deleting nodes.
     pub pods: Vec<Pod>,
     /// `Respect` or `Ignore`.
     pub preference_policy: String,
@@ -93,8 +94,9 @@ pub trait Solver: Send + Sync {
     fn solve(&self, input: SolveInput) -> SolveOutput;
 }
 
-/// The solver used until `karpenter_core::scheduling` is wired in: it places nothing and
-/// explains why, so a controller built without a scheduler is honest instead of silent.
+/// A solver that places nothing and says so. The controller uses
+/// [`CoreScheduler`](super::CoreScheduler); this one is for tests of everything around
+/// provisioning that must not create NodeClaims.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoScheduler;
 
@@ -104,7 +106,7 @@ impl Solver for NoScheduler {
             unschedulable: (0..input.pods.len())
                 .map(|pod| Unschedulable {
                     pod,
-                    explanation: "no scheduler is available in this build".into(),
+                    explanation: "no scheduler is configured (NoScheduler)".into(),
                 })
                 .collect(),
             ..SolveOutput::default()

@@ -7,6 +7,7 @@ mod e2e_inflate;
 mod leader;
 mod lifecycle;
 mod provisioning;
+mod provisioning_core;
 mod sim_cluster;
 mod sim_kubelet;
 mod support;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
-use karpenter_controller::provisioning::solver::NoScheduler;
+use karpenter_controller::provisioning::CoreScheduler;
 use karpenter_controller::settings::{LogFormat, parse_duration};
 use karpenter_controller::{Context, Settings, TokioClock};
 use karpenter_core::clock::Clock;
@@ -154,7 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             client,
             settings,
             Arc::new(cloud),
-            Arc::new(NoScheduler),
+            Arc::new(CoreScheduler),
             clock,
         );
         karpenter_controller::run::run_until_signal(ctx, batcher).await?;
