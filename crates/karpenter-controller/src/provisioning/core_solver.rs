@@ -141,3 +141,142 @@ pub fn solve_output(results: SchedulingResults, problems: &[String]) -> SolveOut
         unschedulable,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provisioning::solver::PoolInput;
+    use crate::state::fixtures::{nodeclaim, pending_pod};
+    use karpenter_api::NodePool;
+    use karpenter_core::instance_type::{InstanceType, Offering};
+    use karpenter_core::resources::ResourceList;
+    use serde_json::json;
+
+    fn pool(name: &str, limits: serde_json::Value) -> NodePool {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": name},
+            "spec": {
+                "template": {"spec": {
+                    "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+                }},
+                "limits": limits
+            }
+        }))
+        .unwrap()
+    }
+
+    fn instance_type(name: &str, cpu: &str, price: f64) -> InstanceType {
+        InstanceType {
+            name: name.into(),
+            labels: [("node.kubernetes.io/instance-type".into(), name.into())].into(),
+            capacity: ResourceList::parse([("cpu", cpu), ("memory", "32Gi"), ("pods", "110")])
+                .unwrap(),
+            offerings: vec![Offering {
+                zone: "test-1a".into(),
+                capacity_type: "on-demand".into(),
+                price,
+                available: true,
+                ..Offering::default()
+            }],
+            ..InstanceType::default()
+        }
+    }
+
+    fn pool_input(pool: NodePool) -> PoolInput {
+        PoolInput {
+            nodepool: pool,
+            instance_types: vec![
+                instance_type("big.8x", "8", 0.4),
+                instance_type("small.2x", "2", 0.1),
+                instance_type("medium.4x", "4", 0.2),
+            ],
+            usage: ResourceList::new(),
+        }
+    }
+
+    #[test]
+    fn plans_cheapest_first_with_the_pools_requirements() {
+        let output = CoreScheduler.solve(SolveInput {
+            nodepools: vec![pool_input(pool("default", json!({"cpu": "100"})))],
+            pods: vec![pending_pod("a", "1500m"), pending_pod("b", "1500m")],
+            ..SolveInput::default()
+        });
+        assert!(output.unschedulable.is_empty(), "{output:?}");
+        let [claim] = output.new_nodeclaims.as_slice() else {
+            panic!("one NodeClaim for both pods: {output:?}");
+        };
+        assert_eq!(claim.nodepool, "default");
+        assert_eq!(claim.pods, [0, 1]);
+        assert_eq!(claim.instance_types, ["medium.4x", "big.8x"]);
+        let keys: Vec<&str> = claim.requirements.iter().map(|r| r.key.as_str()).collect();
+        assert!(keys.contains(&"karpenter.sh/capacity-type"), "{keys:?}");
+        let types = claim
+            .requirements
+            .iter()
+            .find(|r| r.key == "node.kubernetes.io/instance-type")
+            .unwrap();
+        assert_eq!(types.values, claim.instance_types);
+        assert_eq!(claim.requests.get("cpu").millis(), 3000);
+    }
+
+    #[test]
+    fn a_pool_that_cannot_be_converted_is_named_in_every_explanation() {
+        let output = CoreScheduler.solve(SolveInput {
+            nodepools: vec![pool_input(pool("broken", json!({"cpu": "lots"})))],
+            pods: vec![pending_pod("a", "1")],
+            ..SolveInput::default()
+        });
+        assert!(output.new_nodeclaims.is_empty());
+        let [failure] = output.unschedulable.as_slice() else {
+            panic!("{output:?}");
+        };
+        assert!(
+            failure.explanation.contains("nodepool broken: spec.limits"),
+            "{}",
+            failure.explanation
+        );
+    }
+
+    #[test]
+    fn launched_in_flight_nodeclaims_take_pods_before_new_ones() {
+        // 4 cpu launched, 1 cpu already nominated to it: a 2-cpu pod fits, a 3.5-cpu pod does not.
+        let claim = nodeclaim("default-x", "default", Some("sim://x"), "4");
+        let output = CoreScheduler.solve(SolveInput {
+            nodepools: vec![pool_input(pool("default", json!({})))],
+            nodes: vec![NodeInput {
+                node: None,
+                nodeclaim: Some(claim),
+                pods: vec![pending_pod("nominated", "1")],
+            }],
+            pods: vec![pending_pod("fits", "2"), pending_pod("too-big", "3500m")],
+            ..SolveInput::default()
+        });
+        assert_eq!(
+            output.existing,
+            [ExistingPlacement {
+                node: "default-x".into(),
+                pods: vec![0],
+            }]
+        );
+        assert_eq!(output.new_nodeclaims.len(), 1);
+        assert_eq!(output.new_nodeclaims[0].pods, [1]);
+    }
+
+    #[test]
+    fn policies_follow_the_settings() {
+        assert_eq!(preference_policy("Ignore"), PreferencePolicy::Ignore);
+        assert_eq!(preference_policy("Respect"), PreferencePolicy::Respect);
+        assert_eq!(min_values_policy("BestEffort"), MinValuesPolicy::BestEffort);
+        assert_eq!(min_values_policy("Strict"), MinValuesPolicy::Strict);
+        let (input, problems) = scheduler_input(SolveInput {
+            preference_policy: "Ignore".into(),
+            min_values_policy: "BestEffort".into(),
+            ..SolveInput::default()
+        });
+        assert!(problems.is_empty());
+        assert_eq!(input.options.preference_policy, PreferencePolicy::Ignore);
+        assert_eq!(input.options.min_values_policy, MinValuesPolicy::BestEffort);
+    }
+}
