@@ -13,7 +13,9 @@ fn diverse(c: &mut Criterion) {
     for n in [100usize, 1000, 5000] {
         let pods = diverse_pods(n, 42);
         group.bench_with_input(BenchmarkId::from_parameter(n), &pods, |b, pods| {
-            b.iter(|| Scheduler::new(scheduler_input(PreferencePolicy::Respect)).solve(black_box(pods)))
+            b.iter(|| {
+                Scheduler::new(scheduler_input(PreferencePolicy::Respect)).solve(black_box(pods))
+            })
         });
     }
     group.finish();
@@ -23,8 +25,13 @@ fn preferences(c: &mut Criterion) {
     let mut group = c.benchmark_group("preferences");
     group.sample_size(10);
     let pods = preference_pods(4000, 42);
-    for (name, policy) in [("respect", PreferencePolicy::Respect), ("ignore", PreferencePolicy::Ignore)] {
-        group.bench_function(name, |b| b.iter(|| Scheduler::new(scheduler_input(policy)).solve(black_box(&pods))));
+    for (name, policy) in [
+        ("respect", PreferencePolicy::Respect),
+        ("ignore", PreferencePolicy::Ignore),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| Scheduler::new(scheduler_input(policy)).solve(black_box(&pods)))
+        });
     }
     group.finish();
 }
@@ -33,7 +40,9 @@ fn setup(c: &mut Criterion) {
     // Scheduler construction + one pod: the fixed cost every solve pays (400 instance types).
     let pods = diverse_pods(1, 42);
     c.bench_function("one_pod_400_types", |b| {
-        b.iter(|| Scheduler::new(scheduler_input(PreferencePolicy::Respect)).solve(black_box(&pods)))
+        b.iter(|| {
+            Scheduler::new(scheduler_input(PreferencePolicy::Respect)).solve(black_box(&pods))
+        })
     });
 }
 
