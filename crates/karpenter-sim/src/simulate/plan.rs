@@ -332,7 +332,9 @@ fn node_claim_request(name: &str, claim: &NewNodeClaim, node_pool: Option<&NodeP
         NodeClaimSpec {
             taints: claim.taints.clone(),
             startup_taints: claim.startup_taints.clone(),
-            requirements: claim.requirements.clone(),
+            // With the instance-type options: the launch must pick one of them, not any type
+            // that fits the requests (a type's own daemonset overhead can rule it out).
+            requirements: claim.node_claim_requirements(),
             resources: Some(ResourceRequirements {
                 requests: claim.requests.to_k8s(),
             }),

@@ -413,6 +413,42 @@ spec: {containers: [{name: c, image: x, resources: {requests: {cpu: 64}}}]}
     assert_eq!(plan.unschedulable[0].pod, "default/huge");
 }
 
+/// The launch choice is always one of the scheduler's options: here the cheapest type (`small`)
+/// fits the pod alone but not with the daemonset that runs only on category-c types, so the
+/// scheduler offers only `large` and the launch must not fall back to `small`.
+#[test]
+fn launch_choice_stays_among_the_options_when_daemonset_overhead_differs() {
+    let mut m = load(NODEPOOL);
+    m.load_str(
+        "w.yaml",
+        r#"
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: c-agent, namespace: kube-system}
+spec:
+  selector: {matchLabels: {app: c-agent}}
+  template:
+    metadata: {labels: {app: c-agent}}
+    spec:
+      nodeSelector: {karpenter.k8s.aws/instance-category: c}
+      containers: [{name: c, image: x, resources: {requests: {cpu: 1}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec: {containers: [{name: c, image: x, resources: {requests: {cpu: 1500m}}}]}
+"#,
+    )
+    .unwrap();
+    let provider = custom();
+    let plan = simulate::plan(&m, &provider).unwrap().plan;
+    assert_eq!(plan.node_claims.len(), 1, "{plan:?}");
+    let claim = &plan.node_claims[0];
+    assert_eq!(claim.instance_type_options, ["large"]);
+    assert_eq!(claim.instance_type, "large");
+    check_plan(&m, &provider, &plan);
+}
+
 fn workload(
     index: usize,
     replicas: u8,
