@@ -31,6 +31,8 @@ pub enum SimulateError {
     InvalidNodePool { name: String, message: String },
     #[error("invalid Node {name}: {message}")]
     InvalidNode { name: String, message: String },
+    #[error("invalid NodeClaim {name}: {message}")]
+    InvalidNodeClaim { name: String, message: String },
     #[error(
         "pod {pod} is bound to node {node}, which is not in the input: add the Node or remove spec.nodeName"
     )]
@@ -190,15 +192,20 @@ pub fn plan(
         }
     }
     let mut existing_nodes: Vec<ExistingNode> = Vec::new();
+    let mut claims_with_node = vec![false; manifests.node_claims.len()];
     for node in &manifests.nodes {
         let name = node.metadata.name.clone().unwrap_or_default();
         let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-        let node_claim = manifests.node_claims.iter().find(|nc| {
+        let matched = manifests.node_claims.iter().position(|nc| {
             let status = nc.status.as_ref();
             status.and_then(|s| s.node_name.as_deref()) == Some(name.as_str())
                 || (provider_id.is_some()
                     && status.and_then(|s| s.provider_id.as_deref()) == provider_id)
         });
+        if let Some(i) = matched {
+            claims_with_node[i] = true;
+        }
+        let node_claim = matched.map(|i| &manifests.node_claims[i]);
         let pods = by_node.get(name.as_str()).cloned().unwrap_or_default();
         let existing = input::existing_node(node, node_claim, &pods).map_err(|e| {
             SimulateError::InvalidNode {
@@ -207,6 +214,23 @@ pub fn plan(
             }
         })?;
         existing_nodes.push(existing);
+    }
+    // NodeClaims without a Node are in flight: capacity already bought, as the controller counts
+    // it (only once launched: before that their status says nothing about what fits). Deleting
+    // ones are on their way out and take no pods.
+    for (node_claim, _) in manifests
+        .node_claims
+        .iter()
+        .zip(&claims_with_node)
+        .filter(|(nc, has_node)| !**has_node && nc.metadata.deletion_timestamp.is_none())
+    {
+        let in_flight = input::in_flight_node_claim(node_claim, &[]).map_err(|e| {
+            SimulateError::InvalidNodeClaim {
+                name: node_claim.metadata.name.clone().unwrap_or_default(),
+                message: e.to_string(),
+            }
+        })?;
+        existing_nodes.push(in_flight);
     }
 
     let scheduler = Scheduler::new(SchedulerInput {

@@ -449,6 +449,103 @@ spec: {containers: [{name: c, image: x, resources: {requests: {cpu: 1500m}}}]}
     check_plan(&m, &provider, &plan);
 }
 
+const IN_FLIGHT_CLAIM: &str = r#"
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: default-abcde
+  labels: {karpenter.sh/nodepool: default}
+spec:
+  requirements:
+    - {key: karpenter.sh/nodepool, operator: In, values: [default]}
+    - {key: node.kubernetes.io/instance-type, operator: In, values: [large]}
+    - {key: topology.kubernetes.io/zone, operator: In, values: [test-1a]}
+  nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+status:
+  providerID: sim://test-1/test-1a/i-00000000000000001
+  capacity: {cpu: "8", memory: 32Gi, pods: "50"}
+  allocatable: {cpu: 7800m, memory: 31Gi, pods: "50"}
+"#;
+
+const TWO_PODS: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: a}
+spec: {containers: [{name: c, image: x, resources: {requests: {cpu: 3}}}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b}
+spec: {containers: [{name: c, image: x, resources: {requests: {cpu: 3}}}]}
+"#;
+
+/// A launched NodeClaim with no Node yet is capacity: pending pods go there, not to a new one.
+#[test]
+fn in_flight_node_claims_take_pods_before_new_ones() {
+    let mut m = load(NODEPOOL);
+    m.load_str("claim.yaml", IN_FLIGHT_CLAIM).unwrap();
+    m.load_str("pods.yaml", TWO_PODS).unwrap();
+    let provider = custom();
+    let plan = simulate::plan(&m, &provider).unwrap().plan;
+    check_plan(&m, &provider, &plan);
+    assert!(plan.node_claims.is_empty(), "{plan:?}");
+    assert_eq!(plan.existing_nodes.len(), 1);
+    assert_eq!(plan.existing_nodes[0].name, "default-abcde");
+    assert_eq!(plan.existing_nodes[0].pods, ["default/a", "default/b"]);
+    assert_eq!(plan.summary.scheduled, 2);
+}
+
+/// Not launched yet (no status): nothing says what fits, so the pods get a new NodeClaim; a
+/// deleting NodeClaim takes no pods either.
+#[test]
+fn unlaunched_or_deleting_node_claims_take_no_pods() {
+    let unlaunched = IN_FLIGHT_CLAIM.split("status:").next().unwrap().to_string();
+    let deleting = IN_FLIGHT_CLAIM.replace(
+        "  name: default-abcde\n",
+        "  name: default-abcde\n  deletionTimestamp: 2024-01-01T00:00:00Z\n  finalizers: [karpenter.sh/termination]\n",
+    );
+    assert_ne!(deleting, IN_FLIGHT_CLAIM);
+    for claim in [unlaunched, deleting] {
+        let mut m = load(NODEPOOL);
+        m.load_str("claim.yaml", &claim).unwrap();
+        m.load_str("pods.yaml", TWO_PODS).unwrap();
+        let provider = custom();
+        let plan = simulate::plan(&m, &provider).unwrap().plan;
+        check_plan(&m, &provider, &plan);
+        assert!(plan.existing_nodes.is_empty(), "{plan:?}");
+        assert_eq!(plan.summary.scheduled, 2);
+        assert!(!plan.node_claims.is_empty());
+    }
+}
+
+/// A NodeClaim matched to a Node of the input is that Node's capacity, not a second copy of it.
+#[test]
+fn node_claims_with_a_node_are_not_counted_twice() {
+    let mut m = load(NODEPOOL);
+    m.load_str("claim.yaml", IN_FLIGHT_CLAIM).unwrap();
+    m.load_str(
+        "node.yaml",
+        r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: ip-10-0-0-1
+  labels: {karpenter.sh/nodepool: default, node.kubernetes.io/instance-type: large, karpenter.sh/initialized: "true"}
+spec: {providerID: sim://test-1/test-1a/i-00000000000000001}
+status:
+  capacity: {cpu: "8", memory: 32Gi, pods: "50"}
+  allocatable: {cpu: 7800m, memory: 31Gi, pods: "50"}
+"#,
+    )
+    .unwrap();
+    m.load_str("pods.yaml", TWO_PODS).unwrap();
+    let provider = custom();
+    let plan = simulate::plan(&m, &provider).unwrap().plan;
+    check_plan(&m, &provider, &plan);
+    assert_eq!(plan.existing_nodes.len(), 1, "{plan:?}");
+    assert_eq!(plan.existing_nodes[0].name, "ip-10-0-0-1");
+}
+
 fn workload(
     index: usize,
     replicas: u8,
