@@ -30,6 +30,20 @@ pub fn pod_key(pod: &Pod) -> (String, String) {
     )
 }
 
+/// A pod that has finished (`Succeeded` or `Failed`): it holds no resources and no longer counts
+/// for topology.
+pub fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// A pod being deleted: it still holds its resources but no longer counts for topology.
+pub fn is_terminating(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
 /// A container's requests, with limits standing in for absent requests (as the API server
 /// defaults them).
 fn container_requests(

@@ -8,7 +8,7 @@ use karpenter_api::well_known;
 
 use super::VolumeInput;
 use super::intern::{Interner, Key, Reqs, ResVec, Sym};
-use crate::pod::{effective_requests, pod_key};
+use crate::pod::{effective_requests, is_terminating, pod_key};
 use crate::requirements::{Requirement, Requirements};
 
 /// A compiled label selector; `None` selects nothing (nil or invalid selectors).
@@ -164,6 +164,8 @@ pub(crate) struct PodInfo {
     /// (CSI driver, PVC id) per persistent volume claim the pod uses.
     pub volumes: Vec<(String, String)>,
     pub is_daemonset: bool,
+    /// Being deleted: a bound pod that keeps its resources but is not counted for topology.
+    pub terminating: bool,
     /// Why the pod cannot be considered at all (bad quantities, restricted labels, ...).
     pub invalid: Option<String>,
     /// Pods requiring `karpenter.sh/nodepool DoesNotExist` are not Karpenter's to place.
@@ -306,6 +308,7 @@ pub(crate) fn compile_pod(
         .iter()
         .flatten()
         .any(|o| o.kind == "DaemonSet");
+    info.terminating = is_terminating(pod);
     match effective_requests(pod) {
         Ok(r) => info.requests = interner.resources(&r),
         Err(e) => info.invalid = Some(e.to_string()),
@@ -473,6 +476,17 @@ fn volume_topology(
                 "persistentvolumeclaim {namespace}/{claim_name} not found"
             ));
         };
+        // Upstream's pod validation: such claims can never be satisfied by a new node.
+        if claim.metadata.deletion_timestamp.is_some() {
+            return Err(format!(
+                "persistentvolumeclaim {namespace}/{claim_name} is being deleted"
+            ));
+        }
+        if claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost") {
+            return Err(format!(
+                "persistentvolumeclaim {namespace}/{claim_name} is Lost"
+            ));
+        }
         let claim_spec = claim.spec.clone().unwrap_or_default();
         let bound = claim_spec.volume_name.as_ref().and_then(|pv| {
             volumes
@@ -489,6 +503,12 @@ fn volume_topology(
         let mut alternatives = Vec::new();
         let driver;
         if let Some(pv) = bound {
+            if pv.metadata.deletion_timestamp.is_some() {
+                return Err(format!(
+                    "persistentvolume {} bound to {namespace}/{claim_name} is being deleted",
+                    pv.metadata.name.clone().unwrap_or_default()
+                ));
+            }
             let pv_spec = pv.spec.clone().unwrap_or_default();
             driver = pv_spec
                 .csi
@@ -525,6 +545,12 @@ fn volume_topology(
                     "persistentvolumeclaim {namespace}/{claim_name} is unbound and has no storage class"
                 ));
             };
+            if class.volume_binding_mode.as_deref() == Some("Immediate") {
+                return Err(format!(
+                    "persistentvolumeclaim {namespace}/{claim_name} is unbound but its storageclass {:?} binds Immediate",
+                    class.metadata.name.clone().unwrap_or_default()
+                ));
+            }
             driver = class.provisioner.clone();
             for term in class.allowed_topologies.iter().flatten() {
                 let mut reqs = Requirements::new();

@@ -628,6 +628,9 @@ impl Engine {
             let mut daemon_bound = ResVec::default();
             let node_index = nodes.len();
             for (bi, bp) in n.pods.iter().enumerate() {
+                if crate::pod::is_terminal(bp) {
+                    continue; // finished: frees its resources, counts for nothing
+                }
                 let info = compile_pod(bi, bp, ctx, &mut interner);
                 remaining.sub_floor_zero(&info.requests);
                 host_ports.extend(info.host_ports.iter().cloned());
@@ -848,7 +851,7 @@ impl Engine {
             }
             let mut hits = Vec::new();
             for (ni, bp) in bound {
-                if !g.selects(bp.ns, &bp.labels) {
+                if bp.terminating || !g.selects(bp.ns, &bp.labels) {
                     continue;
                 }
                 let node = &nodes[*ni];

@@ -3,13 +3,19 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerPort, NodeAffinity, NodeSelector, NodeSelectorRequirement,
-    NodeSelectorTerm, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec,
-    PreferredSchedulingTerm, ResourceRequirements, Taint, Toleration, TopologySpreadConstraint,
+    Affinity, CSIPersistentVolumeSource, Container, ContainerPort, NodeAffinity, NodeSelector,
+    NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, Pod,
+    PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec, PodStatus, PreferredSchedulingTerm,
+    ResourceRequirements, Taint, Toleration, TopologySelectorLabelRequirement,
+    TopologySelectorTerm, TopologySpreadConstraint, Volume, VolumeNodeAffinity,
     WeightedPodAffinityTerm,
 };
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, ObjectMeta, OwnerReference, Time,
+};
 use karpenter_api::v1::NodeSelectorRequirementWithMinValues;
 use karpenter_core::instance_type::{InstanceType, Offering, Overhead};
 use karpenter_core::resources::{Quantity, ResourceList};
@@ -416,8 +422,124 @@ impl P {
             });
         self
     }
+    pub fn owned_by(mut self, kind: &str) -> Self {
+        self.0
+            .metadata
+            .owner_references
+            .get_or_insert_with(Vec::new)
+            .push(OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: kind.into(),
+                name: "owner".into(),
+                uid: "owner-uid".into(),
+                ..Default::default()
+            });
+        self
+    }
+    /// Mounts the persistent volume claim `claim` (in the pod's namespace).
+    pub fn pvc(mut self, claim: &str) -> Self {
+        let n = self.spec().volumes.as_ref().map_or(0, Vec::len);
+        self.spec()
+            .volumes
+            .get_or_insert_with(Vec::new)
+            .push(Volume {
+                name: format!("vol-{n}"),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: claim.into(),
+                    read_only: None,
+                }),
+                ..Default::default()
+            });
+        self
+    }
+    pub fn phase(mut self, phase: &str) -> Self {
+        self.0.status = Some(PodStatus {
+            phase: Some(phase.into()),
+            ..Default::default()
+        });
+        self
+    }
+    pub fn terminating(mut self) -> Self {
+        self.0.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        self
+    }
     pub fn build(self) -> Pod {
         self.0
+    }
+}
+
+/// A PVC in `default`, bound to `volume` when given, else using `storage_class`.
+pub fn claim(
+    name: &str,
+    storage_class: Option<&str>,
+    volume: Option<&str>,
+) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            annotations: volume.map(|_| {
+                BTreeMap::from([(
+                    "pv.kubernetes.io/bind-completed".to_string(),
+                    "yes".to_string(),
+                )])
+            }),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            storage_class_name: storage_class.map(Into::into),
+            volume_name: volume.map(Into::into),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// A CSI persistent volume whose node affinity requires `zone In zones`.
+pub fn zonal_volume(name: &str, driver: &str, zones: &[&str]) -> PersistentVolume {
+    PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            csi: Some(CSIPersistentVolumeSource {
+                driver: driver.into(),
+                volume_handle: name.into(),
+                ..Default::default()
+            }),
+            node_affinity: Some(VolumeNodeAffinity {
+                required: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: Some(vec![nsr(ZONE, "In", zones)]),
+                        ..Default::default()
+                    }],
+                }),
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// A storage class of `provisioner` whose allowed topologies are `zone In zones` (none if empty).
+pub fn storage_class(name: &str, provisioner: &str, zones: &[&str], binding: &str) -> StorageClass {
+    StorageClass {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        provisioner: provisioner.into(),
+        volume_binding_mode: Some(binding.into()),
+        allowed_topologies: (!zones.is_empty()).then(|| {
+            vec![TopologySelectorTerm {
+                match_label_expressions: Some(vec![TopologySelectorLabelRequirement {
+                    key: ZONE.into(),
+                    values: zones.iter().map(|z| z.to_string()).collect(),
+                }]),
+            }]
+        }),
+        ..Default::default()
     }
 }
 

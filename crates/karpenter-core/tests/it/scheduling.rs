@@ -1,7 +1,7 @@
 //! §7.1 scheduling: constraints and bin-packing.
 
 use karpenter_core::scheduling::{
-    MinValuesPolicy, PreferencePolicy, SchedulerInput, SchedulerOptions,
+    MinValuesPolicy, PreferencePolicy, SchedulerInput, SchedulerOptions, VolumeInput,
 };
 
 use crate::fixtures::*;
@@ -671,4 +671,459 @@ fn results_are_deterministic() {
         serde_json::to_string(&a).unwrap(),
         serde_json::to_string(&b).unwrap()
     );
+}
+
+#[test]
+fn not_schedule_incompatible_preferences_and_requirements_with_operator_in() {
+    let p = pod()
+        .required_term(vec![nsr(ZONE, "In", &["invalid"])])
+        .preferred_term(10, vec![nsr(ZONE, "In", &["test-zone-1"])]);
+    let r = solve(vec![pool("default")], &pods(vec![p]));
+    assert!(!scheduled(&r, 0), "a preference never widens a requirement");
+}
+
+#[test]
+fn schedule_even_if_preference_conflicts_with_requirement() {
+    let p = pod()
+        .required_term(vec![nsr(ZONE, "In", &["test-zone-3"])])
+        .preferred_term(10, vec![nsr(ZONE, "NotIn", &["test-zone-3"])]);
+    let r = solve(vec![pool("default")], &pods(vec![p]));
+    assert_eq!(claim_value(&r, 0, ZONE).as_deref(), Some("test-zone-3"));
+}
+
+#[test]
+fn combine_multidimensional_node_selectors_preferences_and_requirements() {
+    let p = pod()
+        .node_selector(&[(ZONE, "test-zone-3")])
+        .required_term(vec![
+            nsr(ZONE, "In", &["test-zone-1", "test-zone-3"]),
+            nsr(IT, "In", &["default-instance-type", "arm-instance-type"]),
+        ])
+        .preferred_term(10, vec![nsr(IT, "In", &["arm-instance-type"])])
+        .preferred_term(5, vec![nsr(ZONE, "NotIn", &["test-zone-3"])]);
+    let r = solve(vec![pool("default")], &pods(vec![p]));
+    assert!(scheduled(&r, 0), "{}", explanation(&r, 0));
+    assert_eq!(claim_value(&r, 0, ZONE).as_deref(), Some("test-zone-3"));
+    let names: Vec<&str> = r.new_node_claims[0]
+        .instance_types
+        .iter()
+        .map(|o| &*o.name)
+        .collect();
+    assert_eq!(names, ["arm-instance-type"], "heaviest preference honoured");
+}
+
+#[test]
+fn schedule_compatible_pods_to_the_same_node_and_incompatible_to_different_nodes() {
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![
+            pod().node_selector(&[(ZONE, "test-zone-1")]),
+            pod().node_selector(&[(ZONE, "test-zone-1")]),
+            pod().node_selector(&[(ZONE, "test-zone-2")]),
+        ]),
+    );
+    assert_eq!(r.new_node_claims.len(), 2);
+    assert_eq!(claim_of(&r, 0), claim_of(&r, 1));
+    assert_ne!(claim_of(&r, 0), claim_of(&r, 2));
+}
+
+#[test]
+fn exists_operator_does_not_overwrite_the_existing_value() {
+    let p = pod().required_term(vec![
+        nsr(ZONE, "In", &["non-existent-zone"]),
+        nsr(ZONE, "Exists", &[]),
+    ]);
+    let r = solve(vec![pool("default")], &pods(vec![p]));
+    assert!(!scheduled(&r, 0));
+}
+
+#[test]
+fn preferential_fallback_relaxes_multiple_terms_and_all_preferences() {
+    let p = pod()
+        .required_term(vec![nsr(ZONE, "In", &["invalid"])])
+        .required_term(vec![nsr(ZONE, "In", &["also-invalid"])])
+        .required_term(vec![nsr(ZONE, "In", &["test-zone-2"])]);
+    let r = solve(vec![pool("default")], &pods(vec![p]));
+    assert_eq!(claim_value(&r, 0, ZONE).as_deref(), Some("test-zone-2"));
+    let p = pod()
+        .preferred_term(100, vec![nsr(ZONE, "In", &["invalid"])])
+        .preferred_term(50, vec![nsr(IT, "In", &["invalid"])]);
+    let r = solve(vec![pool("default")], &pods(vec![p]));
+    assert!(scheduled(&r, 0), "every preference relaxed");
+}
+
+#[test]
+fn launch_pods_with_different_os_instance_types_and_zones_on_different_instances() {
+    for (key, a, b) in [
+        (OS, "linux", "windows"),
+        (IT, "small-instance-type", "default-instance-type"),
+        (ZONE, "test-zone-1", "test-zone-2"),
+    ] {
+        let r = solve(
+            vec![pool("default")],
+            &pods(vec![
+                pod().node_selector(&[(key, a)]),
+                pod().node_selector(&[(key, b)]),
+            ]),
+        );
+        assert_eq!(r.new_node_claims.len(), 2, "{key}");
+        // What the NodeClaim objects say (incl. the instance-type list).
+        let allows = |p: usize, value: &str| {
+            r.new_node_claims[claim_of(&r, p).unwrap()]
+                .node_claim_requirements()
+                .iter()
+                .filter(|q| q.key == key)
+                .all(|q| q.operator != "In" || q.values.iter().any(|v| v == value))
+        };
+        assert!(allows(0, a) && !allows(0, b), "{key}");
+        assert!(allows(1, b) && !allows(1, a), "{key}");
+    }
+}
+
+#[test]
+fn exclude_instance_types_not_supported_by_pod_node_affinity() {
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![pod().required_term(vec![nsr(
+            IT,
+            "In",
+            &["arm-instance-type", "windows-instance-type"],
+        )])]),
+    );
+    let names: Vec<&str> = r.new_node_claims[0]
+        .instance_types
+        .iter()
+        .map(|o| &*o.name)
+        .collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| ["arm-instance-type", "windows-instance-type"].contains(n)),
+        "{names:?}"
+    );
+}
+
+fn exotic_pool() -> karpenter_core::scheduling::SchedulingNodePool {
+    let mut p = pool("default");
+    let mut exotic = instance_type(
+        "exotic-instance-type",
+        "amd64",
+        "linux",
+        &[("cpu", "1"), ("memory", "1Gi"), ("pods", "10")],
+    );
+    exotic.labels.insert("special".into(), "optional".into());
+    p.instance_types.push(exotic);
+    p
+}
+
+fn exotic_options() -> SchedulerOptions {
+    SchedulerOptions {
+        extra_well_known_labels: vec!["special".into()],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn schedule_optional_labels() {
+    let input = SchedulerInput {
+        node_pools: vec![exotic_pool()],
+        options: exotic_options(),
+        ..Default::default()
+    };
+    let r = solve_input(
+        input,
+        &pods(vec![pod().required_term(vec![nsr(
+            "special",
+            "Exists",
+            &[],
+        )])]),
+    );
+    assert!(scheduled(&r, 0), "{}", explanation(&r, 0));
+    let c = &r.new_node_claims[0];
+    assert!(
+        c.instance_types
+            .iter()
+            .all(|o| &*o.name == "exotic-instance-type")
+    );
+    // The label itself comes from the launched instance type (a registered well-known key is
+    // not resolved onto the NodeClaim, as upstream).
+}
+
+#[test]
+fn schedule_without_optional_labels_if_disallowed() {
+    let mut p = exotic_pool();
+    p.requirements = vec![req("special", "DoesNotExist", &[])];
+    let input = SchedulerInput {
+        node_pools: vec![p],
+        options: exotic_options(),
+        ..Default::default()
+    };
+    let r = solve_input(input, &pods(vec![pod()]));
+    let c = &r.new_node_claims[0];
+    assert!(
+        c.instance_types
+            .iter()
+            .all(|o| &*o.name != "exotic-instance-type"),
+        "{:?}",
+        c.instance_types
+    );
+    assert!(!c.labels.contains_key("special"));
+}
+
+#[test]
+fn pack_nodes_tightly() {
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![
+            pod().requests(&[("cpu", "1.5")]),
+            pod().requests(&[("cpu", "1.5")]),
+        ]),
+    );
+    assert_eq!(r.new_node_claims.len(), 1);
+    assert_eq!(
+        &*r.new_node_claims[0].instance_types[0].name, "default-instance-type",
+        "the cheapest type holding both"
+    );
+}
+
+#[test]
+fn select_valid_instance_types_regardless_of_price() {
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![pod().requests(&[("fake.com/vendor-a", "1")])]),
+    );
+    let names: Vec<&str> = r.new_node_claims[0]
+        .instance_types
+        .iter()
+        .map(|o| &*o.name)
+        .collect();
+    assert_eq!(names, ["gpu-vendor-instance-type"]);
+}
+
+#[test]
+fn balance_pods_across_zones_and_hostnames_with_in_flight_nodes() {
+    let mut node = existing_node(
+        "in-flight",
+        &[(ZONE, "test-zone-1"), ("karpenter.sh/nodepool", "default")],
+        &[("cpu", "4"), ("memory", "4Gi"), ("pods", "10")],
+    );
+    node.node_pool = Some("default".into());
+    node.initialized = false;
+    node.pods = pods(vec![pod().labels(&[("app", "a")])]);
+    let input = SchedulerInput {
+        node_pools: vec![pool("default")],
+        existing_nodes: vec![node],
+        ..Default::default()
+    };
+    let zonal = || {
+        pod().labels(&[("app", "a")]).spread(
+            ZONE,
+            1,
+            "DoNotSchedule",
+            Some(selector(&[("app", "a")])),
+        )
+    };
+    let r = solve_input(input.clone(), &pods(vec![zonal(), zonal()]));
+    assert!(r.existing_nodes.is_empty(), "zone-1 already has one");
+    let counts = zone_counts(&r, |_| true);
+    assert_eq!(counts.get("test-zone-2"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("test-zone-3"), Some(&1), "{counts:?}");
+    let by_host = || {
+        pod().labels(&[("app", "a")]).spread(
+            HOSTNAME,
+            1,
+            "DoNotSchedule",
+            Some(selector(&[("app", "a")])),
+        )
+    };
+    let r = solve_input(input, &pods(vec![by_host(), by_host()]));
+    assert!(r.existing_nodes.is_empty());
+    assert_eq!(r.new_node_claims.len(), 2);
+}
+
+#[test]
+fn track_daemonset_usage_on_existing_nodes_and_unexpected_daemonset_pods() {
+    let node = existing_node(
+        "n1",
+        &[],
+        &[("cpu", "4"), ("memory", "4Gi"), ("pods", "10")],
+    );
+    let input = |bound: Vec<P>| SchedulerInput {
+        node_pools: vec![],
+        existing_nodes: vec![{
+            let mut n = node.clone();
+            n.pods = pods(bound);
+            n
+        }],
+        daemonsets: vec![pod().requests(&[("cpu", "1")]).build()],
+        ..Default::default()
+    };
+    // The daemonset pod is not bound yet: its 1 cpu stays reserved.
+    let r = solve_input(input(vec![]), &pods(vec![pod().requests(&[("cpu", "3")])]));
+    assert!(scheduled(&r, 0), "{}", explanation(&r, 0));
+    let r = solve_input(
+        input(vec![]),
+        &pods(vec![pod().requests(&[("cpu", "3.5")])]),
+    );
+    assert!(!scheduled(&r, 0));
+    // An unexpectedly large daemonset pod is bound: its real request counts, no more reservation.
+    let ds = || pod().requests(&[("cpu", "2")]).owned_by("DaemonSet");
+    let r = solve_input(
+        input(vec![ds()]),
+        &pods(vec![pod().requests(&[("cpu", "2")])]),
+    );
+    assert!(scheduled(&r, 0), "{}", explanation(&r, 0));
+    let r = solve_input(
+        input(vec![ds()]),
+        &pods(vec![pod().requests(&[("cpu", "2.5")])]),
+    );
+    assert!(!scheduled(&r, 0));
+}
+
+#[test]
+fn return_a_pod_error_when_no_available_instance_types_exist() {
+    let mut p = pool("default");
+    for it in &mut p.instance_types {
+        for o in &mut it.offerings {
+            o.available = false;
+        }
+    }
+    let r = solve(vec![p], &pods(vec![pod()]));
+    assert!(!scheduled(&r, 0));
+    let e = explanation(&r, 0);
+    assert!(e.contains("nodepool default"), "{e}");
+    assert!(e.contains("offering"), "{e}");
+}
+
+// ---- volumes ----------------------------------------------------------------------------------
+
+const DRIVER: &str = "ebs.csi.aws.com";
+
+fn volume_input(
+    claims: Vec<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    volumes: Vec<k8s_openapi::api::core::v1::PersistentVolume>,
+    classes: Vec<k8s_openapi::api::storage::v1::StorageClass>,
+) -> SchedulerInput {
+    SchedulerInput {
+        node_pools: vec![pool("default")],
+        volumes: VolumeInput {
+            claims,
+            volumes,
+            storage_classes: classes,
+        },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn volume_usage_launches_multiple_nodes_if_required_by_volume_limits() {
+    let mut node = existing_node(
+        "n1",
+        &[(ZONE, "test-zone-1")],
+        &[("cpu", "8"), ("memory", "8Gi"), ("pods", "10")],
+    );
+    node.volume_limits = std::collections::BTreeMap::from([(DRIVER.to_string(), 1)]);
+    let sc = storage_class("gp3", DRIVER, &[], "WaitForFirstConsumer");
+    let mut input = volume_input(
+        vec![claim("a", Some("gp3"), None), claim("b", Some("gp3"), None)],
+        vec![],
+        vec![sc],
+    );
+    input.existing_nodes = vec![node];
+    let r = solve_input(input.clone(), &pods(vec![pod().pvc("a"), pod().pvc("b")]));
+    assert_eq!(r.existing_nodes.len(), 1);
+    assert_eq!(r.existing_nodes[0].pods.len(), 1, "one volume fits");
+    assert_eq!(r.new_node_claims.len(), 1);
+    // The same claim twice counts once.
+    let r = solve_input(input, &pods(vec![pod().pvc("a"), pod().pvc("a")]));
+    assert_eq!(r.existing_nodes[0].pods.len(), 2);
+    assert!(r.new_node_claims.is_empty());
+}
+
+#[test]
+fn volume_usage_does_not_fail_for_nfs_volumes() {
+    let mut p = pod().build();
+    p.spec.as_mut().unwrap().volumes = Some(vec![k8s_openapi::api::core::v1::Volume {
+        name: "nfs".into(),
+        nfs: Some(k8s_openapi::api::core::v1::NFSVolumeSource {
+            server: "fs".into(),
+            path: "/".into(),
+            read_only: None,
+        }),
+        ..Default::default()
+    }]);
+    let r = solve(vec![pool("default")], &[p]);
+    assert!(scheduled(&r, 0), "{}", explanation(&r, 0));
+}
+
+#[test]
+fn schedule_pods_using_a_pv_or_storage_class_with_multiple_zones() {
+    let input = volume_input(
+        vec![
+            claim("bound", None, Some("pv")),
+            claim("unbound", Some("zonal"), None),
+        ],
+        vec![zonal_volume("pv", DRIVER, &["test-zone-1", "test-zone-3"])],
+        vec![storage_class(
+            "zonal",
+            DRIVER,
+            &["test-zone-2", "test-zone-3"],
+            "WaitForFirstConsumer",
+        )],
+    );
+    let r = solve_input(
+        input,
+        &pods(vec![
+            pod().pvc("bound").host_port(80),
+            pod().pvc("unbound").host_port(80),
+        ]),
+    );
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    let c0 = claim_of(&r, 0).unwrap();
+    assert!(!claim_allows(&r, c0, ZONE, "test-zone-2"));
+    assert!(claim_allows(&r, c0, ZONE, "test-zone-1") || claim_allows(&r, c0, ZONE, "test-zone-3"));
+    let c1 = claim_of(&r, 1).unwrap();
+    assert!(!claim_allows(&r, c1, ZONE, "test-zone-1"));
+}
+
+#[test]
+fn not_launch_nodes_for_invalid_volume_claims() {
+    let mut deleting = claim("deleting", Some("gp3"), None);
+    deleting.metadata.deletion_timestamp = pod().terminating().build().metadata.deletion_timestamp;
+    let mut lost = claim("lost", None, Some("pv"));
+    lost.status = Some(k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
+        phase: Some("Lost".into()),
+        ..Default::default()
+    });
+    let input = volume_input(
+        vec![
+            deleting,
+            lost,
+            claim("immediate", Some("now"), None),
+            claim("missing-class", Some("nope"), None),
+        ],
+        vec![zonal_volume("pv", DRIVER, &["test-zone-1"])],
+        vec![
+            storage_class("gp3", DRIVER, &[], "WaitForFirstConsumer"),
+            storage_class("now", DRIVER, &[], "Immediate"),
+        ],
+    );
+    let ps = pods(vec![
+        pod().pvc("deleting"),
+        pod().pvc("lost"),
+        pod().pvc("immediate"),
+        pod().pvc("missing-class"),
+        pod().pvc("absent"),
+        pod(),
+    ]);
+    let r = solve_input(input, &ps);
+    for i in 0..5 {
+        assert!(!scheduled(&r, i), "pod {i} has an invalid claim");
+        assert!(
+            explanation(&r, i).contains("ignoring pod"),
+            "{}",
+            explanation(&r, i)
+        );
+    }
+    assert!(scheduled(&r, 5), "valid pods still schedule");
 }

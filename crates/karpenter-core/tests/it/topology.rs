@@ -533,3 +533,563 @@ fn taints_nodepool_taints_on_claims_and_startup_taints_do_not_block() {
     assert!(scheduled(&r, 0));
     assert_eq!(r.new_node_claims[0].startup_taints.len(), 1);
 }
+
+fn zonal_a() -> P {
+    pod()
+        .labels(&[("app", "a")])
+        .spread(ZONE, 1, "DoNotSchedule", Some(selector(&[("app", "a")])))
+}
+
+fn sorted_counts(counts: &std::collections::BTreeMap<String, usize>) -> Vec<usize> {
+    let mut v: Vec<usize> = counts.values().copied().collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn topology_zonal_spread_with_match_expressions() {
+    let sel = k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+        match_expressions: Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                key: "app".into(),
+                operator: "In".into(),
+                values: Some(vec!["a".into()]),
+            },
+        ]),
+        ..Default::default()
+    };
+    let r = solve(
+        vec![pool("default")],
+        &app(6, || {
+            pod()
+                .labels(&[("app", "a")])
+                .spread(ZONE, 1, "DoNotSchedule", Some(sel.clone()))
+        }),
+    );
+    assert_eq!(sorted_counts(&zone_counts(&r, |_| true)), vec![2, 2, 2]);
+}
+
+#[test]
+fn topology_zonal_spread_across_nodepools() {
+    let mut a = pool("a");
+    a.requirements = vec![req(ZONE, "In", &["test-zone-1"])];
+    let mut b = pool("b");
+    b.requirements = vec![req(ZONE, "In", &["test-zone-2"])];
+    let r = solve(vec![a, b], &app(4, zonal_a));
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    let counts = zone_counts(&r, |_| true);
+    assert_eq!(counts.get("test-zone-1"), Some(&2), "{counts:?}");
+    assert_eq!(counts.get("test-zone-2"), Some(&2), "{counts:?}");
+}
+
+#[test]
+fn topology_only_counts_running_pods_with_matching_labels_on_nodes_with_the_domain() {
+    let mut z1 = existing_node(
+        "z1",
+        &[(ZONE, "test-zone-1")],
+        &[("cpu", "0"), ("pods", "10")],
+    );
+    z1.pods = pods(vec![
+        pod().labels(&[("app", "a")]).phase("Succeeded"),
+        pod().labels(&[("app", "a")]).phase("Failed"),
+        pod().labels(&[("app", "a")]).terminating(),
+        pod().labels(&[("app", "other")]),
+    ]);
+    let mut no_zone = existing_node("no-zone", &[], &[("cpu", "0"), ("pods", "10")]);
+    no_zone.pods = pods(vec![pod().labels(&[("app", "a")])]);
+    let mut z2 = existing_node(
+        "z2",
+        &[(ZONE, "test-zone-2")],
+        &[("cpu", "0"), ("pods", "10")],
+    );
+    z2.pods = pods(vec![pod().labels(&[("app", "a")])]);
+    let input = SchedulerInput {
+        node_pools: vec![pool("default")],
+        existing_nodes: vec![z1, no_zone, z2],
+        ..Default::default()
+    };
+    // Counted: only zone-2's running pod. Two new pods go to zones 1 and 3.
+    let r = solve_input(input, &app(2, zonal_a));
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    let mut counts = zone_counts(&r, |_| true);
+    for placement in &r.existing_nodes {
+        let zone = if placement.node == "z1" {
+            "test-zone-1"
+        } else {
+            "test-zone-2"
+        };
+        *counts.entry(zone.to_string()).or_insert(0) += placement.pods.len();
+    }
+    assert_eq!(counts.get("test-zone-1"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("test-zone-2"), None, "{counts:?}");
+    assert_eq!(counts.get("test-zone-3"), Some(&1), "{counts:?}");
+}
+
+#[test]
+fn topology_matches_all_pods_when_label_selector_is_empty() {
+    let r = solve(
+        vec![pool("default")],
+        &app(3, || {
+            pod().spread(ZONE, 1, "DoNotSchedule", Some(Default::default()))
+        }),
+    );
+    assert_eq!(sorted_counts(&zone_counts(&r, |_| true)), vec![1, 1, 1]);
+}
+
+#[test]
+fn topology_handles_interdependent_selectors() {
+    // The pods' spread selects labels they do not carry: no constraint between them.
+    let r = solve(
+        vec![pool("default")],
+        &app(5, || {
+            pod().spread(
+                HOSTNAME,
+                1,
+                "DoNotSchedule",
+                Some(selector(&[("app", "nginx")])),
+            )
+        }),
+    );
+    assert!(r.unschedulable.is_empty());
+    assert_eq!(r.new_node_claims.len(), 1);
+}
+
+#[test]
+fn topology_does_not_spread_an_invalid_label_selector() {
+    let sel = k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+        match_expressions: Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                key: "app".into(),
+                operator: "Sometimes".into(),
+                values: None,
+            },
+        ]),
+        ..Default::default()
+    };
+    let r = solve(
+        vec![pool("default")],
+        &app(2, || {
+            pod()
+                .labels(&[("app", "a")])
+                .spread(ZONE, 1, "DoNotSchedule", Some(sel.clone()))
+        }),
+    );
+    assert!(r.unschedulable.is_empty());
+    assert_eq!(r.new_node_claims.len(), 1, "selects nothing: packed");
+}
+
+#[test]
+fn topology_satisfied_min_domains_spread_normally() {
+    for min_domains in [2, 1] {
+        let mut p = pool("default");
+        p.requirements = vec![req(ZONE, "In", &["test-zone-1", "test-zone-2"])];
+        let tsc = TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: ZONE.into(),
+            when_unsatisfiable: "DoNotSchedule".into(),
+            label_selector: Some(selector(&[("app", "a")])),
+            min_domains: Some(min_domains),
+            ..Default::default()
+        };
+        let r = solve(
+            vec![p],
+            &app(4, || pod().labels(&[("app", "a")]).spread_with(tsc.clone())),
+        );
+        assert!(r.unschedulable.is_empty(), "minDomains {min_domains}");
+        assert_eq!(sorted_counts(&zone_counts(&r, |_| true)), vec![2, 2]);
+    }
+}
+
+#[test]
+fn topology_balances_multiple_deployments_with_hostname_spread() {
+    let spread = |name: &'static str| {
+        move || {
+            pod().labels(&[("app", name)]).spread(
+                HOSTNAME,
+                1,
+                "DoNotSchedule",
+                Some(selector(&[("app", name)])),
+            )
+        }
+    };
+    let mut ps = app(2, spread("app1"));
+    ps.extend(app(2, spread("app2")));
+    let r = solve(vec![pool("default")], &ps);
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    assert_eq!(r.new_node_claims.len(), 2);
+    assert_ne!(claim_of(&r, 0), claim_of(&r, 1));
+    assert_ne!(claim_of(&r, 2), claim_of(&r, 3));
+}
+
+#[test]
+fn topology_capacity_type_spread_respects_nodepool_capacity_type() {
+    let mut p = pool("default");
+    p.requirements = vec![req(CT, "In", &["spot"])];
+    let r = solve(
+        vec![p],
+        &app(3, || {
+            pod().labels(&[("app", "a")]).spread(
+                CT,
+                1,
+                "DoNotSchedule",
+                Some(selector(&[("app", "a")])),
+            )
+        }),
+    );
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    for ci in 0..r.new_node_claims.len() {
+        assert_eq!(claim_value(&r, ci, CT).as_deref(), Some("spot"));
+    }
+}
+
+#[test]
+fn topology_capacity_type_spread_with_required_affinity_counts_only_the_pods_domains() {
+    let r = solve(
+        vec![pool("default")],
+        &app(3, || {
+            pod()
+                .labels(&[("app", "a")])
+                .node_selector(&[(CT, "on-demand")])
+                .spread(CT, 1, "DoNotSchedule", Some(selector(&[("app", "a")])))
+        }),
+    );
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+}
+
+#[test]
+fn topology_arch_spread_balances() {
+    let r = solve(
+        vec![pool("default")],
+        &app(4, || {
+            pod().labels(&[("app", "a")]).spread(
+                ARCH,
+                1,
+                "DoNotSchedule",
+                Some(selector(&[("app", "a")])),
+            )
+        }),
+    );
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    let mut counts = std::collections::BTreeMap::new();
+    for (ci, c) in r.new_node_claims.iter().enumerate() {
+        *counts
+            .entry(claim_value(&r, ci, ARCH).unwrap_or_default())
+            .or_insert(0) += c.pods.len();
+    }
+    assert_eq!(counts.get("amd64"), Some(&2), "{counts:?}");
+    assert_eq!(counts.get("arm64"), Some(&2), "{counts:?}");
+}
+
+#[test]
+fn topology_combined_hostname_and_zonal_spread() {
+    let r = solve(
+        vec![pool("default")],
+        &app(6, || {
+            zonal_a().spread(
+                HOSTNAME,
+                1,
+                "DoNotSchedule",
+                Some(selector(&[("app", "a")])),
+            )
+        }),
+    );
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    assert_eq!(r.new_node_claims.len(), 6, "one per host");
+    assert_eq!(sorted_counts(&zone_counts(&r, |_| true)), vec![2, 2, 2]);
+}
+
+#[test]
+fn topology_match_label_keys_ignores_unknown_keys() {
+    let tsc = TopologySpreadConstraint {
+        max_skew: 1,
+        topology_key: ZONE.into(),
+        when_unsatisfiable: "DoNotSchedule".into(),
+        label_selector: Some(selector(&[("app", "a")])),
+        match_label_keys: Some(vec!["not-on-the-pod".into()]),
+        ..Default::default()
+    };
+    let r = solve(
+        vec![pool("default")],
+        &app(3, || pod().labels(&[("app", "a")]).spread_with(tsc.clone())),
+    );
+    assert_eq!(sorted_counts(&zone_counts(&r, |_| true)), vec![1, 1, 1]);
+}
+
+#[test]
+fn topology_node_taints_policy_honor_with_mutually_exclusive_tainted_nodepools() {
+    // Each zone comes from a pool with its own taint; the pods tolerate both: both zones count.
+    let mut a = pool("a");
+    a.requirements = vec![req(ZONE, "In", &["test-zone-1"])];
+    a.taints = vec![taint("ta", None, "NoSchedule")];
+    let mut b = pool("b");
+    b.requirements = vec![req(ZONE, "In", &["test-zone-2"])];
+    b.taints = vec![taint("tb", None, "NoSchedule")];
+    let tsc = TopologySpreadConstraint {
+        max_skew: 1,
+        topology_key: ZONE.into(),
+        when_unsatisfiable: "DoNotSchedule".into(),
+        label_selector: Some(selector(&[("app", "a")])),
+        node_taints_policy: Some("Honor".into()),
+        ..Default::default()
+    };
+    let r = solve(
+        vec![a, b],
+        &app(4, || {
+            pod()
+                .labels(&[("app", "a")])
+                .tolerate(toleration("ta", "Exists", None, None))
+                .tolerate(toleration("tb", "Exists", None, None))
+                .spread_with(tsc.clone())
+        }),
+    );
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    assert_eq!(sorted_counts(&zone_counts(&r, |_| true)), vec![2, 2]);
+}
+
+#[test]
+fn topology_node_affinity_policy_honor_vs_ignore() {
+    // Two matching pods on a zone-1 node that lacks the label the new pods require.
+    let mut node = existing_node(
+        "n1",
+        &[(ZONE, "test-zone-1")],
+        &[("cpu", "0"), ("pods", "10")],
+    );
+    node.pods = app(2, || pod().labels(&[("app", "a")]));
+    let mut p = pool("default");
+    p.labels.insert("tier".into(), "web".into());
+    let input = SchedulerInput {
+        node_pools: vec![p],
+        existing_nodes: vec![node],
+        ..Default::default()
+    };
+    let run = |policy: &str| {
+        let tsc = TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: ZONE.into(),
+            when_unsatisfiable: "DoNotSchedule".into(),
+            label_selector: Some(selector(&[("app", "a")])),
+            node_affinity_policy: Some(policy.into()),
+            ..Default::default()
+        };
+        let r = solve_input(
+            input.clone(),
+            &app(3, || {
+                pod()
+                    .labels(&[("app", "a")])
+                    .node_selector(&[("tier", "web")])
+                    .spread_with(tsc.clone())
+            }),
+        );
+        assert!(
+            r.unschedulable.is_empty(),
+            "{policy}: {:?}",
+            r.unschedulable
+        );
+        zone_counts(&r, |_| true)
+    };
+    // Honor: the node does not match the pods' selector, its pods are not counted.
+    assert_eq!(run("Honor").get("test-zone-1"), Some(&1));
+    // Ignore: zone-1 already has two, the new pods avoid it.
+    assert_eq!(run("Ignore").get("test-zone-1"), None);
+}
+
+#[test]
+fn topology_spread_not_limited_by_preferred_node_affinity() {
+    let r = solve(
+        vec![pool("default")],
+        &app(3, || {
+            zonal_a().preferred_term(10, vec![nsr(ZONE, "In", &["test-zone-1"])])
+        }),
+    );
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    assert_eq!(sorted_counts(&zone_counts(&r, |_| true)), vec![1, 1, 1]);
+}
+
+#[test]
+fn pod_affinity_respects_arch_affinity_and_self_affinity_on_hostname() {
+    let mut ps = pods(vec![
+        pod()
+            .labels(&[("security", "s2")])
+            .node_selector(&[(ARCH, "arm64")]),
+    ]);
+    ps.extend(pods(vec![pod().affinity_to(ARCH, &[("security", "s2")])]));
+    let r = solve(vec![pool("default")], &ps);
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    let c1 = claim_of(&r, 1).unwrap();
+    assert!(claim_allows(&r, c1, ARCH, "arm64") && !claim_allows(&r, c1, ARCH, "amd64"));
+    // Self-affinity on hostname: all on the first node.
+    let r = solve(
+        vec![pool("default")],
+        &app(3, || {
+            pod()
+                .labels(&[("app", "a")])
+                .affinity_to(HOSTNAME, &[("app", "a")])
+        }),
+    );
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    assert_eq!(r.new_node_claims.len(), 1);
+}
+
+#[test]
+fn pod_affinity_allows_two_nodes_when_matching_affinities_have_incompatible_selectors() {
+    let mk = |zone: &str| {
+        pod()
+            .labels(&[("app", "a")])
+            .node_selector(&[(ZONE, zone)])
+            .affinity_to(ZONE, &[("app", "a")])
+    };
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![mk("test-zone-1"), mk("test-zone-2")]),
+    );
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    assert_eq!(r.new_node_claims.len(), 2);
+}
+
+#[test]
+fn pod_anti_affinity_does_not_violate_arch() {
+    let r = solve(
+        vec![pool("default")],
+        &app(3, || {
+            pod()
+                .labels(&[("app", "a")])
+                .node_selector(&[(ARCH, "arm64")])
+                .anti_affinity_to(ARCH, &[("app", "a")])
+        }),
+    );
+    assert_eq!(r.unschedulable.len(), 2, "one arm64 domain");
+}
+
+#[test]
+fn preferred_pod_anti_affinity_of_existing_pods_is_not_enforced_inversely() {
+    let mut node = existing_node(
+        "n1",
+        &[(ZONE, "test-zone-1")],
+        &[("cpu", "0"), ("pods", "10")],
+    );
+    node.pods = pods(vec![
+        pod()
+            .labels(&[("app", "guard")])
+            .preferred_anti_affinity_to(10, ZONE, &[("app", "web")]),
+    ]);
+    let input = SchedulerInput {
+        node_pools: vec![pool("default")],
+        existing_nodes: vec![node],
+        ..Default::default()
+    };
+    let r = solve_input(
+        input,
+        &pods(vec![
+            pod()
+                .labels(&[("app", "web")])
+                .node_selector(&[(ZONE, "test-zone-1")]),
+        ]),
+    );
+    assert!(scheduled(&r, 0), "{}", explanation(&r, 0));
+}
+
+#[test]
+fn pod_affinity_handles_multiple_dependent_affinities() {
+    // c → b → a by hostname; queued largest first (c), resolved over retries.
+    let ps = pods(vec![
+        pod().labels(&[("app", "a")]).requests(&[("cpu", "100m")]),
+        pod()
+            .labels(&[("app", "b")])
+            .requests(&[("cpu", "200m")])
+            .affinity_to(HOSTNAME, &[("app", "a")]),
+        pod()
+            .labels(&[("app", "c")])
+            .requests(&[("cpu", "300m")])
+            .affinity_to(HOSTNAME, &[("app", "b")]),
+    ]);
+    let r = solve(vec![pool("default")], &ps);
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    assert_eq!(r.new_node_claims.len(), 1);
+}
+
+#[test]
+fn pod_affinity_fails_to_schedule_pods_with_unsatisfiable_dependencies() {
+    // db keeps web off its host; web needs db's host.
+    let ps = pods(vec![
+        pod()
+            .labels(&[("type", "db")])
+            .anti_affinity_to(HOSTNAME, &[("type", "web")]),
+        pod()
+            .labels(&[("type", "web")])
+            .affinity_to(HOSTNAME, &[("type", "db")]),
+    ]);
+    let r = solve(vec![pool("default")], &ps);
+    assert!(scheduled(&r, 0));
+    assert!(!scheduled(&r, 1));
+}
+
+#[test]
+fn pod_affinity_with_empty_namespace_selector_matches_all_namespaces() {
+    let mut ps = pods(vec![pod().namespace("other").labels(&[("app", "db")])]);
+    ps.extend(pods(vec![pod().affinity_term(PodAffinityTerm {
+        topology_key: HOSTNAME.into(),
+        label_selector: Some(selector(&[("app", "db")])),
+        namespace_selector: Some(Default::default()),
+        ..Default::default()
+    })]));
+    let r = solve(vec![pool("default")], &ps);
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    assert_eq!(claim_of(&r, 0), claim_of(&r, 1));
+}
+
+#[test]
+fn taints_nodepool_taints_on_claims_and_no_taints_from_tolerations() {
+    let mut p = pool("default");
+    p.taints = vec![taint("dedicated", Some("x"), "NoSchedule")];
+    let r = solve(
+        vec![p],
+        &pods(vec![pod().tolerate(toleration("", "Exists", None, None))]),
+    );
+    assert!(scheduled(&r, 0));
+    assert_eq!(
+        r.new_node_claims[0].taints,
+        vec![taint("dedicated", Some("x"), "NoSchedule")]
+    );
+}
+
+#[test]
+fn topology_pvc_with_min_domains_three_spreads_across_three_zones() {
+    use karpenter_core::scheduling::VolumeInput;
+    let tsc = TopologySpreadConstraint {
+        max_skew: 1,
+        topology_key: ZONE.into(),
+        when_unsatisfiable: "DoNotSchedule".into(),
+        label_selector: Some(selector(&[("app", "a")])),
+        min_domains: Some(3),
+        ..Default::default()
+    };
+    let input = SchedulerInput {
+        node_pools: vec![pool("default")],
+        volumes: VolumeInput {
+            claims: (0..3)
+                .map(|i| claim(&format!("data-{i}"), Some("gp3"), None))
+                .collect(),
+            storage_classes: vec![storage_class(
+                "gp3",
+                "ebs.csi.aws.com",
+                &ZONES,
+                "WaitForFirstConsumer",
+            )],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let ps = pods(
+        (0..3)
+            .map(|i| {
+                pod()
+                    .labels(&[("app", "a")])
+                    .pvc(&format!("data-{i}"))
+                    .spread_with(tsc.clone())
+            })
+            .collect(),
+    );
+    let r = solve_input(input, &ps);
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    assert_eq!(sorted_counts(&zone_counts(&r, |_| true)), vec![1, 1, 1]);
+}
