@@ -988,6 +988,30 @@ mod tests {
     }
 
     #[test]
+    fn len_counts_values_or_the_complement() {
+        assert_eq!(req("In", &["a", "b"]).len(), 2);
+        assert_eq!(req("DoesNotExist", &[]).len(), 0);
+        assert_eq!(req("NotIn", &["a", "b"]).len(), usize::MAX - 2);
+        assert_eq!(req("Exists", &[]).len(), usize::MAX);
+        assert_eq!(
+            req("Gt", &["1"]).len(),
+            usize::MAX,
+            "bounds are not counted"
+        );
+        assert!(req("DoesNotExist", &[]).is_empty() && !req("NotIn", &["a"]).is_empty());
+    }
+
+    #[test]
+    fn has_for_every_operator() {
+        let a = "a".to_string();
+        assert!(req("In", &["a"]).has(&a) && !req("In", &["b"]).has(&a));
+        assert!(!req("NotIn", &["a"]).has(&a) && req("NotIn", &["b"]).has(&a));
+        assert!(req("Exists", &[]).has(&a) && !req("DoesNotExist", &[]).has(&a));
+        assert!(req("Gt", &["1"]).has(&"2".into()) && !req("Gt", &["1"]).has(&"1".into()));
+        assert!(req("Lt", &["1"]).has(&"0".into()) && !req("Lt", &["1"]).has(&"1".into()));
+    }
+
+    #[test]
     fn min_values_keeps_the_max_in_intersection() {
         let a = req("In", &["a", "b", "c"]).with_min_values(Some(2));
         let b = req("NotIn", &["z"]).with_min_values(Some(3));

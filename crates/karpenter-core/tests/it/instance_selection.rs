@@ -150,3 +150,270 @@ fn truncates_options_to_max_instance_types() {
     let r = solve_input(input, &pods(vec![pod()]));
     assert_eq!(r.new_node_claims[0].instance_types.len(), 2);
 }
+
+/// Every option of the single claim satisfies `ok`, and the first is the cheapest such type.
+fn assert_cheapest_matching(
+    r: &karpenter_core::scheduling::SchedulingResults,
+    what: &str,
+    ok: impl Fn(&InstanceType) -> bool,
+) {
+    let types = default_instance_types();
+    let c = &r.new_node_claims[0];
+    assert_eq!(
+        c.instance_types[0].price,
+        cheapest_compatible(&types, &ok),
+        "{what}"
+    );
+    for o in c.instance_types.iter() {
+        let t = types.iter().find(|t| *t.name == *o.name).unwrap();
+        assert!(ok(t), "{what}: {} does not match", t.name);
+    }
+}
+
+#[test]
+fn schedule_on_cheapest_instance_for_nodepool_arch_and_os_and_pod_os_linux() {
+    for (key, value, on_pool) in [
+        (ARCH, "amd64", false),
+        (ARCH, "amd64", true),
+        (ARCH, "arm64", true),
+        (OS, "windows", true),
+        (OS, "linux", false),
+    ] {
+        let mut p = pool("default");
+        let mut builder = pod();
+        if on_pool {
+            p.requirements = vec![req(key, "In", &[value])];
+        } else {
+            builder = builder.node_selector(&[(key, value)]);
+        }
+        let r = solve(vec![p], &pods(vec![builder]));
+        assert_cheapest_matching(&r, &format!("{key}={value} pool={on_pool}"), |t| {
+            t.labels.get(key).map(String::as_str) == Some(value)
+        });
+    }
+}
+
+#[test]
+fn schedule_on_cheapest_instance_for_pod_zone_and_capacity_type_combinations() {
+    // (pool requirements, pod node selector, expected zone, expected capacity type)
+    let cases: &[(&[(&str, &str)], &[(&str, &str)], Option<&str>, Option<&str>)] = &[
+        (&[], &[(ZONE, "test-zone-2")], Some("test-zone-2"), None),
+        (&[(ZONE, "test-zone-2")], &[], Some("test-zone-2"), None),
+        (&[(CT, "spot")], &[], None, Some("spot")),
+        (&[], &[(CT, "spot")], None, Some("spot")),
+        (
+            &[(CT, "on-demand"), (ZONE, "test-zone-1")],
+            &[],
+            Some("test-zone-1"),
+            Some("on-demand"),
+        ),
+        (
+            &[],
+            &[(CT, "spot"), (ZONE, "test-zone-1")],
+            Some("test-zone-1"),
+            Some("spot"),
+        ),
+        (
+            &[
+                (CT, "on-demand"),
+                (ZONE, "test-zone-1"),
+                (ARCH, "arm64"),
+                (OS, "linux"),
+            ],
+            &[],
+            Some("test-zone-1"),
+            Some("on-demand"),
+        ),
+        (
+            &[(CT, "spot"), (ZONE, "test-zone-2")],
+            &[(ARCH, "amd64"), (OS, "linux")],
+            Some("test-zone-2"),
+            Some("spot"),
+        ),
+    ];
+    for (pool_reqs, selector, zone, ct) in cases {
+        let mut p = pool("default");
+        p.requirements = pool_reqs.iter().map(|(k, v)| req(k, "In", &[v])).collect();
+        let r = solve(vec![p], &pods(vec![pod().node_selector(selector)]));
+        let what = format!("pool {pool_reqs:?} pod {selector:?}");
+        assert!(scheduled(&r, 0), "{what}: {}", explanation(&r, 0));
+        if let Some(zone) = zone {
+            assert_eq!(claim_value(&r, 0, ZONE).as_deref(), Some(*zone), "{what}");
+        }
+        if let Some(ct) = ct {
+            assert_eq!(claim_value(&r, 0, CT).as_deref(), Some(*ct), "{what}");
+        }
+        let all: Vec<(&str, &str)> = pool_reqs.iter().chain(selector.iter()).copied().collect();
+        assert_cheapest_matching(&r, &what, |t| {
+            all.iter()
+                .filter(|(k, _)| *k == ARCH || *k == OS)
+                .all(|(k, v)| t.labels.get(*k).map(String::as_str) == Some(*v))
+        });
+    }
+}
+
+#[test]
+fn not_schedule_if_no_offering_matches_zone_and_capacity_type() {
+    // Spot is offered in zones 1 and 2 only.
+    let r = solve(
+        vec![pool("default")],
+        &pods(vec![
+            pod().node_selector(&[(CT, "spot"), (ZONE, "test-zone-3")]),
+        ]),
+    );
+    assert!(!scheduled(&r, 0));
+}
+
+#[test]
+fn schedule_on_cheaper_on_demand_even_when_spot_ordering_differs() {
+    let mut p = pool("default");
+    p.requirements = vec![req(CT, "In", &["on-demand"])];
+    let mut a = instance_type(
+        "a-cheap-spot",
+        "amd64",
+        "linux",
+        &[("cpu", "2"), ("memory", "2Gi"), ("pods", "10")],
+    );
+    let mut b = instance_type(
+        "b-cheap-on-demand",
+        "amd64",
+        "linux",
+        &[("cpu", "2"), ("memory", "2Gi"), ("pods", "10")],
+    );
+    for o in &mut a.offerings {
+        o.price = if o.capacity_type == "spot" { 0.01 } else { 1.0 };
+    }
+    for o in &mut b.offerings {
+        o.price = if o.capacity_type == "spot" { 0.5 } else { 0.2 };
+    }
+    p.instance_types = vec![a, b];
+    let r = solve(vec![p], &pods(vec![pod()]));
+    let c = &r.new_node_claims[0];
+    assert_eq!(&*c.instance_types[0].name, "b-cheap-on-demand");
+    assert_eq!(c.instance_types[0].price, 0.2);
+}
+
+/// Default types labelled `integer` = their cpu count (4, 2, 4, 16, 4, 4).
+fn integer_pool(
+    requirements: Vec<karpenter_api::v1::NodeSelectorRequirementWithMinValues>,
+) -> karpenter_core::scheduling::SchedulingNodePool {
+    let mut p = pool("default");
+    for t in &mut p.instance_types {
+        let cpu = t.capacity.get("cpu").as_f64_units() as i64;
+        t.labels.insert("integer".into(), cpu.to_string());
+    }
+    p.requirements = requirements;
+    p
+}
+
+fn with_min(
+    mut r: karpenter_api::v1::NodeSelectorRequirementWithMinValues,
+    min: i32,
+) -> karpenter_api::v1::NodeSelectorRequirementWithMinValues {
+    r.min_values = Some(min);
+    r
+}
+
+fn distinct(r: &karpenter_core::scheduling::SchedulingResults, key: &str) -> usize {
+    let types = integer_pool(vec![]).instance_types;
+    let mut values: Vec<&String> = r.new_node_claims[0]
+        .instance_types
+        .iter()
+        .filter_map(|o| types.iter().find(|t| *t.name == *o.name)?.labels.get(key))
+        .collect();
+    values.sort();
+    values.dedup();
+    values.len()
+}
+
+#[test]
+fn min_values_with_gt_and_lt_operators() {
+    // integer > 2 leaves values {4, 16}: minValues 2 is met, 3 is not.
+    let r = solve(
+        vec![integer_pool(vec![with_min(
+            req("integer", "Gt", &["2"]),
+            2,
+        )])],
+        &pods(vec![pod()]),
+    );
+    assert!(scheduled(&r, 0), "{}", explanation(&r, 0));
+    assert!(distinct(&r, "integer") >= 2);
+    let r = solve(
+        vec![integer_pool(vec![with_min(
+            req("integer", "Gt", &["2"]),
+            3,
+        )])],
+        &pods(vec![pod()]),
+    );
+    assert!(!scheduled(&r, 0));
+    assert!(
+        explanation(&r, 0).contains("minValues"),
+        "{}",
+        explanation(&r, 0)
+    );
+    // integer < 16 leaves {2, 4}.
+    let r = solve(
+        vec![integer_pool(vec![with_min(
+            req("integer", "Lt", &["16"]),
+            2,
+        )])],
+        &pods(vec![pod()]),
+    );
+    assert!(scheduled(&r, 0), "{}", explanation(&r, 0));
+    assert!(distinct(&r, "integer") >= 2);
+}
+
+#[test]
+fn min_values_takes_the_max_over_operators_on_the_same_key() {
+    // In (minValues 1) and NotIn (minValues 3) on the instance type: 3 distinct types needed.
+    let reqs = vec![
+        with_min(
+            req(
+                IT,
+                "In",
+                &[
+                    "default-instance-type",
+                    "small-instance-type",
+                    "arm-instance-type",
+                    "windows-instance-type",
+                ],
+            ),
+            1,
+        ),
+        with_min(req(IT, "NotIn", &["gpu-vendor-instance-type"]), 3),
+    ];
+    let r = solve(vec![integer_pool(reqs)], &pods(vec![pod()]));
+    assert!(scheduled(&r, 0), "{}", explanation(&r, 0));
+    let full = r.new_node_claims[0].node_claim_requirements();
+    assert_eq!(
+        full.iter().find(|q| q.key == IT).unwrap().min_values,
+        Some(3)
+    );
+    assert!(r.new_node_claims[0].instance_types.len() >= 3);
+    // Gt (minValues 1) and Lt (minValues 3) on an integer key: only {2, 4} remain → unmet.
+    let reqs = vec![
+        with_min(req("integer", "Gt", &["1"]), 1),
+        with_min(req("integer", "Lt", &["16"]), 3),
+    ];
+    let r = solve(vec![integer_pool(reqs)], &pods(vec![pod()]));
+    assert!(!scheduled(&r, 0), "max(1, 3) = 3 > 2 values");
+}
+
+#[test]
+fn min_values_with_multiple_keys() {
+    let reqs = vec![
+        with_min(req(IT, "Exists", &[]), 3),
+        with_min(req("integer", "Exists", &[]), 2),
+    ];
+    let r = solve(vec![integer_pool(reqs)], &pods(vec![pod()]));
+    assert!(scheduled(&r, 0), "{}", explanation(&r, 0));
+    assert!(r.new_node_claims[0].instance_types.len() >= 3);
+    assert!(distinct(&r, "integer") >= 2);
+    // One key unmet fails the whole claim.
+    let reqs = vec![
+        with_min(req(IT, "Exists", &[]), 3),
+        with_min(req("integer", "Exists", &[]), 4),
+    ];
+    let r = solve(vec![integer_pool(reqs)], &pods(vec![pod()]));
+    assert!(!scheduled(&r, 0));
+}
