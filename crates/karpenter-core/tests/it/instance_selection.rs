@@ -193,10 +193,17 @@ fn schedule_on_cheapest_instance_for_nodepool_arch_and_os_and_pod_os_linux() {
     }
 }
 
+/// (pool requirements, pod node selector, expected zone, expected capacity type).
+type SelectionCase<'a> = (
+    &'a [(&'a str, &'a str)],
+    &'a [(&'a str, &'a str)],
+    Option<&'a str>,
+    Option<&'a str>,
+);
+
 #[test]
 fn schedule_on_cheapest_instance_for_pod_zone_and_capacity_type_combinations() {
-    // (pool requirements, pod node selector, expected zone, expected capacity type)
-    let cases: &[(&[(&str, &str)], &[(&str, &str)], Option<&str>, Option<&str>)] = &[
+    let cases: &[SelectionCase] = &[
         (&[], &[(ZONE, "test-zone-2")], Some("test-zone-2"), None),
         (&[(ZONE, "test-zone-2")], &[], Some("test-zone-2"), None),
         (&[(CT, "spot")], &[], None, Some("spot")),
