@@ -1,5 +1,7 @@
 //! Structured logs: JSON (default, like upstream's zap production config) or text.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 use crate::settings::LogFormat;
@@ -12,8 +14,10 @@ pub fn init(level: &str, format: LogFormat) -> crate::Result<()> {
             "LOG_LEVEL {level:?} is not a level or filter ({e}); use debug, info or error"
         ))
     })?;
+    // Colours only for people at a terminal, not in files or log collectors.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let result = match format {
         LogFormat::Json => builder

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::context::Context;
 use crate::provisioning::Batcher;
+use crate::sim_kubelet::SimCloud;
 use crate::state::reflector::reflect;
 use crate::state::{Tracked, pod};
 use crate::{leader, nodeclaim, nodepool, provisioning, server, termination};
@@ -80,7 +81,27 @@ impl RunningController {
         batcher: Batcher,
         options: Options,
     ) -> crate::Result<Self> {
+        Self::start_with_sim(ctx, batcher, options, None).await
+    }
+
+    /// [`RunningController::start`], plus the sim cloud's kubelet when `sim` is given (its
+    /// provider must be `ctx.cloud`): the ledger follows this replica's leadership and the
+    /// kubelet writes only while it leads.
+    pub async fn start_with_sim(
+        ctx: Arc<Context>,
+        batcher: Batcher,
+        options: Options,
+        sim: Option<SimCloud>,
+    ) -> crate::Result<Self> {
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let sim_task = match sim {
+            Some(sim) => {
+                // Before the election starts, so no leadership change goes unnoticed.
+                sim.provider.follow_leadership(ctx.leadership()).await;
+                Some(tokio::spawn(sim.run(ctx.clone(), shutdown_rx.clone())))
+            }
+            None => None,
+        };
         let watchers = vec![
             spawn_reflector::<Pod>(&ctx, |ctx, p| {
                 if pod::is_provisionable(p) && p.metadata.deletion_timestamp.is_none() {
@@ -105,6 +126,7 @@ impl RunningController {
             tokio::spawn(nodeclaim::run(ctx.clone(), shutdown_rx.clone())),
             tokio::spawn(termination::run(ctx.clone(), shutdown_rx.clone())),
         ];
+        graceful.extend(sim_task);
         let (mut metrics_address, mut health_address) = (None, None);
         if options.serve_http {
             let host = if options.loopback_only {
@@ -192,15 +214,21 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Runs a replica until SIGTERM/Ctrl-C, then shuts down gracefully.
-pub async fn run_until_signal(ctx: Arc<Context>, batcher: Batcher) -> crate::Result<()> {
-    let running = RunningController::start(
+/// Runs a replica (with the sim cloud's kubelet when given) until SIGTERM/Ctrl-C, then shuts
+/// down gracefully.
+pub async fn run_until_signal(
+    ctx: Arc<Context>,
+    batcher: Batcher,
+    sim: Option<SimCloud>,
+) -> crate::Result<()> {
+    let running = RunningController::start_with_sim(
         ctx,
         batcher,
         Options {
             serve_http: true,
             loopback_only: false,
         },
+        sim,
     )
     .await?;
     shutdown_signal().await;

@@ -17,6 +17,7 @@ use karpenter_core::instance_type::InstanceType;
 use karpenter_sim::SimCloudProvider;
 use kube::Api;
 use kube::api::PostParams;
+use tokio::sync::watch;
 
 use crate::nodeclaim::{is_conflict, is_not_found};
 
@@ -161,15 +162,59 @@ impl LedgerStore {
 
 /// The sim provider with a durable ledger: `create` and `delete` persist it before returning, so
 /// a NodeClaim never records a providerID the restarted cloud would not know.
+///
+/// With [`PersistentSimProvider::follow_leadership`], the in-memory ledger is reloaded from the
+/// ConfigMap before the first cloud call after any leadership change: another replica may have
+/// launched or terminated instances while this one followed.
 #[derive(Clone, Debug)]
 pub struct PersistentSimProvider {
     pub sim: SimCloudProvider,
     pub store: LedgerStore,
+    freshness: Arc<tokio::sync::Mutex<Freshness>>,
+}
+
+#[derive(Debug, Default)]
+struct Freshness {
+    stale: bool,
+    leadership: Option<watch::Receiver<bool>>,
 }
 
 impl PersistentSimProvider {
+    /// `sim` holds the current ledger (restored with [`LedgerStore::restore`], or new).
     pub fn new(sim: SimCloudProvider, store: LedgerStore) -> Self {
-        PersistentSimProvider { sim, store }
+        PersistentSimProvider {
+            sim,
+            store,
+            freshness: Arc::default(),
+        }
+    }
+
+    /// Reload the ledger before the next cloud call whenever `leadership` changes (give it
+    /// [`crate::Context::leadership`] before the replica starts, so no change is missed).
+    pub async fn follow_leadership(&self, mut leadership: watch::Receiver<bool>) {
+        leadership.mark_unchanged();
+        self.freshness.lock().await.leadership = Some(leadership);
+    }
+
+    /// Reloads the ledger from the ConfigMap if leadership changed since the last call (or a
+    /// reload failed). Cloud calls do this first; the sim kubelet before each pass.
+    pub async fn refresh_if_stale(&self) -> Result<(), CloudError> {
+        let mut freshness = self.freshness.lock().await;
+        if let Some(leadership) = freshness.leadership.as_mut()
+            && leadership.has_changed().unwrap_or(false)
+        {
+            leadership.mark_unchanged();
+            freshness.stale = true;
+        }
+        if freshness.stale {
+            self.store
+                .restore(&self.sim)
+                .await
+                .map_err(|e| CloudError::Other(format!("reloading the sim ledger: {e}")))?;
+            freshness.stale = false;
+            tracing::debug!("reloaded the sim ledger after a leadership change");
+        }
+        Ok(())
     }
 
     async fn persist(&self) -> Result<(), CloudError> {
@@ -187,6 +232,7 @@ impl CloudProvider for PersistentSimProvider {
     }
 
     async fn create(&self, node_claim: &NodeClaim) -> Result<NodeClaim, CloudError> {
+        self.refresh_if_stale().await?;
         let launched = self.sim.create(node_claim).await;
         // Capacity marks change the ledger even when the launch fails.
         self.persist().await?;
@@ -194,15 +240,18 @@ impl CloudProvider for PersistentSimProvider {
     }
 
     async fn delete(&self, node_claim: &NodeClaim) -> Result<(), CloudError> {
+        self.refresh_if_stale().await?;
         self.sim.delete(node_claim).await?;
         self.persist().await
     }
 
     async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudError> {
+        self.refresh_if_stale().await?;
         self.sim.get(provider_id).await
     }
 
     async fn list(&self) -> Result<Vec<NodeClaim>, CloudError> {
+        self.refresh_if_stale().await?;
         self.sim.list().await
     }
 

@@ -7,6 +7,7 @@
 //! taints it unreachable. The in-process test API server has no such controller, so
 //! [`SimKubeletOptions::emulate_node_lifecycle`] does that part too (off on real clusters).
 
+pub mod cloud;
 pub mod ledger;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,6 +26,7 @@ use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
+pub use cloud::SimCloud;
 pub use ledger::{LEDGER_CONFIGMAP, LedgerError, LedgerStore, PersistentSimProvider};
 
 use crate::nodeclaim::{is_conflict, is_not_found};

@@ -203,3 +203,51 @@ async fn ledger_survives_a_restart_through_the_configmap() {
     assert!(err.contains(LEDGER_CONFIGMAP), "{err}");
     cluster.shutdown().await;
 }
+
+/// Two replicas, each with its own in-memory sim: the follower reloads the ledger the leader
+/// wrote when it takes over, so it can terminate the leader's instances (and does not reuse
+/// their sequence numbers for new ones).
+#[tokio::test(start_paused = true)]
+async fn a_new_leader_reloads_the_ledger_its_predecessor_wrote() {
+    let cluster = SimCluster::new().await;
+    let replica = |sim: SimCloudProvider| {
+        PersistentSimProvider::new(sim, LedgerStore::new(cluster.client.clone(), "kube-system"))
+    };
+    let leader = replica(cluster.provider.clone());
+    let follower_sim = SimCloudProvider::with_instance_types(
+        "us-west-2",
+        cluster
+            .provider
+            .catalog_types()
+            .map(|t| (**t).clone())
+            .collect(),
+        cluster.clock.clone(),
+    );
+    let follower = replica(follower_sim.clone());
+    let (leadership, rx) = tokio::sync::watch::channel(false);
+    follower.follow_leadership(rx).await;
+
+    // Started before the leader launched anything: its in-memory cloud is empty.
+    let launched = leader.create(&claim("a")).await.unwrap();
+    assert!(follower_sim.instances().is_empty());
+
+    leadership.send_replace(true);
+    let provider_id = launched.status.unwrap().provider_id.unwrap();
+    assert!(
+        follower.get(&provider_id).await.is_ok(),
+        "reloaded on takeover"
+    );
+    let second = follower.create(&claim("b")).await.unwrap();
+    assert_ne!(second.status.unwrap().provider_id.unwrap(), provider_id);
+    follower.delete(&claim("a")).await.unwrap();
+    let cm: ConfigMap = cluster
+        .server
+        .get(Some("kube-system"), LEDGER_CONFIGMAP)
+        .unwrap();
+    let ledger = &cm.data.unwrap()["ledger.json"];
+    assert!(
+        !ledger.contains("uid-a") && ledger.contains("uid-b"),
+        "{ledger}"
+    );
+    cluster.shutdown().await;
+}

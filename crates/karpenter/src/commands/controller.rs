@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context as _, bail};
 use karpenter_controller::provisioning::CoreScheduler;
 use karpenter_controller::settings::{LogFormat, parse_duration};
+use karpenter_controller::sim_kubelet::{SimCloud, SimKubeletOptions};
 use karpenter_controller::{Context, Settings, TokioClock};
 use karpenter_core::clock::Clock;
 
@@ -138,6 +139,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let settings = args.settings()?;
+    // The sim ledger lives in the controller's own namespace.
+    let namespace = args
+        .pod_namespace
+        .clone()
+        .unwrap_or_else(|| settings.leader_election_namespace.clone());
     karpenter_controller::logging::init(&settings.log_level, settings.log_format)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -146,18 +152,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     runtime.block_on(async {
         let client = client(args.kubeconfig.as_ref()).await?;
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::wall());
-        let cloud = karpenter_sim::SimCloudProvider::new(&args.sim_region, clock.clone())
+        let sim = karpenter_sim::SimCloudProvider::new(&args.sim_region, clock.clone())
             .with_context(|| {
                 format!("loading the sim catalogue for region {:?}", args.sim_region)
             })?;
+        let sim = SimCloud::restore(
+            client.clone(),
+            sim,
+            &namespace,
+            clock.clone(),
+            SimKubeletOptions::default(),
+        )
+        .await?;
         let (ctx, batcher) = Context::new(
             client,
             settings,
-            Arc::new(cloud),
+            sim.cloud_provider(),
             Arc::new(CoreScheduler),
             clock,
         );
-        karpenter_controller::run::run_until_signal(ctx, batcher).await?;
+        karpenter_controller::run::run_until_signal(ctx, batcher, Some(sim)).await?;
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(ExitCode::SUCCESS)
