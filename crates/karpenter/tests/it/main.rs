@@ -4,4 +4,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod api_cli;
+mod controller_e2e;
 mod simulate;
