@@ -52,6 +52,18 @@ pub struct PodStateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodsDrainedLabels {
+    /// The NodeClaim's disruption reason, else `Forceful Termination` (upstream's wording).
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictionRequestLabels {
+    /// HTTP status code of the answer (`200` when granted), `error` when there was none.
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabels {
     pub controller: String,
 }
@@ -65,6 +77,14 @@ pub struct Metrics {
     pub nodeclaims_disrupted: Family<NodeClaimDisruptedLabels, Counter>,
     pub nodes_created: Family<NodePoolLabels, Counter>,
     pub nodes_terminated: Family<NodePoolLabels, Counter>,
+    /// From the NodeClaim's deletion to its finalizer's removal.
+    pub nodeclaims_termination_duration: Family<NodePoolLabels, Histogram>,
+    /// From the Node's deletion to its finalizer's removal.
+    pub nodes_termination_duration: Family<NodePoolLabels, Histogram>,
+    /// From the Node's creation to its finalizer's removal.
+    pub nodes_lifetime_duration: Family<NodePoolLabels, Histogram>,
+    pub pods_drained: Family<PodsDrainedLabels, Counter>,
+    pub pods_eviction_requests: Family<EvictionRequestLabels, Counter>,
     pub pods_state: Family<PodStateLabels, Gauge>,
     pub provisioner_scheduling_duration: Histogram,
     pub scheduler_scheduling_duration: Family<ControllerLabels, Histogram>,
@@ -79,6 +99,26 @@ pub struct Metrics {
 fn duration_buckets() -> impl Iterator<Item = f64> {
     // 1 ms .. ~65 s, doubling; scheduling passes span that range.
     exponential_buckets(0.001, 2.0, 17)
+}
+
+/// Seconds from `then` to `now` for a duration histogram (`None` without a start; never
+/// negative, whatever the clocks' skew).
+pub fn seconds_since(
+    then: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    now: jiff::Timestamp,
+) -> Option<f64> {
+    then.map(|t| now.duration_since(t.0).as_secs_f64().max(0.0))
+}
+
+fn termination_buckets() -> impl Iterator<Item = f64> {
+    // 0.5 s .. ~2.3 h, doubling (upstream's status-condition buckets): drains take seconds to
+    // a termination grace period.
+    exponential_buckets(0.5, 2.0, 15)
+}
+
+fn lifetime_buckets() -> impl Iterator<Item = f64> {
+    // 1 min .. ~11 days, doubling: nodes live minutes (consolidation) to weeks (expiry).
+    exponential_buckets(60.0, 2.0, 15)
 }
 
 impl Default for Metrics {
@@ -96,6 +136,17 @@ impl Metrics {
             nodeclaims_disrupted: Family::default(),
             nodes_created: Family::default(),
             nodes_terminated: Family::default(),
+            nodeclaims_termination_duration: Family::new_with_constructor(|| {
+                Histogram::new(termination_buckets())
+            }),
+            nodes_termination_duration: Family::new_with_constructor(|| {
+                Histogram::new(termination_buckets())
+            }),
+            nodes_lifetime_duration: Family::new_with_constructor(|| {
+                Histogram::new(lifetime_buckets())
+            }),
+            pods_drained: Family::default(),
+            pods_eviction_requests: Family::default(),
             pods_state: Family::default(),
             provisioner_scheduling_duration: Histogram::new(duration_buckets()),
             scheduler_scheduling_duration: Family::new_with_constructor(|| {
@@ -134,6 +185,34 @@ impl Metrics {
             "nodes_terminated",
             "Number of nodes terminated.",
             m.nodes_terminated.clone(),
+        );
+        registry.register_with_unit(
+            "nodeclaims_termination_duration",
+            "Time from a nodeclaim's deletion to the removal of its finalizer.",
+            prometheus_client::registry::Unit::Seconds,
+            m.nodeclaims_termination_duration.clone(),
+        );
+        registry.register_with_unit(
+            "nodes_termination_duration",
+            "Time from a node's deletion to the removal of its finalizer.",
+            prometheus_client::registry::Unit::Seconds,
+            m.nodes_termination_duration.clone(),
+        );
+        registry.register_with_unit(
+            "nodes_lifetime_duration",
+            "Time from a node's creation to the removal of its finalizer.",
+            prometheus_client::registry::Unit::Seconds,
+            m.nodes_lifetime_duration.clone(),
+        );
+        registry.register(
+            "pods_drained",
+            "Pods evicted from nodes being terminated, by reason.",
+            m.pods_drained.clone(),
+        );
+        registry.register(
+            "pods_eviction_requests",
+            "Eviction requests sent while draining nodes, by response code.",
+            m.pods_eviction_requests.clone(),
         );
         registry.register(
             "pods_state",
@@ -228,8 +307,33 @@ mod tests {
         let _ = m.nodes_created.get_or_create(&NodePoolLabels {
             nodepool: "default".into(),
         });
+        let pool = NodePoolLabels {
+            nodepool: "default".into(),
+        };
+        m.nodeclaims_termination_duration
+            .get_or_create(&pool)
+            .observe(12.0);
+        m.nodes_termination_duration
+            .get_or_create(&pool)
+            .observe(7.0);
+        m.nodes_lifetime_duration
+            .get_or_create(&pool)
+            .observe(3600.0);
+        m.pods_drained
+            .get_or_create(&PodsDrainedLabels {
+                reason: "Forceful Termination".into(),
+            })
+            .inc();
+        m.pods_eviction_requests
+            .get_or_create(&EvictionRequestLabels { code: "429".into() })
+            .inc();
         let text = m.encode();
         for name in [
+            "karpenter_nodeclaims_termination_duration_seconds_count{nodepool=\"default\"} 1",
+            "karpenter_nodes_termination_duration_seconds_sum{nodepool=\"default\"} 7.0",
+            "karpenter_nodes_lifetime_duration_seconds_count{nodepool=\"default\"} 1",
+            "karpenter_pods_drained_total{reason=\"Forceful Termination\"} 1",
+            "karpenter_pods_eviction_requests_total{code=\"429\"} 1",
             "karpenter_nodeclaims_created_total{reason=\"provisioned\",nodepool=\"default\",min_values_relaxed=\"false\"} 1",
             "karpenter_nodepools_limit{nodepool=\"default\",resource_type=\"cpu\"} 1000.0",
             "karpenter_provisioner_scheduling_duration_seconds_count 1",

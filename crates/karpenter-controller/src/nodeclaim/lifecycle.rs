@@ -31,7 +31,7 @@ use kube::{Api, Resource, ResourceExt};
 use super::{has_finalizer, is_conflict, is_managed, is_not_found, name, parse_time, rfc3339};
 use crate::context::Context;
 use crate::events::{EventRecord, EventType};
-use crate::metrics::{NodeClaimDisruptedLabels, NodeClaimLabels, NodePoolLabels};
+use crate::metrics::{NodeClaimDisruptedLabels, NodeClaimLabels, NodePoolLabels, seconds_since};
 
 /// A launched NodeClaim whose Node has not registered within this long is deleted.
 pub const REGISTRATION_TIMEOUT: SignedDuration = SignedDuration::from_mins(15);
@@ -843,10 +843,11 @@ async fn finalize(ctx: &Context, claim: NodeClaim) -> crate::Result<()> {
             ));
         }
     }
+    let nodepool = claim.nodepool_name().unwrap_or_default().to_string();
     ctx.metrics
         .nodeclaims_terminated
         .get_or_create(&NodeClaimLabels {
-            nodepool: claim.nodepool_name().unwrap_or_default().to_string(),
+            nodepool: nodepool.clone(),
             capacity_type: claim
                 .labels()
                 .get(CAPACITY_TYPE_LABEL)
@@ -854,6 +855,12 @@ async fn finalize(ctx: &Context, claim: NodeClaim) -> crate::Result<()> {
                 .unwrap_or_default(),
         })
         .inc();
+    if let Some(seconds) = seconds_since(claim.metadata.deletion_timestamp.as_ref(), ctx.now()) {
+        ctx.metrics
+            .nodeclaims_termination_duration
+            .get_or_create(&NodePoolLabels { nodepool })
+            .observe(seconds);
+    }
     tracing::info!(nodeclaim = %claim_name, "deleted nodeclaim");
     Ok(())
 }

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_DISRUPTION_REASON};
 use karpenter_api::well_known::{
     DISRUPTED_TAINT_KEY, EXCLUDE_FROM_LB_LABEL, NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION,
     NODEPOOL_LABEL, TERMINATION_FINALIZER,
@@ -30,7 +31,7 @@ use tokio::sync::watch;
 
 use crate::context::Context;
 use crate::events::{EventRecord, EventType};
-use crate::metrics::NodePoolLabels;
+use crate::metrics::{EvictionRequestLabels, NodePoolLabels, PodsDrainedLabels, seconds_since};
 use crate::nodeclaim::{has_finalizer, is_conflict, is_not_found, parse_time, status_code};
 use drain::{Action, EvictionBackoff, PodAction};
 
@@ -116,6 +117,17 @@ fn has_disrupted_taint(node: &Node) -> bool {
 }
 
 /// Runs the node termination loop until `shutdown` turns true.
+/// Why pods are drained, for `pods_drained_total` and the `Evicted` event: the NodeClaim's
+/// `DisruptionReason` condition when a disruption set one, else upstream's default wording.
+pub fn drain_reason(claim: Option<&NodeClaim>) -> String {
+    claim
+        .and_then(|c| c.status.as_ref())
+        .and_then(|s| s.condition(NODECLAIM_CONDITION_DISRUPTION_REASON))
+        .and_then(|c| c.reason.clone())
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| "Forceful Termination".to_string())
+}
+
 pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     let terminator = Terminator::default();
     let mut ticker = tokio::time::interval(RECONCILE_PERIOD);
@@ -255,8 +267,9 @@ impl Terminator {
             pods.iter()
                 .any(|p| crate::state::pod::pod_key(p) == key && p.uid().as_deref() == Some(uid))
         });
+        let reason = drain_reason(claim.as_ref());
         for action in &plan.actions {
-            self.act(ctx, &node, action, now).await;
+            self.act(ctx, &node, action, &reason, now).await;
         }
         if plan.waiting > 0 {
             lock(&self.drained_since).remove(&node_name);
@@ -319,21 +332,39 @@ impl Terminator {
             }
         }
         lock(&self.drained_since).remove(&node_name);
-        ctx.metrics
-            .nodes_terminated
-            .get_or_create(&NodePoolLabels {
-                nodepool: node
-                    .labels()
-                    .get(NODEPOOL_LABEL)
-                    .cloned()
-                    .unwrap_or_default(),
-            })
-            .inc();
+        let pool = NodePoolLabels {
+            nodepool: node
+                .labels()
+                .get(NODEPOOL_LABEL)
+                .cloned()
+                .unwrap_or_default(),
+        };
+        let now = ctx.now();
+        ctx.metrics.nodes_terminated.get_or_create(&pool).inc();
+        if let Some(seconds) = seconds_since(node.metadata.deletion_timestamp.as_ref(), now) {
+            ctx.metrics
+                .nodes_termination_duration
+                .get_or_create(&pool)
+                .observe(seconds);
+        }
+        if let Some(seconds) = seconds_since(node.metadata.creation_timestamp.as_ref(), now) {
+            ctx.metrics
+                .nodes_lifetime_duration
+                .get_or_create(&pool)
+                .observe(seconds);
+        }
         tracing::info!(node = %node_name, "deleted node");
         Ok(())
     }
 
-    async fn act(&self, ctx: &Context, node: &Node, action: &PodAction, now: Timestamp) {
+    async fn act(
+        &self,
+        ctx: &Context,
+        node: &Node,
+        action: &PodAction,
+        reason: &str,
+        now: Timestamp,
+    ) {
         if !lock(&self.backoff).ready(&action.key, &action.uid, now) {
             return;
         }
@@ -362,6 +393,16 @@ impl Terminator {
                 api.delete(&action.name, &params).await.map(|_| ())
             }
         };
+        if matches!(action.action, Action::Evict) {
+            let code = match &result {
+                Ok(()) => "200".to_string(),
+                Err(err) => status_code(err).map_or_else(|| "error".to_string(), |c| c.to_string()),
+            };
+            ctx.metrics
+                .pods_eviction_requests
+                .get_or_create(&EvictionRequestLabels { code })
+                .inc();
+        }
         let pod_ref = || {
             let mut pod = Pod::default();
             pod.metadata.name = Some(action.name.clone());
@@ -372,23 +413,28 @@ impl Terminator {
         match result {
             Ok(()) => {
                 lock(&self.backoff).forget(&action.key, &action.uid);
-                let (reason, message) = match action.action {
-                    Action::Evict => (
-                        REASON_EVICTED,
-                        "Evicted pod: Forceful Termination".to_string(),
-                    ),
+                let (event_reason, message) = match action.action {
+                    Action::Evict => {
+                        ctx.metrics
+                            .pods_drained
+                            .get_or_create(&PodsDrainedLabels {
+                                reason: reason.to_string(),
+                            })
+                            .inc();
+                        (REASON_EVICTED, format!("Evicted pod: {reason}"))
+                    }
                     Action::ForceDelete { .. } => (
                         REASON_DISRUPTED,
                         "Deleting the pod to accommodate the terminationTime of the node"
                             .to_string(),
                     ),
                 };
-                tracing::info!(pod = %action.key, node = %node.name_any(), reason, "pod removed from node");
+                tracing::info!(pod = %action.key, node = %node.name_any(), reason = event_reason, "pod removed from node");
                 ctx.events
                     .publish(EventRecord::new(
                         &pod_ref(),
                         EventType::Normal,
-                        reason,
+                        event_reason,
                         message,
                     ))
                     .await;
@@ -448,6 +494,25 @@ mod tests {
             n.metadata.finalizers = Some(vec![TERMINATION_FINALIZER.into()]);
         }
         n
+    }
+
+    #[test]
+    fn drain_reason_is_the_disruption_reason_else_forceful_termination() {
+        assert_eq!(drain_reason(None), "Forceful Termination");
+        let mut claim: NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c"},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"}},
+            "status": {"conditions": [{"type": "Launched", "status": "True", "reason": "Launched"}]}
+        }))
+        .unwrap();
+        assert_eq!(drain_reason(Some(&claim)), "Forceful Termination");
+        if let Some(status) = claim.status.as_mut() {
+            status.conditions.push(serde_json::from_value(json!({
+                "type": NODECLAIM_CONDITION_DISRUPTION_REASON, "status": "True", "reason": "Underutilized"
+            })).unwrap());
+        }
+        assert_eq!(drain_reason(Some(&claim)), "Underutilized");
     }
 
     #[test]

@@ -153,6 +153,32 @@ async fn drains_in_tier_order_respecting_pdbs_then_terminates() {
     assert!(metrics.contains(
         "karpenter_nodeclaims_terminated_total{nodepool=\"default\",capacity_type=\"on-demand\"} 1"
     ));
+    let refusals = evictions(&cluster, false).len();
+    for line in [
+        "karpenter_pods_drained_total{reason=\"Forceful Termination\"} 4".to_string(),
+        "karpenter_pods_eviction_requests_total{code=\"200\"} 4".to_string(),
+        format!("karpenter_pods_eviction_requests_total{{code=\"429\"}} {refusals}"),
+        "karpenter_nodes_termination_duration_seconds_count{nodepool=\"default\"} 1".to_string(),
+        "karpenter_nodes_lifetime_duration_seconds_count{nodepool=\"default\"} 1".to_string(),
+        "karpenter_nodeclaims_termination_duration_seconds_count{nodepool=\"default\"} 1"
+            .to_string(),
+    ] {
+        assert!(metrics.contains(&line), "missing {line} in\n{metrics}");
+    }
+    // The drain waited out the PDB for 20 s of virtual time: the NodeClaim took longer.
+    let sum = |name: &str| -> f64 {
+        let prefix = format!("{name}_sum{{nodepool=\"default\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in\n{metrics}"))
+    };
+    assert!(sum("karpenter_nodeclaims_termination_duration_seconds") >= 20.0);
+    assert!(
+        sum("karpenter_nodes_lifetime_duration_seconds")
+            > sum("karpenter_nodes_termination_duration_seconds")
+    );
     controller.stop().await;
     cluster.shutdown().await;
 }

@@ -319,6 +319,8 @@ async fn sim_controller_provisions_and_terminates_inflate_nodes() {
     for name in [
         "karpenter_nodeclaims_terminated_total{",
         "karpenter_nodes_terminated_total{",
+        "karpenter_nodes_lifetime_duration_seconds_count{",
+        "karpenter_nodeclaims_termination_duration_seconds_count{",
     ] {
         assert!(metrics.contains(name), "no {name} in\n{metrics}");
     }
