@@ -196,9 +196,11 @@ pub fn validate_document(doc: &Value) -> DocumentReport {
     };
     let mut errors = check_metadata(doc);
     errors.extend(check_schema(which, doc));
-    // Typed checks need a value the types accept; schema errors already explain anything that
-    // would fail here.
-    if errors.is_empty() {
+    // Typed checks (CEL rules, runtime validation) need a value the types accept. When the schema
+    // already failed, still run them if the value can be read, so the user sees every problem at
+    // once; a value the types cannot read is already explained by the schema errors.
+    let schema_failed = !errors.is_empty();
+    {
         let typed = match which {
             Crd::NodePool => {
                 serde_json::from_value::<NodePool>(doc.clone()).map(|np| validate_nodepool(&np))
@@ -210,7 +212,14 @@ pub fn validate_document(doc: &Value) -> DocumentReport {
                 .map(|nc| check_ec2nodeclass(&nc)),
         };
         match typed {
-            Ok(found) => errors.extend(found),
+            Ok(found) => {
+                for error in found {
+                    if !errors.contains(&error) {
+                        errors.push(error);
+                    }
+                }
+            }
+            Err(_) if schema_failed => {}
             Err(err) => errors.push(ValidationError::new(
                 "",
                 format!("cannot be read: {err}"),

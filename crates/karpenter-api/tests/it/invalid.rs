@@ -137,3 +137,32 @@ invalid_cases! {
     np_weight_too_high,
     np_weight_zero,
 }
+
+/// A schema error does not hide the CEL and runtime errors of the same object: the user sees every
+/// problem in one run, as `validate` promises.
+#[test]
+fn schema_and_cel_errors_are_reported_together() {
+    let doc = serde_json::json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "default"},
+        "spec": {
+            "weight": 200,
+            "template": {"spec": {
+                "requirements": [{"key": "kubernetes.io/hostname", "operator": "Exists"}],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+            }}
+        }
+    });
+    let Outcome::Invalid(errors) = validate_document(&doc).outcome else {
+        panic!("accepted an invalid NodePool")
+    };
+    let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+    assert!(paths.contains(&"spec.weight"), "{paths:?}");
+    assert!(
+        paths.contains(&"spec.template.spec.requirements[0].key"),
+        "{paths:?}"
+    );
+    let unique: std::collections::BTreeSet<_> = errors.iter().map(|e| e.to_string()).collect();
+    assert_eq!(unique.len(), errors.len(), "no error is reported twice");
+}
