@@ -3,7 +3,6 @@
 //! bound (by a tiny test binder: the test API server runs no kube-scheduler) → scale to zero and
 //! delete the NodeClaims → drained and gone.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,13 +11,12 @@ use karpenter_api::NodeClaim;
 use karpenter_api::v1::NodeSelectorRequirementWithMinValues;
 use karpenter_api::well_known as wk;
 use karpenter_controller::provisioning::{PlannedNodeClaim, SolveInput, SolveOutput, Solver};
-use karpenter_controller::state::pod::{node_name, pod_requests};
+use karpenter_controller::state::pod::pod_requests;
 use karpenter_core::resources::{Quantity, ResourceList};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
-use serde_json::json;
 
-use crate::sim_cluster::SimCluster;
+use crate::sim_cluster::{SimCluster, bind_pending, inflate_pod};
 
 const PODS_PER_NODE: usize = 3;
 
@@ -61,88 +59,10 @@ impl Solver for PackThree {
     }
 }
 
-fn cpu_millis(pod: &Pod) -> i64 {
-    pod_requests(pod)
-        .map(|r| r.get("cpu").millis())
-        .unwrap_or(0)
-}
-
-/// The test's kube-scheduler: binds each pending pod to an initialized, schedulable Karpenter
-/// node with room for it.
-fn bind_pending(cluster: &SimCluster) {
-    let nodes: Vec<Node> = cluster
-        .server
-        .list::<Node>()
-        .into_iter()
-        .filter(|n| {
-            n.labels()
-                .get(wk::NODE_INITIALIZED_LABEL)
-                .is_some_and(|v| v == "true")
-        })
-        .filter(|n| n.metadata.deletion_timestamp.is_none())
-        .collect();
-    let pods = cluster.server.list::<Pod>();
-    let mut used: BTreeMap<String, i64> = BTreeMap::new();
-    for pod in &pods {
-        if let Some(node) = node_name(pod) {
-            *used.entry(node.to_string()).or_default() += cpu_millis(pod);
-        }
-    }
-    for pod in pods
-        .iter()
-        .filter(|p| node_name(p).is_none() && p.metadata.deletion_timestamp.is_none())
-    {
-        let need = cpu_millis(pod);
-        let target = nodes.iter().find(|n| {
-            let allocatable = n
-                .status
-                .as_ref()
-                .and_then(|s| s.allocatable.as_ref())
-                .and_then(|a| ResourceList::from_k8s(a).ok());
-            let free = allocatable.map(|a| a.get("cpu").millis()).unwrap_or(0)
-                - used.get(&n.name_any()).copied().unwrap_or(0);
-            free >= need
-        });
-        if let Some(node) = target {
-            let mut bound = pod.clone();
-            bound.spec.get_or_insert_default().node_name = Some(node.name_any());
-            cluster.server.put(&bound).unwrap();
-            *used.entry(node.name_any()).or_default() += need;
-        }
-    }
-}
-
-fn inflate_pod(i: usize) -> Pod {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": format!("inflate-{i}"), "namespace": "default", "uid": format!("inflate-uid-{i}"), "labels": {"app": "inflate"}},
-        "spec": {"terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "inflate", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
-                                 "resources": {"requests": {"cpu": "1"}}}]},
-        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
-    }))
-    .unwrap()
-}
-
 #[tokio::test(start_paused = true)]
 async fn inflate_scale_up_and_down() {
     let cluster = SimCluster::new().await;
-    cluster
-        .server
-        .put_value(json!({
-            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
-            "metadata": {"name": "default"}, "spec": {}
-        }))
-        .unwrap();
-    cluster.server.put_value(json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-        "metadata": {"name": "default", "uid": "pool-uid", "generation": 1},
-        "spec": {"template": {"spec": {
-            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-            "expireAfter": "720h"
-        }}}
-    })).unwrap();
+    cluster.put_default_nodepool();
     let controller = cluster.start_controller_with(Arc::new(PackThree)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 

@@ -4,6 +4,7 @@
 //! (`karpenter-testapi`), in virtual time. One binary; add modules here.
 
 mod e2e_inflate;
+mod e2e_seed_flow;
 mod leader;
 mod lifecycle;
 mod provisioning;

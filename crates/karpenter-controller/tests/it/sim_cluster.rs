@@ -2,23 +2,26 @@
 //! test API server, the sim provider, its kubelet and controller replicas, all on tokio's paused
 //! clock.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_api::NodeClaim;
+use karpenter_api::well_known as wk;
 use karpenter_controller::provisioning::{Solver, solver::NoScheduler};
 use karpenter_controller::run::{Options, RunningController};
 use karpenter_controller::sim_kubelet::{SimKubelet, SimKubeletOptions};
+use karpenter_controller::state::pod::{node_name, pod_requests};
 use karpenter_controller::{Context, Settings, TokioClock};
 use karpenter_core::clock::Clock;
 use karpenter_core::instance_type::{InstanceType, Offering};
 use karpenter_core::resources::ResourceList;
 use karpenter_sim::SimCloudProvider;
 use karpenter_testapi::TestApiServer;
-use kube::Api;
 use kube::api::PostParams;
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -60,7 +63,29 @@ pub struct SimCluster {
 }
 
 impl SimCluster {
+    /// Two small custom instance types in us-west-2.
     pub async fn new() -> Self {
+        Self::with_provider(|clock| {
+            SimCloudProvider::with_instance_types(
+                "us-west-2",
+                vec![
+                    instance_type("sim.large", "2", "8Gi", 0.1),
+                    instance_type("sim.xlarge", "4", "16Gi", 0.2),
+                ],
+                clock,
+            )
+        })
+        .await
+    }
+
+    /// The sim provider over its embedded AWS catalogue for `region`.
+    pub async fn with_catalogue(region: &str) -> Self {
+        Self::with_provider(|clock| SimCloudProvider::new(region, clock).unwrap()).await
+    }
+
+    pub async fn with_provider(
+        make_provider: impl FnOnce(Arc<dyn Clock>) -> SimCloudProvider,
+    ) -> Self {
         let clock = Arc::new(TokioClock::starting_at(
             Timestamp::from_second(EPOCH).unwrap(),
         ));
@@ -72,14 +97,7 @@ impl SimCluster {
             server.register_crd(&crd).unwrap();
         }
         let client = server.client();
-        let provider = SimCloudProvider::with_instance_types(
-            "us-west-2",
-            vec![
-                instance_type("sim.large", "2", "8Gi", 0.1),
-                instance_type("sim.xlarge", "4", "16Gi", 0.2),
-            ],
-            clock.clone(),
-        );
+        let provider = make_provider(clock.clone());
         let options = SimKubeletOptions {
             emulate_node_lifecycle: true,
             ..SimKubeletOptions::default()
@@ -118,6 +136,25 @@ impl SimCluster {
         RunningController::start(ctx, batcher, Options::default())
             .await
             .unwrap()
+    }
+
+    /// The seed guide's `default` EC2NodeClass and an on-demand `default` NodePool.
+    pub fn put_default_nodepool(&self) {
+        self.server
+            .put_value(json!({
+                "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+                "metadata": {"name": "default"}, "spec": {}
+            }))
+            .unwrap();
+        self.server.put_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "default", "uid": "pool-uid", "generation": 1},
+            "spec": {"template": {"spec": {
+                "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "expireAfter": "720h"
+            }}}
+        })).unwrap();
     }
 
     pub fn now(&self) -> Timestamp {
@@ -229,4 +266,68 @@ pub fn merge(base: &mut Value, extra: Value) {
         }
         (base, extra) => *base = extra,
     }
+}
+
+fn cpu_millis(pod: &Pod) -> i64 {
+    pod_requests(pod)
+        .map(|r| r.get("cpu").millis())
+        .unwrap_or(0)
+}
+
+/// The test's kube-scheduler: binds each pending pod to an initialized, schedulable Karpenter
+/// node with room for it.
+pub(crate) fn bind_pending(cluster: &SimCluster) {
+    let nodes: Vec<Node> = cluster
+        .server
+        .list::<Node>()
+        .into_iter()
+        .filter(|n| {
+            n.labels()
+                .get(wk::NODE_INITIALIZED_LABEL)
+                .is_some_and(|v| v == "true")
+        })
+        .filter(|n| n.metadata.deletion_timestamp.is_none())
+        .collect();
+    let pods = cluster.server.list::<Pod>();
+    let mut used: BTreeMap<String, i64> = BTreeMap::new();
+    for pod in &pods {
+        if let Some(node) = node_name(pod) {
+            *used.entry(node.to_string()).or_default() += cpu_millis(pod);
+        }
+    }
+    for pod in pods
+        .iter()
+        .filter(|p| node_name(p).is_none() && p.metadata.deletion_timestamp.is_none())
+    {
+        let need = cpu_millis(pod);
+        let target = nodes.iter().find(|n| {
+            let allocatable = n
+                .status
+                .as_ref()
+                .and_then(|s| s.allocatable.as_ref())
+                .and_then(|a| ResourceList::from_k8s(a).ok());
+            let free = allocatable.map(|a| a.get("cpu").millis()).unwrap_or(0)
+                - used.get(&n.name_any()).copied().unwrap_or(0);
+            free >= need
+        });
+        if let Some(node) = target {
+            let mut bound = pod.clone();
+            bound.spec.get_or_insert_default().node_name = Some(node.name_any());
+            cluster.server.put(&bound).unwrap();
+            *used.entry(node.name_any()).or_default() += need;
+        }
+    }
+}
+
+/// The seed guide's `inflate` pod: pause with 1 cpu, pending as kube-scheduler leaves it.
+pub(crate) fn inflate_pod(i: usize) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("inflate-{i}"), "namespace": "default", "uid": format!("inflate-uid-{i}"), "labels": {"app": "inflate"}},
+        "spec": {"terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "inflate", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+                                 "resources": {"requests": {"cpu": "1"}}}]},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    }))
+    .unwrap()
 }
