@@ -263,24 +263,7 @@ impl Topology {
                 min_domains,
             } => {
                 let tolerations = g.filter.tolerations.as_deref();
-                let global_min = if g.key == self.hostname_key {
-                    0 // a new node is always an empty hostname domain
-                } else {
-                    let mut eligible = 0u32;
-                    let mut min = u32::MAX;
-                    for d in self
-                        .universe(g.key, tolerations)
-                        .filter(|d| has(pod_domains, d))
-                    {
-                        eligible += 1;
-                        min = min.min(g.count(d));
-                    }
-                    if eligible == 0 || min_domains.is_some_and(|m| eligible < m) {
-                        0
-                    } else {
-                        min
-                    }
-                };
+                let global_min = self.spread_global_min(g, tolerations, pod_domains, min_domains);
                 let mut best: Option<(Sym, u32)> = None;
                 for d in self.candidates(g.key, node_domains, tolerations) {
                     let c = g.count(d) + self_count;
@@ -321,6 +304,35 @@ impl Topology {
         }
     }
 
+    /// The smallest pod count over the spread's eligible domains (those the pod may use), or 0
+    /// when fewer than `min_domains` are eligible. For hostname spreads it is always 0: a new node
+    /// is an empty hostname domain.
+    fn spread_global_min(
+        &self,
+        g: &Group,
+        tolerations: Option<&[Toleration]>,
+        pod_domains: Option<&Req>,
+        min_domains: Option<u32>,
+    ) -> u32 {
+        if g.key == self.hostname_key {
+            return 0;
+        }
+        let mut eligible = 0u32;
+        let mut min = u32::MAX;
+        for d in self
+            .universe(g.key, tolerations)
+            .filter(|d| has(pod_domains, d))
+        {
+            eligible += 1;
+            min = min.min(g.count(d));
+        }
+        if eligible == 0 || min_domains.is_some_and(|m| eligible < m) {
+            0
+        } else {
+            min
+        }
+    }
+
     /// Allocation-free `allowed(..).is_some()` for a node whose requirement on the key is the
     /// explicit `In` list `node_values`.
     pub fn allows_any(
@@ -338,24 +350,7 @@ impl Topology {
                 min_domains,
             } => {
                 let tolerations = g.filter.tolerations.as_deref();
-                let global_min = if g.key == self.hostname_key {
-                    0
-                } else {
-                    let mut eligible = 0u32;
-                    let mut min = u32::MAX;
-                    for d in self
-                        .universe(g.key, tolerations)
-                        .filter(|d| has(pod_domains, d))
-                    {
-                        eligible += 1;
-                        min = min.min(g.count(d));
-                    }
-                    if eligible == 0 || min_domains.is_some_and(|m| eligible < m) {
-                        0
-                    } else {
-                        min
-                    }
-                };
+                let global_min = self.spread_global_min(g, tolerations, pod_domains, min_domains);
                 node_values
                     .iter()
                     .any(|d| (g.count(*d) + self_count).saturating_sub(global_min) <= max_skew)
