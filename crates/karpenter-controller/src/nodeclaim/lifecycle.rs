@@ -82,9 +82,29 @@ pub async fn reconcile_all(ctx: &Context) {
     }
 }
 
-/// Makes the state see our write at once, before the watch delivers it.
+/// Makes the state see our write at once, before the watch delivers it (never over a newer
+/// watched copy).
 fn remember<K: crate::state::Tracked>(ctx: &Context, obj: &K) {
-    ctx.state.write().apply(obj.clone());
+    ctx.state.write().remember(obj.clone());
+}
+
+/// A write was refused (409/404): the state's copy is behind the API server. Reads the current
+/// object and puts it into the state, so the next tick works from it instead of relying on a
+/// watch event that may already have been consumed (registration stays level-triggered).
+async fn resync<K>(ctx: &Context, api: &Api<K>, stale: &K)
+where
+    K: crate::state::Tracked + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let obj_name = stale.name_any();
+    match api.get_opt(&obj_name).await {
+        Ok(Some(fresh)) => {
+            ctx.state.write().apply(fresh);
+        }
+        Ok(None) => ctx.state.write().delete(stale),
+        Err(err) => {
+            tracing::debug!(name = %obj_name, error = %err, "cannot re-read object after a refused write")
+        }
+    }
 }
 
 /// One pass over one NodeClaim.
@@ -108,7 +128,10 @@ pub async fn reconcile(ctx: &Context, claim: NodeClaim) -> crate::Result<()> {
                 remember(ctx, &updated);
                 claim = updated;
             }
-            Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
+            Err(err) if is_conflict(&err) || is_not_found(&err) => {
+                resync(ctx, &api(ctx), &claim).await;
+                return Ok(());
+            }
             Err(err) => {
                 return Err(crate::Error::kube(
                     format!("add finalizer to nodeclaim {claim_name}"),
@@ -124,7 +147,7 @@ pub async fn reconcile(ctx: &Context, claim: NodeClaim) -> crate::Result<()> {
     if !is_launched(&claim) {
         match launch(ctx, &mut claim, now).await? {
             LaunchOutcome::Launched => {}
-            LaunchOutcome::Deleted => return Ok(()),
+            LaunchOutcome::Deleted | LaunchOutcome::Stale => return Ok(()),
             LaunchOutcome::Failed => {
                 write_status(ctx, &claim, before.as_ref()).await?;
                 return check_liveness(ctx, &claim, now).await;
@@ -249,7 +272,10 @@ async fn write_status(
             remember(ctx, &updated);
             Ok(())
         }
-        Err(err) if is_conflict(&err) || is_not_found(&err) => Ok(()),
+        Err(err) if is_conflict(&err) || is_not_found(&err) => {
+            resync(ctx, &api(ctx), claim).await;
+            Ok(())
+        }
         Err(err) => Err(crate::Error::kube(
             format!("update status of nodeclaim {claim_name}"),
             err,
@@ -261,6 +287,8 @@ enum LaunchOutcome {
     Launched,
     Failed,
     Deleted,
+    /// The state's copy was behind the API server; it has been re-read, try again next tick.
+    Stale,
 }
 
 fn truncate(message: &str) -> String {
@@ -306,10 +334,21 @@ async fn launch(
                 now,
             );
             // The providerID goes to the API server first: a restart from here on finds it.
-            let mut updated = api(ctx)
+            let mut updated = match api(ctx)
                 .replace_status(&claim_name, &PostParams::default(), claim)
                 .await
-                .map_err(kube_err(format!("record launch of nodeclaim {claim_name}")))?;
+            {
+                Ok(updated) => updated,
+                Err(err) if is_conflict(&err) || is_not_found(&err) => {
+                    // Launch is idempotent: the next tick relaunches from the fresh copy and
+                    // gets the same instance back.
+                    resync(ctx, &api(ctx), claim).await;
+                    return Ok(LaunchOutcome::Stale);
+                }
+                Err(err) => {
+                    return Err(kube_err(format!("record launch of nodeclaim {claim_name}"))(err));
+                }
+            };
             if updated.metadata.labels != claim.metadata.labels
                 || updated.metadata.annotations != claim.metadata.annotations
             {
@@ -527,12 +566,16 @@ async fn register(
     let desired = registered_node(node, claim);
     let node_name = node.name_any();
     if desired != *node {
-        match Api::<Node>::all(ctx.client.clone())
+        let node_api = Api::<Node>::all(ctx.client.clone());
+        match node_api
             .replace(&node_name, &PostParams::default(), &desired)
             .await
         {
             Ok(updated) => remember(ctx, &updated),
-            Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
+            Err(err) if is_conflict(&err) || is_not_found(&err) => {
+                resync(ctx, &node_api, node).await;
+                return Ok(());
+            }
             Err(err) => return Err(crate::Error::kube(format!("sync node {node_name}"), err)),
         }
     }
@@ -678,12 +721,16 @@ async fn initialize(
             .get_or_insert_default()
             .insert(NODE_INITIALIZED_LABEL.into(), "true".into());
         let node_name = node.name_any();
-        match Api::<Node>::all(ctx.client.clone())
+        let node_api = Api::<Node>::all(ctx.client.clone());
+        match node_api
             .replace(&node_name, &PostParams::default(), &desired)
             .await
         {
             Ok(updated) => remember(ctx, &updated),
-            Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
+            Err(err) if is_conflict(&err) || is_not_found(&err) => {
+                resync(ctx, &node_api, node).await;
+                return Ok(());
+            }
             Err(err) => {
                 return Err(crate::Error::kube(
                     format!("label node {node_name} initialized"),

@@ -350,7 +350,7 @@ async fn create_nodeclaims(
         {
             // Visible to the next pass at once, even before the watch delivers it.
             let mut state = ctx.state.write();
-            state.apply(claim.clone());
+            state.remember(claim.clone());
             for &i in &plan.pods {
                 if let Some(pod) = pods.get(i) {
                     state.nominate(&pod_key(pod), &name, until);

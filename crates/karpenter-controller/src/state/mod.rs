@@ -8,6 +8,7 @@
 pub mod node;
 pub mod pod;
 pub mod reflector;
+pub mod version;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -22,6 +23,7 @@ use karpenter_api::{NodeClaim, NodePool};
 use kube::ResourceExt;
 
 pub use node::StateNode;
+pub use version::Source;
 
 /// The kinds the state tracks; the state is synced once each has been listed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -76,6 +78,7 @@ pub struct ClusterState {
     pub(crate) storage_classes: BTreeMap<String, StorageClass>,
     nominations: BTreeMap<String, Nomination>,
     listed: BTreeSet<Kind>,
+    tombstones: version::Tombstones,
 }
 
 /// `namespace/name` for namespaced objects, `name` for cluster-scoped ones.
@@ -92,6 +95,11 @@ pub fn object_key<K: kube::Resource>(obj: &K) -> String {
 pub trait Tracked: kube::Resource + Clone + Send + Sync + 'static {
     const KIND: Kind;
     fn map(state: &mut ClusterState) -> &mut BTreeMap<String, Self>;
+
+    /// The object's key in [`Tracked::map`].
+    fn key(obj: &Self) -> String {
+        object_key(obj)
+    }
 
     /// Inserts or replaces the object.
     fn apply(state: &mut ClusterState, obj: Self) {
@@ -136,6 +144,10 @@ impl Tracked for Pod {
     const KIND: Kind = Kind::Pod;
     fn map(state: &mut ClusterState) -> &mut BTreeMap<String, Self> {
         &mut state.pods
+    }
+
+    fn key(pod: &Self) -> String {
+        pod::pod_key(pod)
     }
 
     fn apply(state: &mut ClusterState, pod: Pod) {
@@ -192,16 +204,43 @@ impl ClusterState {
         state
     }
 
+    /// Takes a watched copy, unless the state already holds a newer one (see [`version`]).
     pub fn apply<K: Tracked>(&mut self, obj: K) {
+        self.apply_from(obj, Source::Watch);
+    }
+
+    /// Takes the answer to this replica's own write, so the next decision sees it before the
+    /// watch delivers it; never replaces a newer (or an incomparable watched) copy, never
+    /// revives an object the watch reported deleted. Returns whether the copy was taken.
+    pub fn remember<K: Tracked>(&mut self, obj: K) -> bool {
+        self.apply_from(obj, Source::OwnWrite)
+    }
+
+    fn apply_from<K: Tracked>(&mut self, obj: K, source: Source) -> bool {
+        let key = K::key(&obj);
+        let incoming = version::resource_version(&obj);
+        if self.tombstones.is_ghost(K::KIND, &key, incoming) {
+            return false;
+        }
+        let current = K::map(self).get(&key).map(version::resource_version);
+        if !version::may_replace(current, incoming, source) {
+            tracing::debug!(kind = ?K::KIND, %key, ?current, ?incoming, ?source, "kept the newer copy");
+            return false;
+        }
         K::apply(self, obj);
+        true
     }
 
     pub fn delete<K: Tracked>(&mut self, obj: &K) {
+        if let Some(rv) = version::resource_version(obj) {
+            self.tombstones.bury(K::KIND, &K::key(obj), rv);
+        }
         K::delete(self, obj);
     }
 
     /// Replaces all objects of the kind and records that it has been listed.
     pub fn reset<K: Tracked>(&mut self, objs: Vec<K>) {
+        self.tombstones.clear(K::KIND);
         K::reset(self, objs);
         self.listed.insert(K::KIND);
     }

@@ -112,3 +112,49 @@ fn synced_only_after_every_kind_is_listed() {
     }
     assert!(state.synced());
 }
+
+fn with_rv<K: kube::Resource>(mut obj: K, rv: &str) -> K {
+    obj.meta_mut().resource_version = Some(rv.to_string());
+    obj
+}
+
+#[test]
+fn a_late_create_answer_never_replaces_the_newer_watched_copy() {
+    let mut state = ClusterState::new();
+    let launched = with_rv(
+        nodeclaim("default-abc", "default", Some("sim://i-1"), "4"),
+        "13",
+    );
+    state.apply(launched);
+    // The provisioner's create answer (rv 10, no providerID yet) arrives after the watch.
+    let created = with_rv(nodeclaim("default-abc", "default", None, "4"), "10");
+    assert!(!state.remember(created.clone()));
+    let held = state.nodeclaim("default-abc").unwrap();
+    assert_eq!(held.resource_version().as_deref(), Some("13"));
+    assert!(held.status.as_ref().unwrap().provider_id.is_some());
+    // An older watched event (replayed) does not win either; a newer one does.
+    state.apply(with_rv(created.clone(), "11"));
+    assert_eq!(
+        state
+            .nodeclaim("default-abc")
+            .unwrap()
+            .resource_version()
+            .as_deref(),
+        Some("13")
+    );
+    state.apply(with_rv(created.clone(), "14"));
+    assert_eq!(
+        state
+            .nodeclaim("default-abc")
+            .unwrap()
+            .resource_version()
+            .as_deref(),
+        Some("14")
+    );
+    // Deleted at 20: a late answer of rv 15 does not bring it back; a re-creation at 21 does.
+    state.delete(&with_rv(created.clone(), "20"));
+    assert!(!state.remember(with_rv(created.clone(), "15")));
+    assert!(state.nodeclaim("default-abc").is_none());
+    assert!(state.remember(with_rv(created, "21")));
+    assert!(state.nodeclaim("default-abc").is_some());
+}
