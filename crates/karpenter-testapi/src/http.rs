@@ -258,7 +258,13 @@ pub(crate) async fn handle(inner: Arc<Inner>, request: Request<Bytes>) -> Respon
         }
     };
     record.code = response.status().as_u16();
+    let delay = (verb != Verb::Watch)
+        .then(|| inner.delays.take(&record))
+        .flatten();
     inner.log(record);
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
     response
 }
 

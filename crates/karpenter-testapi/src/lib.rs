@@ -23,6 +23,7 @@
 //!
 //! Endpoints, semantics and non-goals: `docs/testapi.md`.
 
+mod delay;
 mod error;
 mod http;
 mod patch;

@@ -100,6 +100,7 @@ pub(crate) struct Inner {
     closer: tokio::sync::watch::Sender<u64>,
     requests: Mutex<Vec<RequestRecord>>,
     faults: Mutex<Vec<Fault>>,
+    pub(crate) delays: crate::delay::Delays,
 }
 
 impl Inner {
@@ -164,6 +165,7 @@ impl Builder {
                 closer,
                 requests: Mutex::new(Vec::new()),
                 faults: Mutex::new(Vec::new()),
+                delays: Default::default(),
             }),
         }
     }
@@ -172,7 +174,7 @@ impl Builder {
 /// An in-memory API server. Cheap to clone; clones share state.
 #[derive(Clone)]
 pub struct TestApiServer {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl Default for TestApiServer {

@@ -14,6 +14,8 @@ use crate::pdb;
 use crate::registry::{Registry, ResourceInfo};
 use crate::selector::{FieldSelector, LabelSelector};
 
+mod gc;
+
 /// Supplies `creationTimestamp`/`deletionTimestamp` values; tests may pass a virtual clock.
 pub type Clock = Arc<dyn Fn() -> jiff::Timestamp + Send + Sync>;
 
@@ -648,6 +650,9 @@ impl Store {
         metadata_mut(&mut last).insert("resourceVersion".into(), json!(self.rv.to_string()));
         self.record(key.clone(), ChangeKind::Deleted, last.clone(), previous);
         self.after_change(&key);
+        if let Some(uid) = meta_str(&last, "uid").map(str::to_owned) {
+            self.collect_dependents(&uid);
+        }
         last
     }
 

@@ -5,6 +5,7 @@
 mod crd;
 mod crud;
 mod eviction;
+mod gc_delay;
 mod lease;
 mod runtime;
 mod tcp;
