@@ -11,5 +11,6 @@ mod provisioning;
 mod provisioning_core;
 mod sim_cluster;
 mod sim_kubelet;
+mod state_freshness;
 mod support;
 mod termination;
