@@ -64,6 +64,11 @@ pub struct EvictionRequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabels {
     pub controller: String,
 }
@@ -93,6 +98,8 @@ pub struct Metrics {
     pub nodepools_limit: Family<NodePoolResourceLabels, FloatGauge>,
     pub cluster_state_node_count: Gauge,
     pub cluster_state_synced: Gauge,
+    /// Objects skipped because they cannot be decoded, by kind.
+    pub cluster_state_ignored_objects: Family<KindLabels, Gauge>,
     pub leader: Gauge,
 }
 
@@ -157,6 +164,7 @@ impl Metrics {
             nodepools_limit: Family::default(),
             cluster_state_node_count: Gauge::default(),
             cluster_state_synced: Gauge::default(),
+            cluster_state_ignored_objects: Family::default(),
             leader: Gauge::default(),
             registry: Registry::default(),
         };
@@ -255,6 +263,11 @@ impl Metrics {
             "cluster_state_synced",
             "1 when cluster state has listed every kind.",
             m.cluster_state_synced.clone(),
+        );
+        registry.register(
+            "cluster_state_ignored_objects",
+            "Objects the API server holds that karpenter-rs cannot decode and skips, by kind.",
+            m.cluster_state_ignored_objects.clone(),
         );
         registry.register(
             "leader",

@@ -338,6 +338,8 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
                 }
             }
         }
+        // Same cadence: report objects the watchers had to skip (gauge, Warning events).
+        crate::state::ignored::report(&ctx).await;
         tokio::select! {
             () = ctx.nodepools_changed.notified() => {}
             () = tokio::time::sleep(period) => {}

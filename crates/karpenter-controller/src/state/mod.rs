@@ -5,6 +5,7 @@
 //! Pure and synchronous: watchers call [`ClusterState::apply`] / [`ClusterState::delete`] /
 //! [`ClusterState::reset`]; tests build a state from plain objects the same way.
 
+pub mod ignored;
 pub mod node;
 pub mod pod;
 pub mod reflector;
@@ -79,6 +80,7 @@ pub struct ClusterState {
     nominations: BTreeMap<String, Nomination>,
     listed: BTreeSet<Kind>,
     tombstones: version::Tombstones,
+    ignored: ignored::IgnoredObjects,
 }
 
 /// `namespace/name` for namespaced objects, `name` for cluster-scoped ones.
@@ -227,6 +229,7 @@ impl ClusterState {
             tracing::debug!(kind = ?K::KIND, %key, ?current, ?incoming, ?source, "kept the newer copy");
             return false;
         }
+        self.ignored.remove(K::KIND, &key);
         K::apply(self, obj);
         true
     }
@@ -236,6 +239,37 @@ impl ClusterState {
             self.tombstones.bury(K::KIND, &K::key(obj), rv);
         }
         K::delete(self, obj);
+    }
+
+    /// Skips an object that cannot be decoded: records it and drops any older decoded copy (the
+    /// object as it is now is unknown). Returns whether this is news worth logging.
+    pub fn ignore<K: Tracked>(&mut self, object: ignored::IgnoredObject) -> bool {
+        self.forget_decoded::<K>(&object.key);
+        self.ignored.insert(object)
+    }
+
+    /// An undecodable object was deleted.
+    pub fn forget<K: Tracked>(&mut self, key: &str) {
+        self.ignored.remove(K::KIND, key);
+        self.forget_decoded::<K>(key);
+    }
+
+    fn forget_decoded<K: Tracked>(&mut self, key: &str) {
+        if let Some(old) = K::map(self).get(key).cloned() {
+            K::delete(self, &old);
+        }
+    }
+
+    /// After a list: exactly these objects of the kind are skipped.
+    pub fn reset_ignored(&mut self, kind: Kind, objects: Vec<ignored::IgnoredObject>) {
+        self.ignored.clear(kind);
+        for object in objects {
+            self.ignored.insert(object);
+        }
+    }
+
+    pub fn ignored_objects(&self) -> &ignored::IgnoredObjects {
+        &self.ignored
     }
 
     /// Replaces all objects of the kind and records that it has been listed.

@@ -1,46 +1,123 @@
 //! Watch streams → [`ClusterState`]. One task per kind; all replicas run them.
+//!
+//! Each kind is watched as raw objects ([`DynamicObject`]) and every object is decoded on its
+//! own: an object the API server accepted but karpenter-rs cannot decode is skipped and reported
+//! ([`super::ignored`]) instead of failing the whole list/watch of its kind (which would leave
+//! the state unsynced and stop every controller).
 
 use std::fmt::Debug;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use kube::Api;
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use super::ignored::IgnoredObject;
 use super::{SharedState, Tracked};
+
+/// A watched object: decoded, or skipped with the reason.
+enum Decoded<K> {
+    Object(K),
+    Ignored(IgnoredObject),
+}
+
+fn decode<K>(raw: DynamicObject, resource: &ApiResource) -> Decoded<K>
+where
+    K: Tracked + DeserializeOwned,
+{
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(resource.api_version.clone()),
+        kind: Some(resource.kind.clone()),
+        name: raw.metadata.name.clone(),
+        namespace: raw.metadata.namespace.clone(),
+        uid: raw.metadata.uid.clone(),
+        ..Default::default()
+    };
+    let key = match raw.metadata.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{}", raw.name_any()),
+        _ => raw.name_any(),
+    };
+    let decoded = serde_json::to_value(&raw).and_then(serde_json::from_value::<K>);
+    match decoded {
+        Ok(obj) => Decoded::Object(obj),
+        Err(err) => Decoded::Ignored(IgnoredObject {
+            kind: K::KIND,
+            key,
+            reference,
+            error: err.to_string(),
+        }),
+    }
+}
+
+fn log_ignored(object: &IgnoredObject) {
+    tracing::error!(
+        kind = ?object.kind,
+        object = %object.key,
+        error = %object.error,
+        "ignoring object karpenter-rs cannot decode"
+    );
+}
 
 /// Applies watch events of one kind to the state until the stream ends (never, with backoff) or
 /// the task is aborted. `on_change` runs after each applied object (outside the state lock), so
 /// callers can wake controllers.
 pub async fn reflect<K>(api: Api<K>, state: Arc<SharedState>, on_change: impl Fn(&K) + Send)
 where
-    K: Tracked + DeserializeOwned + Debug,
+    K: Tracked + DeserializeOwned + Debug + Resource<DynamicType = ()>,
 {
-    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    let resource = ApiResource::erase::<K>(&());
+    let raw_api: Api<DynamicObject> = Api::all_with(kube::Client::from(api), &resource);
+    let stream = watcher::watcher(raw_api, watcher::Config::default()).default_backoff();
     futures::pin_mut!(stream);
     let mut initial: Vec<K> = Vec::new();
+    let mut initial_ignored: Vec<IgnoredObject> = Vec::new();
     while let Some(event) = stream.next().await {
         match event {
-            Ok(Event::Init) => initial.clear(),
-            Ok(Event::InitApply(obj)) => initial.push(obj),
+            Ok(Event::Init) => {
+                initial.clear();
+                initial_ignored.clear();
+            }
+            Ok(Event::InitApply(raw)) => match decode::<K>(raw, &resource) {
+                Decoded::Object(obj) => initial.push(obj),
+                Decoded::Ignored(ignored) => initial_ignored.push(ignored),
+            },
             Ok(Event::InitDone) => {
                 let objs = std::mem::take(&mut initial);
-                state.write().reset(objs.clone());
-                tracing::debug!(kind = ?K::KIND, count = objs.len(), "listed");
+                let ignored = std::mem::take(&mut initial_ignored);
+                {
+                    let mut state = state.write();
+                    state.reset(objs.clone());
+                    state.reset_ignored(K::KIND, ignored.clone());
+                }
+                for object in &ignored {
+                    log_ignored(object);
+                }
+                tracing::debug!(kind = ?K::KIND, count = objs.len(), ignored = ignored.len(), "listed");
                 for obj in &objs {
                     on_change(obj);
                 }
             }
-            Ok(Event::Apply(obj)) => {
-                state.write().apply(obj.clone());
-                on_change(&obj);
-            }
-            Ok(Event::Delete(obj)) => {
-                state.write().delete(&obj);
-                on_change(&obj);
-            }
+            Ok(Event::Apply(raw)) => match decode::<K>(raw, &resource) {
+                Decoded::Object(obj) => {
+                    state.write().apply(obj.clone());
+                    on_change(&obj);
+                }
+                Decoded::Ignored(ignored) => {
+                    if state.write().ignore::<K>(ignored.clone()) {
+                        log_ignored(&ignored);
+                    }
+                }
+            },
+            Ok(Event::Delete(raw)) => match decode::<K>(raw, &resource) {
+                Decoded::Object(obj) => {
+                    state.write().delete(&obj);
+                    on_change(&obj);
+                }
+                Decoded::Ignored(ignored) => state.write().forget::<K>(&ignored.key),
+            },
             // The backoff retries; log so a missing RBAC rule is visible.
             Err(err) => tracing::warn!(kind = ?K::KIND, error = %err, "watch failed, retrying"),
         }
