@@ -17,7 +17,10 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, PodCondition, PodStatus, Taint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    MicroTime, ObjectMeta, OwnerReference, Time,
+};
+use karpenter_api::NodeClaim;
 use karpenter_api::well_known::{NODE_NOT_READY_TAINT_KEY, NODE_UNREACHABLE_TAINT_KEY};
 use karpenter_core::clock::Clock;
 use karpenter_core::taints::{NO_EXECUTE, NO_SCHEDULE};
@@ -238,6 +241,18 @@ fn ready_true(node: &Node, now: Timestamp) -> NodeCondition {
     }
 }
 
+/// The owner reference a kubelet puts on its node Lease.
+fn node_owner_reference(node: &Node) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: node.name_any(),
+        uid: node.metadata.uid.clone()?,
+        controller: None,
+        block_owner_deletion: None,
+    })
+}
+
 impl SimKubelet {
     pub fn new(
         client: kube::Client,
@@ -293,14 +308,9 @@ impl SimKubelet {
         let now = self.inner.clock.now();
         let client = self.inner.client.clone();
         let node_api: Api<Node> = Api::all(client.clone());
-        let instances: BTreeMap<String, SimInstance> = self
-            .inner
-            .provider
-            .instances()
-            .into_iter()
-            .map(|i| (i.node_name.clone(), i))
-            .collect();
-        let nodes: BTreeMap<String, Node> = node_api
+        // Nodes first, instances last: an instance missing its Node in this order is new, never
+        // one whose Node was just released after the instance was terminated.
+        let mut nodes: BTreeMap<String, Node> = node_api
             .list(&ListParams::default())
             .await
             .map_err(kube_err("list nodes"))?
@@ -308,24 +318,47 @@ impl SimKubelet {
             .into_iter()
             .map(|n| (n.name_any(), n))
             .collect();
+        let deleting_claims: BTreeSet<String> = Api::<NodeClaim>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(kube_err("list nodeclaims"))?
+            .items
+            .into_iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_some())
+            .map(|c| c.name_any())
+            .collect();
+        let instances: BTreeMap<String, SimInstance> = self
+            .inner
+            .provider
+            .instances()
+            .into_iter()
+            .map(|i| (i.node_name.clone(), i))
+            .collect();
 
         for (name, instance) in &instances {
             if nodes.contains_key(name) || !self.is_alive(name) {
+                continue;
+            }
+            if deleting_claims.contains(&instance.node_claim) {
+                // Shutting down: a terminating machine's kubelet does not join the cluster.
                 continue;
             }
             let Ok(node) = self.inner.provider.registered_node(&instance.provider_id) else {
                 continue;
             };
             match node_api.create(&PostParams::default(), &node).await {
-                Ok(_) => {
-                    tracing::info!(node = %name, provider_id = %instance.provider_id, "sim kubelet registered node")
+                Ok(created) => {
+                    tracing::info!(node = %name, provider_id = %instance.provider_id, "sim kubelet registered node");
+                    nodes.insert(name.clone(), created);
                 }
                 Err(err) if is_conflict(&err) => {}
                 Err(err) => return Err(kube_err(format!("register node {name}"))(err)),
             }
         }
+        self.delete_nodes_without_instances(&node_api, &nodes, &instances)
+            .await?;
 
-        let leases = self.heartbeat(&instances, now).await?;
+        let leases = self.heartbeat(&instances, &nodes, now).await?;
 
         if self.inner.options.emulate_node_lifecycle {
             let grace = SignedDuration::try_from(self.inner.options.lease_duration)
@@ -365,6 +398,36 @@ impl SimKubelet {
         }
 
         self.run_pods(&instances, now).await
+    }
+
+    /// The cloud's node controller: a Node of ours whose instance no longer exists is deleted
+    /// (its finalizer, if registered, still runs the termination).
+    async fn delete_nodes_without_instances(
+        &self,
+        api: &Api<Node>,
+        nodes: &BTreeMap<String, Node>,
+        instances: &BTreeMap<String, SimInstance>,
+    ) -> Result<(), SimKubeletError> {
+        let gone = nodes.iter().filter(|(name, node)| {
+            self.owns(node)
+                && node.metadata.deletion_timestamp.is_none()
+                && !instances.contains_key(*name)
+        });
+        for (name, node) in gone {
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: node.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(name, &params).await {
+                Ok(_) => tracing::info!(node = %name, "deleted node whose sim instance is gone"),
+                Err(err) if is_conflict(&err) || is_not_found(&err) => {}
+                Err(err) => return Err(kube_err(format!("delete node {name}"))(err)),
+            }
+        }
+        Ok(())
     }
 
     /// A node this provider launched (its providerID is one of ours).
@@ -413,6 +476,7 @@ impl SimKubelet {
     async fn heartbeat(
         &self,
         instances: &BTreeMap<String, SimInstance>,
+        nodes: &BTreeMap<String, Node>,
         now: Timestamp,
     ) -> Result<BTreeMap<String, Timestamp>, SimKubeletError> {
         let api: Api<Lease> = Api::namespaced(self.inner.client.clone(), NODE_LEASE_NAMESPACE);
@@ -427,6 +491,11 @@ impl SimKubelet {
             .filter_map(|l| Some((l.name_any(), l.spec?.renew_time?.0)))
             .collect();
         for name in instances.keys().filter(|n| self.is_alive(n)) {
+            // Like a kubelet, heartbeat only once registered: the Lease is owned by the Node,
+            // so the garbage collector removes it with the Node.
+            let Some(owner) = nodes.get(name).and_then(node_owner_reference) else {
+                continue;
+            };
             let due = lock(&self.inner.last_heartbeat)
                 .get(name)
                 .is_none_or(|at| now.duration_since(*at) >= period);
@@ -437,6 +506,7 @@ impl SimKubelet {
                 metadata: ObjectMeta {
                     name: Some(name.clone()),
                     namespace: Some(NODE_LEASE_NAMESPACE.into()),
+                    owner_references: Some(vec![owner.clone()]),
                     ..ObjectMeta::default()
                 },
                 spec: Some(LeaseSpec {
@@ -456,6 +526,8 @@ impl SimKubelet {
             {
                 Some(mut existing) => {
                     existing.spec = lease.spec;
+                    // A Lease of an earlier Node of the same name gets the current owner.
+                    existing.metadata.owner_references = lease.metadata.owner_references;
                     api.replace(name, &PostParams::default(), &existing)
                         .await
                         .map(|_| ())
