@@ -54,6 +54,9 @@ pub struct LedgerStore {
     api: Api<ConfigMap>,
     namespace: String,
     last_written: Arc<Mutex<Option<String>>>,
+    /// One save at a time, each snapshotting the ledger when its turn comes: concurrent saves
+    /// could otherwise land out of order and leave an older ledger in the ConfigMap.
+    saving: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for LedgerStore {
@@ -70,6 +73,7 @@ impl LedgerStore {
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
             last_written: Arc::default(),
+            saving: Arc::default(),
         }
     }
 
@@ -99,8 +103,23 @@ impl LedgerStore {
         Ok(true)
     }
 
-    /// Writes the provider's ledger if it changed since the last write.
+    /// Writes the provider's ledger if it changed since the last write. Saves are serialised
+    /// and a conflicting write is retried with a fresh snapshot: nothing else would write the
+    /// latest ledger if no further launch or termination followed.
     pub async fn save(&self, provider: &SimCloudProvider) -> Result<(), LedgerError> {
+        const ATTEMPTS: usize = 5;
+        let _turn = self.saving.lock().await;
+        for _ in 0..ATTEMPTS {
+            if self.save_once(provider).await? {
+                return Ok(());
+            }
+        }
+        tracing::warn!(configmap = %format!("{}/{LEDGER_CONFIGMAP}", self.namespace), "sim ledger write kept conflicting; the next save retries");
+        Ok(())
+    }
+
+    /// One attempt; `Ok(false)` when someone else wrote in between.
+    async fn save_once(&self, provider: &SimCloudProvider) -> Result<bool, LedgerError> {
         let json = provider.snapshot().map_err(LedgerError::Snapshot)?;
         if self
             .last_written
@@ -109,7 +128,7 @@ impl LedgerStore {
             .as_deref()
             == Some(json.as_str())
         {
-            return Ok(());
+            return Ok(true);
         }
         let kube_err = |action: &str| {
             let action = format!("{action} ConfigMap {}/{LEDGER_CONFIGMAP}", self.namespace);
@@ -133,8 +152,7 @@ impl LedgerStore {
                     .await
                 {
                     Ok(_) => {}
-                    // Someone wrote in between; the next save writes the latest ledger.
-                    Err(err) if is_conflict(&err) => return Ok(()),
+                    Err(err) if is_conflict(&err) => return Ok(false),
                     Err(err) => return Err(kube_err("update")(err)),
                 }
             }
@@ -150,13 +168,13 @@ impl LedgerStore {
                 };
                 match self.api.create(&PostParams::default(), &cm).await {
                     Ok(_) => {}
-                    Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
+                    Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(false),
                     Err(err) => return Err(kube_err("create")(err)),
                 }
             }
         }
         *self.last_written.lock().unwrap_or_else(|e| e.into_inner()) = Some(json);
-        Ok(())
+        Ok(true)
     }
 }
 

@@ -10,6 +10,7 @@ mod leader;
 mod lifecycle;
 mod provisioning;
 mod provisioning_core;
+mod restart;
 mod sim_cluster;
 mod sim_kubelet;
 mod state_freshness;

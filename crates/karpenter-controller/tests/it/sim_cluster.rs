@@ -248,11 +248,17 @@ impl SimCluster {
             .unwrap()
     }
 
-    pub async fn shutdown(mut self) {
+    /// Stops the cluster's own kubelet (for tests whose controllers run the kubelet of their
+    /// own sim cloud: two kubelets over different ledgers would fight over the Nodes).
+    pub async fn stop_kubelet(&mut self) {
         self.kubelet_stop.send_replace(true);
         if let Some(task) = self.kubelet_task.take() {
             let _ = task.await;
         }
+    }
+
+    pub async fn shutdown(mut self) {
+        self.stop_kubelet().await;
     }
 }
 

@@ -1,0 +1,154 @@
+//! Restarts: nothing is left behind when the controller is killed during a teardown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use karpenter_api::NodeClaim;
+use karpenter_controller::provisioning::solver::NoScheduler;
+use karpenter_controller::run::{Options, RunningController};
+use karpenter_controller::sim_kubelet::{LEDGER_CONFIGMAP, SimCloud, SimKubeletOptions};
+use karpenter_controller::{Context, Settings};
+use karpenter_sim::SimCloudProvider;
+use kube::api::DeleteParams;
+use kube::{Api, ResourceExt};
+
+use crate::sim_cluster::SimCluster;
+
+/// A controller process with the sim cloud restored from its ledger ConfigMap, as
+/// `karpenter controller --cloud-provider sim` starts.
+async fn start_process(cluster: &SimCluster) -> (RunningController, SimCloudProvider) {
+    let sim = SimCloudProvider::with_instance_types(
+        "us-west-2",
+        cluster
+            .provider
+            .catalog_types()
+            .map(|t| (**t).clone())
+            .collect(),
+        cluster.clock.clone(),
+    );
+    let cloud = SimCloud::restore(
+        cluster.client.clone(),
+        sim.clone(),
+        "kube-system",
+        cluster.clock.clone(),
+        SimKubeletOptions {
+            emulate_node_lifecycle: true,
+            ..SimKubeletOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let settings = Settings {
+        disable_leader_election: true,
+        ..Settings::default()
+    };
+    let (ctx, batcher) = Context::new(
+        cluster.client.clone(),
+        settings,
+        cloud.cloud_provider(),
+        Arc::new(NoScheduler),
+        cluster.clock.clone(),
+    );
+    let running = RunningController::start_with_sim(ctx, batcher, Options::default(), Some(cloud))
+        .await
+        .unwrap();
+    (running, sim)
+}
+
+fn ledger_instances(cluster: &SimCluster) -> usize {
+    cluster
+        .server
+        .get::<ConfigMap>(Some("kube-system"), LEDGER_CONFIGMAP)
+        .and_then(|cm| cm.data)
+        .map(|d| d["ledger.json"].matches("\"providerId\"").count())
+        .unwrap_or(0)
+}
+
+#[tokio::test(start_paused = true)]
+async fn killed_during_teardown_then_restarted_leaves_nothing_behind() {
+    const CLAIMS: usize = 12;
+    let mut cluster = SimCluster::new().await;
+    cluster.stop_kubelet().await;
+    cluster.put_default_nodepool();
+    let (first, first_sim) = start_process(&cluster).await;
+    for i in 0..CLAIMS {
+        cluster
+            .create_nodeclaim(&format!("claim-{i}"), serde_json::json!({}))
+            .await;
+    }
+    cluster
+        .eventually(
+            "NodeClaims Ready, Leases heartbeating",
+            Duration::from_secs(60),
+            || {
+                let claims = cluster.server.list::<NodeClaim>();
+                (claims.len() == CLAIMS
+                    && claims.iter().all(NodeClaim::is_ready)
+                    && cluster.server.count::<Lease>() == CLAIMS)
+                    .then_some(())
+            },
+        )
+        .await;
+    assert_eq!(ledger_instances(&cluster), CLAIMS);
+    let leases = cluster.server.list::<Lease>();
+    assert!(
+        leases
+            .iter()
+            .all(|l| l.owner_references().iter().any(|o| o.kind == "Node")),
+        "every node Lease is owned by its Node"
+    );
+
+    let api: Api<NodeClaim> = Api::all(cluster.client.clone());
+    for i in 0..CLAIMS {
+        api.delete(&format!("claim-{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    // Kill the process as soon as the teardown is under way, before it finished.
+    cluster
+        .eventually("teardown under way", Duration::from_secs(60), || {
+            let deleting_nodes = cluster
+                .server
+                .list::<Node>()
+                .iter()
+                .filter(|n| n.metadata.deletion_timestamp.is_some())
+                .count();
+            (deleting_nodes > 0 || first_sim.instances().len() < CLAIMS).then_some(())
+        })
+        .await;
+    assert!(
+        cluster.server.count::<NodeClaim>() > 0,
+        "killed mid-teardown, not after it"
+    );
+    first.abort();
+
+    let (second, second_sim) = start_process(&cluster).await;
+    cluster
+        .eventually("everything gone", Duration::from_secs(120), || {
+            (cluster.server.count::<NodeClaim>() == 0
+                && cluster.server.count::<Node>() == 0
+                && cluster.server.count::<Lease>() == 0
+                && second_sim.instances().is_empty()
+                && ledger_instances(&cluster) == 0)
+                .then_some(())
+        })
+        .await;
+    // And it stays so: no Node re-registered for an instance that was being deleted.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(
+        cluster.server.count::<Node>(),
+        0,
+        "{:?}",
+        cluster
+            .server
+            .list::<Node>()
+            .iter()
+            .map(|n| n.name_any())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(cluster.server.count::<Lease>(), 0);
+    second.stop().await;
+    cluster.shutdown().await;
+}
