@@ -1,6 +1,9 @@
 //! The production [`Solver`]: `karpenter_core::scheduling` over the pass's snapshot. The input
 //! conversions are the core's own adapters (`scheduling::input`), shared with `simulate`.
 
+use std::borrow::Cow;
+
+use karpenter_api::NodeClaim;
 use karpenter_core::scheduling::{
     MinValuesPolicy, PreferencePolicy, Scheduler, SchedulerInput, SchedulerOptions,
     SchedulingResults, VolumeInput, input,
@@ -67,7 +70,7 @@ pub fn scheduler_input(input: SolveInput) -> (SchedulerInput, Vec<String>) {
     {
         let converted = match (node, nodeclaim) {
             (Some(node), claim) => input::existing_node(node, claim.as_ref(), pods),
-            (None, Some(claim)) => input::in_flight_node_claim(claim, pods),
+            (None, Some(claim)) => input::in_flight_node_claim(&offered_capacity(claim), pods),
             (None, None) => continue,
         };
         match converted {
@@ -92,6 +95,28 @@ pub fn scheduler_input(input: SolveInput) -> (SchedulerInput, Vec<String>) {
         },
     };
     (scheduler_input, problems)
+}
+
+/// A NodeClaim not launched yet has no capacity in its status. Until it has, it offers what it
+/// was created for (`spec.resources.requests`: its pods plus daemonsets), so a pass that does not
+/// know its nominations (after a restart, or on a new leader) places those pods on it instead of
+/// creating a second NodeClaim for them.
+fn offered_capacity(claim: &NodeClaim) -> Cow<'_, NodeClaim> {
+    let launched = claim
+        .status
+        .as_ref()
+        .is_some_and(|s| !s.capacity.is_empty() || !s.allocatable.is_empty());
+    let Some(requests) = claim.spec.resources.as_ref().map(|r| &r.requests) else {
+        return Cow::Borrowed(claim);
+    };
+    if launched || requests.is_empty() {
+        return Cow::Borrowed(claim);
+    }
+    let mut claim = claim.clone();
+    let status = claim.status.get_or_insert_default();
+    status.capacity = requests.clone();
+    status.allocatable = requests.clone();
+    Cow::Owned(claim)
 }
 
 /// The scheduler's decisions in the provisioner's terms.
@@ -262,6 +287,42 @@ mod tests {
         );
         assert_eq!(output.new_nodeclaims.len(), 1);
         assert_eq!(output.new_nodeclaims[0].pods, [1]);
+    }
+
+    #[test]
+    fn unlaunched_nodeclaims_offer_what_they_were_created_for() {
+        // Created for 3 cpu / 2Gi / 2 pods, not launched (no status): after a restart its two pods
+        // land on it again; a third pod needs new capacity.
+        let mut claim = nodeclaim("default-x", "default", None, "4");
+        claim.status = None;
+        claim.spec.resources = Some(
+            serde_json::from_value(json!({"requests": {"cpu": "3", "memory": "2Gi", "pods": "2"}}))
+                .unwrap(),
+        );
+        let output = CoreScheduler.solve(SolveInput {
+            nodepools: vec![pool_input(pool("default", json!({})))],
+            nodes: vec![NodeInput {
+                node: None,
+                nodeclaim: Some(claim),
+                pods: Vec::new(),
+            }],
+            pods: vec![
+                pending_pod("a", "1500m"),
+                pending_pod("b", "1500m"),
+                pending_pod("c", "1"),
+            ],
+            ..SolveInput::default()
+        });
+        assert_eq!(
+            output.existing,
+            [ExistingPlacement {
+                node: "default-x".into(),
+                pods: vec![0, 1],
+            }],
+            "{output:?}"
+        );
+        assert_eq!(output.new_nodeclaims.len(), 1);
+        assert_eq!(output.new_nodeclaims[0].pods, [2]);
     }
 
     #[test]

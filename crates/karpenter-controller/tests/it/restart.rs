@@ -152,3 +152,91 @@ async fn killed_during_teardown_then_restarted_leaves_nothing_behind() {
     second.stop().await;
     cluster.shutdown().await;
 }
+
+/// A pass right after a restart knows no nominations: the NodeClaims created before it (not
+/// launched yet) must count as the capacity they were created for, not be provisioned again.
+#[tokio::test(start_paused = true)]
+async fn a_restart_does_not_provision_again_for_unlaunched_nodeclaims() {
+    let cluster = SimCluster::with_catalogue("us-east-1").await;
+    cluster.put_default_nodepool();
+    // Launches keep failing (retryable), so the NodeClaims stay unlaunched with no capacity.
+    cluster.provider.fail_next_creates(
+        10_000,
+        karpenter_core::cloud_provider::CloudError::Create {
+            reason: "RequestLimitExceeded".into(),
+            message: "slow down".into(),
+        },
+    );
+    let first = cluster
+        .start_controller_with(Arc::new(karpenter_controller::provisioning::CoreScheduler))
+        .await;
+    for i in 0..6 {
+        cluster
+            .server
+            .put(&crate::sim_cluster::inflate_pod(i))
+            .unwrap();
+    }
+    let created = cluster
+        .eventually("NodeClaims created", Duration::from_secs(15), || {
+            let count = cluster.server.count::<NodeClaim>();
+            (count > 0).then_some(count)
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(cluster.server.count::<NodeClaim>(), created);
+    first.abort();
+
+    let second = cluster
+        .start_controller_with(Arc::new(karpenter_controller::provisioning::CoreScheduler))
+        .await;
+    // Several passes: the first after sync, then the 10 s re-triggers.
+    tokio::time::sleep(Duration::from_secs(45)).await;
+    let claims = cluster.server.list::<NodeClaim>();
+    assert_eq!(
+        claims.len(),
+        created,
+        "no second NodeClaim for the same pods: {:?}",
+        claims.iter().map(|c| c.name_any()).collect::<Vec<_>>()
+    );
+    assert!(
+        claims
+            .iter()
+            .all(|c| c.status.as_ref().is_none_or(|s| s.provider_id.is_none()))
+    );
+    second.stop().await;
+    cluster.shutdown().await;
+}
+
+/// Until the NodeClaim (and every other) cache has listed, a pass provisions nothing: it could
+/// not see the in-flight NodeClaims that already cover the pods.
+#[tokio::test(start_paused = true)]
+async fn no_provisioning_before_the_nodeclaim_cache_synced() {
+    use karpenter_controller::state::Kind;
+    let cluster = SimCluster::with_catalogue("us-east-1").await;
+    cluster.put_default_nodepool();
+    let settings = Settings {
+        disable_leader_election: true,
+        ..Settings::default()
+    };
+    let (ctx, _batcher) = Context::new(
+        cluster.client.clone(),
+        settings,
+        Arc::new(cluster.provider.clone()),
+        Arc::new(karpenter_controller::provisioning::CoreScheduler),
+        cluster.clock.clone(),
+    );
+    {
+        let mut state = ctx.state.write();
+        state.reset(vec![crate::sim_cluster::inflate_pod(0)]);
+        for kind in Kind::ALL.into_iter().filter(|k| *k != Kind::NodeClaim) {
+            state.mark_listed(kind);
+        }
+    }
+    let outcome = karpenter_controller::provisioning::provision(&ctx)
+        .await
+        .unwrap();
+    assert!(outcome.waiting_for_sync);
+    assert!(outcome.created.is_empty());
+    assert_eq!(cluster.server.count::<NodeClaim>(), 0);
+    cluster.shutdown().await;
+}
