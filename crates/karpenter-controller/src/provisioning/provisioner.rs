@@ -28,6 +28,10 @@ use crate::state::pod::pod_key;
 /// How often still-provisionable pods re-trigger the batcher (upstream requeues every 10 s).
 pub const RETRIGGER_PERIOD: Duration = Duration::from_secs(10);
 
+/// A Node still unregistered this long after joining is not counted as capacity (registration
+/// takes seconds; see [`crate::state::StateNode::stuck_unregistered`]).
+pub const STUCK_REGISTRATION_GRACE: jiff::SignedDuration = jiff::SignedDuration::from_secs(30);
+
 /// What one pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProvisionOutcome {
@@ -63,6 +67,13 @@ fn snapshot(ctx: &Context) -> Option<(Vec<NodePool>, SolveInput)> {
         .state_nodes()
         .into_iter()
         .filter(|n| !n.marked_for_deletion())
+        .filter(|n| {
+            let stuck = n.stuck_unregistered(now, STUCK_REGISTRATION_GRACE);
+            if stuck {
+                tracing::warn!(node = %n.name(), "node is not registered yet; not counting it as capacity");
+            }
+            !stuck
+        })
         .map(|n| {
             let mut pods: Vec<Pod> = n.pods.iter().map(|p| (*p).clone()).collect();
             if let Some(claim) = n.nodeclaim {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use karpenter_api::NodeClaim;
-use karpenter_api::well_known::{NODE_INITIALIZED_LABEL, NODEPOOL_LABEL};
+use karpenter_api::well_known::{NODE_INITIALIZED_LABEL, NODEPOOL_LABEL, UNREGISTERED_TAINT_KEY};
 use karpenter_core::resources::ResourceList;
 use kube::ResourceExt;
 
@@ -57,6 +57,21 @@ impl<'a> StateNode<'a> {
 
     pub fn nodepool(&self) -> Option<&'a str> {
         self.label(NODEPOOL_LABEL)
+    }
+
+    /// A Node that joined the cluster more than `grace` ago and still carries the
+    /// `karpenter.sh/unregistered` taint: registration (seconds when healthy) is stuck, and
+    /// kube-scheduler cannot put pods there. Counting it as capacity would nominate pods to it
+    /// pass after pass instead of adding capacity that can take them.
+    pub fn stuck_unregistered(&self, now: jiff::Timestamp, grace: jiff::SignedDuration) -> bool {
+        let Some(node) = self.node else { return false };
+        let tainted = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == UNREGISTERED_TAINT_KEY));
+        let joined = node.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        tainted && joined.is_some_and(|at| now.duration_since(at) > grace)
     }
 
     pub fn provider_id(&self) -> Option<&'a str> {

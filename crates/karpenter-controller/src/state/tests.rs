@@ -158,3 +158,29 @@ fn a_late_create_answer_never_replaces_the_newer_watched_copy() {
     assert!(state.remember(with_rv(created, "21")));
     assert!(state.nodeclaim("default-abc").is_some());
 }
+
+#[test]
+fn a_node_unregistered_past_the_grace_is_stuck() {
+    let mut n = node("node-1", Some("default"), "sim://i-1", "4");
+    n.metadata.creation_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t0()));
+    let at = |secs: i64| t0().checked_add(SignedDuration::from_secs(secs)).unwrap();
+    let grace = SignedDuration::from_secs(30);
+    let state = ClusterState::from_objects(vec![], vec![], vec![n.clone()], vec![]);
+    assert!(
+        !state.state_nodes()[0].stuck_unregistered(at(60), grace),
+        "no taint"
+    );
+    n.spec.as_mut().unwrap().taints = Some(vec![k8s_openapi::api::core::v1::Taint {
+        key: "karpenter.sh/unregistered".into(),
+        effect: "NoExecute".into(),
+        ..Default::default()
+    }]);
+    let state = ClusterState::from_objects(vec![], vec![], vec![n], vec![]);
+    let joined = &state.state_nodes()[0];
+    assert!(
+        !joined.stuck_unregistered(at(10), grace),
+        "still registering"
+    );
+    assert!(joined.stuck_unregistered(at(31), grace));
+}

@@ -82,3 +82,42 @@ async fn late_create_answers(delay: Duration) {
     controller.stop().await;
     cluster.shutdown().await;
 }
+
+/// Registration is made impossible (every Node update fails): the pods nominated to the stuck
+/// NodeClaim's Node must not stay nominated to it pass after pass; once the Node has been
+/// unregistered past the grace, the provisioner adds capacity that can take them.
+#[tokio::test(start_paused = true)]
+async fn pods_nominated_to_a_node_stuck_unregistered_get_new_capacity() {
+    let cluster = SimCluster::with_catalogue("us-east-1").await;
+    cluster.put_default_nodepool();
+    let controller = cluster.start_controller_with(Arc::new(CoreScheduler)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.server.inject_error(
+        Some(Verb::Update),
+        "nodes",
+        karpenter_testapi::ApiError::internal("etcd is having a bad day"),
+        usize::MAX,
+    );
+    for i in 0..2 {
+        cluster.server.put(&inflate_pod(i)).unwrap();
+    }
+    let first = cluster
+        .eventually(
+            "a NodeClaim whose Node joined",
+            Duration::from_secs(15),
+            || {
+                let claims = cluster.server.list::<NodeClaim>();
+                let nodes = cluster.server.count::<k8s_openapi::api::core::v1::Node>();
+                (claims.len() == 1 && nodes == 1).then(|| claims[0].clone())
+            },
+        )
+        .await;
+    assert!(!registered(&first));
+    cluster
+        .eventually("new capacity for the pods", Duration::from_secs(90), || {
+            (cluster.server.count::<NodeClaim>() > 1).then_some(())
+        })
+        .await;
+    controller.abort();
+    cluster.shutdown().await;
+}
