@@ -8,6 +8,7 @@ mod e2e_seed_flow;
 mod isolation;
 mod leader;
 mod lifecycle;
+mod load;
 mod provisioning;
 mod provisioning_core;
 mod restart;
