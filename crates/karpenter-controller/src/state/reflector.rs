@@ -21,7 +21,7 @@ use super::{SharedState, Tracked};
 /// A watched object: decoded, or skipped with the reason.
 enum Decoded<K> {
     Object(K),
-    Ignored(IgnoredObject),
+    Ignored(Box<IgnoredObject>),
 }
 
 fn decode<K>(raw: DynamicObject, resource: &ApiResource) -> Decoded<K>
@@ -43,12 +43,12 @@ where
     let decoded = serde_json::to_value(&raw).and_then(serde_json::from_value::<K>);
     match decoded {
         Ok(obj) => Decoded::Object(obj),
-        Err(err) => Decoded::Ignored(IgnoredObject {
+        Err(err) => Decoded::Ignored(Box::new(IgnoredObject {
             kind: K::KIND,
             key,
             reference,
             error: err.to_string(),
-        }),
+        })),
     }
 }
 
@@ -82,7 +82,7 @@ where
             }
             Ok(Event::InitApply(raw)) => match decode::<K>(raw, &resource) {
                 Decoded::Object(obj) => initial.push(obj),
-                Decoded::Ignored(ignored) => initial_ignored.push(ignored),
+                Decoded::Ignored(ignored) => initial_ignored.push(*ignored),
             },
             Ok(Event::InitDone) => {
                 let objs = std::mem::take(&mut initial);
@@ -106,7 +106,7 @@ where
                     on_change(&obj);
                 }
                 Decoded::Ignored(ignored) => {
-                    if state.write().ignore::<K>(ignored.clone()) {
+                    if state.write().ignore::<K>((*ignored).clone()) {
                         log_ignored(&ignored);
                     }
                 }
