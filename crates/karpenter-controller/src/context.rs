@@ -91,7 +91,11 @@ impl Context {
             .leader
             .set(i64::from(settings.disable_leader_election));
         let ctx = Context {
-            events: Arc::new(Events::new(Some(client.clone()), clock.clone())),
+            events: Arc::new(Events::new(
+                Some(client.clone()),
+                clock.clone(),
+                metrics.events_dropped.clone(),
+            )),
             client,
             settings,
             state: Arc::new(SharedState::default()),

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::context::Context;
+use crate::timeouts;
 
 /// Lease timing, upstream/client-go defaults: 15 s lease, 10 s renew deadline, 2 s retry.
 #[derive(Clone, Debug)]
@@ -88,7 +89,7 @@ impl LeaderElector {
     /// One round: `Ok(true)` when this replica holds the lease afterwards.
     pub async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
         let now = MicroTime(self.clock.now());
-        let existing = match self.api.get(&self.config.name).await {
+        let existing = match timeouts::api(self.api.get(&self.config.name)).await {
             Ok(lease) => lease,
             Err(err) if is_not_found(&err) => {
                 let lease = Lease {
@@ -106,7 +107,7 @@ impl LeaderElector {
                         ..LeaseSpec::default()
                     }),
                 };
-                return match self.api.create(&PostParams::default(), &lease).await {
+                return match timeouts::api(self.api.create(&PostParams::default(), &lease)).await {
                     Ok(_) => Ok(true),
                     Err(err) if is_conflict(&err) => Ok(false),
                     Err(err) => Err(err),
@@ -146,10 +147,11 @@ impl LeaderElector {
         new_spec.lease_duration_seconds = Some(self.lease_seconds());
         new_spec.renew_time = Some(now);
         lease.spec = Some(new_spec);
-        match self
-            .api
-            .replace(&self.config.name, &PostParams::default(), &lease)
-            .await
+        match timeouts::api(
+            self.api
+                .replace(&self.config.name, &PostParams::default(), &lease),
+        )
+        .await
         {
             Ok(updated) => {
                 let spec = updated.spec.unwrap_or_default();
@@ -167,7 +169,7 @@ impl LeaderElector {
 
     /// Gives the lease up (on graceful shutdown) so a follower takes over at its next retry.
     pub async fn release(&mut self) -> Result<(), kube::Error> {
-        let mut lease = self.api.get(&self.config.name).await?;
+        let mut lease = timeouts::api(self.api.get(&self.config.name)).await?;
         let Some(spec) = lease.spec.as_mut() else {
             return Ok(());
         };
@@ -177,10 +179,12 @@ impl LeaderElector {
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(MicroTime(self.clock.now()));
-        self.api
-            .replace(&lease.name_any(), &PostParams::default(), &lease)
-            .await
-            .map(|_| ())
+        timeouts::api(
+            self.api
+                .replace(&lease.name_any(), &PostParams::default(), &lease),
+        )
+        .await
+        .map(|_| ())
     }
 }
 

@@ -94,6 +94,8 @@ pub struct Metrics {
     pub cluster_state_node_count: Gauge,
     pub cluster_state_synced: Gauge,
     pub leader: Gauge,
+    /// Events not written because the event queue was full (slow events API).
+    pub events_dropped: Counter,
 }
 
 fn duration_buckets() -> impl Iterator<Item = f64> {
@@ -158,9 +160,15 @@ impl Metrics {
             cluster_state_node_count: Gauge::default(),
             cluster_state_synced: Gauge::default(),
             leader: Gauge::default(),
+            events_dropped: Counter::default(),
             registry: Registry::default(),
         };
         // prometheus-client appends `_total` to counters.
+        registry.register(
+            "events_dropped",
+            "Kubernetes events dropped because the event queue was full.",
+            m.events_dropped.clone(),
+        );
         registry.register(
             "nodeclaims_created",
             "Number of nodeclaims created.",

@@ -24,6 +24,7 @@
 //! Endpoints, semantics and non-goals: `docs/testapi.md`.
 
 mod error;
+mod faults;
 mod http;
 mod patch;
 mod pdb;

@@ -20,6 +20,7 @@ use kube::api::PostParams;
 use tokio::sync::watch;
 
 use crate::nodeclaim::{is_conflict, is_not_found};
+use crate::timeouts;
 
 /// Name of the ConfigMap holding the ledger.
 pub const LEDGER_CONFIGMAP: &str = "karpenter-sim-ledger";
@@ -75,9 +76,7 @@ impl LedgerStore {
 
     /// Loads the persisted ledger into `provider`. Returns whether one was found.
     pub async fn restore(&self, provider: &SimCloudProvider) -> Result<bool, LedgerError> {
-        let found = self
-            .api
-            .get_opt(LEDGER_CONFIGMAP)
+        let found = timeouts::api(self.api.get_opt(LEDGER_CONFIGMAP))
             .await
             .map_err(|e| LedgerError::Kube {
                 action: format!("read ConfigMap {}/{LEDGER_CONFIGMAP}", self.namespace),
@@ -119,18 +118,17 @@ impl LedgerStore {
             }
         };
         let data = BTreeMap::from([(LEDGER_KEY.to_string(), json.clone())]);
-        match self
-            .api
-            .get_opt(LEDGER_CONFIGMAP)
+        match timeouts::api(self.api.get_opt(LEDGER_CONFIGMAP))
             .await
             .map_err(kube_err("read"))?
         {
             Some(mut cm) => {
                 cm.data = Some(data);
-                match self
-                    .api
-                    .replace(LEDGER_CONFIGMAP, &PostParams::default(), &cm)
-                    .await
+                match timeouts::api(
+                    self.api
+                        .replace(LEDGER_CONFIGMAP, &PostParams::default(), &cm),
+                )
+                .await
                 {
                     Ok(_) => {}
                     // Someone wrote in between; the next save writes the latest ledger.
@@ -148,7 +146,7 @@ impl LedgerStore {
                     data: Some(data),
                     ..ConfigMap::default()
                 };
-                match self.api.create(&PostParams::default(), &cm).await {
+                match timeouts::api(self.api.create(&PostParams::default(), &cm)).await {
                     Ok(_) => {}
                     Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
                     Err(err) => return Err(kube_err("create")(err)),

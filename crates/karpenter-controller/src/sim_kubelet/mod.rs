@@ -30,6 +30,7 @@ pub use cloud::SimCloud;
 pub use ledger::{LEDGER_CONFIGMAP, LedgerError, LedgerStore, PersistentSimProvider};
 
 use crate::nodeclaim::{is_conflict, is_not_found};
+use crate::timeouts;
 
 /// Namespace of node heartbeat Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -300,8 +301,7 @@ impl SimKubelet {
             .into_iter()
             .map(|i| (i.node_name.clone(), i))
             .collect();
-        let nodes: BTreeMap<String, Node> = node_api
-            .list(&ListParams::default())
+        let nodes: BTreeMap<String, Node> = timeouts::api(node_api.list(&ListParams::default()))
             .await
             .map_err(kube_err("list nodes"))?
             .items
@@ -316,7 +316,7 @@ impl SimKubelet {
             let Ok(node) = self.inner.provider.registered_node(&instance.provider_id) else {
                 continue;
             };
-            match node_api.create(&PostParams::default(), &node).await {
+            match timeouts::api(node_api.create(&PostParams::default(), &node)).await {
                 Ok(_) => {
                     tracing::info!(node = %name, provider_id = %instance.provider_id, "sim kubelet registered node")
                 }
@@ -350,9 +350,12 @@ impl SimKubelet {
                         .get_or_insert_default();
                     conditions.retain(|c| c.type_ != "Ready");
                     conditions.push(ready_true(node, now));
-                    match node_api
-                        .replace_status(name, &PostParams::default(), &updated)
-                        .await
+                    match timeouts::api(node_api.replace_status(
+                        name,
+                        &PostParams::default(),
+                        &updated,
+                    ))
+                    .await
                     {
                         Ok(_) => {}
                         Err(err) if is_conflict(&err) || is_not_found(&err) => {}
@@ -390,7 +393,7 @@ impl SimKubelet {
         {
             let mut spec_update = before.clone();
             spec_update.spec = desired.spec.clone();
-            current = match api.replace(&name, &pp, &spec_update).await {
+            current = match timeouts::api(api.replace(&name, &pp, &spec_update)).await {
                 Ok(updated) => updated,
                 Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
                 Err(err) => return Err(kube_err(format!("update taints of node {name}"))(err)),
@@ -399,7 +402,7 @@ impl SimKubelet {
         if ready_condition(before) != ready_condition(&desired) {
             desired.metadata = current.metadata;
             desired.spec = current.spec;
-            match api.replace_status(&name, &pp, &desired).await {
+            match timeouts::api(api.replace_status(&name, &pp, &desired)).await {
                 Ok(_) => {}
                 Err(err) if is_conflict(&err) || is_not_found(&err) => {}
                 Err(err) => return Err(kube_err(format!("update status of node {name}"))(err)),
@@ -418,14 +421,14 @@ impl SimKubelet {
         let api: Api<Lease> = Api::namespaced(self.inner.client.clone(), NODE_LEASE_NAMESPACE);
         let period = SignedDuration::try_from(self.inner.options.heartbeat_period)
             .unwrap_or(SignedDuration::from_secs(10));
-        let mut renewed: BTreeMap<String, Timestamp> = api
-            .list(&ListParams::default())
-            .await
-            .map_err(kube_err("list node leases"))?
-            .items
-            .into_iter()
-            .filter_map(|l| Some((l.name_any(), l.spec?.renew_time?.0)))
-            .collect();
+        let mut renewed: BTreeMap<String, Timestamp> =
+            timeouts::api(api.list(&ListParams::default()))
+                .await
+                .map_err(kube_err("list node leases"))?
+                .items
+                .into_iter()
+                .filter_map(|l| Some((l.name_any(), l.spec?.renew_time?.0)))
+                .collect();
         for name in instances.keys().filter(|n| self.is_alive(n)) {
             let due = lock(&self.inner.last_heartbeat)
                 .get(name)
@@ -449,18 +452,19 @@ impl SimKubelet {
                     ..LeaseSpec::default()
                 }),
             };
-            let result = match api
-                .get_opt(name)
+            let result = match timeouts::api(api.get_opt(name))
                 .await
                 .map_err(kube_err(format!("read lease {name}")))?
             {
                 Some(mut existing) => {
                     existing.spec = lease.spec;
-                    api.replace(name, &PostParams::default(), &existing)
+                    timeouts::api(api.replace(name, &PostParams::default(), &existing))
                         .await
                         .map(|_| ())
                 }
-                None => api.create(&PostParams::default(), &lease).await.map(|_| ()),
+                None => timeouts::api(api.create(&PostParams::default(), &lease))
+                    .await
+                    .map(|_| ()),
             };
             match result {
                 Ok(()) => {
@@ -508,7 +512,7 @@ impl SimKubelet {
                     }),
                     ..DeleteParams::default()
                 };
-                match api.delete(&name, &params).await {
+                match timeouts::api(api.delete(&name, &params)).await {
                     Ok(_) => {}
                     Err(err) if is_conflict(&err) || is_not_found(&err) => {}
                     Err(err) => {
@@ -533,10 +537,7 @@ impl SimKubelet {
                 100 + seq % 100
             );
             updated.status = Some(running_status(&pod, &instance.private_ip, &pod_ip, now));
-            match api
-                .replace_status(&name, &PostParams::default(), &updated)
-                .await
-            {
+            match timeouts::api(api.replace_status(&name, &PostParams::default(), &updated)).await {
                 Ok(_) => {}
                 Err(err) if is_conflict(&err) || is_not_found(&err) => {}
                 Err(err) => return Err(kube_err(format!("start pod {namespace}/{name}"))(err)),
