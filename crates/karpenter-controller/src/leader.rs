@@ -5,7 +5,8 @@
 //! has not renewed it for `lease_duration`, measured on this replica's own clock from when it
 //! last saw the record change (so clock skew between replicas does not matter). Updates use the
 //! Lease's resourceVersion, so two replicas can never both win the same round. A leader that
-//! cannot renew within `renew_deadline` steps down.
+//! cannot renew within `renew_deadline` steps down, also when the API server does not answer
+//! at all (see [`run`]). Every call is bounded by [`crate::timeouts`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +20,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::context::Context;
-use crate::timeouts;
+use crate::timeouts::{self, TimeoutError};
 
 /// Lease timing, upstream/client-go defaults: 15 s lease, 10 s renew deadline, 2 s retry.
 #[derive(Clone, Debug)]
@@ -190,6 +191,13 @@ impl LeaderElector {
 
 /// Runs the election for this replica until `shutdown`, flipping [`Context::is_leader`]. With
 /// leader election disabled this replica simply leads.
+///
+/// Never two writers, also when the API server hangs instead of failing: a leader's renewal
+/// round must finish before `renew_deadline`, counted from when its last successful renewal was
+/// *sent* (the server applied it no earlier, so no follower can see the lease expire before
+/// that + `lease_duration`). A round still unanswered at that moment is abandoned and the
+/// replica steps down at once, `lease_duration - renew_deadline` (5 s by default) before any
+/// follower may take over.
 pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     if ctx.settings.disable_leader_election {
         ctx.set_leader(true);
@@ -198,11 +206,29 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     }
     let config = LeaseConfig::from_settings(&ctx.settings);
     let mut elector = LeaderElector::new(ctx.client.clone(), config.clone(), ctx.clock.clone());
-    let mut last_renewed: Option<Instant> = None;
+    // When the last successful round was sent; leading is only valid until + renew_deadline.
+    let mut renewed_at: Option<Instant> = None;
     loop {
-        match elector.try_acquire_or_renew().await {
+        let round_started = Instant::now();
+        let deadline = renewed_at
+            .filter(|_| ctx.is_leader())
+            .map(|at| at + config.renew_deadline);
+        let round = async {
+            match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, elector.try_acquire_or_renew())
+                    .await
+                    .unwrap_or_else(|_| Err(kube::Error::timed_out(config.renew_deadline))),
+                None => elector.try_acquire_or_renew().await,
+            }
+        };
+        let result = tokio::select! {
+            result = round => Some(result),
+            _ = shutdown.wait_for(|stop| *stop) => None,
+        };
+        let Some(result) = result else { break };
+        match result {
             Ok(true) => {
-                last_renewed = Some(Instant::now());
+                renewed_at = Some(round_started);
                 if !ctx.is_leader() {
                     tracing::info!(lease = %format!("{}/{}", config.namespace, config.name), identity = %config.identity, "successfully acquired lease");
                     ctx.set_leader(true);
@@ -216,16 +242,19 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
             }
             Err(err) => {
                 tracing::warn!(error = %err, "failed to acquire or renew leader lease");
-                if ctx.is_leader()
-                    && last_renewed.is_none_or(|at| at.elapsed() >= config.renew_deadline)
-                {
-                    tracing::warn!(identity = %config.identity, "could not renew the leader lease in time, stepping down");
+                if ctx.is_leader() && deadline.is_none_or(|d| Instant::now() >= d) {
+                    tracing::warn!(identity = %config.identity, "could not renew the leader lease before the renew deadline, stepping down");
                     ctx.set_leader(false);
                 }
             }
         }
+        // While leading, never sleep past the renew deadline.
+        let mut next = Instant::now() + config.retry_period;
+        if let (true, Some(at)) = (ctx.is_leader(), renewed_at) {
+            next = next.min(at + config.renew_deadline);
+        }
         tokio::select! {
-            () = tokio::time::sleep(config.retry_period) => {}
+            () = tokio::time::sleep_until(next) => {}
             _ = shutdown.wait_for(|stop| *stop) => break,
         }
     }

@@ -51,6 +51,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("controller replica failed: {0}")]
+    ControllerFailed(String),
     #[error("failed to set up logging: {0}")]
     Logging(String),
 }

@@ -20,6 +20,8 @@ pub(crate) enum FaultEffect {
 
 #[derive(Debug)]
 pub(crate) struct Fault {
+    /// Only requests of this [`crate::TestApiServer::client_named`] client (any when `None`).
+    client: Option<String>,
     verb: Option<Verb>,
     resource: String,
     effect: FaultEffect,
@@ -34,6 +36,7 @@ impl Fault {
         times: usize,
     ) -> Self {
         Fault {
+            client: None,
             verb,
             resource: resource.to_owned(),
             effect,
@@ -41,14 +44,27 @@ impl Fault {
         }
     }
 
+    /// Restricts the fault to one named client (a partitioned replica).
+    pub(crate) fn for_client(mut self, client: &str) -> Self {
+        self.client = Some(client.to_owned());
+        self
+    }
+
     fn matches(&self, record: &RequestRecord) -> bool {
+        let client_matches = self
+            .client
+            .as_ref()
+            .is_none_or(|c| record.client.as_ref() == Some(c));
         let resource_matches = self.resource.is_empty()
             || self.resource == record.resource
             || record
                 .subresource
                 .as_ref()
                 .is_some_and(|sub| self.resource == format!("{}/{sub}", record.resource));
-        self.remaining > 0 && self.verb.is_none_or(|v| v == record.verb) && resource_matches
+        client_matches
+            && self.remaining > 0
+            && self.verb.is_none_or(|v| v == record.verb)
+            && resource_matches
     }
 }
 

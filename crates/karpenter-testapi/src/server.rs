@@ -339,6 +339,19 @@ impl TestApiServer {
         lock(&self.inner.faults).push(Fault::new(verb, resource, FaultEffect::Hang, times));
     }
 
+    /// [`TestApiServer::inject_hang`] for the requests of one [`TestApiServer::client_named`]
+    /// client only: that client is cut off (e.g. one replica's lease renewals), others are served.
+    pub fn inject_hang_for_client(
+        &self,
+        client: &str,
+        verb: Option<Verb>,
+        resource: &str,
+        times: usize,
+    ) {
+        lock(&self.inner.faults)
+            .push(Fault::new(verb, resource, FaultEffect::Hang, times).for_client(client));
+    }
+
     /// Forgets every injected fault that has not fired yet (requests already hanging stay hung).
     pub fn clear_faults(&self) {
         lock(&self.inner.faults).clear();

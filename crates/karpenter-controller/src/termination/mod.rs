@@ -137,10 +137,17 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     let mut workers = Workers::new("node", BackoffPolicy::RECONCILE, MAX_CONCURRENT_RECONCILES);
     let mut ticker = tokio::time::interval(RECONCILE_PERIOD);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut leadership = ctx.leadership();
     loop {
         tokio::select! {
             () = crate::nodeclaim::stopped(&mut shutdown) => break,
             done = workers.next_finished() => workers.finished(done, ctx.now()),
+            // A replica that stopped leading drops its in-flight writes at once.
+            Ok(()) = leadership.changed() => {
+                if !ctx.is_leader() {
+                    workers.stop();
+                }
+            }
             _ = ticker.tick() => {
                 if ctx.is_leader() && ctx.state.read().synced() {
                     terminator.start_reconciles(&ctx, &mut workers);

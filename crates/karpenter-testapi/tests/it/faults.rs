@@ -67,11 +67,17 @@ async fn hangs_apply_to_watches_and_clear_faults_heals() {
         1,
     );
     server.clear_faults();
+    // A client-specific hang leaves other clients alone.
+    let other: Api<ConfigMap> = Api::default_namespaced(server.client_named("b"));
+    server.inject_hang_for_client("a", None, "configmaps", 5);
+    other
+        .create(&PostParams::default(), &configmap("three"))
+        .await
+        .unwrap();
+    server.clear_faults();
     api.create(&PostParams::default(), &configmap("two"))
         .await
         .unwrap();
-    assert!(
-        server.requests().iter().all(|r| r.client.is_none()),
-        "unnamed client"
-    );
+    let clients: Vec<Option<String>> = server.requests().into_iter().map(|r| r.client).collect();
+    assert_eq!(clients, [None, Some("b".to_string())]);
 }
