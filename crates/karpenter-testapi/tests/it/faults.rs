@@ -79,5 +79,5 @@ async fn hangs_apply_to_watches_and_clear_faults_heals() {
         .await
         .unwrap();
     let clients: Vec<Option<String>> = server.requests().into_iter().map(|r| r.client).collect();
-    assert_eq!(clients, [None, Some("b".to_string())]);
+    assert_eq!(clients, [Some("b".to_string()), None]);
 }
