@@ -98,7 +98,9 @@ impl LedgerStore {
         Ok(true)
     }
 
-    /// Writes the provider's ledger if it changed since the last write.
+    /// Writes the provider's ledger if it changed since the last write. `Ok` only when the
+    /// ConfigMap now holds this ledger: a conflict (someone wrote in between) re-reads and
+    /// retries (up to [`SAVE_ATTEMPTS`] times), and a missing namespace is an error.
     pub async fn save(&self, provider: &SimCloudProvider) -> Result<(), LedgerError> {
         let json = provider.snapshot().map_err(LedgerError::Snapshot)?;
         if self
@@ -118,45 +120,55 @@ impl LedgerStore {
             }
         };
         let data = BTreeMap::from([(LEDGER_KEY.to_string(), json.clone())]);
-        match timeouts::api(self.api.get_opt(LEDGER_CONFIGMAP))
-            .await
-            .map_err(kube_err("read"))?
-        {
-            Some(mut cm) => {
-                cm.data = Some(data);
-                match timeouts::api(
-                    self.api
-                        .replace(LEDGER_CONFIGMAP, &PostParams::default(), &cm),
-                )
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let last_attempt = attempt >= SAVE_ATTEMPTS;
+            let current = timeouts::api(self.api.get_opt(LEDGER_CONFIGMAP))
                 .await
-                {
-                    Ok(_) => {}
-                    // Someone wrote in between; the next save writes the latest ledger.
-                    Err(err) if is_conflict(&err) => return Ok(()),
-                    Err(err) => return Err(kube_err("update")(err)),
+                .map_err(kube_err("read"))?;
+            let written = match current {
+                Some(mut cm) => {
+                    cm.data = Some(data.clone());
+                    timeouts::api(
+                        self.api
+                            .replace(LEDGER_CONFIGMAP, &PostParams::default(), &cm),
+                    )
+                    .await
+                    .map_err(|err| (err, "update"))
                 }
-            }
-            None => {
-                let cm = ConfigMap {
-                    metadata: ObjectMeta {
-                        name: Some(LEDGER_CONFIGMAP.into()),
-                        namespace: Some(self.namespace.clone()),
-                        ..ObjectMeta::default()
-                    },
-                    data: Some(data),
-                    ..ConfigMap::default()
-                };
-                match timeouts::api(self.api.create(&PostParams::default(), &cm)).await {
-                    Ok(_) => {}
-                    Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
-                    Err(err) => return Err(kube_err("create")(err)),
+                None => {
+                    let cm = ConfigMap {
+                        metadata: ObjectMeta {
+                            name: Some(LEDGER_CONFIGMAP.into()),
+                            namespace: Some(self.namespace.clone()),
+                            ..ObjectMeta::default()
+                        },
+                        data: Some(data.clone()),
+                        ..ConfigMap::default()
+                    };
+                    timeouts::api(self.api.create(&PostParams::default(), &cm))
+                        .await
+                        .map_err(|err| (err, "create"))
                 }
+            };
+            match written {
+                Ok(_) => break,
+                // Updated or created by someone else in between: read again and retry.
+                Err((err, _)) if is_conflict(&err) && !last_attempt => continue,
+                // A 404 on create is a missing namespace; on update, the ConfigMap was deleted
+                // in between (retry creates it).
+                Err((err, "update")) if is_not_found(&err) && !last_attempt => continue,
+                Err((err, action)) => return Err(kube_err(action)(err)),
             }
         }
         *self.last_written.lock().unwrap_or_else(|e| e.into_inner()) = Some(json);
         Ok(())
     }
 }
+
+/// How often [`LedgerStore::save`] re-reads and retries after a conflict before giving up.
+pub const SAVE_ATTEMPTS: u32 = 5;
 
 /// The sim provider with a durable ledger: `create` and `delete` persist it before returning, so
 /// a NodeClaim never records a providerID the restarted cloud would not know.
