@@ -179,14 +179,23 @@ impl Events {
         };
         loop {
             let event = tokio::select! {
+                biased;
                 () = crate::nodeclaim::stopped(&mut shutdown) => break,
                 event = queue.recv() => event,
             };
             let Some(event) = event else { break };
             let namespace = event.metadata.namespace.clone().unwrap_or_default();
             let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-            if let Err(err) = timeouts::api(api.create(&PostParams::default(), &event)).await {
-                tracing::warn!(reason = ?event.reason, error = %err, "failed to write event");
+            let params = PostParams::default();
+            let write = timeouts::api(api.create(&params, &event));
+            tokio::select! {
+                biased;
+                () = crate::nodeclaim::stopped(&mut shutdown) => break,
+                result = write => {
+                    if let Err(err) = result {
+                        tracing::warn!(reason = ?event.reason, error = %err, "failed to write event");
+                    }
+                }
             }
         }
     }
@@ -278,5 +287,41 @@ mod tests {
         events.publish(failed()).await;
         assert_eq!(events.with_reason(REASON_FAILED_SCHEDULING).len(), 3);
         assert_eq!(events.recent()[0].involved.kind.as_deref(), Some("Pod"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_events_api_never_blocks_publish_and_a_full_queue_drops_with_a_metric() {
+        let server = karpenter_testapi::TestApiServer::new();
+        server.inject_hang(None, "events", usize::MAX);
+        let clock = Arc::new(FakeClock::default());
+        let dropped = Counter::default();
+        let events = Arc::new(Events::new(
+            Some(server.client()),
+            clock.clone(),
+            dropped.clone(),
+        ));
+        let (stop, stopped) = watch::channel(false);
+        let writer = tokio::spawn({
+            let events = events.clone();
+            async move { events.run_writer(stopped).await }
+        });
+        let pod = pending_pod("a", "1");
+        // The writer takes one event and hangs on it; the queue holds the capacity; one more
+        // is dropped. None of it waits.
+        for i in 0..=EVENT_QUEUE_CAPACITY + 1 {
+            let record =
+                EventRecord::new(&pod, EventType::Normal, REASON_NOMINATED, format!("n{i}"));
+            tokio::time::timeout(std::time::Duration::from_millis(1), events.publish(record))
+                .await
+                .expect("publish waited for the API server");
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(dropped.get(), 1);
+        assert_eq!(events.recent().len(), KEEP_IN_MEMORY);
+        stop.send_replace(true);
+        tokio::time::timeout(std::time::Duration::from_millis(10), writer)
+            .await
+            .expect("the writer stops at once, hung call or not")
+            .unwrap();
     }
 }
