@@ -133,12 +133,13 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
 /// One garbage-collection pass. NodeClaims are listed from the API server (not the cache), so
 /// a NodeClaim created a moment ago always protects its instance.
 pub async fn collect(ctx: &Context) -> crate::Result<()> {
-    let instances = timeouts::cloud(ctx.cloud.list())
-        .await
-        .map_err(|source| crate::Error::Cloud {
-            action: "list instances".into(),
-            source,
-        })?;
+    let instances =
+        timeouts::cloud(ctx.cloud.list())
+            .await
+            .map_err(|source| crate::Error::Cloud {
+                action: "list instances".into(),
+                source,
+            })?;
     let claims: Vec<NodeClaim> =
         timeouts::api(Api::<NodeClaim>::all(ctx.client.clone()).list(&ListParams::default()))
             .await
