@@ -64,6 +64,8 @@ pub struct Context {
     pub nodepools_changed: Arc<Notify>,
     leader_tx: watch::Sender<bool>,
     leader_rx: watch::Receiver<bool>,
+    /// Why the replica is broken (a controller loop panicked or ended); `/healthz` fails.
+    failure: std::sync::Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -91,7 +93,11 @@ impl Context {
             .leader
             .set(i64::from(settings.disable_leader_election));
         let ctx = Context {
-            events: Arc::new(Events::new(Some(client.clone()), clock.clone())),
+            events: Arc::new(Events::new(
+                Some(client.clone()),
+                clock.clone(),
+                metrics.events_dropped.clone(),
+            )),
             client,
             settings,
             state: Arc::new(SharedState::default()),
@@ -103,6 +109,7 @@ impl Context {
             nodepools_changed: Arc::new(Notify::new()),
             leader_tx,
             leader_rx,
+            failure: std::sync::Mutex::new(None),
         };
         (Arc::new(ctx), batcher)
     }
@@ -120,6 +127,21 @@ impl Context {
     pub(crate) fn set_leader(&self, leader: bool) {
         self.metrics.leader.set(i64::from(leader));
         self.leader_tx.send_replace(leader);
+    }
+
+    /// Marks the replica broken (supervision, `run.rs`): `/healthz` fails from now on. The first
+    /// reason is kept.
+    pub fn mark_failed(&self, why: impl Into<String>) {
+        let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        failure.get_or_insert_with(|| why.into());
+    }
+
+    /// Why the replica is broken, if it is.
+    pub fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn now(&self) -> Timestamp {

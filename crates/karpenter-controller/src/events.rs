@@ -3,9 +3,17 @@
 //! A thin recorder instead of `kube::runtime::events::Recorder`: it writes `core/v1` Events
 //! (what `kubectl describe` shows), de-duplicates like upstream (same object, reason and message
 //! within a window) and keeps the last events in memory so tests can assert on them.
+//!
+//! Publishing never waits for the API server: events go onto a bounded queue
+//! ([`EVENT_QUEUE_CAPACITY`]) that a background writer ([`Events::run_writer`], started with the
+//! replica) drains; when the queue is full the event is dropped and counted
+//! (`karpenter_events_dropped_total`), so a slow events API cannot stall provisioning.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::{mpsc, watch};
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
@@ -14,12 +22,16 @@ use karpenter_core::clock::Clock;
 use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 
+use crate::timeouts;
+
 pub const REASON_NOMINATED: &str = "Nominated";
 pub const REASON_FAILED_SCHEDULING: &str = "FailedScheduling";
 pub const REASON_NO_COMPATIBLE_INSTANCE_TYPES: &str = "NoCompatibleInstanceTypes";
 
 const COMPONENT: &str = "karpenter";
 const KEEP_IN_MEMORY: usize = 1000;
+/// Events waiting for the writer; more are dropped (and counted).
+pub const EVENT_QUEUE_CAPACITY: usize = 1000;
 
 /// `Normal` or `Warning`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,10 +85,14 @@ fn dedupe_window(reason: &str) -> SignedDuration {
 
 /// Publishes events; cheap to share.
 pub struct Events {
-    client: Option<kube::Client>,
     clock: Arc<dyn Clock>,
     recent: Mutex<VecDeque<EventRecord>>,
     last_sent: Mutex<HashMap<String, Timestamp>>,
+    /// Where published events wait for the writer (`None`: memory only).
+    queue: Option<mpsc::Sender<Event>>,
+    /// The writer's end, taken by [`Events::run_writer`].
+    writer: Mutex<Option<(kube::Client, mpsc::Receiver<Event>)>>,
+    dropped: Counter,
 }
 
 impl std::fmt::Debug for Events {
@@ -86,19 +102,28 @@ impl std::fmt::Debug for Events {
 }
 
 impl Events {
-    /// `client: None` records in memory only.
-    pub fn new(client: Option<kube::Client>, clock: Arc<dyn Clock>) -> Self {
+    /// `client: None` records in memory only; `dropped` counts events the full queue refused.
+    pub fn new(client: Option<kube::Client>, clock: Arc<dyn Clock>, dropped: Counter) -> Self {
+        let (queue, writer) = match client {
+            Some(client) => {
+                let (tx, rx) = mpsc::channel(EVENT_QUEUE_CAPACITY);
+                (Some(tx), Some((client, rx)))
+            }
+            None => (None, None),
+        };
         Events {
-            client,
             clock,
             recent: Mutex::default(),
             last_sent: Mutex::default(),
+            queue,
+            writer: Mutex::new(writer),
+            dropped,
         }
     }
 
-    /// Records and (when a client is set) writes the event, unless an identical one was sent
-    /// within its de-duplication window. Failures to write are logged, never returned: an event
-    /// is not worth failing a reconcile for.
+    /// Records the event and queues it for the API server, unless an identical one was sent
+    /// within its de-duplication window. Never waits for the API server (async only so callers
+    /// need not change should that ever be needed); a full queue drops the event and counts it.
     pub async fn publish(&self, record: EventRecord) {
         let now = self.clock.now();
         let key = format!(
@@ -126,16 +151,51 @@ impl Events {
             }
             recent.push_back(record.clone());
         }
-        if let Some(client) = &self.client {
+        if let Some(queue) = &self.queue {
             let namespace = record
                 .involved
                 .namespace
                 .clone()
                 .unwrap_or_else(|| "default".into());
-            let event = to_k8s_event(&record, &namespace, now);
+            match queue.try_send(to_k8s_event(&record, &namespace, now)) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    self.dropped.inc();
+                    tracing::debug!(reason = %record.reason, "event queue full; dropping event");
+                }
+                // The writer has stopped (shutting down).
+                Err(mpsc::error::TrySendError::Closed(_)) => {}
+            }
+        }
+    }
+
+    /// Writes queued events until `shutdown` (each create bounded by the API call timeout; a
+    /// failure is logged and the event dropped). Runs once per `Events`; a second call returns
+    /// at once.
+    pub async fn run_writer(&self, mut shutdown: watch::Receiver<bool>) {
+        let taken = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let Some((client, mut queue)) = taken else {
+            return;
+        };
+        loop {
+            let event = tokio::select! {
+                biased;
+                () = crate::nodeclaim::stopped(&mut shutdown) => break,
+                event = queue.recv() => event,
+            };
+            let Some(event) = event else { break };
+            let namespace = event.metadata.namespace.clone().unwrap_or_default();
             let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-            if let Err(err) = api.create(&PostParams::default(), &event).await {
-                tracing::warn!(reason = %record.reason, error = %err, "failed to write event");
+            let params = PostParams::default();
+            let write = timeouts::api(api.create(&params, &event));
+            tokio::select! {
+                biased;
+                () = crate::nodeclaim::stopped(&mut shutdown) => break,
+                result = write => {
+                    if let Err(err) = result {
+                        tracing::warn!(reason = ?event.reason, error = %err, "failed to write event");
+                    }
+                }
             }
         }
     }
@@ -197,7 +257,7 @@ mod tests {
     #[tokio::test]
     async fn deduplicates_identical_events_within_the_window() {
         let clock = Arc::new(FakeClock::default());
-        let events = Events::new(None, clock.clone());
+        let events = Events::new(None, clock.clone(), Counter::default());
         let pod = pending_pod("a", "1");
         let failed = || {
             EventRecord::new(
@@ -227,5 +287,41 @@ mod tests {
         events.publish(failed()).await;
         assert_eq!(events.with_reason(REASON_FAILED_SCHEDULING).len(), 3);
         assert_eq!(events.recent()[0].involved.kind.as_deref(), Some("Pod"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_events_api_never_blocks_publish_and_a_full_queue_drops_with_a_metric() {
+        let server = karpenter_testapi::TestApiServer::new();
+        server.inject_hang(None, "events", usize::MAX);
+        let clock = Arc::new(FakeClock::default());
+        let dropped = Counter::default();
+        let events = Arc::new(Events::new(
+            Some(server.client()),
+            clock.clone(),
+            dropped.clone(),
+        ));
+        let (stop, stopped) = watch::channel(false);
+        let writer = tokio::spawn({
+            let events = events.clone();
+            async move { events.run_writer(stopped).await }
+        });
+        let pod = pending_pod("a", "1");
+        // The writer takes one event and hangs on it; the queue holds the capacity; one more
+        // is dropped. None of it waits.
+        for i in 0..=EVENT_QUEUE_CAPACITY + 1 {
+            let record =
+                EventRecord::new(&pod, EventType::Normal, REASON_NOMINATED, format!("n{i}"));
+            tokio::time::timeout(std::time::Duration::from_millis(1), events.publish(record))
+                .await
+                .expect("publish waited for the API server");
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(dropped.get(), 1);
+        assert_eq!(events.recent().len(), KEEP_IN_MEMORY);
+        stop.send_replace(true);
+        tokio::time::timeout(std::time::Duration::from_millis(10), writer)
+            .await
+            .expect("the writer stops at once, hung call or not")
+            .unwrap();
     }
 }

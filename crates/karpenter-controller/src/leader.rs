@@ -5,7 +5,8 @@
 //! has not renewed it for `lease_duration`, measured on this replica's own clock from when it
 //! last saw the record change (so clock skew between replicas does not matter). Updates use the
 //! Lease's resourceVersion, so two replicas can never both win the same round. A leader that
-//! cannot renew within `renew_deadline` steps down.
+//! cannot renew within `renew_deadline` steps down, also when the API server does not answer
+//! at all (see [`run`]). Every call is bounded by [`crate::timeouts`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::context::Context;
+use crate::timeouts::{self, TimeoutError};
 
 /// Lease timing, upstream/client-go defaults: 15 s lease, 10 s renew deadline, 2 s retry.
 #[derive(Clone, Debug)]
@@ -88,7 +90,7 @@ impl LeaderElector {
     /// One round: `Ok(true)` when this replica holds the lease afterwards.
     pub async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
         let now = MicroTime(self.clock.now());
-        let existing = match self.api.get(&self.config.name).await {
+        let existing = match timeouts::api(self.api.get(&self.config.name)).await {
             Ok(lease) => lease,
             Err(err) if is_not_found(&err) => {
                 let lease = Lease {
@@ -106,7 +108,7 @@ impl LeaderElector {
                         ..LeaseSpec::default()
                     }),
                 };
-                return match self.api.create(&PostParams::default(), &lease).await {
+                return match timeouts::api(self.api.create(&PostParams::default(), &lease)).await {
                     Ok(_) => Ok(true),
                     Err(err) if is_conflict(&err) => Ok(false),
                     Err(err) => Err(err),
@@ -146,10 +148,11 @@ impl LeaderElector {
         new_spec.lease_duration_seconds = Some(self.lease_seconds());
         new_spec.renew_time = Some(now);
         lease.spec = Some(new_spec);
-        match self
-            .api
-            .replace(&self.config.name, &PostParams::default(), &lease)
-            .await
+        match timeouts::api(
+            self.api
+                .replace(&self.config.name, &PostParams::default(), &lease),
+        )
+        .await
         {
             Ok(updated) => {
                 let spec = updated.spec.unwrap_or_default();
@@ -167,7 +170,7 @@ impl LeaderElector {
 
     /// Gives the lease up (on graceful shutdown) so a follower takes over at its next retry.
     pub async fn release(&mut self) -> Result<(), kube::Error> {
-        let mut lease = self.api.get(&self.config.name).await?;
+        let mut lease = timeouts::api(self.api.get(&self.config.name)).await?;
         let Some(spec) = lease.spec.as_mut() else {
             return Ok(());
         };
@@ -177,15 +180,24 @@ impl LeaderElector {
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(MicroTime(self.clock.now()));
-        self.api
-            .replace(&lease.name_any(), &PostParams::default(), &lease)
-            .await
-            .map(|_| ())
+        timeouts::api(
+            self.api
+                .replace(&lease.name_any(), &PostParams::default(), &lease),
+        )
+        .await
+        .map(|_| ())
     }
 }
 
 /// Runs the election for this replica until `shutdown`, flipping [`Context::is_leader`]. With
 /// leader election disabled this replica simply leads.
+///
+/// Never two writers, also when the API server hangs instead of failing: a leader's renewal
+/// round must finish before `renew_deadline`, counted from when its last successful renewal was
+/// *sent* (the server applied it no earlier, so no follower can see the lease expire before
+/// that + `lease_duration`). A round still unanswered at that moment is abandoned and the
+/// replica steps down at once, `lease_duration - renew_deadline` (5 s by default) before any
+/// follower may take over.
 pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     if ctx.settings.disable_leader_election {
         ctx.set_leader(true);
@@ -194,11 +206,29 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     }
     let config = LeaseConfig::from_settings(&ctx.settings);
     let mut elector = LeaderElector::new(ctx.client.clone(), config.clone(), ctx.clock.clone());
-    let mut last_renewed: Option<Instant> = None;
+    // When the last successful round was sent; leading is only valid until + renew_deadline.
+    let mut renewed_at: Option<Instant> = None;
     loop {
-        match elector.try_acquire_or_renew().await {
+        let round_started = Instant::now();
+        let deadline = renewed_at
+            .filter(|_| ctx.is_leader())
+            .map(|at| at + config.renew_deadline);
+        let round = async {
+            match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, elector.try_acquire_or_renew())
+                    .await
+                    .unwrap_or_else(|_| Err(kube::Error::timed_out(config.renew_deadline))),
+                None => elector.try_acquire_or_renew().await,
+            }
+        };
+        let result = tokio::select! {
+            result = round => Some(result),
+            _ = shutdown.wait_for(|stop| *stop) => None,
+        };
+        let Some(result) = result else { break };
+        match result {
             Ok(true) => {
-                last_renewed = Some(Instant::now());
+                renewed_at = Some(round_started);
                 if !ctx.is_leader() {
                     tracing::info!(lease = %format!("{}/{}", config.namespace, config.name), identity = %config.identity, "successfully acquired lease");
                     ctx.set_leader(true);
@@ -212,16 +242,19 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
             }
             Err(err) => {
                 tracing::warn!(error = %err, "failed to acquire or renew leader lease");
-                if ctx.is_leader()
-                    && last_renewed.is_none_or(|at| at.elapsed() >= config.renew_deadline)
-                {
-                    tracing::warn!(identity = %config.identity, "could not renew the leader lease in time, stepping down");
+                if ctx.is_leader() && deadline.is_none_or(|d| Instant::now() >= d) {
+                    tracing::warn!(identity = %config.identity, "could not renew the leader lease before the renew deadline, stepping down");
                     ctx.set_leader(false);
                 }
             }
         }
+        // While leading, never sleep past the renew deadline.
+        let mut next = Instant::now() + config.retry_period;
+        if let (true, Some(at)) = (ctx.is_leader(), renewed_at) {
+            next = next.min(at + config.renew_deadline);
+        }
         tokio::select! {
-            () = tokio::time::sleep(config.retry_period) => {}
+            () = tokio::time::sleep_until(next) => {}
             _ = shutdown.wait_for(|stop| *stop) => break,
         }
     }

@@ -6,6 +6,7 @@
 //! share. Time comes from a [`karpenter_core::clock::Clock`] and tokio timers, so tests drive it
 //! with `#[tokio::test(start_paused = true)]`.
 
+pub mod backoff;
 pub mod context;
 pub mod events;
 pub mod leader;
@@ -20,6 +21,8 @@ pub mod settings;
 pub mod sim_kubelet;
 pub mod state;
 pub mod termination;
+pub mod timeouts;
+pub mod workers;
 
 pub use context::{Context, TokioClock};
 pub use settings::Settings;
@@ -48,6 +51,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("controller replica failed: {0}")]
+    ControllerFailed(String),
     #[error("failed to set up logging: {0}")]
     Logging(String),
 }

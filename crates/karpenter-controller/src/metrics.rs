@@ -101,6 +101,8 @@ pub struct Metrics {
     /// Objects skipped because they cannot be decoded, by kind.
     pub cluster_state_ignored_objects: Family<KindLabels, Gauge>,
     pub leader: Gauge,
+    /// Events not written because the event queue was full (slow events API).
+    pub events_dropped: Counter,
 }
 
 fn duration_buckets() -> impl Iterator<Item = f64> {
@@ -166,9 +168,15 @@ impl Metrics {
             cluster_state_synced: Gauge::default(),
             cluster_state_ignored_objects: Family::default(),
             leader: Gauge::default(),
+            events_dropped: Counter::default(),
             registry: Registry::default(),
         };
         // prometheus-client appends `_total` to counters.
+        registry.register(
+            "events_dropped",
+            "Kubernetes events dropped because the event queue was full.",
+            m.events_dropped.clone(),
+        );
         registry.register(
             "nodeclaims_created",
             "Number of nodeclaims created.",

@@ -1,4 +1,10 @@
-//! Wiring: start every task of a controller replica, stop them gracefully.
+//! Wiring: start every task of a controller replica, supervise them, stop them gracefully.
+//!
+//! Supervision: every task (watchers, leader election, the controller loops, the HTTP servers)
+//! runs until shutdown. One that ends or panics earlier leaves a half-alive replica, so
+//! [`run_until`] marks the replica failed (`/healthz` → 500), stops it (the leader releases its
+//! Lease, so the other replica takes over at its next retry) and returns an error: the binary
+//! exits non-zero and Kubernetes restarts the pod.
 
 use std::fmt::Debug;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -30,23 +36,31 @@ pub struct RunningController {
     pub metrics_address: Option<SocketAddr>,
     pub health_address: Option<SocketAddr>,
     shutdown: watch::Sender<bool>,
-    graceful: Vec<JoinHandle<()>>,
-    watchers: Vec<JoinHandle<()>>,
+    /// Tasks that stop on `shutdown` (by name, for supervision).
+    graceful: Vec<(&'static str, JoinHandle<()>)>,
+    /// Watchers: they run until aborted.
+    watchers: Vec<(&'static str, JoinHandle<()>)>,
 }
 
 /// How to start a replica.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Options {
     /// Serve `/metrics`, `/healthz`, `/readyz` (tests usually don't).
     pub serve_http: bool,
     /// Bind on 127.0.0.1 instead of 0.0.0.0 (tests).
     pub loopback_only: bool,
+    /// Health probes already served by the caller (the binary serves them before its first
+    /// API call): they are attached to this replica and not served again.
+    pub probes: Option<Arc<server::Probes>>,
 }
+
+/// How long a failed replica may take to stop gracefully before its tasks are aborted.
+pub const FAILED_STOP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn spawn_reflector<K>(
     ctx: &Arc<Context>,
     on_change: impl Fn(&Context, &K) + Send + Sync + 'static,
-) -> JoinHandle<()>
+) -> (&'static str, JoinHandle<()>)
 where
     K: Tracked + DeserializeOwned + Debug + kube::Resource<DynamicType = ()>,
     K::Scope: Send,
@@ -54,7 +68,11 @@ where
     let api: Api<K> = Api::all(ctx.client.clone());
     let state = ctx.state.clone();
     let hook_ctx = ctx.clone();
-    tokio::spawn(async move { reflect(api, state, move |obj| on_change(&hook_ctx, obj)).await })
+    let task =
+        tokio::spawn(
+            async move { reflect(api, state, move |obj| on_change(&hook_ctx, obj)).await },
+        );
+    (std::any::type_name::<K>(), task)
 }
 
 fn wake_nodepools<K>(ctx: &Context, _: &K) {
@@ -98,7 +116,10 @@ impl RunningController {
             Some(sim) => {
                 // Before the election starts, so no leadership change goes unnoticed.
                 sim.provider.follow_leadership(ctx.leadership()).await;
-                Some(tokio::spawn(sim.run(ctx.clone(), shutdown_rx.clone())))
+                Some((
+                    "sim kubelet",
+                    tokio::spawn(sim.run(ctx.clone(), shutdown_rx.clone())),
+                ))
             }
             None => None,
         };
@@ -119,15 +140,43 @@ impl RunningController {
             spawn_reflector::<PersistentVolume>(&ctx, ignore),
             spawn_reflector::<StorageClass>(&ctx, ignore),
         ];
+        let events = ctx.events.clone();
+        let events_shutdown = shutdown_rx.clone();
         let mut graceful = vec![
-            tokio::spawn(leader::run(ctx.clone(), shutdown_rx.clone())),
-            tokio::spawn(provisioning::run(ctx.clone(), batcher, shutdown_rx.clone())),
-            tokio::spawn(nodepool::run(ctx.clone(), shutdown_rx.clone())),
-            tokio::spawn(nodeclaim::run(ctx.clone(), shutdown_rx.clone())),
-            tokio::spawn(termination::run(ctx.clone(), shutdown_rx.clone())),
+            (
+                "leader election",
+                tokio::spawn(leader::run(ctx.clone(), shutdown_rx.clone())),
+            ),
+            (
+                "provisioner",
+                tokio::spawn(provisioning::run(ctx.clone(), batcher, shutdown_rx.clone())),
+            ),
+            (
+                "nodepool",
+                tokio::spawn(nodepool::run(ctx.clone(), shutdown_rx.clone())),
+            ),
+            (
+                "nodeclaim lifecycle",
+                tokio::spawn(nodeclaim::run(ctx.clone(), shutdown_rx.clone())),
+            ),
+            (
+                "nodeclaim garbage collection",
+                tokio::spawn(nodeclaim::gc::run(ctx.clone(), shutdown_rx.clone())),
+            ),
+            (
+                "node termination",
+                tokio::spawn(termination::run(ctx.clone(), shutdown_rx.clone())),
+            ),
+            (
+                "event writer",
+                tokio::spawn(async move { events.run_writer(events_shutdown).await }),
+            ),
         ];
         graceful.extend(sim_task);
         let (mut metrics_address, mut health_address) = (None, None);
+        if let Some(probes) = &options.probes {
+            probes.attach(ctx.clone());
+        }
         if options.serve_http {
             let host = if options.loopback_only {
                 Ipv4Addr::LOCALHOST
@@ -142,16 +191,18 @@ impl RunningController {
             )
             .await?;
             metrics_address = Some(addr);
-            graceful.push(task);
-            let (addr, task) = server::serve(
-                "health probes",
-                SocketAddr::from((host, ctx.settings.health_probe_port)),
-                server::health_router(ctx.clone()),
-                shutdown_rx,
-            )
-            .await?;
-            health_address = Some(addr);
-            graceful.push(task);
+            graceful.push(("metrics server", task));
+            if options.probes.is_none() {
+                let (addr, task) = server::serve(
+                    "health probes",
+                    SocketAddr::from((host, ctx.settings.health_probe_port)),
+                    server::health_router(server::Probes::for_context(ctx.clone())),
+                    shutdown_rx,
+                )
+                .await?;
+                health_address = Some(addr);
+                graceful.push(("health probe server", task));
+            }
         }
         tracing::info!(
             cloud_provider = ctx.cloud.name(),
@@ -172,10 +223,10 @@ impl RunningController {
     /// Stops every task; the leader releases its lease first.
     pub async fn stop(self) {
         self.shutdown.send_replace(true);
-        for task in self.graceful {
+        for (_, task) in self.graceful {
             let _ = task.await;
         }
-        for task in &self.watchers {
+        for (_, task) in &self.watchers {
             task.abort();
         }
         tracing::info!("stopped controllers");
@@ -183,11 +234,84 @@ impl RunningController {
 
     /// Simulates a crash: everything stops at once, nothing is released.
     pub fn abort(self) {
-        for task in self.graceful.iter().chain(&self.watchers) {
+        for (_, task) in self.graceful.iter().chain(&self.watchers) {
             task.abort();
         }
         self.ctx.set_leader(false);
     }
+
+    /// Resolves when the first task ends (before shutdown, that is a failure): its name and why.
+    /// The finished task is removed, so [`RunningController::stop`] can still run.
+    async fn first_exit(&mut self) -> (&'static str, String) {
+        let names: Vec<&'static str> = self
+            .graceful
+            .iter()
+            .chain(&self.watchers)
+            .map(|(name, _)| *name)
+            .collect();
+        let tasks = self
+            .graceful
+            .iter_mut()
+            .chain(self.watchers.iter_mut())
+            .map(|(_, task)| task);
+        let (outcome, index, _) = futures::future::select_all(tasks).await;
+        let name = names.get(index).copied().unwrap_or("task");
+        if index < self.graceful.len() {
+            self.graceful.remove(index);
+        } else if let Some(i) = index.checked_sub(self.graceful.len()) {
+            self.watchers.remove(i);
+        }
+        let why = match outcome {
+            Ok(()) => format!("{name} ended unexpectedly"),
+            Err(err) if err.is_panic() => {
+                let payload = err.into_panic();
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "non-text panic".into());
+                format!("{name} panicked: {message}")
+            }
+            Err(_) => format!("{name} was cancelled"),
+        };
+        (name, why)
+    }
+}
+
+/// Runs `running` until `stop` resolves (then stops gracefully, `Ok`), or until any of its
+/// tasks ends or panics: then the replica is marked failed (`/healthz` fails), stopped (the
+/// leader releases its Lease; at most [`FAILED_STOP_TIMEOUT`], then everything is aborted) and
+/// an error naming the task is returned, so the process exits non-zero.
+pub async fn run_until(
+    mut running: RunningController,
+    stop: impl std::future::Future<Output = ()>,
+) -> crate::Result<()> {
+    let failed = tokio::select! {
+        () = stop => None,
+        (_, why) = running.first_exit() => Some(why),
+    };
+    let Some(why) = failed else {
+        running.stop().await;
+        return Ok(());
+    };
+    tracing::error!(reason = %why, "a controller task failed; stopping this replica");
+    let ctx = running.ctx.clone();
+    ctx.mark_failed(why.clone());
+    let handles: Vec<tokio::task::AbortHandle> = running
+        .graceful
+        .iter()
+        .map(|(_, task)| task.abort_handle())
+        .collect();
+    if tokio::time::timeout(FAILED_STOP_TIMEOUT, running.stop())
+        .await
+        .is_err()
+    {
+        for handle in handles {
+            handle.abort();
+        }
+    }
+    ctx.set_leader(false);
+    Err(crate::Error::ControllerFailed(why))
 }
 
 /// Resolves on SIGTERM (Kubernetes' stop signal) or Ctrl-C.
@@ -215,11 +339,22 @@ pub async fn shutdown_signal() {
 }
 
 /// Runs a replica (with the sim cloud's kubelet when given) until SIGTERM/Ctrl-C, then shuts
-/// down gracefully.
+/// down gracefully; returns an error when a controller task failed first (see [`run_until`]).
 pub async fn run_until_signal(
     ctx: Arc<Context>,
     batcher: Batcher,
     sim: Option<SimCloud>,
+) -> crate::Result<()> {
+    run_until_signal_with(ctx, batcher, sim, None).await
+}
+
+/// [`run_until_signal`] with health probes the caller already serves (see
+/// [`server::Probes`]). Returns an error when a controller task failed (see [`run_until`]).
+pub async fn run_until_signal_with(
+    ctx: Arc<Context>,
+    batcher: Batcher,
+    sim: Option<SimCloud>,
+    probes: Option<Arc<server::Probes>>,
 ) -> crate::Result<()> {
     let running = RunningController::start_with_sim(
         ctx,
@@ -227,11 +362,10 @@ pub async fn run_until_signal(
         Options {
             serve_http: true,
             loopback_only: false,
+            probes,
         },
         sim,
     )
     .await?;
-    shutdown_signal().await;
-    running.stop().await;
-    Ok(())
+    run_until(running, shutdown_signal()).await
 }

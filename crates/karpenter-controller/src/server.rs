@@ -59,12 +59,53 @@ pub fn refresh_gauges(ctx: &Context) {
     }
 }
 
-async fn healthz() -> &'static str {
-    "ok"
+/// What the health probes look at. Served before the controller exists (the binary starts the
+/// probe server before its first API call, so a silent API server cannot keep `/healthz` from
+/// answering); [`Probes::attach`] hands it the running replica's context.
+#[derive(Debug, Default)]
+pub struct Probes {
+    ctx: std::sync::OnceLock<Arc<Context>>,
 }
 
-/// Ready once the state has listed everything (followers too: they must be able to take over).
-async fn readyz(State(ctx): State<Arc<Context>>) -> (StatusCode, String) {
+impl Probes {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Probes::default())
+    }
+
+    /// From now on the probes report on this replica. Only the first call counts.
+    pub fn attach(&self, ctx: Arc<Context>) {
+        let _ = self.ctx.set(ctx);
+    }
+
+    /// Probes already attached to `ctx`.
+    pub fn for_context(ctx: Arc<Context>) -> Arc<Self> {
+        let probes = Probes::new();
+        probes.attach(ctx);
+        probes
+    }
+}
+
+/// Live unless a controller loop died (supervision marks the context failed; Kubernetes then
+/// restarts the pod). Starting up counts as live.
+async fn healthz(State(probes): State<Arc<Probes>>) -> (StatusCode, String) {
+    match probes.ctx.get().and_then(|ctx| ctx.failure()) {
+        Some(why) => (StatusCode::INTERNAL_SERVER_ERROR, format!("failed: {why}")),
+        None => (StatusCode::OK, "ok".into()),
+    }
+}
+
+/// Ready once the state has listed everything (followers too: they must be able to take over);
+/// not while starting or after a failure.
+async fn readyz(State(probes): State<Arc<Probes>>) -> (StatusCode, String) {
+    let Some(ctx) = probes.ctx.get() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "starting: the controller is not running yet".into(),
+        );
+    };
+    if let Some(why) = ctx.failure() {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("failed: {why}"));
+    }
     let state = ctx.state.read();
     if state.synced() {
         (StatusCode::OK, "ok".into())
@@ -85,11 +126,11 @@ pub fn metrics_router(ctx: Arc<Context>) -> Router {
         .with_state(ctx)
 }
 
-pub fn health_router(ctx: Arc<Context>) -> Router {
+pub fn health_router(probes: Arc<Probes>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(ctx)
+        .with_state(probes)
 }
 
 /// Binds `address` (port 0 picks a free one) and serves `router` until `shutdown` turns true.

@@ -134,13 +134,17 @@ impl Settings {
         } else {
             self.cpu_requests
         };
-        usize::try_from((millis + 999) / 1000).unwrap_or(1).max(1)
+        usize::try_from(millis.saturating_add(999) / 1000)
+            .unwrap_or(1)
+            .max(1)
     }
 
     /// How long a pod nominated to a NodeClaim is excluded from new batches: upstream's
     /// max(2 × BATCH_MAX_DURATION, 10s).
     pub fn nomination_window(&self) -> Duration {
-        (self.batch_max_duration * 2).max(Duration::from_secs(10))
+        self.batch_max_duration
+            .saturating_mul(2)
+            .max(Duration::from_secs(10))
     }
 }
 
@@ -181,10 +185,37 @@ pub fn parse_duration(name: &'static str, raw: &str) -> Result<Duration, Error> 
             _ => return Err(bad("unknown unit")),
         };
         rest = &rest[unit_end..];
-        total += Duration::try_from_secs_f64(number * seconds_per_unit)
+        let part = Duration::try_from_secs_f64(number * seconds_per_unit)
             .map_err(|_| bad("out of range"))?;
+        total = total.checked_add(part).ok_or_else(|| bad("out of range"))?;
     }
     Ok(total)
+}
+
+/// The values `BATCH_IDLE_DURATION` and `BATCH_MAX_DURATION` accept (upstream's defaults are
+/// 1 s and 10 s; an hour-long window already means pods wait an hour for capacity).
+pub const BATCH_DURATION_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(1)..=Duration::from_secs(3600);
+
+/// [`parse_duration`], then checks the value lies in `range`; the error names the setting,
+/// the allowed range and an example.
+pub fn parse_duration_in(
+    name: &'static str,
+    raw: &str,
+    range: &std::ops::RangeInclusive<Duration>,
+) -> Result<Duration, Error> {
+    let value = parse_duration(name, raw)?;
+    if range.contains(&value) {
+        return Ok(value);
+    }
+    Err(Error::Settings {
+        name,
+        message: format!(
+            "{raw:?} is out of range; use a duration from {:?} to {:?}, e.g. 10s",
+            range.start(),
+            range.end()
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -220,6 +251,38 @@ mod tests {
                 .to_string();
             assert!(err.contains("BATCH_IDLE_DURATION"), "{err}");
         }
+    }
+
+    #[test]
+    fn huge_values_are_errors_not_panics() {
+        for raw in [
+            "9223372036854775807h",
+            "10000000000000000000s10000000000000000000s",
+            "1e300h",
+            "99999999999999999999999999999h",
+        ] {
+            let err = parse_duration("BATCH_MAX_DURATION", raw).map(|_| ());
+            assert!(err.is_err(), "{raw}");
+        }
+        let err = parse_duration_in("BATCH_IDLE_DURATION", "2h", &BATCH_DURATION_RANGE)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("BATCH_IDLE_DURATION") && err.contains("out of range"),
+            "{err}"
+        );
+        assert!(parse_duration_in("X", "0s", &BATCH_DURATION_RANGE).is_err());
+        assert_eq!(
+            parse_duration_in("X", "1h", &BATCH_DURATION_RANGE).unwrap(),
+            Duration::from_secs(3600)
+        );
+        let s = Settings {
+            cpu_requests: i64::MAX,
+            batch_max_duration: Duration::MAX,
+            ..Settings::default()
+        };
+        assert!(s.scheduler_parallelism() >= 1);
+        assert_eq!(s.nomination_window(), Duration::MAX);
     }
 
     #[test]

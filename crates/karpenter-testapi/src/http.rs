@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::error::{ApiError, success_status};
+use crate::faults::FaultEffect;
 use crate::patch::PatchKind;
 use crate::registry::ResourceInfo;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -211,11 +212,25 @@ pub(crate) async fn handle(inner: Arc<Inner>, request: Request<Bytes>) -> Respon
         namespace: target.namespace.clone(),
         name: target.name.clone(),
         code: 200,
+        client: parts
+            .headers
+            .get(crate::server::CLIENT_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
     };
-    if let Some(error) = inner.take_fault(&record) {
-        record.code = error.code;
-        inner.log(record);
-        return error_response(&error);
+    match inner.take_fault(&record) {
+        Some(FaultEffect::Error(error)) => {
+            record.code = error.code;
+            inner.log(record);
+            return error_response(&error);
+        }
+        Some(FaultEffect::Hang) => {
+            record.code = 0;
+            inner.log_hung(record);
+            drop(inner);
+            return std::future::pending().await;
+        }
+        None => {}
     }
     let metadata_only = parts
         .headers

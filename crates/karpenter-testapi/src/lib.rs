@@ -25,6 +25,7 @@
 
 mod delay;
 mod error;
+mod faults;
 mod http;
 mod patch;
 mod pdb;

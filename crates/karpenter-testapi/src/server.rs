@@ -19,6 +19,7 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 
 use crate::error::ApiError;
+use crate::faults::{Fault, FaultEffect, Faults};
 use crate::http::{ResponseBody, handle};
 use crate::registry::ResourceInfo;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -69,25 +70,8 @@ pub struct RequestRecord {
     pub name: Option<String>,
     /// HTTP status code of the response.
     pub code: u16,
-}
-
-struct Fault {
-    verb: Option<Verb>,
-    resource: String,
-    error: ApiError,
-    remaining: usize,
-}
-
-impl Fault {
-    fn matches(&self, record: &RequestRecord) -> bool {
-        let resource_matches = self.resource.is_empty()
-            || self.resource == record.resource
-            || record
-                .subresource
-                .as_ref()
-                .is_some_and(|sub| self.resource == format!("{}/{sub}", record.resource));
-        self.remaining > 0 && self.verb.is_none_or(|v| v == record.verb) && resource_matches
-    }
+    /// Who sent it: the name given to [`TestApiServer::client_named`] (`None` otherwise).
+    pub client: Option<String>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -99,7 +83,8 @@ pub(crate) struct Inner {
     store: Mutex<Store>,
     closer: tokio::sync::watch::Sender<u64>,
     requests: Mutex<Vec<RequestRecord>>,
-    faults: Mutex<Vec<Fault>>,
+    faults: Mutex<Faults>,
+    hung: Mutex<Vec<RequestRecord>>,
     pub(crate) delays: crate::delay::Delays,
 }
 
@@ -116,13 +101,12 @@ impl Inner {
         lock(&self.requests).push(record);
     }
 
-    pub(crate) fn take_fault(&self, record: &RequestRecord) -> Option<ApiError> {
-        let mut faults = lock(&self.faults);
-        let fault = faults.iter_mut().find(|f| f.matches(record))?;
-        fault.remaining -= 1;
-        let error = fault.error.clone();
-        faults.retain(|f| f.remaining > 0);
-        Some(error)
+    pub(crate) fn take_fault(&self, record: &RequestRecord) -> Option<FaultEffect> {
+        lock(&self.faults).take(record)
+    }
+
+    pub(crate) fn log_hung(&self, record: RequestRecord) {
+        lock(&self.hung).push(record);
     }
 }
 
@@ -164,7 +148,8 @@ impl Builder {
                 store: Mutex::new(store),
                 closer,
                 requests: Mutex::new(Vec::new()),
-                faults: Mutex::new(Vec::new()),
+                faults: Mutex::new(Faults::default()),
+                hung: Mutex::new(Vec::new()),
                 delays: Default::default(),
             }),
         }
@@ -214,6 +199,17 @@ impl TestApiServer {
     /// Must be called inside a tokio runtime.
     pub fn client(&self) -> kube::Client {
         kube::Client::new(self.clone(), "default")
+    }
+
+    /// Like [`TestApiServer::client`], but every request it sends is recorded with
+    /// `client: Some(name)`, so tests can tell who wrote what (e.g. two controller replicas).
+    pub fn client_named(&self, name: &str) -> kube::Client {
+        let named = NamedClient {
+            server: self.clone(),
+            name: http::HeaderValue::from_str(name)
+                .unwrap_or_else(|_| http::HeaderValue::from_static("invalid-name")),
+        };
+        kube::Client::new(named, "default")
     }
 
     /// Serves every version a CRD declares as served.
@@ -335,12 +331,37 @@ impl TestApiServer {
     /// Fails the next `times` requests that match `verb` (any when `None`) and `resource`
     /// (a plural like `nodeclaims`, `plural/subresource` like `pods/eviction`, or "" for any).
     pub fn inject_error(&self, verb: Option<Verb>, resource: &str, error: ApiError, times: usize) {
-        lock(&self.inner.faults).push(Fault {
-            verb,
-            resource: resource.to_owned(),
-            error,
-            remaining: times,
-        });
+        lock(&self.inner.faults).push(Fault::new(verb, resource, FaultEffect::Error(error), times));
+    }
+
+    /// Never answers the next `times` requests that match `verb` and `resource` (as for
+    /// [`TestApiServer::inject_error`]) and does not apply them: the client waits until its own
+    /// timeout drops the request. They are listed in [`TestApiServer::hung_requests`].
+    pub fn inject_hang(&self, verb: Option<Verb>, resource: &str, times: usize) {
+        lock(&self.inner.faults).push(Fault::new(verb, resource, FaultEffect::Hang, times));
+    }
+
+    /// [`TestApiServer::inject_hang`] for the requests of one [`TestApiServer::client_named`]
+    /// client only: that client is cut off (e.g. one replica's lease renewals), others are served.
+    pub fn inject_hang_for_client(
+        &self,
+        client: &str,
+        verb: Option<Verb>,
+        resource: &str,
+        times: usize,
+    ) {
+        lock(&self.inner.faults)
+            .push(Fault::new(verb, resource, FaultEffect::Hang, times).for_client(client));
+    }
+
+    /// Forgets every injected fault that has not fired yet (requests already hanging stay hung).
+    pub fn clear_faults(&self) {
+        lock(&self.inner.faults).clear();
+    }
+
+    /// Requests a hang fault swallowed, oldest first (`code` is 0: never answered).
+    pub fn hung_requests(&self) -> Vec<RequestRecord> {
+        lock(&self.inner.hung).clone()
     }
 
     /// Every request served so far (discovery excluded), oldest first.
@@ -447,6 +468,38 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         Box::pin(serve_one(Arc::clone(&self.inner), request))
+    }
+}
+
+/// Header carrying the [`TestApiServer::client_named`] name to the handler.
+pub(crate) const CLIENT_HEADER: &str = "x-testapi-client";
+
+/// The in-process service of [`TestApiServer::client_named`]: tags each request with a name.
+#[derive(Clone)]
+struct NamedClient {
+    server: TestApiServer,
+    name: http::HeaderValue,
+}
+
+impl<B> tower_service::Service<Request<B>> for NamedClient
+where
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: std::fmt::Display + Send,
+{
+    type Response = Response<ResponseBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        request
+            .headers_mut()
+            .insert(CLIENT_HEADER, self.name.clone());
+        Box::pin(serve_one(Arc::clone(&self.server.inner), request))
     }
 }
 

@@ -9,6 +9,7 @@
 //!   deleted (upstream `nodeclaim.garbagecollection`).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -19,10 +20,12 @@ use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, NODEPOOL_LABEL};
 use karpenter_core::cloud_provider::CloudError;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
+use tokio::sync::watch;
 
 use super::{is_managed, is_not_found};
 use crate::context::Context;
 use crate::metrics::NodeClaimDisruptedLabels;
+use crate::timeouts;
 
 /// Upstream runs NodeClaim garbage collection every 2 minutes.
 pub const GC_PERIOD: Duration = Duration::from_secs(120);
@@ -102,30 +105,54 @@ pub fn lost_nodeclaims<'a>(
         .collect()
 }
 
+/// Runs garbage collection every [`GC_PERIOD`] while leading, until `shutdown`. Its own loop, so
+/// a slow NodeClaim reconcile never delays it (and every call in a pass has a timeout).
+pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+    let mut collector = tokio::time::interval(GC_PERIOD);
+    collector.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = super::stopped(&mut shutdown) => break,
+            _ = collector.tick() => {}
+        }
+        if !(ctx.is_leader() && ctx.state.read().synced()) {
+            continue;
+        }
+        let pass = collect(&ctx);
+        tokio::select! {
+            () = super::stopped(&mut shutdown) => break,
+            result = pass => {
+                if let Err(err) = result {
+                    tracing::error!(error = %err, "nodeclaim garbage collection failed");
+                }
+            }
+        }
+    }
+}
+
 /// One garbage-collection pass. NodeClaims are listed from the API server (not the cache), so
 /// a NodeClaim created a moment ago always protects its instance.
 pub async fn collect(ctx: &Context) -> crate::Result<()> {
-    let instances = ctx
-        .cloud
-        .list()
-        .await
-        .map_err(|source| crate::Error::Cloud {
-            action: "list instances".into(),
-            source,
-        })?;
-    let claims: Vec<NodeClaim> = Api::<NodeClaim>::all(ctx.client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| crate::Error::kube("list nodeclaims", e))?
-        .items
-        .into_iter()
-        .filter(|c| is_managed(ctx, c))
-        .collect();
+    let instances =
+        timeouts::cloud(ctx.cloud.list())
+            .await
+            .map_err(|source| crate::Error::Cloud {
+                action: "list instances".into(),
+                source,
+            })?;
+    let claims: Vec<NodeClaim> =
+        timeouts::api(Api::<NodeClaim>::all(ctx.client.clone()).list(&ListParams::default()))
+            .await
+            .map_err(|e| crate::Error::kube("list nodeclaims", e))?
+            .items
+            .into_iter()
+            .filter(|c| is_managed(ctx, c))
+            .collect();
     let now = ctx.now();
     for orphan in orphaned_instances(&instances, &claims, now) {
         let id = provider_id(orphan).unwrap_or_default();
         tracing::info!(provider_id = %id, nodeclaim = %orphan.name_any(), "garbage collecting instance with no nodeclaim");
-        match ctx.cloud.delete(orphan).await {
+        match timeouts::cloud(ctx.cloud.delete(orphan)).await {
             Ok(()) | Err(CloudError::NodeClaimNotFound(_)) => {}
             Err(err) => {
                 tracing::warn!(provider_id = %id, error = %err, "failed to terminate orphaned instance")
@@ -141,7 +168,7 @@ pub async fn collect(ctx: &Context) -> crate::Result<()> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     for lost in lost_nodeclaims(&claims, &instance_ids, &nodes) {
         tracing::info!(nodeclaim = %lost.name_any(), "garbage collecting nodeclaim whose instance is gone");
-        match api.delete(&lost.name_any(), &DeleteParams::default()).await {
+        match timeouts::api(api.delete(&lost.name_any(), &DeleteParams::default())).await {
             Ok(_) => {
                 ctx.metrics
                     .nodeclaims_disrupted

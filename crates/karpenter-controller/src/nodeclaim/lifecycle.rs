@@ -7,6 +7,7 @@
 //! anything else, so a crash between launch and the status write relaunches nothing.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Taint};
@@ -32,6 +33,8 @@ use super::{has_finalizer, is_conflict, is_managed, is_not_found, name, parse_ti
 use crate::context::Context;
 use crate::events::{EventRecord, EventType};
 use crate::metrics::{NodeClaimDisruptedLabels, NodeClaimLabels, NodePoolLabels, seconds_since};
+use crate::timeouts;
+use crate::workers::Workers;
 
 /// A launched NodeClaim whose Node has not registered within this long is deleted.
 pub const REGISTRATION_TIMEOUT: SignedDuration = SignedDuration::from_mins(15);
@@ -61,8 +64,9 @@ fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> crate::Err
     move |e| crate::Error::kube(action, e)
 }
 
-/// Reconciles every managed NodeClaim in the state once, concurrently.
-pub async fn reconcile_all(ctx: &Context) {
+/// Starts a reconcile for every managed NodeClaim in the state that is not already in flight
+/// or backing off (the loop books the results).
+pub fn start_reconciles(ctx: &Arc<Context>, workers: &mut Workers) {
     let claims: Vec<NodeClaim> = ctx
         .state
         .read()
@@ -70,16 +74,14 @@ pub async fn reconcile_all(ctx: &Context) {
         .filter(|c| is_managed(ctx, c))
         .cloned()
         .collect();
-    let results = futures::future::join_all(claims.into_iter().map(|claim| async move {
-        let claim_name = name(&claim);
-        (claim_name, reconcile(ctx, claim).await)
-    }))
-    .await;
-    for (claim_name, result) in results {
-        if let Err(err) = result {
-            tracing::warn!(nodeclaim = %claim_name, error = %err, "nodeclaim reconcile failed; retrying");
-        }
-    }
+    let candidates = claims
+        .into_iter()
+        .map(|claim| {
+            let ctx = ctx.clone();
+            (name(&claim), async move { reconcile(&ctx, claim).await })
+        })
+        .collect();
+    workers.start_in_turn(ctx.now(), candidates);
 }
 
 /// Makes the state see our write at once, before the watch delivers it (never over a newer
@@ -96,7 +98,7 @@ where
     K: crate::state::Tracked + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let obj_name = stale.name_any();
-    match api.get_opt(&obj_name).await {
+    match timeouts::api(api.get_opt(&obj_name)).await {
         Ok(Some(fresh)) => {
             ctx.state.write().apply(fresh);
         }
@@ -120,10 +122,7 @@ pub async fn reconcile(ctx: &Context, claim: NodeClaim) -> crate::Result<()> {
             .finalizers
             .get_or_insert_default()
             .push(TERMINATION_FINALIZER.to_string());
-        match api(ctx)
-            .replace(&claim_name, &PostParams::default(), &claim)
-            .await
-        {
+        match timeouts::api(api(ctx).replace(&claim_name, &PostParams::default(), &claim)).await {
             Ok(updated) => {
                 remember(ctx, &updated);
                 claim = updated;
@@ -264,10 +263,7 @@ async fn write_status(
         return Ok(());
     }
     let claim_name = name(claim);
-    match api(ctx)
-        .replace_status(&claim_name, &PostParams::default(), claim)
-        .await
-    {
+    match timeouts::api(api(ctx).replace_status(&claim_name, &PostParams::default(), claim)).await {
         Ok(updated) => {
             remember(ctx, &updated);
             Ok(())
@@ -322,7 +318,7 @@ async fn launch(
     now: Timestamp,
 ) -> crate::Result<LaunchOutcome> {
     let claim_name = name(claim);
-    match ctx.cloud.create(claim).await {
+    match timeouts::cloud(ctx.cloud.create(claim)).await {
         Ok(launched) => {
             hydrate(claim, &launched);
             set(
@@ -334,9 +330,12 @@ async fn launch(
                 now,
             );
             // The providerID goes to the API server first: a restart from here on finds it.
-            let mut updated = match api(ctx)
-                .replace_status(&claim_name, &PostParams::default(), claim)
-                .await
+            let mut updated = match timeouts::api(api(ctx).replace_status(
+                &claim_name,
+                &PostParams::default(),
+                claim,
+            ))
+            .await
             {
                 Ok(updated) => updated,
                 Err(err) if is_conflict(&err) || is_not_found(&err) => {
@@ -354,10 +353,10 @@ async fn launch(
             {
                 updated.metadata.labels = claim.metadata.labels.clone();
                 updated.metadata.annotations = claim.metadata.annotations.clone();
-                updated = api(ctx)
-                    .replace(&claim_name, &PostParams::default(), &updated)
-                    .await
-                    .map_err(kube_err(format!("label launched nodeclaim {claim_name}")))?;
+                updated =
+                    timeouts::api(api(ctx).replace(&claim_name, &PostParams::default(), &updated))
+                        .await
+                        .map_err(kube_err(format!("label launched nodeclaim {claim_name}")))?;
             }
             remember(ctx, &updated);
             tracing::info!(
@@ -417,7 +416,7 @@ async fn launch(
 /// Deletes the NodeClaim (its finalizer then terminates whatever was launched), counting why.
 async fn delete_claim(ctx: &Context, claim: &NodeClaim, reason: &str) -> crate::Result<()> {
     let claim_name = name(claim);
-    match api(ctx).delete(&claim_name, &DeleteParams::default()).await {
+    match timeouts::api(api(ctx).delete(&claim_name, &DeleteParams::default())).await {
         Ok(_) => {}
         Err(err) if is_not_found(&err) => return Ok(()),
         Err(err) => {
@@ -567,10 +566,7 @@ async fn register(
     let node_name = node.name_any();
     if desired != *node {
         let node_api = Api::<Node>::all(ctx.client.clone());
-        match node_api
-            .replace(&node_name, &PostParams::default(), &desired)
-            .await
-        {
+        match timeouts::api(node_api.replace(&node_name, &PostParams::default(), &desired)).await {
             Ok(updated) => remember(ctx, &updated),
             Err(err) if is_conflict(&err) || is_not_found(&err) => {
                 resync(ctx, &node_api, node).await;
@@ -722,10 +718,7 @@ async fn initialize(
             .insert(NODE_INITIALIZED_LABEL.into(), "true".into());
         let node_name = node.name_any();
         let node_api = Api::<Node>::all(ctx.client.clone());
-        match node_api
-            .replace(&node_name, &PostParams::default(), &desired)
-            .await
-        {
+        match timeouts::api(node_api.replace(&node_name, &PostParams::default(), &desired)).await {
             Ok(updated) => remember(ctx, &updated),
             Err(err) if is_conflict(&err) || is_not_found(&err) => {
                 resync(ctx, &node_api, node).await;
@@ -809,10 +802,7 @@ async fn finalize(ctx: &Context, claim: NodeClaim) -> crate::Result<()> {
             NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION.into(),
             rfc3339(deadline),
         );
-        match api(ctx)
-            .replace(&claim_name, &PostParams::default(), &claim)
-            .await
-        {
+        match timeouts::api(api(ctx).replace(&claim_name, &PostParams::default(), &claim)).await {
             Ok(updated) => {
                 remember(ctx, &updated);
                 claim = updated;
@@ -833,10 +823,7 @@ async fn finalize(ctx: &Context, claim: NodeClaim) -> crate::Result<()> {
             .iter()
             .filter(|n| n.metadata.deletion_timestamp.is_none())
         {
-            match node_api
-                .delete(&node.name_any(), &DeleteParams::default())
-                .await
-            {
+            match timeouts::api(node_api.delete(&node.name_any(), &DeleteParams::default())).await {
                 Ok(_) => {}
                 Err(err) if is_not_found(&err) => {}
                 Err(err) => {
@@ -850,7 +837,7 @@ async fn finalize(ctx: &Context, claim: NodeClaim) -> crate::Result<()> {
         // The Node's own finalizer drains and terminates; wait for it to be gone.
         return Ok(());
     }
-    match ctx.cloud.delete(&claim).await {
+    match timeouts::cloud(ctx.cloud.delete(&claim)).await {
         Ok(()) => {
             let now = ctx.now();
             let before = claim.status.clone();
@@ -877,10 +864,7 @@ async fn finalize(ctx: &Context, claim: NodeClaim) -> crate::Result<()> {
         .finalizers
         .get_or_insert_default()
         .retain(|f| f != TERMINATION_FINALIZER);
-    match api(ctx)
-        .replace(&claim_name, &PostParams::default(), &claim)
-        .await
-    {
+    match timeouts::api(api(ctx).replace(&claim_name, &PostParams::default(), &claim)).await {
         Ok(_) => {}
         Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
         Err(err) => {

@@ -1,8 +1,8 @@
 //! NodeClaim controllers: the lifecycle (launch → registration → initialization, liveness and
 //! the finalizer that terminates the instance) and garbage collection.
 //!
-//! Both run as singleton loops over the shared cluster state (the watchers keep it warm), act
-//! only while this replica leads, and write with the object's resourceVersion so a stale view
+//! Both run as loops over the shared cluster state (the watchers keep it warm), act only while
+//! this replica leads (each NodeClaim reconciled in its own task, see [`crate::workers`]), and write with the object's resourceVersion so a stale view
 //! can never overwrite a newer one: a conflict just means "look again on the next tick".
 
 pub mod gc;
@@ -17,12 +17,15 @@ use karpenter_api::well_known::TERMINATION_FINALIZER;
 use kube::ResourceExt;
 use tokio::sync::watch;
 
+use crate::backoff::BackoffPolicy;
 use crate::context::Context;
+use crate::workers::{MAX_CONCURRENT_RECONCILES, Workers};
 
 pub use lifecycle::{LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT};
 
 /// How often every NodeClaim is reconciled (upstream requeues registration/initialization and
-/// instance-termination polls at 1–5 s; one period keeps the loop simple).
+/// instance-termination polls at 1–5 s; one period keeps the loop simple). A NodeClaim whose
+/// reconcile failed waits out its own backoff instead (1 s → 5 min).
 pub const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
 
 /// Whether this provider manages the NodeClaim (its NodeClass kind is one the provider serves).
@@ -61,30 +64,36 @@ pub(crate) fn is_conflict(err: &kube::Error) -> bool {
     status_code(err) == Some(409)
 }
 
-/// Runs the lifecycle and garbage-collection loops until `shutdown` turns true.
+/// Runs the lifecycle loop until `shutdown` turns true: every [`RECONCILE_PERIOD`] each managed
+/// NodeClaim that is not already being reconciled and not backing off gets its own reconcile
+/// task ([`Workers`]), so a slow or failing NodeClaim never delays the others.
 pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+    let mut workers = Workers::new(
+        "nodeclaim",
+        BackoffPolicy::RECONCILE,
+        MAX_CONCURRENT_RECONCILES,
+    );
     let mut lifecycle = tokio::time::interval(RECONCILE_PERIOD);
     lifecycle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut collector = tokio::time::interval(gc::GC_PERIOD);
-    collector.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut leadership = ctx.leadership();
     loop {
         tokio::select! {
             () = crate::nodeclaim::stopped(&mut shutdown) => break,
-            _ = lifecycle.tick() => {
-                if ctx.is_leader() && ctx.state.read().synced() {
-                    lifecycle::reconcile_all(&ctx).await;
+            done = workers.next_finished() => workers.finished(done, ctx.now()),
+            // A replica that stopped leading drops its in-flight writes at once.
+            Ok(()) = leadership.changed() => {
+                if !ctx.is_leader() {
+                    workers.stop();
                 }
             }
-            _ = collector.tick() => {
-                if ctx.is_leader()
-                    && ctx.state.read().synced()
-                    && let Err(err) = gc::collect(&ctx).await
-                {
-                    tracing::error!(error = %err, "nodeclaim garbage collection failed");
+            _ = lifecycle.tick() => {
+                if ctx.is_leader() && ctx.state.read().synced() {
+                    lifecycle::start_reconciles(&ctx, &mut workers);
                 }
             }
         }
     }
+    workers.stop();
 }
 
 /// Resolves once `shutdown` turns true (or its sender is gone). Returns `()` so `select!` never

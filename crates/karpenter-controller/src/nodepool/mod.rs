@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use crate::context::Context;
 use crate::metrics::NodePoolResourceLabels;
 use crate::state::ClusterState;
+use crate::timeouts;
 
 pub const CONDITION_READY: &str = "Ready";
 pub const CONDITION_VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
@@ -274,7 +275,7 @@ pub async fn reconcile(ctx: &Context, name: &str) -> crate::Result<()> {
     let api: Api<NodePool> = Api::all(ctx.client.clone());
     if let Some((hash, version)) = desired_hash_annotations(&pool) {
         let patch = json!({"metadata": {"annotations": {NODEPOOL_HASH_ANNOTATION: hash, NODEPOOL_HASH_VERSION_ANNOTATION: version}}});
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        timeouts::api(api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
             .await
             .map_err(|e| {
                 crate::Error::kube(format!("annotate nodepool {name} with its hash"), e)
@@ -282,7 +283,7 @@ pub async fn reconcile(ctx: &Context, name: &str) -> crate::Result<()> {
     }
     if !status_equivalent(pool.status.as_ref(), &desired) {
         let patch = json!({"status": desired});
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        timeouts::api(api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)))
             .await
             .map_err(|e| crate::Error::kube(format!("update status of nodepool {name}"), e))?;
     }

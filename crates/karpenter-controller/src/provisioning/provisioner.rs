@@ -24,6 +24,7 @@ use crate::metrics::{ControllerLabels, NodeClaimCreatedLabels};
 use crate::nodepool;
 use crate::state::ClusterState;
 use crate::state::pod::pod_key;
+use crate::timeouts;
 
 /// How often still-provisionable pods re-trigger the batcher (upstream requeues every 10 s).
 pub const RETRIGGER_PERIOD: Duration = Duration::from_secs(10);
@@ -153,7 +154,7 @@ pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
     );
 
     for pool in &pools {
-        match ctx.cloud.instance_types(pool).await {
+        match timeouts::cloud(ctx.cloud.instance_types(pool)).await {
             Ok(types) if types.is_empty() => {
                 tracing::warn!(nodepool = %pool.name_any(), "skipping, no resolved instance types found");
             }
@@ -328,9 +329,12 @@ async fn create_nodeclaims(
 
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let params = PostParams::default();
-    let results =
-        futures::future::join_all(accepted.iter().map(|(_, claim)| api.create(&params, claim)))
-            .await;
+    let results = futures::future::join_all(
+        accepted
+            .iter()
+            .map(|(_, claim)| timeouts::api(api.create(&params, claim))),
+    )
+    .await;
 
     let until = window_end(ctx);
     let mut created = Vec::new();

@@ -20,6 +20,7 @@ use kube::api::PostParams;
 use tokio::sync::watch;
 
 use crate::nodeclaim::{is_conflict, is_not_found};
+use crate::timeouts;
 
 /// Name of the ConfigMap holding the ledger.
 pub const LEDGER_CONFIGMAP: &str = "karpenter-sim-ledger";
@@ -54,8 +55,8 @@ pub struct LedgerStore {
     api: Api<ConfigMap>,
     namespace: String,
     last_written: Arc<Mutex<Option<String>>>,
-    /// One save at a time, each snapshotting the ledger when its turn comes: concurrent saves
-    /// could otherwise land out of order and leave an older ledger in the ConfigMap.
+    /// Saves run one at a time: two concurrent saves could otherwise let an older snapshot
+    /// land last, and a restart would restore instances that were already terminated.
     saving: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -79,9 +80,7 @@ impl LedgerStore {
 
     /// Loads the persisted ledger into `provider`. Returns whether one was found.
     pub async fn restore(&self, provider: &SimCloudProvider) -> Result<bool, LedgerError> {
-        let found = self
-            .api
-            .get_opt(LEDGER_CONFIGMAP)
+        let found = timeouts::api(self.api.get_opt(LEDGER_CONFIGMAP))
             .await
             .map_err(|e| LedgerError::Kube {
                 action: format!("read ConfigMap {}/{LEDGER_CONFIGMAP}", self.namespace),
@@ -103,23 +102,11 @@ impl LedgerStore {
         Ok(true)
     }
 
-    /// Writes the provider's ledger if it changed since the last write. Saves are serialised
-    /// and a conflicting write is retried with a fresh snapshot: nothing else would write the
-    /// latest ledger if no further launch or termination followed.
+    /// Writes the provider's ledger if it changed since the last write. `Ok` only when the
+    /// ConfigMap now holds this ledger: a conflict (someone wrote in between) re-reads and
+    /// retries (up to [`SAVE_ATTEMPTS`] times), and a missing namespace is an error.
     pub async fn save(&self, provider: &SimCloudProvider) -> Result<(), LedgerError> {
-        const ATTEMPTS: usize = 5;
         let _turn = self.saving.lock().await;
-        for _ in 0..ATTEMPTS {
-            if self.save_once(provider).await? {
-                return Ok(());
-            }
-        }
-        tracing::warn!(configmap = %format!("{}/{LEDGER_CONFIGMAP}", self.namespace), "sim ledger write kept conflicting; the next save retries");
-        Ok(())
-    }
-
-    /// One attempt; `Ok(false)` when someone else wrote in between.
-    async fn save_once(&self, provider: &SimCloudProvider) -> Result<bool, LedgerError> {
         let json = provider.snapshot().map_err(LedgerError::Snapshot)?;
         if self
             .last_written
@@ -128,7 +115,7 @@ impl LedgerStore {
             .as_deref()
             == Some(json.as_str())
         {
-            return Ok(true);
+            return Ok(());
         }
         let kube_err = |action: &str| {
             let action = format!("{action} ConfigMap {}/{LEDGER_CONFIGMAP}", self.namespace);
@@ -138,45 +125,55 @@ impl LedgerStore {
             }
         };
         let data = BTreeMap::from([(LEDGER_KEY.to_string(), json.clone())]);
-        match self
-            .api
-            .get_opt(LEDGER_CONFIGMAP)
-            .await
-            .map_err(kube_err("read"))?
-        {
-            Some(mut cm) => {
-                cm.data = Some(data);
-                match self
-                    .api
-                    .replace(LEDGER_CONFIGMAP, &PostParams::default(), &cm)
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let last_attempt = attempt >= SAVE_ATTEMPTS;
+            let current = timeouts::api(self.api.get_opt(LEDGER_CONFIGMAP))
+                .await
+                .map_err(kube_err("read"))?;
+            let written = match current {
+                Some(mut cm) => {
+                    cm.data = Some(data.clone());
+                    timeouts::api(
+                        self.api
+                            .replace(LEDGER_CONFIGMAP, &PostParams::default(), &cm),
+                    )
                     .await
-                {
-                    Ok(_) => {}
-                    Err(err) if is_conflict(&err) => return Ok(false),
-                    Err(err) => return Err(kube_err("update")(err)),
+                    .map_err(|err| (err, "update"))
                 }
-            }
-            None => {
-                let cm = ConfigMap {
-                    metadata: ObjectMeta {
-                        name: Some(LEDGER_CONFIGMAP.into()),
-                        namespace: Some(self.namespace.clone()),
-                        ..ObjectMeta::default()
-                    },
-                    data: Some(data),
-                    ..ConfigMap::default()
-                };
-                match self.api.create(&PostParams::default(), &cm).await {
-                    Ok(_) => {}
-                    Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(false),
-                    Err(err) => return Err(kube_err("create")(err)),
+                None => {
+                    let cm = ConfigMap {
+                        metadata: ObjectMeta {
+                            name: Some(LEDGER_CONFIGMAP.into()),
+                            namespace: Some(self.namespace.clone()),
+                            ..ObjectMeta::default()
+                        },
+                        data: Some(data.clone()),
+                        ..ConfigMap::default()
+                    };
+                    timeouts::api(self.api.create(&PostParams::default(), &cm))
+                        .await
+                        .map_err(|err| (err, "create"))
                 }
+            };
+            match written {
+                Ok(_) => break,
+                // Updated or created by someone else in between: read again and retry.
+                Err((err, _)) if is_conflict(&err) && !last_attempt => continue,
+                // A 404 on create is a missing namespace; on update, the ConfigMap was deleted
+                // in between (retry creates it).
+                Err((err, "update")) if is_not_found(&err) && !last_attempt => continue,
+                Err((err, action)) => return Err(kube_err(action)(err)),
             }
         }
         *self.last_written.lock().unwrap_or_else(|e| e.into_inner()) = Some(json);
-        Ok(true)
+        Ok(())
     }
 }
+
+/// How often [`LedgerStore::save`] re-reads and retries after a conflict before giving up.
+pub const SAVE_ATTEMPTS: u32 = 5;
 
 /// The sim provider with a durable ledger: `create` and `delete` persist it before returning, so
 /// a NodeClaim never records a providerID the restarted cloud would not know.

@@ -31,6 +31,7 @@ pub use cloud::SimCloud;
 pub use ledger::{LEDGER_CONFIGMAP, LedgerError, LedgerStore, PersistentSimProvider};
 
 use crate::nodeclaim::{is_conflict, is_not_found};
+use crate::timeouts;
 
 /// Namespace of node heartbeat Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -308,23 +309,23 @@ impl SimKubelet {
         let node_api: Api<Node> = Api::all(client.clone());
         // Nodes first, instances last: an instance missing its Node in this order is new, never
         // one whose Node was just released after the instance was terminated.
-        let mut nodes: BTreeMap<String, Node> = node_api
-            .list(&ListParams::default())
-            .await
-            .map_err(kube_err("list nodes"))?
-            .items
-            .into_iter()
-            .map(|n| (n.name_any(), n))
-            .collect();
-        let deleting_claims: BTreeSet<String> = Api::<NodeClaim>::all(client.clone())
-            .list(&ListParams::default())
-            .await
-            .map_err(kube_err("list nodeclaims"))?
-            .items
-            .into_iter()
-            .filter(|c| c.metadata.deletion_timestamp.is_some())
-            .map(|c| c.name_any())
-            .collect();
+        let mut nodes: BTreeMap<String, Node> =
+            timeouts::api(node_api.list(&ListParams::default()))
+                .await
+                .map_err(kube_err("list nodes"))?
+                .items
+                .into_iter()
+                .map(|n| (n.name_any(), n))
+                .collect();
+        let deleting_claims: BTreeSet<String> =
+            timeouts::api(Api::<NodeClaim>::all(client.clone()).list(&ListParams::default()))
+                .await
+                .map_err(kube_err("list nodeclaims"))?
+                .items
+                .into_iter()
+                .filter(|c| c.metadata.deletion_timestamp.is_some())
+                .map(|c| c.name_any())
+                .collect();
         let instances: BTreeMap<String, SimInstance> = self
             .inner
             .provider
@@ -344,7 +345,7 @@ impl SimKubelet {
             let Ok(node) = self.inner.provider.registered_node(&instance.provider_id) else {
                 continue;
             };
-            match node_api.create(&PostParams::default(), &node).await {
+            match timeouts::api(node_api.create(&PostParams::default(), &node)).await {
                 Ok(created) => {
                     tracing::info!(node = %name, provider_id = %instance.provider_id, "sim kubelet registered node");
                     nodes.insert(name.clone(), created);
@@ -381,9 +382,12 @@ impl SimKubelet {
                         .get_or_insert_default();
                     conditions.retain(|c| c.type_ != "Ready");
                     conditions.push(ready_true(node, now));
-                    match node_api
-                        .replace_status(name, &PostParams::default(), &updated)
-                        .await
+                    match timeouts::api(node_api.replace_status(
+                        name,
+                        &PostParams::default(),
+                        &updated,
+                    ))
+                    .await
                     {
                         Ok(_) => {}
                         Err(err) if is_conflict(&err) || is_not_found(&err) => {}
@@ -419,7 +423,7 @@ impl SimKubelet {
                 }),
                 ..DeleteParams::default()
             };
-            match api.delete(name, &params).await {
+            match timeouts::api(api.delete(name, &params)).await {
                 Ok(_) => tracing::info!(node = %name, "deleted node whose sim instance is gone"),
                 Err(err) if is_conflict(&err) || is_not_found(&err) => {}
                 Err(err) => return Err(kube_err(format!("delete node {name}"))(err)),
@@ -451,7 +455,7 @@ impl SimKubelet {
         {
             let mut spec_update = before.clone();
             spec_update.spec = desired.spec.clone();
-            current = match api.replace(&name, &pp, &spec_update).await {
+            current = match timeouts::api(api.replace(&name, &pp, &spec_update)).await {
                 Ok(updated) => updated,
                 Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
                 Err(err) => return Err(kube_err(format!("update taints of node {name}"))(err)),
@@ -460,7 +464,7 @@ impl SimKubelet {
         if ready_condition(before) != ready_condition(&desired) {
             desired.metadata = current.metadata;
             desired.spec = current.spec;
-            match api.replace_status(&name, &pp, &desired).await {
+            match timeouts::api(api.replace_status(&name, &pp, &desired)).await {
                 Ok(_) => {}
                 Err(err) if is_conflict(&err) || is_not_found(&err) => {}
                 Err(err) => return Err(kube_err(format!("update status of node {name}"))(err)),
@@ -480,14 +484,14 @@ impl SimKubelet {
         let api: Api<Lease> = Api::namespaced(self.inner.client.clone(), NODE_LEASE_NAMESPACE);
         let period = SignedDuration::try_from(self.inner.options.heartbeat_period)
             .unwrap_or(SignedDuration::from_secs(10));
-        let mut renewed: BTreeMap<String, Timestamp> = api
-            .list(&ListParams::default())
-            .await
-            .map_err(kube_err("list node leases"))?
-            .items
-            .into_iter()
-            .filter_map(|l| Some((l.name_any(), l.spec?.renew_time?.0)))
-            .collect();
+        let mut renewed: BTreeMap<String, Timestamp> =
+            timeouts::api(api.list(&ListParams::default()))
+                .await
+                .map_err(kube_err("list node leases"))?
+                .items
+                .into_iter()
+                .filter_map(|l| Some((l.name_any(), l.spec?.renew_time?.0)))
+                .collect();
         for name in instances.keys().filter(|n| self.is_alive(n)) {
             // Like a kubelet, heartbeat only once registered: the Lease is owned by the Node,
             // so the garbage collector removes it with the Node.
@@ -517,8 +521,7 @@ impl SimKubelet {
                     ..LeaseSpec::default()
                 }),
             };
-            let result = match api
-                .get_opt(name)
+            let result = match timeouts::api(api.get_opt(name))
                 .await
                 .map_err(kube_err(format!("read lease {name}")))?
             {
@@ -526,11 +529,13 @@ impl SimKubelet {
                     existing.spec = lease.spec;
                     // A Lease of an earlier Node of the same name gets the current owner.
                     existing.metadata.owner_references = lease.metadata.owner_references;
-                    api.replace(name, &PostParams::default(), &existing)
+                    timeouts::api(api.replace(name, &PostParams::default(), &existing))
                         .await
                         .map(|_| ())
                 }
-                None => api.create(&PostParams::default(), &lease).await.map(|_| ()),
+                None => timeouts::api(api.create(&PostParams::default(), &lease))
+                    .await
+                    .map(|_| ()),
             };
             match result {
                 Ok(()) => {
@@ -578,7 +583,7 @@ impl SimKubelet {
                     }),
                     ..DeleteParams::default()
                 };
-                match api.delete(&name, &params).await {
+                match timeouts::api(api.delete(&name, &params)).await {
                     Ok(_) => {}
                     Err(err) if is_conflict(&err) || is_not_found(&err) => {}
                     Err(err) => {
@@ -603,10 +608,7 @@ impl SimKubelet {
                 100 + seq % 100
             );
             updated.status = Some(running_status(&pod, &instance.private_ip, &pod_ip, now));
-            match api
-                .replace_status(&name, &PostParams::default(), &updated)
-                .await
-            {
+            match timeouts::api(api.replace_status(&name, &PostParams::default(), &updated)).await {
                 Ok(_) => {}
                 Err(err) if is_conflict(&err) || is_not_found(&err) => {}
                 Err(err) => return Err(kube_err(format!("start pod {namespace}/{name}"))(err)),

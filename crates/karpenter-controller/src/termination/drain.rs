@@ -7,14 +7,13 @@
 //! (terminating pods still count). Pods that must go before the deadline regardless (so they
 //! get their full `terminationGracePeriodSeconds`) are force-deleted whatever their tier.
 
-use std::collections::HashMap;
-
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, Taint};
 use karpenter_api::well_known::{DISRUPTED_TAINT_KEY, DO_NOT_DISRUPT_ANNOTATION};
 use karpenter_core::taints::{NO_SCHEDULE, tolerates};
 use kube::ResourceExt;
 
+use crate::backoff::{Backoff, BackoffPolicy};
 use crate::state::pod::{
     is_owned_by_daemonset, is_owned_by_node, is_terminal, is_terminating, pod_key,
 };
@@ -195,41 +194,41 @@ pub fn plan(pods: &[&Pod], now: Timestamp, deadline: Option<Timestamp>) -> Drain
     out
 }
 
-/// Per-pod eviction retry backoff, keyed by `namespace/name` + UID.
-#[derive(Debug, Default)]
-pub struct EvictionBackoff {
-    entries: HashMap<(String, String), (Timestamp, SignedDuration)>,
+/// Per-pod eviction retry backoff, keyed by `namespace/name` + UID: 100 ms → 10 s.
+#[derive(Debug)]
+pub struct EvictionBackoff(Backoff<(String, String)>);
+
+impl Default for EvictionBackoff {
+    fn default() -> Self {
+        EvictionBackoff(Backoff::new(BackoffPolicy {
+            base: EVICTION_BACKOFF_MIN,
+            cap: EVICTION_BACKOFF_MAX,
+        }))
+    }
+}
+
+fn backoff_key(key: &str, uid: &str) -> (String, String) {
+    (key.to_string(), uid.to_string())
 }
 
 impl EvictionBackoff {
     /// Whether the pod may be tried at `now`.
     pub fn ready(&self, key: &str, uid: &str, now: Timestamp) -> bool {
-        self.entries
-            .get(&(key.to_string(), uid.to_string()))
-            .is_none_or(|(next, _)| *next <= now)
+        self.0.ready(&backoff_key(key, uid), now)
     }
 
     /// Records a failed attempt: the next one waits twice as long as the last (capped).
     pub fn failed(&mut self, key: &str, uid: &str, now: Timestamp) {
-        let entry = self
-            .entries
-            .entry((key.to_string(), uid.to_string()))
-            .or_insert((now, SignedDuration::ZERO));
-        let delay = if entry.1.is_zero() {
-            EVICTION_BACKOFF_MIN
-        } else {
-            (entry.1 * 2).min(EVICTION_BACKOFF_MAX)
-        };
-        *entry = (now.checked_add(delay).unwrap_or(now), delay);
+        self.0.failed(backoff_key(key, uid), now);
     }
 
     pub fn forget(&mut self, key: &str, uid: &str) {
-        self.entries.remove(&(key.to_string(), uid.to_string()));
+        self.0.succeeded(&backoff_key(key, uid));
     }
 
     /// Drops entries for pods no longer present.
     pub fn retain(&mut self, live: impl Fn(&str, &str) -> bool) {
-        self.entries.retain(|(key, uid), _| live(key, uid));
+        self.0.retain(|(key, uid)| live(key, uid));
     }
 }
 

@@ -29,10 +29,13 @@ use kube::api::{DeleteParams, EvictParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
+use crate::backoff::BackoffPolicy;
 use crate::context::Context;
 use crate::events::{EventRecord, EventType};
 use crate::metrics::{EvictionRequestLabels, NodePoolLabels, PodsDrainedLabels, seconds_since};
 use crate::nodeclaim::{has_finalizer, is_conflict, is_not_found, parse_time, status_code};
+use crate::timeouts;
+use crate::workers::{MAX_CONCURRENT_RECONCILES, Workers};
 use drain::{Action, EvictionBackoff, PodAction};
 
 pub const REASON_EVICTED: &str = "Evicted";
@@ -116,7 +119,6 @@ fn has_disrupted_taint(node: &Node) -> bool {
         && node.labels().contains_key(EXCLUDE_FROM_LB_LABEL)
 }
 
-/// Runs the node termination loop until `shutdown` turns true.
 /// Why pods are drained, for `pods_drained_total` and the `Evicted` event: the NodeClaim's
 /// `DisruptionReason` condition when a disruption set one, else upstream's default wording.
 pub fn drain_reason(claim: Option<&NodeClaim>) -> String {
@@ -128,25 +130,37 @@ pub fn drain_reason(claim: Option<&NodeClaim>) -> String {
         .unwrap_or_else(|| "Forceful Termination".to_string())
 }
 
+/// Runs the node termination loop until `shutdown` turns true: each deleting Node gets its own
+/// reconcile task every [`RECONCILE_PERIOD`] unless one is in flight or it is backing off.
 pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
-    let terminator = Terminator::default();
+    let terminator = Arc::new(Terminator::default());
+    let mut workers = Workers::new("node", BackoffPolicy::RECONCILE, MAX_CONCURRENT_RECONCILES);
     let mut ticker = tokio::time::interval(RECONCILE_PERIOD);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut leadership = ctx.leadership();
     loop {
         tokio::select! {
             () = crate::nodeclaim::stopped(&mut shutdown) => break,
+            done = workers.next_finished() => workers.finished(done, ctx.now()),
+            // A replica that stopped leading drops its in-flight writes at once.
+            Ok(()) = leadership.changed() => {
+                if !ctx.is_leader() {
+                    workers.stop();
+                }
+            }
             _ = ticker.tick() => {
                 if ctx.is_leader() && ctx.state.read().synced() {
-                    terminator.reconcile_all(&ctx).await;
+                    terminator.start_reconciles(&ctx, &mut workers);
                 }
             }
         }
     }
+    workers.stop();
 }
 
 impl Terminator {
-    /// One pass over every deleting Node we own.
-    pub async fn reconcile_all(&self, ctx: &Context) {
+    /// Starts a reconcile for every deleting Node we own that is not in flight or backing off.
+    pub fn start_reconciles(self: &Arc<Self>, ctx: &Arc<Context>, workers: &mut Workers) {
         let nodes: Vec<Node> = ctx
             .state
             .read()
@@ -154,16 +168,16 @@ impl Terminator {
             .filter(|n| should_finalize(n, ctx.cloud.name()))
             .cloned()
             .collect();
-        let results = futures::future::join_all(nodes.into_iter().map(|node| async move {
-            let name = node.name_any();
-            (name, self.reconcile(ctx, node).await)
-        }))
-        .await;
-        for (name, result) in results {
-            if let Err(err) = result {
-                tracing::warn!(node = %name, error = %err, "node termination failed; retrying");
-            }
-        }
+        let candidates = nodes
+            .into_iter()
+            .map(|node| {
+                let (ctx, terminator) = (ctx.clone(), self.clone());
+                (node.name_any(), async move {
+                    terminator.reconcile(&ctx, node).await
+                })
+            })
+            .collect();
+        workers.start_in_turn(ctx.now(), candidates);
     }
 
     /// One step of terminating one Node.
@@ -186,9 +200,7 @@ impl Terminator {
             .iter()
             .filter(|c| c.metadata.deletion_timestamp.is_none())
         {
-            match claim_api
-                .delete(&claim.name_any(), &DeleteParams::default())
-                .await
+            match timeouts::api(claim_api.delete(&claim.name_any(), &DeleteParams::default())).await
             {
                 Ok(_) => {}
                 Err(err) if is_not_found(&err) => {}
@@ -219,7 +231,7 @@ impl Terminator {
 
         if !node_ready(&node)
             && matches!(
-                ctx.cloud.get(&pid).await,
+                timeouts::cloud(ctx.cloud.get(&pid)).await,
                 Err(CloudError::NodeClaimNotFound(_))
             )
         {
@@ -249,9 +261,12 @@ impl Terminator {
 
         if !has_disrupted_taint(&node) {
             let desired = tainted_for_termination(&node);
-            match Api::<Node>::all(ctx.client.clone())
-                .replace(&node_name, &PostParams::default(), &desired)
-                .await
+            match timeouts::api(Api::<Node>::all(ctx.client.clone()).replace(
+                &node_name,
+                &PostParams::default(),
+                &desired,
+            ))
+            .await
             {
                 Ok(updated) => ctx.state.write().apply(updated),
                 Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
@@ -295,7 +310,7 @@ impl Terminator {
         }
 
         if let Some(instance) = &instance_claim {
-            match ctx.cloud.delete(instance).await {
+            match timeouts::cloud(ctx.cloud.delete(instance)).await {
                 // Terminating; poll until the provider no longer knows it.
                 Ok(()) => return Ok(()),
                 Err(CloudError::NodeClaimNotFound(_)) => {}
@@ -318,9 +333,12 @@ impl Terminator {
             .finalizers
             .get_or_insert_default()
             .retain(|f| f != TERMINATION_FINALIZER);
-        match Api::<Node>::all(ctx.client.clone())
-            .replace(&node_name, &PostParams::default(), &node)
-            .await
+        match timeouts::api(Api::<Node>::all(ctx.client.clone()).replace(
+            &node_name,
+            &PostParams::default(),
+            &node,
+        ))
+        .await
         {
             Ok(_) => {}
             Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
@@ -382,7 +400,9 @@ impl Terminator {
                     }),
                     ..EvictParams::default()
                 };
-                api.evict(&action.name, &params).await.map(|_| ())
+                timeouts::api(api.evict(&action.name, &params))
+                    .await
+                    .map(|_| ())
             }
             Action::ForceDelete { grace_seconds } => {
                 let params = DeleteParams {
@@ -390,7 +410,9 @@ impl Terminator {
                     preconditions,
                     ..DeleteParams::default()
                 };
-                api.delete(&action.name, &params).await.map(|_| ())
+                timeouts::api(api.delete(&action.name, &params))
+                    .await
+                    .map(|_| ())
             }
         };
         if matches!(action.action, Action::Evict) {

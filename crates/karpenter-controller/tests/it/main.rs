@@ -5,6 +5,7 @@
 
 mod e2e_inflate;
 mod e2e_seed_flow;
+mod faults;
 mod isolation;
 mod leader;
 mod lifecycle;

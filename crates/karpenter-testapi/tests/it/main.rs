@@ -5,6 +5,7 @@
 mod crd;
 mod crud;
 mod eviction;
+mod faults;
 mod gc_delay;
 mod lease;
 mod runtime;

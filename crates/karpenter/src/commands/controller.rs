@@ -1,14 +1,17 @@
 //! `karpenter controller`: flags and environment (upstream's names) → settings → a running
 //! controller replica. See `docs/controller.md`.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use karpenter_controller::provisioning::CoreScheduler;
-use karpenter_controller::settings::{LogFormat, parse_duration};
-use karpenter_controller::sim_kubelet::{SimCloud, SimKubeletOptions};
+use karpenter_controller::server::Probes;
+use karpenter_controller::settings::{BATCH_DURATION_RANGE, LogFormat, parse_duration_in};
+use karpenter_controller::sim_kubelet::{LedgerError, SimCloud, SimKubeletOptions};
 use karpenter_controller::{Context, Settings, TokioClock};
 use karpenter_core::clock::Clock;
 
@@ -24,6 +27,12 @@ pub enum LogFormatArg {
     Text,
 }
 
+/// Parses a batch window flag at start-up: a Go duration within `BATCH_DURATION_RANGE`, so no
+/// value can overflow the batcher's deadlines later. clap names the flag in the error.
+fn batch_duration(name: &'static str) -> impl Fn(&str) -> Result<Duration, String> + Clone {
+    move |raw| parse_duration_in(name, raw, &BATCH_DURATION_RANGE).map_err(|e| e.to_string())
+}
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Cloud to launch nodes in.
@@ -35,12 +44,12 @@ pub struct Args {
     /// Cluster name (tags, discovery).
     #[arg(long, env = "CLUSTER_NAME", default_value = "")]
     pub cluster_name: String,
-    /// Longest provisioning batch window.
-    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s")]
-    pub batch_max_duration: String,
-    /// A batch window closes after this long without a new pending pod.
-    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s")]
-    pub batch_idle_duration: String,
+    /// Longest provisioning batch window (1ms to 1h).
+    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = batch_duration("BATCH_MAX_DURATION"))]
+    pub batch_max_duration: Duration,
+    /// A batch window closes after this long without a new pending pod (1ms to 1h).
+    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = batch_duration("BATCH_IDLE_DURATION"))]
+    pub batch_idle_duration: Duration,
     #[arg(long, env = "METRICS_PORT", default_value_t = 8080)]
     pub metrics_port: u16,
     #[arg(long, env = "HEALTH_PROBE_PORT", default_value_t = 8081)]
@@ -88,8 +97,8 @@ impl Args {
             .unwrap_or_else(|| "karpenter".into());
         let settings = Settings {
             cluster_name: self.cluster_name.clone(),
-            batch_idle_duration: parse_duration("BATCH_IDLE_DURATION", &self.batch_idle_duration)?,
-            batch_max_duration: parse_duration("BATCH_MAX_DURATION", &self.batch_max_duration)?,
+            batch_idle_duration: self.batch_idle_duration,
+            batch_max_duration: self.batch_max_duration,
             metrics_port: self.metrics_port,
             health_probe_port: self.health_probe_port,
             log_level: self.log_level.clone(),
@@ -128,7 +137,45 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
             "no cluster configuration found (not in a pod, no ~/.kube/config); pass --kubeconfig",
         )?,
     };
+    let mut config = config;
+    // Fail fast on an unreachable API server; reads keep kube's default (it must exceed the
+    // watches' server-side timeout). Every call is bounded again by the controller's own
+    // per-call timeouts (`karpenter_controller::timeouts`).
+    config.connect_timeout = Some(Duration::from_secs(10));
     kube::Client::try_from(config).context("building the Kubernetes client")
+}
+
+/// Restores the sim ledger, retrying transient API failures (timeouts included) with backoff
+/// while the health probes already answer; an unreadable ledger stops the start at once.
+async fn restore_sim_cloud(
+    client: &kube::Client,
+    sim: karpenter_sim::SimCloudProvider,
+    namespace: &str,
+    clock: &Arc<dyn Clock>,
+) -> anyhow::Result<SimCloud> {
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match SimCloud::restore(
+            client.clone(),
+            sim.clone(),
+            namespace,
+            clock.clone(),
+            SimKubeletOptions::default(),
+        )
+        .await
+        {
+            Ok(cloud) => return Ok(cloud),
+            Err(err @ LedgerError::Kube { .. }) => {
+                tracing::warn!(error = %err, retry_in = ?delay, "cannot read the sim ledger yet; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = karpenter_controller::run::shutdown_signal() => bail!("stopped while starting"),
+                }
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+            Err(err) => return Err(err.into()),
+        }
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -150,29 +197,41 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting tokio")?;
     runtime.block_on(async {
-        let client = client(args.kubeconfig.as_ref()).await?;
-        let clock: Arc<dyn Clock> = Arc::new(TokioClock::wall());
-        let sim = karpenter_sim::SimCloudProvider::new(&args.sim_region, clock.clone())
-            .with_context(|| {
-                format!("loading the sim catalogue for region {:?}", args.sim_region)
-            })?;
-        let sim = SimCloud::restore(
-            client.clone(),
-            sim,
-            &namespace,
-            clock.clone(),
-            SimKubeletOptions::default(),
+        // Health probes first: nothing below may keep `/healthz` from answering (a silent API
+        // server at start); `/readyz` says "starting" until the replica runs and has synced.
+        let probes = Probes::new();
+        let (stop_probes, probes_stopped) = tokio::sync::watch::channel(false);
+        let (health_address, probe_server) = karpenter_controller::server::serve(
+            "health probes",
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, settings.health_probe_port)),
+            karpenter_controller::server::health_router(probes.clone()),
+            probes_stopped,
         )
         .await?;
-        let (ctx, batcher) = Context::new(
-            client,
-            settings,
-            sim.cloud_provider(),
-            Arc::new(CoreScheduler),
-            clock,
-        );
-        karpenter_controller::run::run_until_signal(ctx, batcher, Some(sim)).await?;
-        Ok::<_, anyhow::Error>(())
+        tracing::info!(address = %health_address, "serving health probes");
+        let result = async {
+            let client = client(args.kubeconfig.as_ref()).await?;
+            let clock: Arc<dyn Clock> = Arc::new(TokioClock::wall());
+            let sim = karpenter_sim::SimCloudProvider::new(&args.sim_region, clock.clone())
+                .with_context(|| {
+                    format!("loading the sim catalogue for region {:?}", args.sim_region)
+                })?;
+            let sim = restore_sim_cloud(&client, sim, &namespace, &clock).await?;
+            let (ctx, batcher) = Context::new(
+                client,
+                settings,
+                sim.cloud_provider(),
+                Arc::new(CoreScheduler),
+                clock,
+            );
+            karpenter_controller::run::run_until_signal_with(ctx, batcher, Some(sim), Some(probes))
+                .await?;
+            Ok::<_, anyhow::Error>(())
+        }
+        .await;
+        stop_probes.send_replace(true);
+        let _ = probe_server.await;
+        result
     })?;
     Ok(ExitCode::SUCCESS)
 }

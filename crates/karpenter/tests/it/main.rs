@@ -5,4 +5,5 @@
 
 mod api_cli;
 mod controller_e2e;
+mod controller_faults;
 mod simulate;

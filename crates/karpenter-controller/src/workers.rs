@@ -1,0 +1,232 @@
+//! Per-object work for the reconcile loops (NodeClaim lifecycle, node termination): each
+//! object's reconcile runs as its own task, at most one per object at a time and at most
+//! `concurrency` at once, and a failed object waits out its own exponential backoff
+//! ([`crate::backoff`]). The loop never awaits a reconcile, so one hung call (bounded anyway by
+//! [`crate::timeouts`]) never stalls the other objects, the loop's other duties or shutdown.
+//!
+//! A reconcile that panics is re-raised in the loop ([`Workers::finished`]), which ends the loop
+//! and so the replica (see `run.rs`, supervision): a half-working replica must not keep leading.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+
+use jiff::Timestamp;
+use tokio::task::{JoinError, JoinSet};
+
+use crate::backoff::{Backoff, BackoffPolicy};
+
+/// Upper bound on reconciles in flight per loop.
+pub const MAX_CONCURRENT_RECONCILES: usize = 64;
+
+/// What a finished reconcile task reports.
+pub type Outcome = (String, crate::Result<()>);
+
+/// The reconciles of one loop.
+pub struct Workers {
+    what: &'static str,
+    concurrency: usize,
+    backoff: Backoff<String>,
+    in_flight: HashSet<String>,
+    /// When each object last got a turn (a start counter), so that at the concurrency limit
+    /// the objects that waited longest go first instead of the same first few every tick.
+    last_turn: HashMap<String, u64>,
+    turns: u64,
+    tasks: JoinSet<Outcome>,
+}
+
+impl std::fmt::Debug for Workers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workers")
+            .field("what", &self.what)
+            .field("in_flight", &self.in_flight)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Workers {
+    /// `what` names the objects in logs (`nodeclaim`, `node`).
+    pub fn new(what: &'static str, policy: BackoffPolicy, concurrency: usize) -> Self {
+        Workers {
+            what,
+            concurrency: concurrency.max(1),
+            backoff: Backoff::new(policy),
+            in_flight: HashSet::new(),
+            last_turn: HashMap::new(),
+            turns: 0,
+            tasks: JoinSet::new(),
+        }
+    }
+
+    /// Starts `reconcile` for `key` unless one is already running for it, it is backing off, or
+    /// the loop is at its concurrency limit (it is then picked up on a later tick). Returns
+    /// whether it started.
+    pub fn start(
+        &mut self,
+        key: String,
+        now: Timestamp,
+        reconcile: impl Future<Output = crate::Result<()>> + Send + 'static,
+    ) -> bool {
+        if self.in_flight.contains(&key)
+            || !self.backoff.ready(&key, now)
+            || self.in_flight.len() >= self.concurrency
+        {
+            return false;
+        }
+        self.turns = self.turns.saturating_add(1);
+        self.last_turn.insert(key.clone(), self.turns);
+        self.in_flight.insert(key.clone());
+        self.tasks.spawn(async move { (key, reconcile.await) });
+        true
+    }
+
+    /// One tick of a loop: forgets objects no longer in `candidates`, then starts a reconcile
+    /// for each candidate (see [`Workers::start`]), the ones that waited longest for a turn
+    /// first. Without that order a loop at its concurrency limit would serve the same first
+    /// objects every tick and starve the rest (seen with 182 NodeClaims and 64 slots).
+    pub fn start_in_turn<F>(&mut self, now: Timestamp, candidates: Vec<(String, F)>)
+    where
+        F: Future<Output = crate::Result<()>> + Send + 'static,
+    {
+        let live: HashSet<&str> = candidates.iter().map(|(key, _)| key.as_str()).collect();
+        self.backoff.retain(|key| live.contains(key.as_str()));
+        self.last_turn.retain(|key, _| live.contains(key.as_str()));
+        let mut candidates = candidates;
+        // Stable: objects that never had a turn keep the caller's order.
+        candidates.sort_by_key(|(key, _)| self.last_turn.get(key).copied().unwrap_or(0));
+        for (key, reconcile) in candidates {
+            if self.in_flight.len() >= self.concurrency {
+                break;
+            }
+            self.start(key, now, reconcile);
+        }
+    }
+
+    /// The next finished reconcile (pending while none is running: use it in `select!`).
+    pub async fn next_finished(&mut self) -> Result<Outcome, JoinError> {
+        match self.tasks.join_next().await {
+            Some(done) => done,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Books a finished reconcile: success resets the object's backoff, an error backs it off
+    /// (logged), a panic is re-raised here.
+    pub fn finished(&mut self, done: Result<Outcome, JoinError>, now: Timestamp) {
+        match done {
+            Ok((key, result)) => {
+                self.in_flight.remove(&key);
+                match result {
+                    Ok(()) => self.backoff.succeeded(&key),
+                    Err(err) => {
+                        let delay = self.backoff.failed(key.clone(), now);
+                        tracing::warn!(
+                            object = %format!("{}/{key}", self.what),
+                            error = %err,
+                            retry_in = ?delay,
+                            "reconcile failed; backing off"
+                        );
+                    }
+                }
+            }
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            // Cancelled: only `stop` aborts tasks.
+            Err(_) => {}
+        }
+    }
+
+    /// Keys with a reconcile in flight.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Consecutive failures of `key`.
+    pub fn failures(&self, key: &str) -> u32 {
+        self.backoff.failures(&key.to_string())
+    }
+
+    /// Aborts every running reconcile (shutdown; their API calls are dropped unanswered).
+    pub fn stop(&mut self) {
+        self.tasks.abort_all();
+        self.in_flight.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jiff::SignedDuration;
+    use std::time::Duration;
+
+    fn t0() -> Timestamp {
+        Timestamp::from_second(1_704_067_200).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_object_does_not_block_others_and_failures_back_off() {
+        let mut workers = Workers::new("nodeclaim", BackoffPolicy::RECONCILE, 8);
+        assert!(workers.start("hung".into(), t0(), std::future::pending()));
+        assert!(
+            !workers.start("hung".into(), t0(), async { Ok(()) }),
+            "one reconcile per object at a time"
+        );
+        assert!(workers.start("bad".into(), t0(), async {
+            Err(crate::Error::Settings {
+                name: "X",
+                message: "boom".into(),
+            })
+        }));
+        let done = workers.next_finished().await;
+        workers.finished(done, t0());
+        assert_eq!(workers.failures("bad"), 1);
+        assert!(
+            !workers.start("bad".into(), t0(), async { Ok(()) }),
+            "backing off"
+        );
+        let later = t0().checked_add(SignedDuration::from_secs(1)).unwrap();
+        assert!(workers.start("bad".into(), later, async { Ok(()) }));
+        let done = tokio::time::timeout(Duration::from_secs(1), workers.next_finished())
+            .await
+            .unwrap();
+        workers.finished(done, later);
+        assert_eq!(workers.failures("bad"), 0, "success resets");
+        assert_eq!(workers.in_flight(), 1, "only the hung one is left");
+        workers.stop();
+        assert_eq!(workers.in_flight(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_the_concurrency_limit_every_object_gets_its_turn() {
+        let mut workers = Workers::new("nodeclaim", BackoffPolicy::RECONCILE, 2);
+        let keys = ["a", "b", "c", "d", "e"];
+        let mut served = Vec::new();
+        for _ in 0..3 {
+            let candidates = keys
+                .iter()
+                .map(|k| (k.to_string(), async { Ok(()) }))
+                .collect();
+            workers.start_in_turn(t0(), candidates);
+            while workers.in_flight() > 0 {
+                let done = workers.next_finished().await;
+                if let Ok((key, _)) = &done {
+                    served.push(key.clone());
+                }
+                workers.finished(done, t0());
+            }
+        }
+        served.sort();
+        served.dedup();
+        assert_eq!(
+            served, keys,
+            "three ticks of two slots reach all five objects"
+        );
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "reconcile bug")]
+    async fn a_panicking_reconcile_is_re_raised_in_the_loop() {
+        let mut workers = Workers::new("node", BackoffPolicy::RECONCILE, 1);
+        workers.start("n".into(), t0(), async { panic!("reconcile bug") });
+        let done = workers.next_finished().await;
+        workers.finished(done, t0());
+    }
+}
