@@ -82,20 +82,6 @@ async fn two_thousand_pods_all_registered_and_running() {
         if running == PODS {
             break;
         }
-        if std::env::var("LOAD_DEBUG").is_ok() {
-            let claims = cluster.server.list::<NodeClaim>();
-            let registered = claims
-                .iter()
-                .filter(|c| registration_delay_secs(c, &cluster).is_some())
-                .count();
-            eprintln!(
-                "debug: t={:?} wall={:?} running={running} claims={} registered={registered} nodes={}",
-                cluster.now(),
-                wall.elapsed(),
-                claims.len(),
-                cluster.server.count::<Node>()
-            );
-        }
         assert!(
             tokio::time::Instant::now() < deadline,
             "only {running} of {PODS} pods Running after 600 s"
