@@ -172,6 +172,10 @@ impl Registry {
                 "spec.names.plural and spec.names.kind are required",
             ));
         }
+        // Refuse what the real API server refuses (bad defaults, non-structural schemas, CEL
+        // rules over budget), with its 422 and wording.
+        crate::crd_check::check_crd(crd)
+            .map_err(|invalid| ApiError::new(422, "Invalid", invalid.to_string()))?;
         let namespaced = spec.scope == "Namespaced";
         for version in spec.versions.iter().filter(|v| v.served) {
             let has_status = version

@@ -114,3 +114,49 @@ async fn crds_created_through_the_api_are_served() {
     assert_eq!(created.namespace(), None, "cluster-scoped");
     assert_eq!(server.count::<Gadget>(), 1);
 }
+
+/// A Widget CRD whose `spec.terms` default (`[]`) breaks its own `minItems: 1`: the mistake of
+/// issue 8, which the real API server refuses.
+fn crd_with_bad_default()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    let mut crd = serde_json::to_value(Widget::crd()).unwrap();
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["terms"] = json!({
+        "type": "array", "minItems": 1, "default": [], "items": {"type": "string"}
+    });
+    serde_json::from_value(crd).unwrap()
+}
+
+const BAD_DEFAULT_MESSAGE: &str = "CustomResourceDefinition.apiextensions.k8s.io \"widgets.example.com\" is invalid: spec.validation.openAPIV3Schema.properties[spec].properties[terms].default: Invalid value: 0: in body should have at least 1 items";
+
+#[test]
+fn register_crd_refuses_what_the_api_server_refuses() {
+    let server = TestApiServer::new();
+    let err = server.register_crd(&crd_with_bad_default()).unwrap_err();
+    assert_eq!((err.code, err.reason.as_str()), (422, "Invalid"));
+    assert_eq!(err.message, BAD_DEFAULT_MESSAGE);
+}
+
+#[tokio::test]
+async fn creating_an_invalid_crd_through_the_api_is_422_and_serves_nothing() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let server = TestApiServer::new();
+    let crds: Api<CustomResourceDefinition> = Api::all(server.client());
+    let err = crds
+        .create(&PostParams::default(), &crd_with_bad_default())
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 422);
+            assert_eq!(status.reason, "Invalid");
+            assert_eq!(status.message, BAD_DEFAULT_MESSAGE);
+        }
+        other => panic!("expected a 422, got {other:?}"),
+    }
+    assert_eq!(server.count::<CustomResourceDefinition>(), 0);
+    let widgets: Api<Widget> = Api::default_namespaced(server.client());
+    assert!(
+        widgets.list(&ListParams::default()).await.is_err(),
+        "widgets are not served"
+    );
+}
