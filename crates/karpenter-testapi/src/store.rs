@@ -326,6 +326,7 @@ impl Store {
                 map.remove("status");
             }
         }
+        let mut object = self.admit(res, &name, object, None)?;
         let uid = self.next_id();
         let created = self.timestamp(0);
         let meta = metadata_mut(&mut object);
@@ -397,7 +398,27 @@ impl Store {
             return Err(ApiError::conflict(&what, name, CONFLICT));
         }
         let new = prepare_update(res, &old, object, target)?;
+        let new = self.admit(res, name, new, Some(&old))?;
         Ok(self.commit_update(res, key, old, new))
+    }
+
+    /// Custom objects are pruned, defaulted and validated against their CRD's schema, as the API
+    /// server does on every write (422 `Invalid` with its field errors).
+    fn admit(
+        &self,
+        res: &ResourceInfo,
+        name: &str,
+        object: Value,
+        old: Option<&Value>,
+    ) -> Result<Value, ApiError> {
+        let Some(schema) = self.registry.schema(res) else {
+            return Ok(object);
+        };
+        schema.admit(object, old).map_err(|errors| {
+            let message =
+                crate::crd_check::admission::invalid_message(&res.kind, &res.group, name, &errors);
+            ApiError::new(422, "Invalid", message)
+        })
     }
 
     /// Patches an object. Server-side apply creates a missing object.

@@ -71,3 +71,116 @@ async fn the_test_api_server_accepts_the_crds_through_its_api() {
     }
     assert_eq!(server.count::<CustomResourceDefinition>(), 3);
 }
+
+/// A test API server serving our three CRDs, and a way to create any v1 document through it.
+async fn create_through_the_api(
+    server: &TestApiServer,
+    value: &serde_json::Value,
+) -> Result<(), kube::Error> {
+    use kube::api::DynamicObject;
+    use kube::discovery::ApiResource;
+    let api_version = value["apiVersion"].as_str().unwrap();
+    let kind = value["kind"].as_str().unwrap();
+    let (group, version) = api_version.split_once('/').unwrap();
+    let plural = crd::all()
+        .unwrap()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)
+        .map(|c| c.spec.names.plural)
+        .unwrap();
+    let resource = ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: api_version.into(),
+        kind: kind.into(),
+        plural,
+    };
+    let api: Api<DynamicObject> = Api::all_with(server.client(), &resource);
+    let object: DynamicObject = serde_json::from_value(value.clone()).unwrap();
+    api.create(&PostParams::default(), &object)
+        .await
+        .map(|_| ())
+}
+
+fn server_with_crds() -> TestApiServer {
+    let server = TestApiServer::new();
+    for c in crd::all().unwrap() {
+        server.register_crd(&c).unwrap();
+    }
+    server
+}
+
+/// The test API server now refuses what the real one refuses: every invalid fixture of the schema
+/// and CEL layers is a 422 (CEL ones with the rule's message), through a plain `kube::Client`.
+#[tokio::test]
+async fn the_test_api_server_refuses_every_schema_and_cel_invalid_fixture() {
+    use super::fixtures::{invalid_case, invalid_case_names};
+    // Unknown fields are pruned, not refused, without `fieldValidation=Strict` (kube's default).
+    let pruned = ["ec2-unknown-field", "np-unknown-field"];
+    let server = server_with_crds();
+    let mut refused = 0;
+    for name in invalid_case_names() {
+        let case = invalid_case(&name);
+        if case.layer == "runtime" || pruned.contains(&name.as_str()) {
+            continue;
+        }
+        match create_through_the_api(&server, &case.value).await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 422, "{name}: {status:?}");
+                if case.layer == "cel" {
+                    assert!(
+                        status.message.contains(&case.message),
+                        "{name}: {}",
+                        status.message
+                    );
+                }
+                refused += 1;
+            }
+            other => panic!(
+                "{name} ({} layer): the test API server accepted it: {other:?}",
+                case.layer
+            ),
+        }
+    }
+    assert!(refused >= 70, "only {refused} refused");
+}
+
+#[tokio::test]
+async fn the_test_api_server_accepts_every_valid_seed_and_applies_the_crd_defaults() {
+    use super::fixtures::{documents, root, yaml_files};
+    let mut created = 0;
+    for file in yaml_files(&root().join("seeds")) {
+        // Seed files reuse names (`default`), so each gets its own server.
+        let server = server_with_crds();
+        for doc in documents(&file) {
+            let value = doc.value.unwrap();
+            let text = |k: &str| value[k].as_str().unwrap_or_default().to_string();
+            if karpenter_api::validation::v1_kind(&text("apiVersion"), &text("kind")).is_none() {
+                continue;
+            }
+            create_through_the_api(&server, &value)
+                .await
+                .unwrap_or_else(|e| panic!("{}:{}: {e}", file.display(), doc.index));
+            created += 1;
+        }
+    }
+    assert_eq!(created, 12);
+    let server = server_with_crds();
+    // A minimal NodePool comes back with the CRD's defaults, as from a real API server.
+    let minimal = serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "minimal"},
+        "spec": {"template": {"spec": {
+            "requirements": [],
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+        }}}
+    });
+    create_through_the_api(&server, &minimal).await.unwrap();
+    let stored = server
+        .get::<karpenter_api::v1::NodePool>(None, "minimal")
+        .unwrap();
+    let disruption = stored.spec.disruption.unwrap();
+    assert_eq!(
+        serde_json::to_value(&disruption).unwrap(),
+        serde_json::json!({"budgets": [{"nodes": "10%"}], "consolidateAfter": "0s", "consolidationPolicy": "WhenEmptyOrUnderutilized"})
+    );
+}

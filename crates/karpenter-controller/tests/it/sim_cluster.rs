@@ -143,7 +143,14 @@ impl SimCluster {
         self.server
             .put_value(json!({
                 "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
-                "metadata": {"name": "default"}, "spec": {}
+                "metadata": {"name": "default"},
+                // What the seed guide applies; the test API server validates it as a real one does.
+                "spec": {
+                    "role": "KarpenterNodeRole-my-cluster",
+                    "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                    "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "my-cluster"}}],
+                    "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "my-cluster"}}]
+                }
             }))
             .unwrap();
         self.server.put_value(json!({

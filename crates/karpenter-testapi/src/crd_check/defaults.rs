@@ -21,7 +21,8 @@ fn walk(node: &Value, path: &str, errors: &mut Vec<FieldError>) {
                 "must not be null for non-nullable field",
             ));
         } else {
-            let defaulted = kube_cel::apply_defaults(node, default);
+            let mut defaulted = default.clone();
+            apply(node, &mut defaulted);
             let unknown = unknown_fields(node, &defaulted, "");
             if unknown.is_empty() {
                 errors.extend(values::validate(node, &defaulted, &default_path, ""));
@@ -36,6 +37,37 @@ fn walk(node: &Value, path: &str, errors: &mut Vec<FieldError>) {
     }
     for (segment, child) in children(node) {
         walk(child, &format!("{path}.{segment}"), errors);
+    }
+}
+
+/// Structural defaulting as the API server does it: a missing field with a `default` gets it,
+/// and every field (defaulted ones included, so defaults nest) is then defaulted in turn.
+pub(crate) fn apply(schema: &Value, value: &mut Value) {
+    match value {
+        Value::Object(obj) => {
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (key, prop) in props {
+                    if !obj.contains_key(key)
+                        && let Some(default) = prop.get("default")
+                    {
+                        obj.insert(key.clone(), default.clone());
+                    }
+                    if let Some(child) = obj.get_mut(key) {
+                        apply(prop, child);
+                    }
+                }
+            } else if let Some(additional) =
+                schema.get("additionalProperties").filter(|a| a.is_object())
+            {
+                obj.values_mut().for_each(|child| apply(additional, child));
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items").filter(|i| i.is_object()) {
+                items.iter_mut().for_each(|item| apply(item_schema, item));
+            }
+        }
+        _ => {}
     }
 }
 

@@ -16,8 +16,9 @@
 //! `spec.validation.openAPIV3Schema.properties[spec].properties[amiSelectorTerms].default:
 //! Invalid value: 0: in body should have at least 1 items`.
 
+pub(crate) mod admission;
 mod cost;
-mod defaults;
+pub(crate) mod defaults;
 mod structural;
 pub(crate) mod values;
 
@@ -124,7 +125,7 @@ pub struct CrdInvalid {
 }
 
 /// One error alone, several as `[a, b]`, as apimachinery's aggregate prints them.
-fn render(errors: &[FieldError]) -> String {
+pub(crate) fn render(errors: &[FieldError]) -> String {
     let rendered: Vec<String> = errors.iter().map(ToString::to_string).collect();
     match rendered.as_slice() {
         [one] => one.clone(),

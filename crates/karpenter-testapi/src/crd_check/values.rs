@@ -14,11 +14,22 @@ use super::{FieldError, json_type};
 /// descendants evaluated on `value`. `path` prefixes every error; `body` is the name go-openapi
 /// puts before `in body` (empty when validating a value at its own root, as for defaults).
 pub(crate) fn validate(schema: &Value, value: &Value, path: &str, body: &str) -> Vec<FieldError> {
-    let mut errors = Vec::new();
-    check_node(schema, value, path, body, &mut errors);
+    let mut errors = validate_schema(schema, value, path, body);
     if errors.is_empty() {
         errors.extend(cel(schema, value, path));
     }
+    errors
+}
+
+/// The OpenAPI part of [`validate`] alone (no CEL).
+pub(crate) fn validate_schema(
+    schema: &Value,
+    value: &Value,
+    path: &str,
+    body: &str,
+) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    check_node(schema, value, path, body, &mut errors);
     errors
 }
 
@@ -174,10 +185,19 @@ fn check_object(
     let props = schema.get("properties").and_then(Value::as_object);
     let additional = schema.get("additionalProperties").filter(|a| a.is_object());
     for (key, child) in obj {
-        let child_schema = props.and_then(|p| p.get(key)).or(additional);
+        // Declared fields join with `.`, map entries with `[key]`, as Kubernetes field paths do.
+        let (child_schema, segment) = match props.and_then(|p| p.get(key)) {
+            Some(declared) => (Some(declared), key.clone()),
+            None => (additional, format!("[{key}]")),
+        };
         if let Some(child_schema) = child_schema {
-            let child_body = join(body, key);
-            check_node(child_schema, child, &join(path, key), &child_body, errors);
+            check_node(
+                child_schema,
+                child,
+                &join(path, &segment),
+                &join(body, &segment),
+                errors,
+            );
         }
     }
 }
@@ -365,6 +385,15 @@ fn cel(schema: &Value, value: &Value, path: &str) -> Vec<FieldError> {
     let Err(failures) = kube_cel::Validator::new().validate(schema, value, None) else {
         return Vec::new();
     };
+    cel_failures(schema, &failures, path)
+}
+
+/// kube-cel failures as field errors: `<path>: Invalid value: "<node type>": <message>`.
+pub(crate) fn cel_failures(
+    schema: &Value,
+    failures: &kube_cel::ValidationErrors,
+    path: &str,
+) -> Vec<FieldError> {
     failures
         .iter()
         .map(|failure| {
