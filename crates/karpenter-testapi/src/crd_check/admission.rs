@@ -5,7 +5,8 @@
 //! reported (the API server's CRD validation ratcheting), so objects stored before a stricter
 //! schema stay writable.
 
-use std::sync::{Arc, LazyLock};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use regex::Regex;
 
@@ -26,9 +27,21 @@ impl std::fmt::Debug for ObjectSchema {
 }
 
 impl ObjectSchema {
+    /// The schema with its rules compiled; shared by every server that registers the same
+    /// schema (compiling is the slow part of registering a CRD).
     pub(crate) fn new(schema: Value) -> Arc<Self> {
+        static COMPILED: LazyLock<Mutex<HashMap<String, Arc<ObjectSchema>>>> =
+            LazyLock::new(Default::default);
+        let key = schema.to_string();
+        if let Some(found) = COMPILED.lock().ok().and_then(|c| c.get(&key).cloned()) {
+            return found;
+        }
         let compiled = kube_cel::compile_schema(&schema);
-        Arc::new(Self { schema, compiled })
+        let built = Arc::new(Self { schema, compiled });
+        if let Ok(mut cache) = COMPILED.lock() {
+            cache.insert(key, built.clone());
+        }
+        built
     }
 
     /// The object as it would be stored, or every reason the API server would refuse it.

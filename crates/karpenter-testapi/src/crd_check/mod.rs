@@ -22,7 +22,9 @@ pub(crate) mod defaults;
 mod structural;
 pub(crate) mod values;
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::{LazyLock, Mutex};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::Value;
@@ -133,8 +135,27 @@ pub(crate) fn render(errors: &[FieldError]) -> String {
     }
 }
 
+/// Verdicts by the CRD's JSON: the check is pure, and test suites register the same CRDs in
+/// every test server they build.
+static VERDICTS: LazyLock<Mutex<HashMap<String, Result<(), CrdInvalid>>>> =
+    LazyLock::new(Default::default);
+
 /// Checks a CRD the way the API server does on create and update.
 pub fn check_crd(crd: &CustomResourceDefinition) -> Result<(), CrdInvalid> {
+    let Ok(key) = serde_json::to_string(crd) else {
+        return check_crd_uncached(crd);
+    };
+    if let Some(verdict) = VERDICTS.lock().ok().and_then(|v| v.get(&key).cloned()) {
+        return verdict;
+    }
+    let verdict = check_crd_uncached(crd);
+    if let Ok(mut verdicts) = VERDICTS.lock() {
+        verdicts.insert(key, verdict.clone());
+    }
+    verdict
+}
+
+fn check_crd_uncached(crd: &CustomResourceDefinition) -> Result<(), CrdInvalid> {
     let name = crd.metadata.name.clone().unwrap_or_default();
     let mut errors = Vec::new();
     let schemas: Vec<(usize, Value)> = crd

@@ -104,7 +104,7 @@ fn check_node(node: &Value, path: &str, correlatable: bool, errors: &mut Vec<Fie
         ));
     }
     if let Some(pattern) = node.get("pattern").and_then(Value::as_str)
-        && regex::Regex::new(pattern).is_err()
+        && !super::values::pattern_is_valid(pattern)
     {
         errors.push(FieldError::invalid(
             format!("{path}.pattern"),

@@ -353,6 +353,17 @@ fn number_text(number: f64) -> String {
 /// Patterns come from CRDs, a small set per test process: compile each once.
 static PATTERNS: LazyLock<Mutex<HashMap<String, Option<Regex>>>> = LazyLock::new(Default::default);
 
+/// Whether a pattern compiles (cached like the matches).
+pub(crate) fn pattern_is_valid(pattern: &str) -> bool {
+    let Ok(mut cache) = PATTERNS.lock() else {
+        return true;
+    };
+    cache
+        .entry(pattern.to_string())
+        .or_insert_with(|| Regex::new(pattern).ok())
+        .is_some()
+}
+
 fn pattern_matches(pattern: &str, text: &str) -> bool {
     let Ok(mut cache) = PATTERNS.lock() else {
         return true;
@@ -382,7 +393,7 @@ fn format_matches(format: &str, text: &str) -> bool {
 /// The CEL rules of `schema` and its descendants on `value` (transition rules need an old object
 /// and are skipped, as on create).
 fn cel(schema: &Value, value: &Value, path: &str) -> Vec<FieldError> {
-    let Err(failures) = kube_cel::Validator::new().validate(schema, value, None) else {
+    let Err(failures) = kube_cel::validate(schema, value, None) else {
         return Vec::new();
     };
     cel_failures(schema, &failures, path)
