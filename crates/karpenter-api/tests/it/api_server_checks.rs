@@ -72,7 +72,7 @@ async fn the_test_api_server_accepts_the_crds_through_its_api() {
     assert_eq!(server.count::<CustomResourceDefinition>(), 3);
 }
 
-/// A test API server serving our three CRDs, and a way to create any v1 document through it.
+/// Creates any v1 document through the test API server with a plain `kube::Client`.
 async fn create_through_the_api(
     server: &TestApiServer,
     value: &serde_json::Value,
@@ -82,18 +82,18 @@ async fn create_through_the_api(
     let api_version = value["apiVersion"].as_str().unwrap();
     let kind = value["kind"].as_str().unwrap();
     let (group, version) = api_version.split_once('/').unwrap();
-    let plural = crd::all()
-        .unwrap()
-        .into_iter()
-        .find(|c| c.spec.names.kind == kind)
-        .map(|c| c.spec.names.plural)
-        .unwrap();
+    let plural = match kind {
+        "NodePool" => "nodepools",
+        "NodeClaim" => "nodeclaims",
+        "EC2NodeClass" => "ec2nodeclasses",
+        other => panic!("not one of our kinds: {other}"),
+    };
     let resource = ApiResource {
         group: group.into(),
         version: version.into(),
         api_version: api_version.into(),
         kind: kind.into(),
-        plural,
+        plural: plural.into(),
     };
     let api: Api<DynamicObject> = Api::all_with(server.client(), &resource);
     let object: DynamicObject = serde_json::from_value(value.clone()).unwrap();
@@ -102,10 +102,11 @@ async fn create_through_the_api(
         .map(|_| ())
 }
 
-fn server_with_crds() -> TestApiServer {
+/// A test API server serving our three CRDs.
+fn server_with_crds(crds: &[CustomResourceDefinition]) -> TestApiServer {
     let server = TestApiServer::new();
-    for c in crd::all().unwrap() {
-        server.register_crd(&c).unwrap();
+    for c in crds {
+        server.register_crd(c).unwrap();
     }
     server
 }
@@ -117,7 +118,7 @@ async fn the_test_api_server_refuses_every_schema_and_cel_invalid_fixture() {
     use super::fixtures::{invalid_case, invalid_case_names};
     // Unknown fields are pruned, not refused, without `fieldValidation=Strict` (kube's default).
     let pruned = ["ec2-unknown-field", "np-unknown-field"];
-    let server = server_with_crds();
+    let server = server_with_crds(&crd::all().unwrap());
     let mut refused = 0;
     for name in invalid_case_names() {
         let case = invalid_case(&name);
@@ -148,10 +149,11 @@ async fn the_test_api_server_refuses_every_schema_and_cel_invalid_fixture() {
 #[tokio::test]
 async fn the_test_api_server_accepts_every_valid_seed_and_applies_the_crd_defaults() {
     use super::fixtures::{documents, root, yaml_files};
+    let crds = crd::all().unwrap();
     let mut created = 0;
     for file in yaml_files(&root().join("seeds")) {
         // Seed files reuse names (`default`), so each gets its own server.
-        let server = server_with_crds();
+        let server = server_with_crds(&crds);
         for doc in documents(&file) {
             let value = doc.value.unwrap();
             let text = |k: &str| value[k].as_str().unwrap_or_default().to_string();
@@ -165,7 +167,7 @@ async fn the_test_api_server_accepts_every_valid_seed_and_applies_the_crd_defaul
         }
     }
     assert_eq!(created, 12);
-    let server = server_with_crds();
+    let server = server_with_crds(&crds);
     // A minimal NodePool comes back with the CRD's defaults, as from a real API server.
     let minimal = serde_json::json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "minimal"},
