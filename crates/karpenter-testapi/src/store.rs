@@ -402,6 +402,32 @@ impl Store {
         Ok(self.commit_update(res, key, old, new))
     }
 
+    /// `fieldValidation=Strict`: a body with fields the CRD schema does not know is a 400, as on
+    /// the API server (which otherwise prunes them). Built-in kinds are not checked.
+    pub(crate) fn check_strict_fields(
+        &self,
+        res: &ResourceInfo,
+        body: &Value,
+    ) -> Result<(), ApiError> {
+        let Some(schema) = self.registry.schema(res) else {
+            return Ok(());
+        };
+        let unknown = schema.unknown_fields(body);
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let fields: Vec<String> = unknown
+            .iter()
+            .map(|f| format!("unknown field {f:?}"))
+            .collect();
+        Err(ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+            fields.join(", "),
+            kind = res.kind,
+            version = res.version,
+        )))
+    }
+
     /// Custom objects are pruned, defaulted and validated against their CRD's schema, as the API
     /// server does on every write (422 `Invalid` with its field errors).
     fn admit(

@@ -111,13 +111,76 @@ fn server_with_crds(crds: &[CustomResourceDefinition]) -> TestApiServer {
     server
 }
 
+const UNKNOWN_FIELD_CASES: [&str; 2] = ["ec2-unknown-field", "np-unknown-field"];
+
+/// Unknown fields: pruned by default, a 400 naming them under `fieldValidation=Strict` (what
+/// `kubectl apply --server-side` sends).
+#[tokio::test]
+async fn unknown_fields_are_pruned_or_refused_under_strict_field_validation() {
+    use super::fixtures::invalid_case;
+    use kube::api::{DynamicObject, Patch, PatchParams, ValidationDirective};
+    use kube::discovery::ApiResource;
+    for name in UNKNOWN_FIELD_CASES {
+        let case = invalid_case(name);
+        let server = server_with_crds(&crd::all().unwrap());
+        let strict = PatchParams {
+            field_manager: Some("test".into()),
+            field_validation: Some(ValidationDirective::Strict),
+            ..PatchParams::default()
+        };
+        let api_version = case.value["apiVersion"].as_str().unwrap();
+        let kind = case.value["kind"].as_str().unwrap();
+        let plural = if kind == "NodePool" {
+            "nodepools"
+        } else {
+            "ec2nodeclasses"
+        };
+        let resource = ApiResource {
+            group: api_version.split_once('/').unwrap().0.into(),
+            version: "v1".into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(server.client(), &resource);
+        let object_name = case.value["metadata"]["name"].as_str().unwrap();
+        match api
+            .patch(object_name, &strict, &Patch::Apply(&case.value))
+            .await
+        {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 400, "{name}: {status:?}");
+                let field = case.path.as_str();
+                assert!(
+                    status
+                        .message
+                        .contains(&format!("strict decoding error: unknown field \"{field}\"")),
+                    "{name}: {}",
+                    status.message
+                );
+            }
+            other => panic!("{name}: strict apply accepted: {other:?}"),
+        }
+        create_through_the_api(&server, &case.value).await.unwrap();
+        let stored = server
+            .get_value(api_version, kind, None, object_name)
+            .unwrap();
+        let pointer = format!("/{}", case.path.replace('.', "/"));
+        assert!(
+            stored.pointer(&pointer).is_none(),
+            "{name}: {} was not pruned",
+            case.path
+        );
+    }
+}
+
 /// The test API server now refuses what the real one refuses: every invalid fixture of the schema
 /// and CEL layers is a 422 (CEL ones with the rule's message), through a plain `kube::Client`.
 #[tokio::test]
 async fn the_test_api_server_refuses_every_schema_and_cel_invalid_fixture() {
     use super::fixtures::{invalid_case, invalid_case_names};
-    // Unknown fields are pruned, not refused, without `fieldValidation=Strict` (kube's default).
-    let pruned = ["ec2-unknown-field", "np-unknown-field"];
+    // Unknown fields are pruned, not refused, without `fieldValidation=Strict` (next test).
+    let pruned = UNKNOWN_FIELD_CASES;
     let server = server_with_crds(&crd::all().unwrap());
     let mut refused = 0;
     for name in invalid_case_names() {

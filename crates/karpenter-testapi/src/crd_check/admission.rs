@@ -71,9 +71,17 @@ impl ObjectSchema {
         }
     }
 
+    /// The fields of a request body the schema does not know (`spec.foo`, `spec.list[0].bar`):
+    /// what `fieldValidation=Strict` refuses instead of pruning.
+    pub(crate) fn unknown_fields(&self, body: &Value) -> Vec<String> {
+        let mut unknown = Vec::new();
+        prune(&self.schema, &mut body.clone(), "", &mut unknown);
+        unknown
+    }
+
     /// Pruned and defaulted.
     fn normalize(&self, mut object: Value) -> Value {
-        prune(&self.schema, &mut object, true);
+        prune(&self.schema, &mut object, "", &mut Vec::new());
         super::defaults::apply(&self.schema, &mut object);
         object
     }
@@ -109,7 +117,8 @@ fn check_name(object: &Value) -> Vec<FieldError> {
 /// Drops what the API server prunes: fields the schema does not know (outside
 /// `x-kubernetes-preserve-unknown-fields`) and nulls of non-nullable fields. The root's
 /// `metadata`, `apiVersion` and `kind` belong to the server and are left alone.
-fn prune(schema: &Value, value: &mut Value, root: bool) {
+fn prune(schema: &Value, value: &mut Value, at: &str, unknown: &mut Vec<String>) {
+    let root = at.is_empty();
     let preserve = schema
         .get("x-kubernetes-preserve-unknown-fields")
         .and_then(Value::as_bool)
@@ -125,6 +134,11 @@ fn prune(schema: &Value, value: &mut Value, root: bool) {
                     continue;
                 }
                 let child_schema = props.and_then(|p| p.get(&key)).or(additional);
+                let child_at = if root {
+                    key.clone()
+                } else {
+                    format!("{at}.{key}")
+                };
                 match (child_schema, obj.get_mut(&key)) {
                     (Some(child_schema), Some(child)) => {
                         let nullable =
@@ -132,11 +146,12 @@ fn prune(schema: &Value, value: &mut Value, root: bool) {
                         if child.is_null() && !nullable {
                             obj.remove(&key);
                         } else {
-                            prune(child_schema, child, false);
+                            prune(child_schema, child, &child_at, unknown);
                         }
                     }
                     (None, _) if !open => {
                         obj.remove(&key);
+                        unknown.push(child_at);
                     }
                     _ => {}
                 }
@@ -144,9 +159,9 @@ fn prune(schema: &Value, value: &mut Value, root: bool) {
         }
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items").filter(|i| i.is_object()) {
-                items
-                    .iter_mut()
-                    .for_each(|item| prune(item_schema, item, false));
+                for (i, item) in items.iter_mut().enumerate() {
+                    prune(item_schema, item, &format!("{at}[{i}]"), unknown);
+                }
             }
         }
         _ => {}
@@ -309,6 +324,13 @@ mod tests {
                 .admit(json!({"spec": {"size": 21}}), Some(&stale))
                 .is_err()
         );
+    }
+
+    #[test]
+    fn unknown_fields_are_listed_with_their_paths() {
+        let schema = ObjectSchema::new(schema());
+        let body = json!({"metadata": {"name": "w", "anything": 1}, "spec": {"size": 1, "extra": true}, "top": 1});
+        assert_eq!(schema.unknown_fields(&body), ["spec.extra", "top"]);
     }
 
     #[test]
