@@ -160,3 +160,90 @@ async fn creating_an_invalid_crd_through_the_api_is_422_and_serves_nothing() {
         "widgets are not served"
     );
 }
+
+/// The Widget CRD with a default, a bound and a transition rule added, as a real CRD has them.
+fn strict_widget_crd()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    let mut crd = serde_json::to_value(Widget::crd()).unwrap();
+    let spec = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    spec["properties"]["size"]["maximum"] = json!(10);
+    spec["properties"]["colour"] =
+        json!({"type": "string", "enum": ["red", "blue"], "default": "red"});
+    spec["x-kubernetes-validations"] = json!([
+        {"rule": "self.colour == oldSelf.colour", "message": "colour is immutable"}
+    ]);
+    serde_json::from_value(crd).unwrap()
+}
+
+#[tokio::test]
+async fn custom_objects_are_defaulted_and_validated_like_the_api_server_does() {
+    use kube::api::DynamicObject;
+    use kube::discovery::ApiResource;
+    let server = TestApiServer::new();
+    server.register_crd(&strict_widget_crd()).unwrap();
+    let resource = ApiResource::erase::<Widget>(&());
+    let widgets: Api<DynamicObject> = Api::namespaced_with(server.client(), "default", &resource);
+    let widget = |size: i64, colour: Option<&str>| {
+        let mut spec = json!({"size": size});
+        if let Some(colour) = colour {
+            spec["colour"] = json!(colour);
+        }
+        serde_json::from_value::<DynamicObject>(json!({
+            "apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "default"}, "spec": spec
+        }))
+        .unwrap()
+    };
+
+    let invalid = widgets
+        .create(&PostParams::default(), &widget(11, None))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = invalid else {
+        panic!("{invalid:?}")
+    };
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        status.message,
+        "Widget.example.com \"w\" is invalid: spec.size: Invalid value: 11: spec.size in body should be less than or equal to 10"
+    );
+
+    let created = widgets
+        .create(&PostParams::default(), &widget(1, None))
+        .await
+        .unwrap();
+    assert_eq!(
+        created.data["spec"]["colour"], "red",
+        "the schema default is applied"
+    );
+
+    let recoloured = widgets
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"colour": "blue"}})),
+        )
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = recoloured else {
+        panic!("{recoloured:?}")
+    };
+    assert_eq!(status.code, 422);
+    assert!(
+        status
+            .message
+            .ends_with("spec: Invalid value: \"object\": colour is immutable"),
+        "{}",
+        status.message
+    );
+
+    let resized = widgets
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": 2}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resized.data["spec"], json!({"size": 2, "colour": "red"}));
+}
