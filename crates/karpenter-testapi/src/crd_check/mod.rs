@@ -53,6 +53,8 @@ pub enum FieldErrorKind {
     Forbidden,
     /// `Unsupported value: <value>`; the detail lists the supported values.
     NotSupported(String),
+    /// `Duplicate value: <value>` (a repeated entry of a `set` or `map` list).
+    Duplicate(String),
 }
 
 impl FieldError {
@@ -104,6 +106,7 @@ impl fmt::Display for FieldError {
             FieldErrorKind::Required => ("Required value", None),
             FieldErrorKind::Forbidden => ("Forbidden", None),
             FieldErrorKind::NotSupported(value) => ("Unsupported value", Some(value)),
+            FieldErrorKind::Duplicate(value) => ("Duplicate value", Some(value)),
         };
         write!(f, "{}: {what}", self.path)?;
         if let Some(value) = value {

@@ -228,6 +228,7 @@ fn check_array(
             format!("{} should have at most {max} items", in_body(body)),
         ));
     }
+    check_list_uniqueness(schema, items, path, errors);
     if let Some(item_schema) = schema.get("items").filter(|i| i.is_object()) {
         for (i, item) in items.iter().enumerate() {
             let segment = format!("[{i}]");
@@ -238,6 +239,52 @@ fn check_array(
                 &join(body, &segment),
                 errors,
             );
+        }
+    }
+}
+
+/// `set` lists hold each value once, `map` lists each key tuple once (`Duplicate value`).
+fn check_list_uniqueness(
+    schema: &Value,
+    items: &[Value],
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    let identity = |item: &Value| -> Option<Value> {
+        match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
+            Some("set") => Some(item.clone()),
+            Some("map") => {
+                let keys = schema
+                    .get("x-kubernetes-list-map-keys")
+                    .and_then(Value::as_array)?;
+                let tuple: serde_json::Map<String, Value> = keys
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .filter_map(|k| item.get(k).map(|v| (k.to_string(), v.clone())))
+                    .collect();
+                Some(Value::Object(tuple))
+            }
+            _ => None,
+        }
+    };
+    let mut seen: Vec<Value> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let Some(id) = identity(item) else {
+            return;
+        };
+        if seen.contains(&id) {
+            let shown = if id.is_object() {
+                id.to_string()
+            } else {
+                render(&id)
+            };
+            errors.push(FieldError {
+                path: join(path, &format!("[{i}]")),
+                kind: super::FieldErrorKind::Duplicate(shown),
+                detail: String::new(),
+            });
+        } else {
+            seen.push(id);
         }
     }
 }
@@ -501,6 +548,36 @@ mod tests {
                 .iter()
                 .any(|e| e.contains("d in body must be of type date-time")),
             "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn set_and_map_lists_refuse_duplicates() {
+        let set =
+            json!({"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}});
+        let errors = validate(&set, &json!(["a", "b", "a"]), "p", "");
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].to_string(), "p[2]: Duplicate value: \"a\"");
+        let map = json!({"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
+                         "items": {"type": "object", "properties": {"type": {"type": "string"}, "status": {"type": "string"}}}});
+        let errors = validate(
+            &map,
+            &json!([{"type": "Ready", "status": "True"}, {"type": "Ready", "status": "False"}]),
+            "c",
+            "",
+        );
+        assert_eq!(
+            errors[0].to_string(),
+            "c[1]: Duplicate value: {\"type\":\"Ready\"}"
+        );
+        assert!(
+            validate(
+                &map,
+                &json!([{"type": "Ready"}, {"type": "Launched"}]),
+                "c",
+                ""
+            )
+            .is_empty()
         );
     }
 
