@@ -105,6 +105,7 @@ fn base_crd(which: Crd) -> CustomResourceDefinition {
 
 fn finish_schema(which: Crd, schema: &mut Value) -> Result<(), CrdError> {
     strip_nullable(schema);
+    strip_defaults(schema);
     merge(
         schema,
         json!({
@@ -170,6 +171,30 @@ fn strip_nullable(node: &mut Value) {
         }
         Value::Array(items) => items.iter_mut().for_each(strip_nullable),
         _ => {}
+    }
+}
+
+/// schemars turns every `#[serde(default)]` into a schema `default` (`[]` for the EC2NodeClass
+/// selector terms), but the API server checks each default against its own node (`minItems: 1`,
+/// `self.size() != 0`) and refuses the CRD. Deserialization defaults are not API defaults: the
+/// CRD's defaults are exactly the ones [`patches`] lists (documented in `docs/api.md`).
+fn strip_defaults(node: &mut Value) {
+    let Some(obj) = node.as_object_mut() else {
+        return;
+    };
+    obj.remove("default");
+    if let Some(props) = obj.get_mut("properties").and_then(Value::as_object_mut) {
+        props.values_mut().for_each(strip_defaults);
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(child) = obj.get_mut(key) {
+            strip_defaults(child);
+        }
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        if let Some(branches) = obj.get_mut(key).and_then(Value::as_array_mut) {
+            branches.iter_mut().for_each(strip_defaults);
+        }
     }
 }
 
@@ -475,30 +500,33 @@ fn patches() -> Vec<(Crd, &'static str, Value)> {
         (EC2, "spec.tags", json!({ "maxProperties": 50 })),
         (EC2, "spec.kubelet.maxPods", json!({ "minimum": 0 })),
         (EC2, "spec.kubelet.podsPerCore", json!({ "minimum": 0 })),
+        // The kubelet maps accept only a few keys (4 reserved resources, 6 eviction signals;
+        // CEL rules below); bounding them by that count keeps the CEL rules that iterate them
+        // within the API server's cost budget without changing what is accepted.
         (
             EC2,
             "spec.kubelet.systemReserved",
-            json!({ "additionalProperties": { "pattern": QUANTITY_PATTERN } }),
+            json!({ "maxProperties": 4, "additionalProperties": { "pattern": QUANTITY_PATTERN } }),
         ),
         (
             EC2,
             "spec.kubelet.kubeReserved",
-            json!({ "additionalProperties": { "pattern": QUANTITY_PATTERN } }),
+            json!({ "maxProperties": 4, "additionalProperties": { "pattern": QUANTITY_PATTERN } }),
         ),
         (
             EC2,
             "spec.kubelet.evictionHard",
-            json!({ "additionalProperties": { "pattern": EVICTION_VALUE_PATTERN } }),
+            json!({ "maxProperties": 6, "additionalProperties": { "pattern": EVICTION_VALUE_PATTERN } }),
         ),
         (
             EC2,
             "spec.kubelet.evictionSoft",
-            json!({ "additionalProperties": { "pattern": EVICTION_VALUE_PATTERN } }),
+            json!({ "maxProperties": 6, "additionalProperties": { "pattern": EVICTION_VALUE_PATTERN } }),
         ),
         (
             EC2,
             "spec.kubelet.evictionSoftGracePeriod",
-            json!({ "additionalProperties": { "pattern": DURATION_PATTERN } }),
+            json!({ "maxProperties": 6, "additionalProperties": { "pattern": DURATION_PATTERN } }),
         ),
         (
             EC2,

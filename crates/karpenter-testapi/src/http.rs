@@ -391,6 +391,7 @@ fn execute(
         Target::Main
     };
     let mut store = inner.store();
+    let strict = query.get("fieldValidation") == Some("Strict");
     match verb {
         Verb::Get => Ok((200, present.object(&store.get(res, ns, name)?))),
         Verb::List => {
@@ -409,14 +410,23 @@ fn execute(
             store.bind(ns.unwrap_or_default(), name, &parse_body(body)?)?;
             Ok((201, success_status(201)))
         }
-        Verb::Create => Ok((
-            201,
-            present.object(&store.create(res, ns, parse_body(body)?)?),
-        )),
-        Verb::Update => Ok((
-            200,
-            present.object(&store.update(res, ns, name, parse_body(body)?, write_target)?),
-        )),
+        Verb::Create => {
+            let object = parse_body(body)?;
+            if strict {
+                store.check_strict_fields(res, &object)?;
+            }
+            Ok((201, present.object(&store.create(res, ns, object)?)))
+        }
+        Verb::Update => {
+            let object = parse_body(body)?;
+            if strict {
+                store.check_strict_fields(res, &object)?;
+            }
+            Ok((
+                200,
+                present.object(&store.update(res, ns, name, object, write_target)?),
+            ))
+        }
         Verb::Patch => {
             let kind = PatchKind::from_content_type(content_type).ok_or_else(|| {
                 ApiError::new(
@@ -438,7 +448,12 @@ fn execute(
                     "strategic merge patch is not supported for custom resources; use a merge, JSON or apply patch",
                 ));
             }
-            let patched = store.patch(res, ns, name, kind, &parse_body(body)?, write_target)?;
+            let patch_body = parse_body(body)?;
+            // A merge or apply patch has the object's shape; JSON patches are not checked.
+            if strict && kind != PatchKind::Json {
+                store.check_strict_fields(res, &patch_body)?;
+            }
+            let patched = store.patch(res, ns, name, kind, &patch_body, write_target)?;
             Ok((200, present.object(&patched)))
         }
         Verb::Delete => {

@@ -21,8 +21,11 @@
 //! # }
 //! ```
 //!
+//! CRDs are checked as the API server checks them ([`crd_check`]) before they are served.
+//!
 //! Endpoints, semantics and non-goals: `docs/testapi.md`.
 
+pub mod crd_check;
 mod delay;
 mod error;
 mod faults;

@@ -1,7 +1,11 @@
 //! Which resources the server serves: built-in kinds the controllers use, plus CRDs added at runtime.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
+use crate::crd_check::admission::ObjectSchema;
 use crate::error::ApiError;
 
 /// One served resource (a group/version/plural). Objects are stored once per (group, plural),
@@ -143,12 +147,15 @@ pub(crate) fn is_builtin(group: &str, plural: &str) -> bool {
 #[derive(Debug, Clone)]
 pub(crate) struct Registry {
     resources: Vec<ResourceInfo>,
+    /// The schema of each served CRD version, keyed by (group, version, plural).
+    schemas: HashMap<(String, String, String), Arc<ObjectSchema>>,
 }
 
 impl Default for Registry {
     fn default() -> Self {
         Self {
             resources: builtins(),
+            schemas: HashMap::new(),
         }
     }
 }
@@ -172,6 +179,10 @@ impl Registry {
                 "spec.names.plural and spec.names.kind are required",
             ));
         }
+        // Refuse what the real API server refuses (bad defaults, non-structural schemas, CEL
+        // rules over budget), with its 422 and wording.
+        crate::crd_check::check_crd(crd)
+            .map_err(|invalid| ApiError::new(422, "Invalid", invalid.to_string()))?;
         let namespaced = spec.scope == "Namespaced";
         for version in spec.versions.iter().filter(|v| v.served) {
             let has_status = version
@@ -186,8 +197,33 @@ impl Registry {
                 namespaced,
                 has_status,
             ));
+            let key = (
+                spec.group.clone(),
+                version.name.clone(),
+                spec.names.plural.clone(),
+            );
+            let schema = version
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .and_then(|s| serde_json::to_value(s).ok());
+            match schema {
+                Some(schema) => {
+                    self.schemas.insert(key, ObjectSchema::new(schema));
+                }
+                None => {
+                    self.schemas.remove(&key);
+                }
+            }
         }
         Ok(())
+    }
+
+    /// The CRD schema custom objects of `res` are validated and defaulted against, if any.
+    pub(crate) fn schema(&self, res: &ResourceInfo) -> Option<Arc<ObjectSchema>> {
+        self.schemas
+            .get(&(res.group.clone(), res.version.clone(), res.plural.clone()))
+            .cloned()
     }
 
     pub(crate) fn find(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceInfo> {

@@ -328,6 +328,7 @@ impl Store {
                 map.remove("status");
             }
         }
+        let mut object = self.admit(res, &name, object, None)?;
         let uid = self.next_id();
         let created = self.timestamp(0);
         let meta = metadata_mut(&mut object);
@@ -399,7 +400,53 @@ impl Store {
             return Err(ApiError::conflict(&what, name, CONFLICT));
         }
         let new = prepare_update(res, &old, object, target)?;
+        let new = self.admit(res, name, new, Some(&old))?;
         Ok(self.commit_update(res, key, old, new))
+    }
+
+    /// `fieldValidation=Strict`: a body with fields the CRD schema does not know is a 400, as on
+    /// the API server (which otherwise prunes them). Built-in kinds are not checked.
+    pub(crate) fn check_strict_fields(
+        &self,
+        res: &ResourceInfo,
+        body: &Value,
+    ) -> Result<(), ApiError> {
+        let Some(schema) = self.registry.schema(res) else {
+            return Ok(());
+        };
+        let unknown = schema.unknown_fields(body);
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let fields: Vec<String> = unknown
+            .iter()
+            .map(|f| format!("unknown field {f:?}"))
+            .collect();
+        Err(ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+            fields.join(", "),
+            kind = res.kind,
+            version = res.version,
+        )))
+    }
+
+    /// Custom objects are pruned, defaulted and validated against their CRD's schema, as the API
+    /// server does on every write (422 `Invalid` with its field errors).
+    fn admit(
+        &self,
+        res: &ResourceInfo,
+        name: &str,
+        object: Value,
+        old: Option<&Value>,
+    ) -> Result<Value, ApiError> {
+        let Some(schema) = self.registry.schema(res) else {
+            return Ok(object);
+        };
+        schema.admit(object, old).map_err(|errors| {
+            let message =
+                crate::crd_check::admission::invalid_message(&res.kind, &res.group, name, &errors);
+            ApiError::new(422, "Invalid", message)
+        })
     }
 
     /// Patches an object. Server-side apply creates a missing object.

@@ -180,6 +180,18 @@ fn crd_defaults() {
         node(&ec2, "spec.metadataOptions")["default"],
         serde_json::json!({ "httpEndpoint": "enabled", "httpProtocolIPv6": "disabled", "httpPutResponseHopLimit": 1, "httpTokens": "required" })
     );
+    // Issue 8: `#[serde(default)]` must not leak into the CRD as `default: []` on required,
+    // non-empty lists (the API server refuses such a CRD).
+    for path in [
+        "spec.amiSelectorTerms",
+        "spec.subnetSelectorTerms",
+        "spec.securityGroupSelectorTerms",
+    ] {
+        assert!(
+            node(&ec2, path).get("default").is_none(),
+            "{path} has a default"
+        );
+    }
 }
 
 /// Structural: every node with properties/items is typed; quantities are int-or-string.

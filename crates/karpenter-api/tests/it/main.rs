@@ -4,6 +4,7 @@
 // Test helpers panic on purpose: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod api_server_checks;
 mod cel;
 mod crd_structure;
 mod fixtures;

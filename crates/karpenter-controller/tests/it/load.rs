@@ -44,13 +44,7 @@ fn registration_delay_secs(claim: &NodeClaim, cluster: &SimCluster) -> Option<i6
 async fn two_thousand_pods_all_registered_and_running() {
     let wall = std::time::Instant::now();
     let cluster = SimCluster::with_catalogue("us-east-1").await;
-    cluster
-        .server
-        .put_value(json!({
-            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
-            "metadata": {"name": "default"}, "spec": {}
-        }))
-        .unwrap();
+    cluster.put_default_nodeclass();
     cluster.server.put_value(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
         "metadata": {"name": "default", "uid": "pool-uid", "generation": 1},

@@ -140,12 +140,7 @@ impl SimCluster {
 
     /// The seed guide's `default` EC2NodeClass and an on-demand `default` NodePool.
     pub fn put_default_nodepool(&self) {
-        self.server
-            .put_value(json!({
-                "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
-                "metadata": {"name": "default"}, "spec": {}
-            }))
-            .unwrap();
+        self.put_default_nodeclass();
         self.server.put_value(json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
             "metadata": {"name": "default", "uid": "pool-uid", "generation": 1},
@@ -155,6 +150,23 @@ impl SimCluster {
                 "expireAfter": "720h"
             }}}
         })).unwrap();
+    }
+
+    /// The seed guide's `default` EC2NodeClass.
+    pub fn put_default_nodeclass(&self) {
+        self.server
+            .put_value(json!({
+                "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+                "metadata": {"name": "default"},
+                // What the seed guide applies; the test API server validates it as a real one does.
+                "spec": {
+                    "role": "KarpenterNodeRole-my-cluster",
+                    "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                    "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "my-cluster"}}],
+                    "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "my-cluster"}}]
+                }
+            }))
+            .unwrap();
     }
 
     pub fn now(&self) -> Timestamp {
