@@ -685,3 +685,42 @@ pub(crate) fn namespace_labels(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduling::benchmark;
+
+    #[test]
+    fn replicas_share_one_compiled_pod_and_different_pods_do_not() {
+        let mut pods = benchmark::preference_pods(3, 7);
+        // Same spec under other names: the replicas of one Deployment.
+        assert_ne!(pods[0].metadata.name, pods[1].metadata.name);
+        let mut other = pods[0].clone();
+        if let Some(labels) = other.metadata.labels.as_mut() {
+            labels.insert("app".to_string(), "other".to_string());
+        }
+        pods.push(other);
+        let namespaces = BTreeMap::new();
+        let volumes = VolumeInput::default();
+        let ctx = CompileContext {
+            namespaces: &namespaces,
+            volumes: &volumes,
+        };
+        let mut interner = Interner::new(&[]);
+        let (pending, shapes) = compile_pending(&pods, &ctx, &mut interner);
+        assert_eq!(
+            shapes.len(),
+            2,
+            "three replicas and one pod with other labels"
+        );
+        let indices: Vec<(usize, usize)> = pending.iter().map(|p| (p.index, p.shape)).collect();
+        assert_eq!(indices, vec![(0, 0), (1, 0), (2, 0), (3, 1)]);
+        assert!(Rc::ptr_eq(&pending[0].info, &pending[2].info));
+        assert_eq!(
+            pending[3].anti_preferred.len(),
+            2,
+            "the info is reachable through the pod"
+        );
+    }
+}
