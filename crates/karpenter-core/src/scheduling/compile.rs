@@ -1,13 +1,16 @@
 //! Converts each Kubernetes pod once into the compact form the scheduler works on.
 
 use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::ops::Deref;
+use std::rc::Rc;
 
 use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, Toleration, TopologySpreadConstraint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use karpenter_api::well_known;
 
 use super::VolumeInput;
-use super::intern::{Interner, Key, Reqs, ResVec, Sym};
+use super::intern::{FxMap, Interner, Key, Reqs, ResVec, Sym};
 use crate::pod::{effective_requests, is_terminating, pod_key};
 use crate::requirements::{Requirement, Requirements};
 
@@ -98,7 +101,7 @@ impl Namespaces {
 }
 
 /// A pod (anti-)affinity term.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct AffinityTerm {
     pub key: Key,
     pub namespaces: Namespaces,
@@ -106,7 +109,7 @@ pub(crate) struct AffinityTerm {
     pub weight: i32,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct SpreadTerm {
     pub key: Key,
     pub max_skew: u32,
@@ -137,12 +140,10 @@ pub(crate) fn ports_conflict(a: &[HostPort], b: &[HostPort]) -> Option<HostPort>
     a.iter().find(|p| b.iter().any(|q| p.conflicts(q))).cloned()
 }
 
-/// Everything the scheduler needs to know about one pod, computed once.
-#[derive(Clone, Debug, Default)]
+/// Everything the scheduler needs to know about one pod, computed once. Identical for the
+/// replicas of a Deployment (no name or index), so pending pods share one ([`PendingPod`]).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct PodInfo {
-    pub index: usize,
-    pub namespace: String,
-    pub name: String,
     pub ns: Option<Sym>,
     /// Sorted by key.
     pub labels: Vec<(Key, Sym)>,
@@ -170,6 +171,91 @@ pub(crate) struct PodInfo {
     pub invalid: Option<String>,
     /// Pods requiring `karpenter.sh/nodepool DoesNotExist` are not Karpenter's to place.
     pub ignored: bool,
+}
+
+// `Toleration` has no `Eq`/`Hash`; it holds only strings and integers, so equality is total.
+impl Eq for PodInfo {}
+
+impl Hash for PodInfo {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Tolerations by their identifying fields (equal tolerations hash equally).
+        for t in &self.tolerations {
+            t.key.hash(state);
+            t.operator.hash(state);
+            t.value.hash(state);
+            t.effect.hash(state);
+            t.toleration_seconds.hash(state);
+        }
+        self.ns.hash(state);
+        self.labels.hash(state);
+        self.requests.hash(state);
+        self.node_selector.hash(state);
+        self.required_terms.hash(state);
+        self.preferred_terms.hash(state);
+        self.affinity_required.hash(state);
+        self.affinity_preferred.hash(state);
+        self.anti_required.hash(state);
+        self.anti_preferred.hash(state);
+        self.spreads.hash(state);
+        self.host_ports.hash(state);
+        self.volume_alternatives.hash(state);
+        self.volumes.hash(state);
+        self.is_daemonset.hash(state);
+        self.terminating.hash(state);
+        self.invalid.hash(state);
+        self.ignored.hash(state);
+    }
+}
+
+/// A pod given to `solve`: its index and its compiled form, shared with identical pods.
+#[derive(Clone, Debug)]
+pub(crate) struct PendingPod {
+    /// Index into the pods given to `solve`.
+    pub index: usize,
+    /// Index of its [`PodInfo`] among the distinct ones (per-shape data such as topology groups).
+    pub shape: usize,
+    info: Rc<PodInfo>,
+}
+
+impl Deref for PendingPod {
+    type Target = PodInfo;
+    fn deref(&self) -> &PodInfo {
+        &self.info
+    }
+}
+
+/// Compiles the pending pods, sharing one [`PodInfo`] between identical pods (the replicas of a
+/// Deployment): at 200,000 pods a private copy each would cost more memory than the solve itself.
+/// Returns the pods and the distinct infos in first-seen order.
+pub(crate) fn compile_pending(
+    pods: &[Pod],
+    ctx: &CompileContext,
+    interner: &mut Interner,
+) -> (Vec<PendingPod>, Vec<Rc<PodInfo>>) {
+    let mut ids: FxMap<Rc<PodInfo>, usize> = FxMap::default();
+    let mut shapes: Vec<Rc<PodInfo>> = Vec::new();
+    let pending = pods
+        .iter()
+        .enumerate()
+        .map(|(index, pod)| {
+            let info = compile_pod(pod, ctx, interner);
+            let shape = match ids.get(&info) {
+                Some(&shape) => shape,
+                None => {
+                    let info = Rc::new(info);
+                    shapes.push(info.clone());
+                    ids.insert(info, shapes.len() - 1);
+                    shapes.len() - 1
+                }
+            };
+            PendingPod {
+                index,
+                shape,
+                info: shapes[shape].clone(),
+            }
+        })
+        .collect();
+    (pending, shapes)
 }
 
 impl PodInfo {
@@ -287,19 +373,11 @@ fn checked_reqs(
     Ok(reqs)
 }
 
-pub(crate) fn compile_pod(
-    index: usize,
-    pod: &Pod,
-    ctx: &CompileContext,
-    interner: &mut Interner,
-) -> PodInfo {
-    let (namespace, name) = pod_key(pod);
+pub(crate) fn compile_pod(pod: &Pod, ctx: &CompileContext, interner: &mut Interner) -> PodInfo {
+    let (namespace, _) = pod_key(pod);
     let mut info = PodInfo {
-        index,
         ns: Some(interner.value(&namespace)),
         labels: sorted_labels(pod.metadata.labels.as_ref(), interner),
-        namespace,
-        name,
         ..Default::default()
     };
     info.is_daemonset = pod
@@ -352,7 +430,7 @@ pub(crate) fn compile_pod(
         terms.sort_by_key(|t| std::cmp::Reverse(t.0));
         info.preferred_terms = terms.into_iter().map(|(_, r)| r).collect();
     }
-    let ns = info.namespace.clone();
+    let ns = namespace.clone();
     if let Some(pa) = affinity.and_then(|a| a.pod_affinity.as_ref()) {
         for t in pa
             .required_during_scheduling_ignored_during_execution
@@ -422,7 +500,7 @@ pub(crate) fn compile_pod(
             }
         }
     }
-    match volume_topology(pod, &info.namespace, ctx.volumes) {
+    match volume_topology(pod, &namespace, ctx.volumes) {
         Ok((alternatives, volumes)) => {
             info.volume_alternatives = alternatives.iter().map(|r| interner.reqs(r)).collect();
             info.volumes = volumes;
@@ -606,4 +684,43 @@ pub(crate) fn namespace_labels(
             ))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduling::benchmark;
+
+    #[test]
+    fn replicas_share_one_compiled_pod_and_different_pods_do_not() {
+        let mut pods = benchmark::preference_pods(3, 7);
+        // Same spec under other names: the replicas of one Deployment.
+        assert_ne!(pods[0].metadata.name, pods[1].metadata.name);
+        let mut other = pods[0].clone();
+        if let Some(labels) = other.metadata.labels.as_mut() {
+            labels.insert("app".to_string(), "other".to_string());
+        }
+        pods.push(other);
+        let namespaces = BTreeMap::new();
+        let volumes = VolumeInput::default();
+        let ctx = CompileContext {
+            namespaces: &namespaces,
+            volumes: &volumes,
+        };
+        let mut interner = Interner::new(&[]);
+        let (pending, shapes) = compile_pending(&pods, &ctx, &mut interner);
+        assert_eq!(
+            shapes.len(),
+            2,
+            "three replicas and one pod with other labels"
+        );
+        let indices: Vec<(usize, usize)> = pending.iter().map(|p| (p.index, p.shape)).collect();
+        assert_eq!(indices, vec![(0, 0), (1, 0), (2, 0), (3, 1)]);
+        assert!(Rc::ptr_eq(&pending[0].info, &pending[2].info));
+        assert_eq!(
+            pending[3].anti_preferred.len(),
+            2,
+            "the info is reachable through the pod"
+        );
+    }
 }

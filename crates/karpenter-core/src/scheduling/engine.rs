@@ -1,6 +1,9 @@
 //! The solve loop: queue, placement on existing nodes / in-flight NodeClaims / new NodeClaims,
 //! preference relaxation, instance-type filtering, finalisation and explanations.
 
+mod claim_index;
+mod limits;
+
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
@@ -9,8 +12,10 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 use karpenter_api::well_known;
 
+use self::claim_index::ClaimIndex;
 use super::compile::{
-    CompileContext, HostPort, PodInfo, compile_pod, namespace_labels, ports_conflict,
+    CompileContext, HostPort, PendingPod, PodInfo, compile_pending, compile_pod, namespace_labels,
+    ports_conflict,
 };
 use super::intern::{FxMap, Interner, Key, Req, Reqs, ResVec, Sym};
 use super::topology::{Group, GroupKind, NodeFilter, Topology};
@@ -36,9 +41,6 @@ impl Bits {
     }
     fn get(&self, i: usize) -> bool {
         self.0.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
-    }
-    fn and(&self, other: &Bits) -> Bits {
-        Bits(self.0.iter().zip(&other.0).map(|(a, b)| a & b).collect())
     }
     fn is_empty(&self) -> bool {
         self.0.iter().all(|w| *w == 0)
@@ -106,8 +108,6 @@ struct Pool {
     daemon_groups: Vec<DaemonGroup>,
     limits: Vec<Limit>,
     nodes_limit: Option<Limit>,
-    /// Types whose capacity fits the remaining limits.
-    within_limits: Bits,
     compat_cache: RefCell<FxMap<Reqs, Rc<Bits>>>,
     /// (price, type) of types with a compatible available offering, cheapest first, per requirements.
     price_cache: RefCell<FxMap<Reqs, Rc<PriceOrder>>>,
@@ -137,6 +137,10 @@ struct Claim {
     pods: Vec<usize>,
     host_ports: Vec<HostPort>,
     min_values_relaxed: bool,
+    /// Its (pool, requirements) group in the [`ClaimIndex`].
+    signature: u32,
+    /// The option whose capacity the claim holds against its pool's limits (pools with limits).
+    reserved: Option<usize>,
 }
 
 /// Per-pod group membership, computed once.
@@ -205,8 +209,8 @@ struct Engine {
     pools: Vec<Pool>,
     nodes: Vec<Node>,
     claims: Vec<Claim>,
-    /// Claim indices ordered by (pod count, index): the order in-flight claims are tried.
-    claim_order: Vec<u32>,
+    /// In-flight claims by signature, each ordered by (pod count, index): the order they are tried.
+    claim_index: ClaimIndex,
     topology: Topology,
     groups_of: Vec<PodGroups>,
     any_prefer_no_schedule: bool,
@@ -300,20 +304,6 @@ impl Pool {
         order
     }
 
-    fn recompute_within_limits(&mut self) {
-        let mut bits = Bits::new(self.types.len());
-        for (i, ty) in self.types.iter().enumerate() {
-            if self
-                .limits
-                .iter()
-                .all(|l| ty.capacity.get(l.resource) <= l.remaining)
-            {
-                bits.set(i);
-            }
-        }
-        self.within_limits = bits;
-    }
-
     fn cheapest_price(&self, t: usize, reqs: &Reqs, keys: &WellKnownKeys) -> f64 {
         self.types[t]
             .offerings
@@ -381,7 +371,7 @@ fn daemon_compatible(
 impl Engine {
     fn new(
         input: &SchedulerInput,
-        pod_infos: &mut [PodInfo],
+        shapes: &[Rc<PodInfo>],
         ctx: &CompileContext,
         pods_interner: Interner,
     ) -> Self {
@@ -401,9 +391,8 @@ impl Engine {
         let daemonsets: Vec<DaemonSetInfo> = input
             .daemonsets
             .iter()
-            .enumerate()
-            .map(|(i, p)| DaemonSetInfo {
-                info: compile_pod(i, p, ctx, &mut interner),
+            .map(|p| DaemonSetInfo {
+                info: compile_pod(p, ctx, &mut interner),
             })
             .filter(|d| d.info.invalid.is_none())
             .collect();
@@ -508,7 +497,6 @@ impl Engine {
                 daemon_groups: Vec::new(),
                 limits: Vec::new(),
                 nodes_limit: None,
-                within_limits: Bits::default(),
                 compat_cache: RefCell::default(),
                 price_cache: RefCell::default(),
                 unusable,
@@ -583,7 +571,6 @@ impl Engine {
                     });
                 }
             }
-            pool.recompute_within_limits();
             pools.push(pool);
             let _ = taint_set;
         }
@@ -627,11 +614,11 @@ impl Engine {
             let mut volumes = Vec::new();
             let mut daemon_bound = ResVec::default();
             let node_index = nodes.len();
-            for (bi, bp) in n.pods.iter().enumerate() {
+            for bp in &n.pods {
                 if crate::pod::is_terminal(bp) {
                     continue; // finished: frees its resources, counts for nothing
                 }
-                let info = compile_pod(bi, bp, ctx, &mut interner);
+                let info = compile_pod(bp, ctx, &mut interner);
                 remaining.sub_floor_zero(&info.requests);
                 host_ports.extend(info.host_ports.iter().cloned());
                 volumes.extend(info.volumes.iter().cloned());
@@ -685,7 +672,7 @@ impl Engine {
             pools,
             nodes: Vec::new(),
             claims: Vec::new(),
-            claim_order: Vec::new(),
+            claim_index: ClaimIndex::default(),
             topology,
             groups_of: Vec::new(),
             any_prefer_no_schedule,
@@ -693,14 +680,15 @@ impl Engine {
             hostname_counter: 0,
             keys,
         };
-        engine.build_topology(pod_infos, &nodes, &bound);
+        engine.build_topology(shapes, &nodes, &bound);
         // Reorder nodes (bound pods reference node indices before reordering).
         let mut slots: Vec<Option<Node>> = nodes.into_iter().map(Some).collect();
         engine.nodes = node_order.iter().filter_map(|&i| slots[i].take()).collect();
         engine
     }
 
-    fn build_topology(&mut self, pods: &mut [PodInfo], nodes: &[Node], bound: &[(usize, PodInfo)]) {
+    /// Registers the topology groups of every distinct pod shape and which groups each selects.
+    fn build_topology(&mut self, pods: &[Rc<PodInfo>], nodes: &[Node], bound: &[(usize, PodInfo)]) {
         let respect = self.options.preference_policy == PreferencePolicy::Respect;
         let mut used_keys: HashSet<Key> = HashSet::new();
         let mut new_groups: Vec<usize> = Vec::new();
@@ -889,7 +877,7 @@ impl Engine {
 
     // ---- attempts -------------------------------------------------------------------------------
 
-    fn derive(&self, pod: &PodInfo, attempt: &Attempt) -> Derived {
+    fn derive(&self, pod: &PendingPod, attempt: &Attempt) -> Derived {
         let respect = self.options.preference_policy == PreferencePolicy::Respect;
         let mut strict = pod.node_selector.clone();
         if let Some(term) = pod.required_terms.get(attempt.required_start) {
@@ -899,7 +887,7 @@ impl Engine {
         if respect && let Some(pref) = pod.preferred_terms.get(attempt.node_preferred_dropped) {
             reqs.add_all(pref);
         }
-        let pg = &self.groups_of[pod.index];
+        let pg = &self.groups_of[pod.shape];
         let mut groups: Vec<usize> = Vec::new();
         for (i, &g) in pg.spread.iter().enumerate() {
             if g != usize::MAX && !attempt.spreads_dropped.get(i).copied().unwrap_or(false) {
@@ -954,7 +942,7 @@ impl Engine {
     }
 
     /// One relaxation step in upstream's order; false when nothing is left to relax.
-    fn relax(&self, pod: &PodInfo, a: &mut Attempt) -> bool {
+    fn relax(&self, pod: &PendingPod, a: &mut Attempt) -> bool {
         let respect = self.options.preference_policy == PreferencePolicy::Respect;
         if pod.required_terms.len() > a.required_start + 1 {
             a.required_start += 1;
@@ -1061,7 +1049,7 @@ impl Engine {
 
     // ---- existing nodes -------------------------------------------------------------------------
 
-    fn node_check(&self, ni: usize, pod: &PodInfo, d: &Derived) -> Result<Reqs, Reject> {
+    fn node_check(&self, ni: usize, pod: &PendingPod, d: &Derived) -> Result<Reqs, Reject> {
         let node = &self.nodes[ni];
         if let Some(i) = node
             .taints
@@ -1131,7 +1119,7 @@ impl Engine {
         Err(last)
     }
 
-    fn node_add(&mut self, ni: usize, pod: &PodInfo, reqs: Reqs) {
+    fn node_add(&mut self, ni: usize, pod: &PendingPod, reqs: Reqs) {
         let node = &mut self.nodes[ni];
         node.remaining.sub_floor_zero(&pod.requests);
         node.host_ports.extend(pod.host_ports.iter().cloned());
@@ -1141,7 +1129,7 @@ impl Engine {
         Self::record_topology(
             &mut self.topology,
             &self.interner,
-            &self.groups_of[pod.index],
+            &self.groups_of[pod.shape],
             self.keys.hostname,
             &reqs,
             &hostname_req,
@@ -1152,17 +1140,13 @@ impl Engine {
 
     // ---- NodeClaims -----------------------------------------------------------------------------
 
-    /// Checks that need no allocation, run over many claims (the fast rejections).
-    fn claim_precheck(&self, claim: &Claim, pod: &PodInfo, d: &Derived) -> bool {
-        d.pool_taint[claim.pool].is_none()
-            && d.hostname_groups
-                .iter()
-                .all(|&(g, sel)| self.topology.hostname_allows(g, sel, claim.hostname))
-            && (pod.host_ports.is_empty()
-                || ports_conflict(&pod.host_ports, &claim.host_ports).is_none())
+    /// The fast rejections that depend only on a claim's pool and requirements, checked once per
+    /// signature: pool taints, and topology on the keys the requirements pin.
+    fn signature_precheck(&self, pool: usize, reqs: &Reqs, d: &Derived) -> bool {
+        d.pool_taint[pool].is_none()
             && d.groups.iter().all(|&(gid, sel)| {
                 let key = self.topology.groups[gid].key;
-                match claim.reqs.get(&key) {
+                match reqs.get(&key) {
                     // The merged requirement can only be narrower than the claim's explicit list.
                     Some(r) if key != self.keys.hostname && r.operator() == Operator::In => self
                         .topology
@@ -1172,16 +1156,26 @@ impl Engine {
             })
     }
 
+    /// Per-claim checks that need no allocation (the fast rejections within a signature).
+    fn claim_precheck(&self, claim: &Claim, pod: &PendingPod, d: &Derived) -> bool {
+        d.hostname_groups
+            .iter()
+            .all(|&(g, sel)| self.topology.hostname_allows(g, sel, claim.hostname))
+            && (pod.host_ports.is_empty()
+                || ports_conflict(&pod.host_ports, &claim.host_ports).is_none())
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn claim_check(
         &self,
         pool_index: usize,
         claim_reqs: &Reqs,
         claim_types: &Bits,
+        reserved: Option<usize>,
         claim_requests: &ResVec,
         hostname: Sym,
         hostname_req: &Req,
-        pod: &PodInfo,
+        pod: &PendingPod,
         d: &Derived,
     ) -> Result<Placement, Reject> {
         if let Some(t) = d.pool_taint[pool_index] {
@@ -1219,7 +1213,14 @@ impl Engine {
                 last = e;
                 continue;
             }
-            match self.filter_types(pool_index, claim_types, &reqs, &total, &pod.host_ports) {
+            match self.filter_types(
+                pool_index,
+                claim_types,
+                reserved,
+                &reqs,
+                &total,
+                &pod.host_ports,
+            ) {
                 Ok((types, relaxed)) => {
                     let min_values_relaxed = relaxed.is_some();
                     if let Some(relaxed) = relaxed {
@@ -1237,12 +1238,14 @@ impl Engine {
         Err(last)
     }
 
-    /// Keeps the claim's types that match `reqs`, have a compatible offering and fit `total` plus
-    /// their daemonset overhead. Returns lowered-minValues requirements under BestEffort.
+    /// Keeps the claim's types that match `reqs`, have a compatible offering, fit `total` plus
+    /// their daemonset overhead and fit the pool's limits (given what the claim already reserves).
+    /// Returns lowered-minValues requirements under BestEffort.
     fn filter_types(
         &self,
         pool_index: usize,
         candidates: &Bits,
+        reserved: Option<usize>,
         reqs: &Reqs,
         total: &ResVec,
         pod_ports: &[HostPort],
@@ -1258,6 +1261,9 @@ impl Engine {
                 let ty = &pool.types[t];
                 let dg = &pool.daemon_groups[ty.daemon_group];
                 if !pod_ports.is_empty() && ports_conflict(pod_ports, &dg.host_ports).is_some() {
+                    continue;
+                }
+                if !pool.limits.is_empty() && !pool.fits_limits(t, reserved) {
                     continue;
                 }
                 if ty.allocatable.fits_sum(total, &dg.overhead) {
@@ -1288,15 +1294,11 @@ impl Engine {
         Ok((kept, None))
     }
 
-    fn claim_add(&mut self, ci: usize, pod: &PodInfo, placement: Placement) {
-        let key_of = |claims: &[Claim], c: u32| (claims[c as usize].pods.len(), c);
-        let old = key_of(&self.claims, ci as u32);
-        if let Ok(pos) = self
-            .claim_order
-            .binary_search_by_key(&old, |&c| key_of(&self.claims, c))
-        {
-            self.claim_order.remove(pos);
-        }
+    fn claim_add(&mut self, ci: usize, pod: &PendingPod, placement: Placement) {
+        let claim = &self.claims[ci];
+        self.claim_index
+            .remove(claim.signature, claim.pods.len(), ci);
+        let signature = self.claim_index.signature(claim.pool, &placement.reqs);
         let claim = &mut self.claims[ci];
         claim.reqs = placement.reqs;
         claim.types = placement.types;
@@ -1304,17 +1306,14 @@ impl Engine {
         claim.pods.push(pod.index);
         claim.host_ports.extend(pod.host_ports.iter().cloned());
         claim.min_values_relaxed |= placement.min_values_relaxed;
-        let new = key_of(&self.claims, ci as u32);
-        let pos = self
-            .claim_order
-            .binary_search_by_key(&new, |&c| key_of(&self.claims, c))
-            .unwrap_or_else(|p| p);
-        self.claim_order.insert(pos, ci as u32);
+        claim.signature = signature;
+        self.claim_index.insert(signature, claim.pods.len(), ci);
+        self.reserve_limits(ci);
         let claim = &self.claims[ci];
         Self::record_topology(
             &mut self.topology,
             &self.interner,
-            &self.groups_of[pod.index],
+            &self.groups_of[pod.shape],
             self.keys.hostname,
             &claim.reqs,
             &claim.hostname_req,
@@ -1335,7 +1334,7 @@ impl Engine {
         h
     }
 
-    fn try_new_claim(&mut self, pi: usize, pod: &PodInfo, d: &Derived) -> Result<(), Reject> {
+    fn try_new_claim(&mut self, pi: usize, pod: &PendingPod, d: &Derived) -> Result<(), Reject> {
         let hostname = self.hostname();
         let pool = &self.pools[pi];
         if pool.unusable.is_some() {
@@ -1351,15 +1350,15 @@ impl Engine {
         {
             return Err(Reject::NodesLimit);
         }
-        let candidates = pool.base.and(&pool.within_limits);
-        if candidates.is_empty() {
+        if !pool.limits.is_empty() && !pool.base.iter().any(|t| pool.fits_limits(t, None)) {
             return Err(Reject::TypesExceedLimits);
         }
         let hostname_req = Req::is_in([hostname]);
         let placement = self.claim_check(
             pi,
             &pool.reqs,
-            &candidates,
+            &pool.base,
+            None,
             &ResVec::default(),
             hostname,
             &hostname_req,
@@ -1379,20 +1378,11 @@ impl Engine {
             pods: Vec::new(),
             host_ports: Vec::new(),
             min_values_relaxed: false,
+            signature: u32::MAX,
+            reserved: None,
         });
         self.claim_add(ci, pod, placement);
-        // Pessimistic limit accounting: the largest capacity among the claim's options.
         let pool = &mut self.pools[pi];
-        if !pool.limits.is_empty() {
-            let mut max = ResVec::default();
-            for t in self.claims[ci].types.iter() {
-                max.max_with(&pool.types[t].capacity);
-            }
-            for l in &mut pool.limits {
-                l.remaining = l.remaining.saturating_sub(max.get(l.resource));
-            }
-            pool.recompute_within_limits();
-        }
         if let Some(l) = pool.nodes_limit.as_mut() {
             l.remaining -= 1000;
         }
@@ -1402,7 +1392,7 @@ impl Engine {
     // ---- add ------------------------------------------------------------------------------------
 
     /// Places the pod somewhere; on failure returns each NodePool's reason.
-    fn add(&mut self, pod: &PodInfo, d: &Derived) -> Result<(), Vec<(usize, Reject)>> {
+    fn add(&mut self, pod: &PendingPod, d: &Derived) -> Result<(), Vec<(usize, Reject)>> {
         for ni in 0..self.nodes.len() {
             if let Ok(reqs) = self.node_check(ni, pod, d) {
                 self.node_add(ni, pod, reqs);
@@ -1413,11 +1403,21 @@ impl Engine {
         // that already counts every claim rules them all out without looking.
         let all_blocked = d.hostname_groups.iter().any(|&(g, _)| {
             let g = &self.topology.groups[g];
-            g.is_exclusive() && g.claims_counted >= self.claims.len()
+            g.is_exclusive() && g.claims_counted >= self.claim_index.len()
         });
-        let order: &[u32] = if all_blocked { &[] } else { &self.claim_order };
-        let found = order.iter().find_map(|&ci| {
-            let c = &self.claims[ci as usize];
+        let signatures: Vec<u32> = if all_blocked {
+            Vec::new()
+        } else {
+            (0..self.claim_index.signatures().len())
+                .filter(|&s| {
+                    let s = &self.claim_index.signatures()[s];
+                    self.signature_precheck(s.pool, &s.reqs, d)
+                })
+                .map(|s| s as u32)
+                .collect()
+        };
+        let found = self.claim_index.in_order(&signatures).find_map(|ci| {
+            let c = &self.claims[ci];
             if !self.claim_precheck(c, pod, d) {
                 return None;
             }
@@ -1425,6 +1425,7 @@ impl Engine {
                 c.pool,
                 &c.reqs,
                 &c.types,
+                c.reserved,
                 &c.requests,
                 c.hostname,
                 &c.hostname_req,
@@ -1432,7 +1433,7 @@ impl Engine {
                 d,
             )
             .ok()
-            .map(|p| (ci as usize, p))
+            .map(|p| (ci, p))
         });
         if let Some((ci, placement)) = found {
             self.claim_add(ci, pod, placement);
@@ -1448,7 +1449,7 @@ impl Engine {
         Err(errors)
     }
 
-    fn try_schedule(&mut self, pod: &PodInfo) -> Result<(), (Attempt, Vec<(usize, Reject)>)> {
+    fn try_schedule(&mut self, pod: &PendingPod) -> Result<(), (Attempt, Vec<(usize, Reject)>)> {
         let mut attempt = Attempt::default();
         loop {
             let d = self.derive(pod, &attempt);
@@ -1472,7 +1473,7 @@ impl Engine {
         r
     }
 
-    fn explain_reject(&self, pi: usize, pod: &PodInfo, d: &Derived, reject: &Reject) -> String {
+    fn explain_reject(&self, pi: usize, pod: &PendingPod, d: &Derived, reject: &Reject) -> String {
         let pool = &self.pools[pi];
         let name = &pool.name;
         let i = &self.interner;
@@ -1564,7 +1565,7 @@ impl Engine {
         }
     }
 
-    fn explain_topology(&self, gid: usize, pod: &PodInfo, d: &Derived, subject: &str) -> String {
+    fn explain_topology(&self, gid: usize, pod: &PendingPod, d: &Derived, subject: &str) -> String {
         let g = &self.topology.groups[gid];
         let key = self.interner.key_str(g.key);
         let domains: Vec<Sym> = self
@@ -1598,7 +1599,13 @@ impl Engine {
         }
     }
 
-    fn explain_no_type(&self, pi: usize, reqs: &Reqs, requests: &ResVec, pod: &PodInfo) -> String {
+    fn explain_no_type(
+        &self,
+        pi: usize,
+        reqs: &Reqs,
+        requests: &ResVec,
+        pod: &PendingPod,
+    ) -> String {
         let pool = &self.pools[pi];
         let name = &pool.name;
         let i = &self.interner;
@@ -1661,7 +1668,7 @@ impl Engine {
         let within: Vec<usize> = compatible
             .iter()
             .copied()
-            .filter(|t| pool.within_limits.get(*t))
+            .filter(|&t| pool.fits_limits(t, None))
             .collect();
         if within.is_empty() {
             return format!(
@@ -1715,7 +1722,12 @@ impl Engine {
         )
     }
 
-    fn explain(&mut self, pod: &PodInfo, attempt: &Attempt, errors: &[(usize, Reject)]) -> String {
+    fn explain(
+        &mut self,
+        pod: &PendingPod,
+        attempt: &Attempt,
+        errors: &[(usize, Reject)],
+    ) -> String {
         let d = self.derive(pod, attempt);
         let mut lines: Vec<String> = errors
             .iter()
@@ -1852,17 +1864,19 @@ impl Engine {
         })
     }
 
+    /// The NodeClaim to launch for `claim`, offering `types` (its types within the pool's limits).
     fn finalize(
         &self,
         claim: &Claim,
+        types: &Bits,
         cache: &mut FxMap<(usize, Reqs, Bits), Result<Rc<Finalized>, String>>,
     ) -> Result<NewNodeClaim, String> {
-        let key = (claim.pool, claim.reqs.clone(), claim.types.clone());
+        let key = (claim.pool, claim.reqs.clone(), types.clone());
         let shape = match cache.get(&key) {
             Some(shape) => shape.clone(),
             None => {
                 let shape = self
-                    .finalize_shape(claim.pool, &claim.reqs, &claim.types)
+                    .finalize_shape(claim.pool, &claim.reqs, types)
                     .map(Rc::new);
                 cache.insert(key, shape.clone());
                 shape
@@ -1904,12 +1918,9 @@ pub(crate) fn solve(input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
         volumes: &input.volumes,
     };
     let mut interner = Interner::new(&input.options.extra_well_known_labels);
-    let mut infos: Vec<PodInfo> = pods
-        .iter()
-        .enumerate()
-        .map(|(i, p)| compile_pod(i, p, &ctx, &mut interner))
-        .collect();
-    let mut engine = Engine::new(&input, &mut infos, &ctx, interner);
+    let (infos, shapes) = compile_pending(pods, &ctx, &mut interner);
+    let mut engine = Engine::new(&input, &shapes, &ctx, interner);
+    drop(shapes);
 
     let mut results = SchedulingResults::default();
     let mut unschedulable: BTreeMap<usize, String> = BTreeMap::new();
@@ -1969,8 +1980,10 @@ pub(crate) fn solve(input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
     }
     let claims = std::mem::take(&mut engine.claims);
     let mut shapes = FxMap::default();
+    let mut budget = engine.limit_budget();
     for claim in &claims {
-        match engine.finalize(claim, &mut shapes) {
+        let types = engine.launchable_types(claim, &mut budget);
+        match engine.finalize(claim, &types, &mut shapes) {
             Ok(nc) => results.new_node_claims.push(nc),
             Err(reason) => {
                 for &p in &claim.pods {
@@ -1994,11 +2007,14 @@ pub(crate) fn solve(input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
         .collect();
     results.unschedulable = unschedulable
         .into_iter()
-        .map(|(p, explanation)| UnschedulablePod {
-            pod: p,
-            namespace: infos[p].namespace.clone(),
-            name: infos[p].name.clone(),
-            explanation,
+        .map(|(p, explanation)| {
+            let (namespace, name) = crate::pod::pod_key(&pods[p]);
+            UnschedulablePod {
+                pod: p,
+                namespace,
+                name,
+                explanation,
+            }
         })
         .collect();
     results

@@ -247,15 +247,6 @@ impl ResVec {
         }
     }
 
-    pub fn max_with(&mut self, other: &ResVec) {
-        if self.0.len() < other.0.len() {
-            self.0.resize(other.0.len(), 0);
-        }
-        for (a, b) in self.0.iter_mut().zip(&other.0) {
-            *a = (*a).max(*b);
-        }
-    }
-
     pub fn min_with(&mut self, other: &ResVec) {
         let n = self.0.len().max(other.0.len());
         for i in 0..n {

@@ -556,6 +556,62 @@ fn resource_limits_partially_schedule_when_limits_would_be_exceeded() {
 }
 
 #[test]
+fn resource_limits_reserve_the_cheapest_option_and_narrow_the_options_at_the_end() {
+    // Upstream reserves each claim's largest option (4 cpu): the third claim would not fit an
+    // 8-cpu limit. Reserving the cheapest (2 cpu) places all three pods; at finalisation the
+    // 2 cpu left over let the first claim keep its 4-cpu option and the others only the 2-cpu one,
+    // so the pool stays within its limit whichever options launch.
+    let mut p = pool("default");
+    p.instance_types
+        .retain(|it| it.name == "small-instance-type" || it.name == "default-instance-type");
+    p.limits = rl(&[("cpu", "8")]);
+    let r = solve(
+        vec![p.clone()],
+        &pods(vec![
+            pod().requests(&[("cpu", "1")]).host_port(80),
+            pod().requests(&[("cpu", "1")]).host_port(80),
+            pod().requests(&[("cpu", "1")]).host_port(80),
+        ]),
+    );
+    assert!(r.unschedulable.is_empty(), "{:?}", r.unschedulable);
+    let options: Vec<Vec<&str>> = r
+        .new_node_claims
+        .iter()
+        .map(|c| c.instance_types.iter().map(|o| &*o.name).collect())
+        .collect();
+    assert_eq!(
+        options,
+        vec![
+            vec!["small-instance-type", "default-instance-type"],
+            vec!["small-instance-type"],
+            vec!["small-instance-type"],
+        ]
+    );
+    let worst_case: i64 = r
+        .new_node_claims
+        .iter()
+        .map(|c| {
+            c.instance_types
+                .iter()
+                .map(|o| {
+                    let it = p
+                        .instance_types
+                        .iter()
+                        .find(|t| *t.name == *o.name)
+                        .unwrap();
+                    it.capacity.get("cpu").millis()
+                })
+                .max()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(
+        worst_case, 8_000,
+        "every launch choice stays within the limit"
+    );
+}
+
+#[test]
 fn resource_limits_nodes_stops_new_node_claims() {
     let mut p = pool("default");
     p.limits = rl(&[("nodes", "1")]);

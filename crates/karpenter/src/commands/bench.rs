@@ -137,12 +137,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             pods as f64 / seconds.max(1e-9)
         );
     }
-    let failed = rows.iter().any(|r| r.unschedulable > 0);
+    let failed = rows
+        .iter()
+        .any(|r| r.unschedulable > 0 || wrong_node_count(r).is_some());
+    for r in rows.iter().filter(|r| r.unschedulable > 0) {
+        eprintln!(
+            "{} {} pods: {} unschedulable",
+            r.workload, r.pods, r.unschedulable
+        );
+    }
+    for (r, expected) in rows.iter().filter_map(|r| Some((r, wrong_node_count(r)?))) {
+        eprintln!(
+            "diverse {} pods: {} NodeClaims, expected {expected} (pods / 5)",
+            r.pods, r.node_claims
+        );
+    }
     Ok(if failed {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Upstream's invariant for the diverse mix: one node per hostname anti-affinity pod (pods / 5;
+/// fewer than five pods are all generic and share one node). The expected count when violated.
+fn wrong_node_count(row: &Row) -> Option<usize> {
+    let expected = (row.pods / 5).max(row.pods.min(1));
+    (row.workload == "diverse" && row.node_claims != expected).then_some(expected)
 }
 
 fn print_row(row: Option<&Row>, header: bool) {
@@ -156,6 +177,37 @@ fn print_row(row: Option<&Row>, header: bool) {
         println!(
             "{:<20} {:>7} {:>11} {:>13} {:>10.4} {:>12.0}",
             r.workload, r.pods, r.node_claims, r.unschedulable, r.seconds, r.pods_per_second
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(workload: &str, pods: usize, node_claims: usize) -> Row {
+        Row {
+            workload: workload.to_string(),
+            pods,
+            node_claims,
+            pods_on_node_claims: pods,
+            unschedulable: 0,
+            seconds: 1.0,
+            pods_per_second: pods as f64,
+        }
+    }
+
+    #[test]
+    fn diverse_rows_must_have_one_node_per_five_pods() {
+        assert_eq!(wrong_node_count(&row("diverse", 100_000, 20_000)), None);
+        assert_eq!(
+            wrong_node_count(&row("diverse", 100_000, 20_017)),
+            Some(20_000)
+        );
+        assert_eq!(wrong_node_count(&row("diverse", 1, 1)), None);
+        assert_eq!(
+            wrong_node_count(&row("respect-preferences", 4000, 4000)),
+            None
         );
     }
 }
