@@ -70,7 +70,12 @@ annotations:
 
 {{/* Required values fail the render with a message naming the value. */}}
 {{- define "karpenter.validate" -}}
-{{- if and (eq .Values.cloudProvider "aws") (not .Values.settings.clusterName) }}
+{{- if and (eq .Values.cloudProvider "aws") (not (include "karpenter.clusterName" .)) }}
 {{- fail "settings.clusterName is required" }}
 {{- end }}
+{{- end }}
+
+{{/* Cluster name; pre-v0.33 guides set it as settings.aws.clusterName, still honoured. */}}
+{{- define "karpenter.clusterName" -}}
+{{- .Values.settings.clusterName | default (dig "aws" "clusterName" "" .Values.settings) }}
 {{- end }}
