@@ -125,7 +125,9 @@ fn first_difference(path: &str, rendered: &Value, reparsed: &Value) -> Option<St
             .find_map(|(index, (x, y))| first_difference(&format!("{path}[{index}]"), x, y)),
         (Value::Number(a), Value::Number(b)) if a.as_f64() == b.as_f64() => None,
         _ if rendered == reparsed => None,
-        _ => Some(format!("{path}: rendered {rendered} but parsed as {reparsed}")),
+        _ => Some(format!(
+            "{path}: rendered {rendered} but parsed as {reparsed}"
+        )),
     }
 }
 
@@ -261,8 +263,7 @@ fn assert_invariants(rendered: &Rendered, case: &str) {
     let service = &rendered.of_kind("Service")[0];
     assert_eq!(service["spec"]["ports"][0]["port"], 8080, "{case}");
     assert_eq!(
-        service["spec"]["ports"][0]["targetPort"],
-        "http-metrics",
+        service["spec"]["ports"][0]["targetPort"], "http-metrics",
         "{case}"
     );
     // Security context: non-root, read-only root filesystem, no escalation, no capabilities.
@@ -305,8 +306,13 @@ fn assert_invariants(rendered: &Rendered, case: &str) {
         .unwrap();
     let selector = deployment.spec.clone().unwrap().selector.match_labels;
     assert!(
-        anti.iter().any(|term| term.topology_key == "kubernetes.io/hostname"
-            && term.label_selector.as_ref().and_then(|s| s.match_labels.clone()) == selector),
+        anti.iter()
+            .any(|term| term.topology_key == "kubernetes.io/hostname"
+                && term
+                    .label_selector
+                    .as_ref()
+                    .and_then(|s| s.match_labels.clone())
+                    == selector),
         "{case}: replicas must be kept on different hosts"
     );
     assert_eq!(
@@ -391,7 +397,11 @@ fn defaults_render_lint_clean_with_every_setting_as_env() {
         assert_eq!(env.get(name), Some(&Some(value.to_owned())), "env {name}");
     }
     // Empty optional settings are left out, as upstream does.
-    for name in ["INTERRUPTION_QUEUE", "CLUSTER_ENDPOINT", "CLUSTER_CA_BUNDLE"] {
+    for name in [
+        "INTERRUPTION_QUEUE",
+        "CLUSTER_ENDPOINT",
+        "CLUSTER_CA_BUNDLE",
+    ] {
         assert!(!env.contains_key(name), "{name} rendered while empty");
     }
     // Downward API: identity, namespace, CPU requests (scheduler parallelism).
@@ -493,7 +503,10 @@ fn seed_getting_started_values() {
     let container = controller(&deployment);
     for which in ["requests", "limits"] {
         assert_eq!(quantity(&container, which, "cpu").as_deref(), Some("1"));
-        assert_eq!(quantity(&container, which, "memory").as_deref(), Some("1Gi"));
+        assert_eq!(
+            quantity(&container, which, "memory").as_deref(),
+            Some("1Gi")
+        );
     }
     let env = env(&container);
     assert_eq!(
@@ -506,7 +519,8 @@ fn seed_getting_started_values() {
 /// `helm upgrade --reuse-values --set settings.featureGates.spotToSpotConsolidation=true`.
 #[test]
 fn seed_irsa_and_feature_gate_values() {
-    let annotation = format!("serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn={ROLE_ARN}");
+    let annotation =
+        format!("serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn={ROLE_ARN}");
     let mut sets = vec![
         annotation,
         CLUSTER.to_owned(),
@@ -529,11 +543,7 @@ fn seed_irsa_and_feature_gate_values() {
     let upgraded = render_ok(&refs(&sets));
     assert_invariants(&upgraded, "spot-to-spot");
     let gates = env(&controller(&upgraded.deployment()))["FEATURE_GATES"].clone();
-    assert!(
-        gates
-            .unwrap()
-            .contains("SpotToSpotConsolidation=true"),
-    );
+    assert!(gates.unwrap().contains("SpotToSpotConsolidation=true"),);
 }
 
 /// `002`: a values file naming the ServiceAccount, its role and a private image.
@@ -554,7 +564,11 @@ fn seed_private_image_values() {
         Some("123456789012.dkr.ecr.ap-northeast-2.amazonaws.com/karpenter:v1")
     );
     assert_eq!(
-        rendered.one::<ServiceAccount>("ServiceAccount").metadata.name.as_deref(),
+        rendered
+            .one::<ServiceAccount>("ServiceAccount")
+            .metadata
+            .name
+            .as_deref(),
         Some("karpenter-sa")
     );
 }
@@ -580,15 +594,23 @@ fn seed_legacy_aws_settings_values() {
 fn schema_rejects_wrong_types() {
     for (set, path) in [
         ("replicas=two", "/replicas"),
-        ("settings.featureGates.nodeRepair=maybe", "/settings/featureGates/nodeRepair"),
+        (
+            "settings.featureGates.nodeRepair=maybe",
+            "/settings/featureGates/nodeRepair",
+        ),
         ("logLevel=verbose", "/logLevel"),
         ("controller.metrics.port=http", "/controller/metrics/port"),
-        ("settings.batchIdleDuration=soon", "/settings/batchIdleDuration"),
+        (
+            "settings.batchIdleDuration=soon",
+            "/settings/batchIdleDuration",
+        ),
         ("settings.isolatedVPC=yes", "/settings/isolatedVPC"),
         ("cloudProvider=gcp", "/cloudProvider"),
         ("serviceAccount.create=no", "/serviceAccount/create"),
     ] {
-        let error = render(&[CLUSTER, set]).err().unwrap_or_else(|| panic!("{set} accepted"));
+        let error = render(&[CLUSTER, set])
+            .err()
+            .unwrap_or_else(|| panic!("{set} accepted"));
         assert!(
             error.contains("schema") && error.contains(path),
             "{set}: {error}"
