@@ -98,7 +98,7 @@ fn validate_reports_file_document_object_path_message_hint() {
     let stdout = text(&out.stdout);
     assert_eq!(
         stdout.trim(),
-        "tests/fixtures/manifests/invalid/np-weight-too-high.yaml:1: NodePool/default: spec.weight: Invalid value: 101: should be less than or equal to 100 (use a value from 1 to 100)"
+        "tests/fixtures/manifests/invalid/np-weight-too-high.yaml:1 (line 1): NodePool/default: spec.weight: Invalid value: 101: should be less than or equal to 100 (use a value from 1 to 100)"
     );
     assert!(text(&out.stderr).contains("validation failed: 0 valid, 1 invalid, 0 skipped"));
 }
@@ -130,10 +130,10 @@ fn validate_stdin_document_index_and_skips_unknown_kinds() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stdout).trim(),
-        "-:2: NodePool/p: spec.template.spec.nodeClassRef.name: name may not be empty (name the EC2NodeClass this pool uses)"
+        "-:2 (line 6): NodePool/p: spec.template.spec.nodeClassRef.name: name may not be empty (name the EC2NodeClass this pool uses)"
     );
     assert!(
-        text(&out.stderr).contains("-:1: ConfigMap/x: skipped"),
+        text(&out.stderr).contains("-:1 (line 1): ConfigMap/x: skipped"),
         "{}",
         text(&out.stderr)
     );
