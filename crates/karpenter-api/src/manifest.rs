@@ -11,8 +11,11 @@ use crate::validation::ValidationError;
 pub struct Document {
     /// 1-based position among the file's non-empty documents.
     pub index: usize,
-    /// 1-based line of the file where the document's text starts.
+    /// 1-based line of the file where the document's content starts (past blank and comment
+    /// lines).
     pub line: usize,
+    /// 1-based line of the file where `text` starts (lines in `text` count from here).
+    pub text_line: usize,
     /// The document's text, without the `---` separator.
     pub text: String,
     /// The parsed document, or why it does not parse (lines in the message are the file's).
@@ -63,6 +66,7 @@ pub fn split_documents(text: &str) -> Vec<Document> {
             Document {
                 index: i + 1,
                 line,
+                text_line: start,
                 text,
                 value,
             }
@@ -93,7 +97,13 @@ pub fn parse_yaml(text: &str, first_line: usize) -> Result<Value, String> {
             .and_then(|l| usize::try_from(l.line()).ok())
             .filter(|l| *l > 0)
             .map(|l| l.saturating_add(first_line).saturating_sub(1));
-        let message = first_line_of(&err.to_string());
+        let mut message = first_line_of(&err.to_string());
+        // The parser's own " at line L, column C" counts from the document, not the file.
+        if line.is_some()
+            && let Some(at) = message.find(" at line ")
+        {
+            message.truncate(at);
+        }
         let budget_hint = if matches!(err, serde_saphyr::Error::Budget { .. }) {
             format!(
                 " (a parser limit was hit: nesting deeper than {MAX_YAML_DEPTH} levels or too many YAML aliases; expand the aliases or split the object, e.g. `kubectl get ... -o json` per namespace)"

@@ -274,7 +274,7 @@ pub fn objects(source: &Source) -> Vec<Object> {
         };
         for (i, item) in items.into_iter().enumerate() {
             let line = lines.get(i).map_or(document.line, |l| {
-                l.saturating_add(document.line).saturating_sub(1)
+                l.saturating_add(document.text_line).saturating_sub(1)
             });
             out.push(Object {
                 location: Location {

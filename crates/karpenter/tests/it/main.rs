@@ -4,5 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod api_cli;
+mod bad_input;
 mod controller_e2e;
 mod simulate;
