@@ -44,6 +44,17 @@ struct Plan {
     existing_nodes: Vec<ExistingNode>,
     unschedulable: Vec<Unschedulable>,
     summary: Summary,
+    ignored: Vec<Ignored>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct Ignored {
+    document: String,
+    kind: String,
+    name: String,
+    reason: String,
 }
 
 #[derive(Deserialize)]
