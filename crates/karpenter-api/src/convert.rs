@@ -156,11 +156,57 @@ fn text(value: &Value, pointer: &str) -> String {
         .to_string()
 }
 
-fn take_map(map: &mut Map<String, Value>, key: &str) -> Map<String, Value> {
+/// Takes the object at `key` (absent or null: empty). Anything else is an error naming `path`:
+/// converting it would drop it silently.
+fn take_map(
+    map: &mut Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<Map<String, Value>, String> {
     match map.remove(key) {
-        Some(Value::Object(inner)) => inner,
-        _ => Map::new(),
+        Some(Value::Object(inner)) => Ok(inner),
+        None | Some(Value::Null) => Ok(Map::new()),
+        Some(other) => Err(malformed(path, "an object (a map of fields)", &other)),
     }
+}
+
+/// Takes the string at `key` (absent or null: `None`); anything else is an error naming `path`.
+fn take_string(
+    map: &mut Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<Option<String>, String> {
+    match map.remove(key) {
+        Some(Value::String(s)) => Ok(Some(s)),
+        None | Some(Value::Null) => Ok(None),
+        Some(other) => Err(malformed(path, "a string", &other)),
+    }
+}
+
+/// Checks that the list at `key` (if any) is a list of objects, as requirements and taints are.
+fn check_object_list(map: &Map<String, Value>, key: &str, path: &str) -> Result<(), String> {
+    match map.get(key) {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::Array(items)) => match items.iter().position(|i| !i.is_object()) {
+            Some(i) => Err(malformed(&format!("{path}[{i}]"), "an object", &items[i])),
+            None => Ok(()),
+        },
+        Some(other) => Err(malformed(path, "a list of objects", other)),
+    }
+}
+
+fn malformed(path: &str, expected: &str, found: &Value) -> String {
+    let kind = match found {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    };
+    format!(
+        "{path}: Invalid value: {found}: must be {expected}, not {kind} (nothing was converted, so nothing is dropped silently)"
+    )
 }
 
 fn non_empty(map: Map<String, Value>) -> Option<Value> {
@@ -271,8 +317,13 @@ impl Converter {
         };
         object.remove("apiVersion");
         object.remove("kind");
-        let metadata = convert_metadata(take_map(&mut object, "metadata"));
-        let spec = take_map(&mut object, "spec");
+        let (metadata, spec) = match (
+            take_map(&mut object, "metadata", "metadata"),
+            take_map(&mut object, "spec", "spec"),
+        ) {
+            (Ok(metadata), Ok(spec)) => (convert_metadata(metadata), spec),
+            (Err(err), _) | (_, Err(err)) => return Output::Failed(err),
+        };
         let mut warnings = std::mem::take(&mut self.warnings);
         let mut ctx = Ctx {
             origin,
@@ -321,13 +372,16 @@ impl Converter {
                 template_spec.insert(field.into(), v);
             }
         }
+        for field in ["taints", "startupTaints"] {
+            check_object_list(&template_spec, field, &format!("spec.{field}"))?;
+        }
         let requirements = spec.remove("requirements").unwrap_or_else(|| json!([]));
         template_spec.insert(
             "requirements".into(),
-            convert_requirements(ctx, "spec.requirements", requirements),
+            convert_requirements(ctx, "spec.requirements", requirements)?,
         );
         let mut objects = Vec::new();
-        let provider_ref = take_map(&mut spec, "providerRef");
+        let provider_ref = take_map(&mut spec, "providerRef", "spec.providerRef")?;
         let provider = spec.remove("provider");
         let class_name = match (provider_ref.get("name").and_then(Value::as_str), &provider) {
             (Some(class), _) => class.to_string(),
@@ -340,6 +394,9 @@ impl Converter {
                 "default".into()
             }
         };
+        if let Some(other) = provider.as_ref().filter(|p| !p.is_object() && !p.is_null()) {
+            return Err(malformed("spec.provider", "an object", other));
+        }
         if let Some(Value::Object(provider)) = provider {
             // The inline provider block is an AWSNodeTemplate spec without a name.
             let class_metadata = json!({ "name": class_name });
@@ -381,11 +438,18 @@ impl Converter {
         }
         let mut disruption = Map::new();
         let ttl_empty = spec.remove("ttlSecondsAfterEmpty");
-        let mut consolidation = take_map(&mut spec, "consolidation");
-        let consolidation_enabled = consolidation
-            .remove("enabled")
-            .and_then(|v| v.as_bool())
-            .unwrap_or(false);
+        let mut consolidation = take_map(&mut spec, "consolidation", "spec.consolidation")?;
+        let consolidation_enabled = match consolidation.remove("enabled") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(enabled)) => enabled,
+            Some(other) => {
+                return Err(malformed(
+                    "spec.consolidation.enabled",
+                    "true or false",
+                    &other,
+                ));
+            }
+        };
         ctx.leftovers("spec.consolidation", consolidation);
         match (consolidation_enabled, ttl_empty) {
             (true, ttl) => {
@@ -425,7 +489,7 @@ impl Converter {
         template.insert("spec".into(), Value::Object(template_spec));
         nodepool_spec.insert("template".into(), Value::Object(template));
         nodepool_spec.insert("disruption".into(), Value::Object(disruption));
-        let mut limits = take_map(&mut spec, "limits");
+        let mut limits = take_map(&mut spec, "limits", "spec.limits")?;
         if let Some(resources) = limits.remove("resources") {
             nodepool_spec.insert("limits".into(), resources);
         }
@@ -450,19 +514,18 @@ impl Converter {
         let subnets = spec.remove("subnetSelector");
         out.insert(
             "subnetSelectorTerms".into(),
-            selector_terms(ctx, "spec.subnetSelector", subnets, false),
+            selector_terms(ctx, "spec.subnetSelector", subnets, false)?,
         );
         let groups = spec.remove("securityGroupSelector");
         out.insert(
             "securityGroupSelectorTerms".into(),
-            selector_terms(ctx, "spec.securityGroupSelector", groups, true),
+            selector_terms(ctx, "spec.securityGroupSelector", groups, true)?,
         );
-        let family = spec
-            .remove("amiFamily")
-            .and_then(|v| v.as_str().map(str::to_string));
+        let family = take_string(&mut spec, "amiFamily", "spec.amiFamily")?;
         let ami_terms = match spec.remove("amiSelector") {
             Some(Value::Object(selector)) => Some(ami_terms_v1alpha1(selector)),
-            _ => None,
+            None | Some(Value::Null) => None,
+            Some(other) => return Err(malformed("spec.amiSelector", "an object", &other)),
         };
         let family = match family {
             Some(f) => f,
@@ -520,9 +583,8 @@ impl Converter {
         name: &str,
     ) -> Result<Vec<V1Object>, String> {
         let mut out = Map::new();
-        let family = spec
-            .remove("amiFamily")
-            .and_then(|v| v.as_str().map(str::to_string));
+        let family = take_string(&mut spec, "amiFamily", "spec.amiFamily")?;
+        check_object_list(&spec, "amiSelectorTerms", "spec.amiSelectorTerms")?;
         let terms = spec
             .remove("amiSelectorTerms")
             .and_then(|v| v.as_array().cloned())
@@ -626,10 +688,29 @@ fn convert_metadata(mut metadata: Map<String, Value>) -> Value {
     Value::Object(metadata)
 }
 
-fn convert_requirements(ctx: &mut Ctx<'_>, field: &str, requirements: Value) -> Value {
-    let Value::Array(items) = requirements else {
-        return json!([]);
+fn convert_requirements(
+    ctx: &mut Ctx<'_>,
+    field: &str,
+    requirements: Value,
+) -> Result<Value, String> {
+    let items = match requirements {
+        Value::Array(items) => items,
+        Value::Null => return Ok(json!([])),
+        other => {
+            return Err(malformed(
+                field,
+                "a list of {key, operator, values}",
+                &other,
+            ));
+        }
     };
+    if let Some(i) = items.iter().position(|r| !r.is_object()) {
+        return Err(malformed(
+            &format!("{field}[{i}]"),
+            "an object {key, operator, values}",
+            &items[i],
+        ));
+    }
     let kept = items
         .into_iter()
         .filter(|r| {
@@ -641,7 +722,7 @@ fn convert_requirements(ctx: &mut Ctx<'_>, field: &str, requirements: Value) -> 
             true
         })
         .collect();
-    Value::Array(kept)
+    Ok(Value::Array(kept))
 }
 
 /// v1alpha1 selector map → v1 terms: `aws-ids` becomes id terms, `aws::name` name terms (security
@@ -651,10 +732,14 @@ fn selector_terms(
     field: &str,
     selector: Option<Value>,
     names_allowed: bool,
-) -> Value {
-    let Some(Value::Object(selector)) = selector else {
-        ctx.warn(field, "missing; v1 requires selector terms: wrote a karpenter.sh/discovery tag term you must adjust");
-        return json!([{ "tags": { "karpenter.sh/discovery": "${CLUSTER_NAME}" } }]);
+) -> Result<Value, String> {
+    let selector = match selector {
+        Some(Value::Object(selector)) => selector,
+        None | Some(Value::Null) => {
+            ctx.warn(field, "missing; v1 requires selector terms: wrote a karpenter.sh/discovery tag term you must adjust");
+            return Ok(json!([{ "tags": { "karpenter.sh/discovery": "${CLUSTER_NAME}" } }]));
+        }
+        Some(other) => return Err(malformed(field, "a map of tags (or aws-ids)", &other)),
     };
     let mut terms = Vec::new();
     let mut tags = Map::new();
@@ -676,7 +761,7 @@ fn selector_terms(
     if !tags.is_empty() {
         terms.insert(0, json!({ "tags": tags }));
     }
-    Value::Array(terms)
+    Ok(Value::Array(terms))
 }
 
 fn split_list(text: &str) -> impl Iterator<Item = String> + '_ {
@@ -777,9 +862,20 @@ fn nodepool_v1beta1(
     metadata: Value,
     mut spec: Map<String, Value>,
 ) -> Result<Vec<V1Object>, String> {
-    let mut template = take_map(&mut spec, "template");
-    let mut template_spec = take_map(&mut template, "spec");
-    let reference = take_map(&mut template_spec, "nodeClassRef");
+    let mut template = take_map(&mut spec, "template", "spec.template")?;
+    let mut template_spec = take_map(&mut template, "spec", "spec.template.spec")?;
+    for field in ["requirements", "taints", "startupTaints"] {
+        check_object_list(
+            &template_spec,
+            field,
+            &format!("spec.template.spec.{field}"),
+        )?;
+    }
+    let reference = take_map(
+        &mut template_spec,
+        "nodeClassRef",
+        "spec.template.spec.nodeClassRef",
+    )?;
     template_spec.insert(
         "nodeClassRef".into(),
         node_class_ref_v1beta1(ctx, "spec.template.spec.nodeClassRef", reference),
@@ -792,13 +888,15 @@ fn nodepool_v1beta1(
             "removed from the NodePool template in v1; dropped",
         );
     }
-    let mut disruption = take_map(&mut spec, "disruption");
+    let mut disruption = take_map(&mut spec, "disruption", "spec.disruption")?;
     if let Some(expire) = disruption.remove("expireAfter") {
         template_spec.insert("expireAfter".into(), expire);
     }
-    let policy = disruption
-        .remove("consolidationPolicy")
-        .and_then(|v| v.as_str().map(str::to_string));
+    let policy = take_string(
+        &mut disruption,
+        "consolidationPolicy",
+        "spec.disruption.consolidationPolicy",
+    )?;
     match policy.as_deref() {
         None | Some("WhenUnderutilized") => {
             disruption.insert(
@@ -867,7 +965,10 @@ fn nodeclaim_v1beta1(
     metadata: Value,
     mut spec: Map<String, Value>,
 ) -> Result<Vec<V1Object>, String> {
-    let reference = take_map(&mut spec, "nodeClassRef");
+    let reference = take_map(&mut spec, "nodeClassRef", "spec.nodeClassRef")?;
+    for field in ["requirements", "taints", "startupTaints"] {
+        check_object_list(&spec, field, &format!("spec.{field}"))?;
+    }
     let mut out = Map::new();
     out.insert(
         "nodeClassRef".into(),
@@ -914,5 +1015,60 @@ mod tests {
         assert_eq!(compact_duration(30), "30s");
         assert_eq!(compact_duration(2_592_000), "720h");
         assert_eq!(compact_duration(5400), "1h30m");
+    }
+
+    fn convert_yaml(yaml: &str) -> Output {
+        let value: Value = serde_saphyr::from_str(yaml).unwrap();
+        let input = Input {
+            source: "f".into(),
+            index: 1,
+            value,
+        };
+        convert(std::slice::from_ref(&input)).0.remove(0)
+    }
+
+    #[test]
+    fn malformed_legacy_values_are_errors_naming_the_field() {
+        let cases = [
+            (
+                "apiVersion: karpenter.sh/v1alpha5\nkind: Provisioner\nmetadata: {name: p}\nspec: {requirements: spot}\n",
+                "spec.requirements",
+            ),
+            (
+                "apiVersion: karpenter.sh/v1alpha5\nkind: Provisioner\nmetadata: {name: p}\nspec: {consolidation: {enabled: yes please}}\n",
+                "spec.consolidation.enabled",
+            ),
+            (
+                "apiVersion: karpenter.sh/v1alpha5\nkind: Provisioner\nmetadata: {name: p}\nspec: {providerRef: default}\n",
+                "spec.providerRef",
+            ),
+            (
+                "apiVersion: karpenter.k8s.aws/v1alpha1\nkind: AWSNodeTemplate\nmetadata: {name: n}\nspec: {subnetSelector: subnet-1}\n",
+                "spec.subnetSelector",
+            ),
+            (
+                "apiVersion: karpenter.sh/v1beta1\nkind: NodePool\nmetadata: {name: p}\nspec: {template: {spec: {requirements: [spot]}}}\n",
+                "spec.template.spec.requirements[0]",
+            ),
+            (
+                "apiVersion: karpenter.sh/v1beta1\nkind: NodePool\nmetadata: {name: p}\nspec: {disruption: on}\n",
+                "spec.disruption",
+            ),
+            (
+                "apiVersion: karpenter.sh/v1beta1\nkind: NodePool\nmetadata: {name: p}\nspec: []\n",
+                "spec",
+            ),
+        ];
+        for (yaml, field) in cases {
+            match convert_yaml(yaml) {
+                Output::Failed(reason) => {
+                    assert!(
+                        reason.starts_with(&format!("{field}: ")),
+                        "{field}: {reason}"
+                    )
+                }
+                other => panic!("{field}: expected an error, got {other:?}"),
+            }
+        }
     }
 }

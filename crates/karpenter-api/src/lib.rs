@@ -7,6 +7,7 @@
 pub mod convert;
 pub mod crd;
 pub mod manifest;
+pub mod quantity;
 pub mod rules;
 pub mod v1;
 pub mod validation;

@@ -83,78 +83,17 @@ impl Quantity {
         Quantity(self.0.saturating_sub(other.0).max(0))
     }
 
-    /// Parses a Kubernetes quantity (`100m`, `1.5`, `2Gi`, `1e3`, `128974848`).
+    /// Parses a Kubernetes quantity (`100m`, `1.5`, `2Gi`, `1e3`, `128974848`) with the one
+    /// quantity parser of the workspace ([`karpenter_api::quantity::parse_millis`], which offline
+    /// validation uses too): exact, rounding a finer value up to the next milli-unit, and an
+    /// error (never a wrap or a panic) beyond ±i64 milli-units.
     pub fn parse(input: &str) -> Result<Quantity, QuantityError> {
-        let err = |reason| QuantityError {
-            input: input.to_string(),
-            reason,
-        };
-        let s = input.trim();
-        if s.is_empty() {
-            return Err(err("empty"));
-        }
-        let (negative, body) = match s.as_bytes()[0] {
-            b'-' => (true, &s[1..]),
-            b'+' => (false, &s[1..]),
-            _ => (false, s),
-        };
-        let number_end = body
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(body.len());
-        let (number, suffix) = body.split_at(number_end);
-        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
-            return Err(err("missing or malformed number"));
-        }
-        let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
-        // Value = digits / 10^frac_len × 2^bin_exp × 10^dec_exp, in units; we want milli-units.
-        let (bin_exp, dec_exp): (u32, i32) = match suffix {
-            "" => (0, 0),
-            "Ki" => (10, 0),
-            "Mi" => (20, 0),
-            "Gi" => (30, 0),
-            "Ti" => (40, 0),
-            "Pi" => (50, 0),
-            "Ei" => (60, 0),
-            "n" => (0, -9),
-            "u" => (0, -6),
-            "m" => (0, -3),
-            "k" => (0, 3),
-            "M" => (0, 6),
-            "G" => (0, 9),
-            "T" => (0, 12),
-            "P" => (0, 15),
-            "E" => (0, 18),
-            exp if exp.starts_with(['e', 'E']) => {
-                let e: i32 = exp[1..].parse().map_err(|_| err("malformed exponent"))?;
-                (0, e)
-            }
-            _ => return Err(err("unknown suffix")),
-        };
-        let digits: String = [int_part, frac_part].concat();
-        let mantissa: i128 = if digits.is_empty() {
-            0
-        } else {
-            digits.parse().map_err(|_| err("number too large"))?
-        };
-        // milli-units: × 10^3, ÷ 10^frac_len, × 10^dec_exp, × 2^bin_exp.
-        let scale = 3 + dec_exp - frac_part.len() as i32;
-        let mut value = mantissa
-            .checked_mul(1i128 << bin_exp)
-            .ok_or_else(|| err("too large"))?;
-        if scale >= 0 {
-            let pow = 10i128
-                .checked_pow(scale as u32)
-                .ok_or_else(|| err("too large"))?;
-            value = value.checked_mul(pow).ok_or_else(|| err("too large"))?;
-        } else {
-            let pow = 10i128
-                .checked_pow((-scale) as u32)
-                .ok_or_else(|| err("too precise"))?;
-            // Round up to the next milli-unit, as Kubernetes does.
-            value = (value + pow - 1) / pow;
-        }
-        let value = i64::try_from(value).map_err(|_| err("too large"))?;
-        Ok(Quantity(if negative { -value } else { value }))
+        karpenter_api::quantity::parse_millis(input)
+            .map(Quantity)
+            .map_err(|reason| QuantityError {
+                input: input.to_string(),
+                reason,
+            })
     }
 }
 
@@ -233,7 +172,8 @@ impl<'de> Deserialize<'de> for Quantity {
         match Raw::deserialize(d)? {
             Raw::Str(s) => Quantity::parse(&s).map_err(serde::de::Error::custom),
             Raw::Int(i) => Ok(Quantity::from_units(i)),
-            Raw::Float(f) => Ok(Quantity((f * 1000.0).ceil() as i64)),
+            // Through the one parser, so a float gets the same rounding and range checks.
+            Raw::Float(f) => Quantity::parse(&f.to_string()).map_err(serde::de::Error::custom),
         }
     }
 }
@@ -389,6 +329,34 @@ mod tests {
         for bad in ["", "abc", "1Qi", "1..2", "Gi", "1e"] {
             assert!(Quantity::parse(bad).is_err(), "{bad} should not parse");
         }
+        for bad in [
+            "1e999999999",
+            "99999999999999999999999Ei",
+            "1e9223372036854775807",
+            "170000000000000000000000000000000000000000000",
+            "9223372036854775808m",
+        ] {
+            assert!(Quantity::parse(bad).is_err(), "{bad} should not parse");
+        }
+    }
+
+    #[test]
+    fn extreme_inputs_are_exact_or_errors() {
+        assert_eq!(
+            q("-0.000000000000000000001m").millis(),
+            -1,
+            "rounds away from zero"
+        );
+        assert_eq!(q("1e-999999999").millis(), 1);
+        assert_eq!(q("0e999999999"), Quantity::ZERO);
+        assert_eq!(
+            q("170000000000000000000000000000000000000e-40").millis(),
+            17
+        );
+        assert_eq!(q("9223372036854775807m").millis(), i64::MAX);
+        assert_eq!(q("0.1e1").millis(), 1000);
+        let err = Quantity::parse("1e999999999").unwrap_err();
+        assert!(err.to_string().contains("too large"), "{err}");
     }
 
     #[test]
@@ -419,6 +387,24 @@ mod tests {
         fn display_round_trips(millis in -1_000_000_000_000i64..1_000_000_000_000_000) {
             let q = Quantity::from_millis(millis);
             prop_assert_eq!(Quantity::parse(&q.to_string()).unwrap(), q);
+        }
+
+        #[test]
+        fn parse_never_panics_or_wraps(
+            sign in "[-+]?",
+            int in "[0-9]{0,45}",
+            frac in "(\\.[0-9]{0,45})?",
+            suffix in "(|m|n|u|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|e-?[0-9]{1,12}|E-?[0-9]{1,12})",
+        ) {
+            let input = format!("{sign}{int}{frac}{suffix}");
+            if let Ok(q) = Quantity::parse(&input) {
+                // No wrap: a value that parses has the input's sign (or is zero).
+                if sign == "-" {
+                    prop_assert!(q.millis() <= 0, "{input} -> {q:?}");
+                } else {
+                    prop_assert!(q.millis() >= 0, "{input} -> {q:?}");
+                }
+            }
         }
 
         #[test]

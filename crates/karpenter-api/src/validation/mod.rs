@@ -190,6 +190,9 @@ pub fn validate_document(doc: &Value) -> DocumentReport {
         )]));
     }
     let Some(which) = v1_kind(&api_version, &kind) else {
+        if let Some(error) = crate::manifest::karpenter_near_miss(&api_version, &kind) {
+            return report(Outcome::Invalid(vec![error]));
+        }
         return report(Outcome::Skipped(format!(
             "{api_version} {kind} is not a Karpenter v1 object"
         )));

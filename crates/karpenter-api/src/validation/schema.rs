@@ -246,14 +246,23 @@ fn check_string(
             "set a non-empty value",
         ));
     }
-    if let Some(pattern) = schema.get("pattern").and_then(Value::as_str)
-        && !cache.is_match(pattern, s)
-    {
-        errors.push(ValidationError::new(
-            path.to_string(),
-            format!("Invalid value: {s:?}: should match '{pattern}'"),
-            pattern_hint(pattern),
-        ));
+    if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
+        if !cache.is_match(pattern, s) {
+            errors.push(ValidationError::new(
+                path.to_string(),
+                format!("Invalid value: {s:?}: should match '{pattern}'"),
+                pattern_hint(pattern),
+            ));
+        } else if pattern == crate::crd::QUANTITY_PATTERN
+            && let Err(reason) = crate::quantity::parse_millis(s)
+        {
+            // The pattern admits `1e999999999`; the controller's parser does not.
+            errors.push(ValidationError::new(
+                path.to_string(),
+                format!("Invalid value: {s:?}: quantity {reason}"),
+                pattern_hint(pattern),
+            ));
+        }
     }
 }
 

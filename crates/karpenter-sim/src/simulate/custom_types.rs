@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use karpenter_api::well_known as wk;
 use karpenter_core::instance_type::{InstanceType, Offering, Overhead};
-use karpenter_core::resources::ResourceList;
+use karpenter_core::resources::{Quantity, ResourceList};
 use serde::Deserialize;
 
 /// Why a custom instance-type file was rejected.
@@ -74,6 +74,11 @@ pub fn parse_instance_types(
 ) -> Result<Vec<InstanceType>, CustomTypesError> {
     let file: File =
         serde_saphyr::from_str(text).map_err(|e| CustomTypesError::Parse(e.to_string()))?;
+    if file.instance_types.is_empty() {
+        return Err(CustomTypesError::Parse(
+            "instanceTypes is empty: list at least one instance type".into(),
+        ));
+    }
     let mut seen = std::collections::BTreeSet::new();
     file.instance_types
         .into_iter()
@@ -89,6 +94,34 @@ pub fn parse_instance_types(
             }
             if !seen.insert(t.name.clone()) {
                 return Err(invalid("duplicate name".into()));
+            }
+            for (resource, quantity) in t.capacity.iter() {
+                if quantity < Quantity::ZERO {
+                    return Err(invalid(format!(
+                        "capacity[{resource}]: {quantity} must not be negative"
+                    )));
+                }
+            }
+            for (resource, quantity) in t.overhead.iter() {
+                if quantity < Quantity::ZERO {
+                    return Err(invalid(format!(
+                        "overhead[{resource}]: {quantity} must not be negative"
+                    )));
+                }
+                let capacity = t.capacity.get(resource);
+                if quantity >= capacity && !quantity.is_zero() {
+                    return Err(invalid(format!(
+                        "overhead[{resource}]: {quantity} must be less than capacity[{resource}] ({capacity}); nothing would be left for pods"
+                    )));
+                }
+            }
+            for (i, o) in t.offerings.iter().enumerate() {
+                if !o.zone.starts_with(region) || o.zone.len() == region.len() {
+                    return Err(invalid(format!(
+                        "offerings[{i}].zone: {:?} is not a zone of region {region:?} (zones are the region plus a letter, e.g. {region}a; set the region with --region)",
+                        o.zone
+                    )));
+                }
             }
             for o in &t.offerings {
                 if !wk::CAPACITY_TYPES.contains(&o.capacity_type.as_str()) {
@@ -167,7 +200,7 @@ instanceTypes:
 
     #[test]
     fn rejects_bad_capacity_types_and_unknown_fields() {
-        let bad = "instanceTypes: [{name: x, capacity: {cpu: 1}, offerings: [{zone: a, capacityType: cheap, price: 1}]}]";
+        let bad = "instanceTypes: [{name: x, capacity: {cpu: 1}, offerings: [{zone: ra, capacityType: cheap, price: 1}]}]";
         assert!(
             parse_instance_types(bad, "r")
                 .unwrap_err()
@@ -176,5 +209,36 @@ instanceTypes:
         );
         let unknown = "instanceTypes: [{name: x, capacity: {cpu: 1}, colour: red}]";
         assert!(parse_instance_types(unknown, "r").is_err());
+    }
+
+    #[test]
+    fn rejects_impossible_catalogues_naming_the_field() {
+        let cases = [
+            ("instanceTypes: []", "at least one"),
+            (
+                "instanceTypes: [{name: x, capacity: {cpu: \"-1\"}}]",
+                "capacity[cpu]",
+            ),
+            (
+                "instanceTypes: [{name: x, capacity: {cpu: 1}, overhead: {cpu: 2}}]",
+                "overhead[cpu]",
+            ),
+            (
+                "instanceTypes: [{name: x, capacity: {cpu: 1}, overhead: {memory: 1Gi}}]",
+                "overhead[memory]",
+            ),
+            (
+                "instanceTypes: [{name: x, capacity: {cpu: 1}, offerings: [{zone: us-east-1a, capacityType: spot, price: 1}]}]",
+                "offerings[0].zone",
+            ),
+            (
+                "instanceTypes: [{name: x, capacity: {cpu: 1}, offerings: [{zone: r1a, capacityType: spot, price: -1}]}]",
+                "price",
+            ),
+        ];
+        for (yaml, field) in cases {
+            let err = parse_instance_types(yaml, "r1").unwrap_err().to_string();
+            assert!(err.contains(field), "{field}: {err}");
+        }
     }
 }

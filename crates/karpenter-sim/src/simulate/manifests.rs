@@ -2,7 +2,8 @@
 //! directories; workloads expanded into the pods their controllers would create.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::fmt;
+use std::path::Path;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
@@ -12,34 +13,79 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use karpenter_api::manifest::split_documents;
+use karpenter_api::manifest::karpenter_near_miss;
 use karpenter_api::v1::EC2NodeClass;
+use karpenter_api::validation::{self, Outcome, validate_document};
 use karpenter_api::{NodeClaim, NodePool};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use super::sources::{
+    DuplicateNames, Location, Object, ReadError, Source, Sources, identity, objects, read_sources,
+};
+use super::workloads;
+use k8s_openapi::api::core::v1::{Container, PodSpec};
 
 /// Why the input could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("failed to read {path}: {message}")]
-    Read { path: String, message: String },
-    #[error("{source_name}: invalid YAML: {message}")]
-    Yaml {
-        source_name: String,
-        message: String,
-    },
-    #[error(
-        "{source_name}: document {index} has no `kind` (every Kubernetes object needs apiVersion and kind)"
-    )]
-    MissingKind { source_name: String, index: usize },
-    #[error("{source_name}: invalid {kind} {name:?}: {message}")]
-    Object {
-        source_name: String,
-        kind: String,
-        name: String,
-        message: String,
-    },
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// Every problem of the input, one per line (`FILE:DOC (line L): KIND/NAME: FIELD: MESSAGE`).
+    #[error("{}", lines(.0))]
+    Invalid(Vec<Problem>),
 }
+
+fn lines(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One problem with one object of the input, in `validate`'s format.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub location: Location,
+    /// `Kind/name` (`<unknown>` for what is missing).
+    pub object: String,
+    /// Field path (`(document)` for the whole document).
+    pub path: String,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {}: {}: {}",
+            self.location, self.object, self.path, self.message
+        )?;
+        if let Some(hint) = &self.hint {
+            write!(f, " ({hint})")?;
+        }
+        Ok(())
+    }
+}
+
+/// A document `simulate` read but does not use (listed so a typo such as `kind: Deploymnet` does
+/// not vanish silently).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IgnoredDocument {
+    /// `FILE:DOC (line L)`.
+    pub document: String,
+    pub kind: String,
+    /// `namespace/name`, or `name` for objects without a namespace.
+    pub name: String,
+    pub reason: String,
+}
+
+/// Most pods (pending and bound, after expanding workloads) one simulation takes: a bound on
+/// memory and time that a typo such as `replicas: 2147483647` runs into with a clear error.
+pub const MAX_PODS: usize = 1_000_000;
 
 /// Everything `simulate` read, workloads already expanded into pods.
 #[derive(Clone, Debug, Default)]
@@ -57,186 +103,359 @@ pub struct Manifests {
     pub storage_classes: Vec<StorageClass>,
     pub nodes: Vec<Node>,
     pub node_claims: Vec<NodeClaim>,
-    /// `Kind namespace/name` of objects `simulate` does not use.
-    pub ignored: Vec<String>,
+    /// Documents `simulate` does not use, in input order.
+    pub ignored: Vec<IgnoredDocument>,
+    /// Notes for people from reading the input (skipped files, empty input).
+    pub notes: Vec<String>,
+    names: DuplicateNames,
 }
 
 const DEFAULT_NAMESPACE: &str = "default";
+
+/// Kinds `simulate` reads (everything else is listed as ignored).
+const USED_KINDS: [&str; 14] = [
+    "NodePool",
+    "EC2NodeClass",
+    "NodeClaim",
+    "Node",
+    "Pod",
+    "Deployment",
+    "ReplicaSet",
+    "StatefulSet",
+    "Job",
+    "DaemonSet",
+    "PodDisruptionBudget",
+    "PersistentVolumeClaim",
+    "PersistentVolume",
+    "StorageClass",
+];
 
 impl Manifests {
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Loads a file, or every `*.yaml`/`*.yml`/`*.json` file under a directory (sorted, recursive).
+    /// Loads a file, or every `*.yaml`/`*.yml`/`*.json` file under a directory (sorted,
+    /// recursive), with the shared reader ([`super::sources`]).
     pub fn load_path(&mut self, path: &Path) -> Result<(), ManifestError> {
-        let read_err = |e: std::io::Error| ManifestError::Read {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        };
-        if path.is_dir() {
-            let mut files = Vec::new();
-            collect_manifest_files(path, &mut files).map_err(read_err)?;
-            for file in files {
-                self.load_path(&file)?;
-            }
-            return Ok(());
-        }
-        let text = std::fs::read_to_string(path).map_err(read_err)?;
-        self.load_str(&path.display().to_string(), &text)
+        let read = read_sources(&[path.to_path_buf()], &mut std::io::empty())?;
+        self.load_sources(read)
     }
 
     /// Loads one YAML (or JSON) text with any number of documents; `source_name` names it in
     /// errors.
     pub fn load_str(&mut self, source_name: &str, text: &str) -> Result<(), ManifestError> {
-        for document in split_documents(text) {
-            let value = document.value.map_err(|message| ManifestError::Yaml {
-                source_name: format!("{source_name} (document {})", document.index),
-                message,
-            })?;
-            if !value.is_null() {
-                self.add_value(source_name, document.index, value)?;
-            }
-        }
-        Ok(())
+        self.load_sources(Sources {
+            sources: vec![Source {
+                name: source_name.to_string(),
+                text: text.to_string(),
+            }],
+            notes: Vec::new(),
+        })
     }
 
-    fn add_value(
-        &mut self,
-        source_name: &str,
-        index: usize,
-        value: Value,
-    ) -> Result<(), ManifestError> {
-        let kind = value
-            .get("kind")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        let Some(kind) = kind else {
-            return Err(ManifestError::MissingKind {
-                source_name: source_name.to_string(),
-                index,
-            });
-        };
-        if kind == "List" || kind.ends_with("List") && value.get("items").is_some() {
-            let items = value
-                .get("items")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            for item in items {
-                self.add_value(source_name, index, item)?;
+    /// Loads what the shared reader read. Every problem of every object is collected, so one run
+    /// reports them all.
+    pub fn load_sources(&mut self, read: Sources) -> Result<(), ManifestError> {
+        self.notes.extend(read.notes);
+        let mut problems = Vec::new();
+        for source in &read.sources {
+            for object in objects(source) {
+                self.add_object(object, &mut problems);
             }
-            return Ok(());
         }
-        let name = value
-            .pointer("/metadata/name")
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ManifestError::Invalid(problems))
+        }
+    }
+
+    fn add_object(&mut self, object: Object, problems: &mut Vec<Problem>) {
+        let location = object.location;
+        let value = match object.value {
+            Ok(value) => value,
+            Err(message) => {
+                problems.push(Problem {
+                    location,
+                    object: "<unknown>/<unknown>".into(),
+                    path: "(document)".into(),
+                    message: format!("invalid YAML: {message}"),
+                    hint: Some("fix the YAML syntax".into()),
+                });
+                return;
+            }
+        };
+        if value.is_null() {
+            return;
+        }
+        let (kind, name, namespace) = identity(&value);
+        let (kind, name, namespace) = (kind.to_string(), name.to_string(), namespace.to_string());
+        let api_version = value
+            .get("apiVersion")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        let object_err = |message: String| ManifestError::Object {
-            source_name: source_name.to_string(),
-            kind: kind.clone(),
-            name: name.clone(),
-            message,
+        let object_name = format!("{}/{}", or_unknown(&kind), or_unknown(&name));
+        let mut problem = |path: &str, message: String, hint: Option<String>| {
+            problems.push(Problem {
+                location: location.clone(),
+                object: object_name.clone(),
+                path: path.to_string(),
+                message,
+                hint,
+            });
         };
+        if !value.is_object() || kind.is_empty() {
+            problem(
+                "kind",
+                "Required value: every Kubernetes object needs apiVersion and kind".into(),
+                Some("add e.g. `apiVersion: apps/v1` and `kind: Deployment`".into()),
+            );
+            return;
+        }
+        // Karpenter's own kinds (and near misses such as `karpenter.sh/v2` or `Nodepool`) get
+        // exactly `validate`'s checks.
+        let karpenter = validation::v1_kind(&api_version, &kind).is_some()
+            || validation::is_legacy(&api_version, &kind)
+            || karpenter_near_miss(&api_version, &kind).is_some();
+        if karpenter {
+            if let Outcome::Invalid(errors) = validate_document(&value).outcome {
+                for e in errors {
+                    problem(&e.path, e.message, e.hint);
+                }
+                return;
+            }
+        } else if !USED_KINDS.contains(&kind.as_str()) {
+            self.ignored.push(IgnoredDocument {
+                document: location.to_string(),
+                kind: kind.clone(),
+                name: if namespace.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{namespace}/{name}")
+                },
+                reason: ignored_reason(&kind),
+            });
+            return;
+        }
+        if !karpenter && name.is_empty() {
+            let message = match value.pointer("/metadata/name") {
+                // `name: yes` or `name: 1` parse as a boolean or a number.
+                Some(other) if !other.is_null() => {
+                    format!("Invalid value: {other}: must be a string")
+                }
+                _ => "Required value".into(),
+            };
+            problem(
+                "metadata.name",
+                message,
+                Some(
+                    "give the object a name (quote names YAML reads as booleans or numbers)".into(),
+                ),
+            );
+            return;
+        }
+        let namespaced = !matches!(
+            kind.as_str(),
+            "NodePool"
+                | "EC2NodeClass"
+                | "NodeClaim"
+                | "Node"
+                | "PersistentVolume"
+                | "StorageClass"
+        );
+        let namespace_key = if namespaced {
+            if namespace.is_empty() {
+                DEFAULT_NAMESPACE
+            } else {
+                namespace.as_str()
+            }
+        } else {
+            ""
+        };
+        if let Some(first) = self
+            .names
+            .check(&api_version, &kind, namespace_key, &name, &location)
+        {
+            problem(
+                "metadata.name",
+                format!("Duplicate value: {name:?}: {kind} {name} is already defined at {first}"),
+                Some("names are unique per kind (and namespace); rename or remove one".into()),
+            );
+            return;
+        }
+        let findings = workloads::check(&kind, &value);
+        if !findings.is_empty() {
+            for (path, message, hint) in findings {
+                problem(&path, message, Some(hint));
+            }
+            return;
+        }
+        if let Err(message) = self.add_typed(&kind, value) {
+            let (path, message, hint) = message;
+            problem(&path, message, Some(hint));
+        }
+    }
+
+    /// Adds an object whose kind `simulate` uses; errors are (field path, message, hint).
+    fn add_typed(&mut self, kind: &str, value: Value) -> Result<(), (String, String, String)> {
         fn typed<T: DeserializeOwned>(
             value: Value,
-            err: impl Fn(String) -> ManifestError,
-        ) -> Result<T, ManifestError> {
-            serde_json::from_value(value).map_err(|e| err(e.to_string()))
+            kind: &str,
+        ) -> Result<T, (String, String, String)> {
+            serde_json::from_value(value).map_err(|e| {
+                (
+                    "(object)".to_string(),
+                    format!("cannot be read as a {kind}: {e}"),
+                    "fix the field's type (see `kubectl explain`)".to_string(),
+                )
+            })
         }
-        match kind.as_str() {
-            "NodePool" => self.node_pools.push(typed(value, object_err)?),
-            "EC2NodeClass" => self.node_classes.push(typed(value, object_err)?),
-            "NodeClaim" => self.node_claims.push(typed(value, object_err)?),
-            "Node" => self.nodes.push(typed(value, object_err)?),
+        let missing = |path: &str| {
+            (
+                path.to_string(),
+                "Required value".to_string(),
+                format!("a {kind} needs {path}"),
+            )
+        };
+        match kind {
+            "NodePool" => self.node_pools.push(typed(value, kind)?),
+            "EC2NodeClass" => self.node_classes.push(typed(value, kind)?),
+            "NodeClaim" => self.node_claims.push(typed(value, kind)?),
+            "Node" => self.nodes.push(typed(value, kind)?),
             "Pod" => {
-                let mut pod: Pod = typed(value, object_err)?;
+                let mut pod: Pod = typed(value, kind)?;
                 default_namespace(&mut pod.metadata);
-                if pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_ref())
-                    .is_some()
-                {
-                    self.bound_pods.push(pod);
-                } else {
-                    self.pending_pods.push(pod);
-                }
+                self.reserve_pods(1, "(object)")?;
+                self.push_pod(pod);
             }
             "Deployment" => {
-                let d: Deployment = typed(value, object_err)?;
-                let spec = d.spec.ok_or_else(|| object_err("spec is missing".into()))?;
-                self.expand(&d.metadata, spec.replicas.unwrap_or(1), &spec.template);
+                let d: Deployment = typed(value, kind)?;
+                let spec = d.spec.ok_or_else(|| missing("spec"))?;
+                self.expand(
+                    &d.metadata,
+                    spec.replicas.unwrap_or(1),
+                    &spec.template,
+                    "spec.replicas",
+                )?;
             }
             "ReplicaSet" => {
-                let r: ReplicaSet = typed(value, object_err)?;
-                let spec = r.spec.ok_or_else(|| object_err("spec is missing".into()))?;
-                let template = spec
-                    .template
-                    .ok_or_else(|| object_err("spec.template is missing".into()))?;
-                self.expand(&r.metadata, spec.replicas.unwrap_or(1), &template);
+                let r: ReplicaSet = typed(value, kind)?;
+                let spec = r.spec.ok_or_else(|| missing("spec"))?;
+                let template = spec.template.ok_or_else(|| missing("spec.template"))?;
+                self.expand(
+                    &r.metadata,
+                    spec.replicas.unwrap_or(1),
+                    &template,
+                    "spec.replicas",
+                )?;
             }
             "StatefulSet" => {
-                let s: StatefulSet = typed(value, object_err)?;
-                let spec = s.spec.ok_or_else(|| object_err("spec is missing".into()))?;
-                self.expand(&s.metadata, spec.replicas.unwrap_or(1), &spec.template);
+                let s: StatefulSet = typed(value, kind)?;
+                let spec = s.spec.ok_or_else(|| missing("spec"))?;
+                self.expand(
+                    &s.metadata,
+                    spec.replicas.unwrap_or(1),
+                    &spec.template,
+                    "spec.replicas",
+                )?;
             }
             "Job" => {
-                let j: Job = typed(value, object_err)?;
-                let spec = j.spec.ok_or_else(|| object_err("spec is missing".into()))?;
+                let j: Job = typed(value, kind)?;
+                let spec = j.spec.ok_or_else(|| missing("spec"))?;
                 // Pods running at once: parallelism, capped by completions.
                 let parallelism = spec.parallelism.unwrap_or(1);
                 let count = spec.completions.map_or(parallelism, |c| c.min(parallelism));
-                self.expand(&j.metadata, count, &spec.template);
+                self.expand(&j.metadata, count, &spec.template, "spec.parallelism")?;
             }
-            "DaemonSet" => self.daemonsets.push(typed(value, object_err)?),
-            "PodDisruptionBudget" => self.pdbs.push(typed(value, object_err)?),
+            "DaemonSet" => self.daemonsets.push(typed(value, kind)?),
+            "PodDisruptionBudget" => self.pdbs.push(typed(value, kind)?),
             "PersistentVolumeClaim" => {
-                let mut pvc: PersistentVolumeClaim = typed(value, object_err)?;
+                let mut pvc: PersistentVolumeClaim = typed(value, kind)?;
                 default_namespace(&mut pvc.metadata);
                 self.claims.push(pvc);
             }
-            "PersistentVolume" => self.volumes.push(typed(value, object_err)?),
-            "StorageClass" => self.storage_classes.push(typed(value, object_err)?),
-            other => {
-                let ns = value.pointer("/metadata/namespace").and_then(Value::as_str);
-                self.ignored.push(match ns {
-                    Some(ns) => format!("{other} {ns}/{name}"),
-                    None => format!("{other} {name}"),
-                });
-            }
+            "PersistentVolume" => self.volumes.push(typed(value, kind)?),
+            "StorageClass" => self.storage_classes.push(typed(value, kind)?),
+            // Read for their names only (duplicates); they do not change the plan.
+            _ => {}
         }
         Ok(())
     }
 
-    /// Adds `replicas` pods stamped from `template`, named `<workload>-<i>`.
-    fn expand(&mut self, owner: &ObjectMeta, replicas: i32, template: &PodTemplateSpec) {
+    /// Checks that `count` more pods stay within [`MAX_PODS`].
+    fn reserve_pods(&self, count: usize, field: &str) -> Result<(), (String, String, String)> {
+        let total = self
+            .pending_pods
+            .len()
+            .saturating_add(self.bound_pods.len())
+            .saturating_add(count);
+        if total > MAX_PODS {
+            return Err((
+                field.to_string(),
+                format!(
+                    "Too many pods: {count} more would make {total}, over the limit of {MAX_PODS} pods per simulation"
+                ),
+                "lower the replica count or simulate a part of the cluster at a time".to_string(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn push_pod(&mut self, pod: Pod) {
+        if pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some()
+        {
+            self.bound_pods.push(pod);
+        } else {
+            self.pending_pods.push(pod);
+        }
+    }
+
+    /// Adds `replicas` pods stamped from `template`, named `<workload>-<i>`. The replicas share
+    /// one pruned copy of the spec: only what scheduling reads is kept, so a million replicas
+    /// stay small.
+    fn expand(
+        &mut self,
+        owner: &ObjectMeta,
+        replicas: i32,
+        template: &PodTemplateSpec,
+        field: &str,
+    ) -> Result<(), (String, String, String)> {
+        let replicas = usize::try_from(replicas).unwrap_or(0);
+        self.reserve_pods(replicas, field)?;
         let namespace = owner
             .namespace
             .clone()
             .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
         let owner_name = owner.name.clone().unwrap_or_default();
-        for i in 0..replicas.max(0) {
-            let mut metadata = template.metadata.clone().unwrap_or_default();
+        let template_metadata = ObjectMeta {
+            labels: template.metadata.as_ref().and_then(|m| m.labels.clone()),
+            annotations: None,
+            namespace: Some(namespace),
+            ..Default::default()
+        };
+        let spec = template.spec.as_ref().map(scheduling_view);
+        let pods = if spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+            &mut self.bound_pods
+        } else {
+            &mut self.pending_pods
+        };
+        pods.reserve(replicas);
+        for i in 0..replicas {
+            let mut metadata = template_metadata.clone();
             metadata.name = Some(format!("{owner_name}-{i}"));
-            metadata.namespace = Some(namespace.clone());
-            let pod = Pod {
+            pods.push(Pod {
                 metadata,
-                spec: template.spec.clone(),
+                spec: spec.clone(),
                 status: None,
-            };
-            if pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_some()
-            {
-                self.bound_pods.push(pod);
-            } else {
-                self.pending_pods.push(pod);
-            }
+            });
         }
+        Ok(())
     }
 
     /// Pods bound to each node, by node name.
@@ -257,20 +476,66 @@ fn default_namespace(metadata: &mut ObjectMeta) {
     }
 }
 
-fn collect_manifest_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            collect_manifest_files(&path, out)?;
-        } else if path
-            .extension()
-            .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
-        {
-            out.push(path);
-        }
+fn or_unknown(s: &str) -> &str {
+    if s.is_empty() { "<unknown>" } else { s }
+}
+
+/// Why a kind is ignored, with a hint when it looks like a misspelt kind `simulate` uses.
+fn ignored_reason(kind: &str) -> String {
+    let near = USED_KINDS.iter().find(|used| {
+        used.eq_ignore_ascii_case(kind)
+            || edit_distance(&used.to_ascii_lowercase(), &kind.to_ascii_lowercase()) <= 2
+    });
+    match near {
+        Some(used) => format!("simulate does not use {kind} objects (did you mean {used}?)"),
+        None => format!("simulate does not use {kind} objects"),
     }
-    Ok(())
+}
+
+/// Levenshtein distance (short strings only: kinds).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
+/// The part of a pod spec scheduling reads (requests, ports, placement constraints, volumes);
+/// everything else (images, commands, env, probes, ...) is dropped so expanded replicas are small.
+fn scheduling_view(spec: &PodSpec) -> PodSpec {
+    let container = |c: &Container| Container {
+        name: c.name.clone(),
+        resources: c.resources.clone(),
+        ports: c.ports.clone(),
+        restart_policy: c.restart_policy.clone(),
+        ..Default::default()
+    };
+    PodSpec {
+        containers: spec.containers.iter().map(container).collect(),
+        init_containers: spec
+            .init_containers
+            .as_ref()
+            .map(|cs| cs.iter().map(container).collect()),
+        overhead: spec.overhead.clone(),
+        resources: spec.resources.clone(),
+        affinity: spec.affinity.clone(),
+        tolerations: spec.tolerations.clone(),
+        node_selector: spec.node_selector.clone(),
+        node_name: spec.node_name.clone(),
+        topology_spread_constraints: spec.topology_spread_constraints.clone(),
+        volumes: spec.volumes.clone(),
+        priority: spec.priority,
+        priority_class_name: spec.priority_class_name.clone(),
+        scheduler_name: spec.scheduler_name.clone(),
+        runtime_class_name: spec.runtime_class_name.clone(),
+        host_network: spec.host_network,
+        ..Default::default()
+    }
 }

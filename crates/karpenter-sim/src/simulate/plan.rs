@@ -17,7 +17,7 @@ use karpenter_core::scheduling::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::manifests::Manifests;
+use super::manifests::{IgnoredDocument, Manifests};
 use crate::SimCloudProvider;
 
 /// Why no plan could be made.
@@ -47,6 +47,9 @@ pub struct Plan {
     pub existing_nodes: Vec<ExistingNodePods>,
     pub unschedulable: Vec<UnschedulablePod>,
     pub summary: Summary,
+    /// Documents of the input `simulate` does not use (e.g. a misspelt `kind: Deploymnet`).
+    #[serde(default)]
+    pub ignored: Vec<IgnoredDocument>,
 }
 
 /// A NodeClaim the provisioner would create, and what the sim provider would launch for it.
@@ -330,6 +333,7 @@ pub fn plan(
             reason: pod.explanation.clone(),
         });
     }
+    plan.ignored = manifests.ignored.clone();
     let placed_new: usize = plan.node_claims.iter().map(|c| c.pods.len()).sum();
     let placed_existing: usize = plan.existing_nodes.iter().map(|n| n.pods.len()).sum();
     plan.summary = Summary {

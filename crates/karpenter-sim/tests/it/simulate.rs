@@ -304,7 +304,12 @@ spec: {nodeName: n1, containers: [{name: c, image: x}]}
         "db"
     );
     assert_eq!(m.bound_pods.len(), 1);
-    assert_eq!(m.ignored, ["ConfigMap ns/cfg"]);
+    let ignored: Vec<String> = m
+        .ignored
+        .iter()
+        .map(|i| format!("{} {}", i.kind, i.name))
+        .collect();
+    assert_eq!(ignored, ["ConfigMap ns/cfg"]);
 }
 
 #[test]
@@ -314,7 +319,8 @@ fn bad_documents_are_rejected_with_their_place() {
         .load_str("x.yaml", "apiVersion: v1\nmetadata: {name: a}\n")
         .unwrap_err();
     assert!(
-        err.to_string().contains("x.yaml: document 1 has no `kind`"),
+        err.to_string()
+            .contains("x.yaml:1 (line 1): <unknown>/a: kind: Required value"),
         "{err}"
     );
     let err = m
@@ -324,7 +330,8 @@ fn bad_documents_are_rejected_with_their_place() {
         )
         .unwrap_err();
     assert!(
-        err.to_string().contains("invalid Deployment \"d\""),
+        err.to_string()
+            .contains("y.yaml:1 (line 1): Deployment/d: spec.replicas: Invalid value: \"many\""),
         "{err}"
     );
 }
@@ -341,8 +348,11 @@ fn no_nodepool_is_a_clear_error() {
 
 #[test]
 fn invalid_nodepool_names_the_field() {
-    let m = load(
-        r#"
+    // The same checks as `validate`, at load time, naming the document and the field.
+    let err = Manifests::new()
+        .load_str(
+            "np.yaml",
+            r#"
 apiVersion: karpenter.sh/v1
 kind: NodePool
 metadata: {name: broken}
@@ -352,9 +362,10 @@ spec:
       requirements: [{key: karpenter.sh/capacity-type, operator: Sometimes, values: [spot]}]
       nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
 "#,
-    );
-    let err = simulate::plan(&m, &custom()).unwrap_err().to_string();
-    assert!(err.contains("NodePool broken"), "{err}");
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("np.yaml:1 (line 2): NodePool/broken"), "{err}");
     assert!(err.contains("requirements[0]"), "{err}");
 }
 

@@ -5,9 +5,11 @@ use std::process::ExitCode;
 
 use anyhow::bail;
 use karpenter_api::convert::{Input, Output, convert};
-use karpenter_api::manifest::split_documents;
+use karpenter_api::manifest::to_yaml_documents;
+use karpenter_api::validation::{Outcome, validate_document};
+use karpenter_sim::simulate::sources::objects;
 
-use super::input::read_sources;
+use super::input::{EXIT_NOTHING_CHECKED, read_inputs};
 
 /// Output format of `karpenter convert`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -19,7 +21,8 @@ pub enum Format {
 /// Flags of `karpenter convert`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Manifest file, directory (all *.yaml/*.yml inside, recursively) or `-` for stdin. Repeatable.
+    /// Manifest file, directory (all *.yaml/*.yml/*.json inside, recursively) or `-` for stdin.
+    /// Repeatable.
     #[arg(short = 'f', long = "filename", required = true)]
     pub files: Vec<PathBuf>,
     /// Output format: multi-document YAML, or a JSON list (`kind: List`).
@@ -28,23 +31,34 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let sources = read_sources(&args.files)?;
+    let read = read_inputs(&args.files)?;
     let mut inputs = Vec::new();
     let mut texts = Vec::new();
-    for source in &sources {
-        for doc in split_documents(&source.text) {
-            match doc.value {
-                Ok(value) => {
-                    inputs.push(Input {
-                        source: source.name.clone(),
-                        index: doc.index,
-                        value,
-                    });
-                    texts.push(doc.text);
+    for source in &read.sources {
+        for object in objects(source) {
+            let location = object.location;
+            let value = match object.value {
+                Ok(value) => value,
+                Err(err) => bail!("{location}: invalid YAML: {err}"),
+            };
+            // Items of a `kind: List` have no text of their own: they pass through re-rendered.
+            let text = match object.text {
+                Some(text) => text,
+                None => {
+                    to_yaml_documents(std::slice::from_ref(&value)).map_err(anyhow::Error::msg)?
                 }
-                Err(err) => bail!("{}:{}: invalid YAML: {err}", source.name, doc.index),
-            }
+            };
+            inputs.push(Input {
+                source: source.name.clone(),
+                index: location.document,
+                value,
+            });
+            texts.push(text);
         }
+    }
+    if inputs.is_empty() {
+        eprintln!("nothing converted: the input holds no documents");
+        return Ok(ExitCode::from(EXIT_NOTHING_CHECKED));
     }
     let (outputs, warnings) = convert(&inputs);
     for warning in &warnings {
@@ -61,6 +75,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Output::Converted(objects) => {
                 for object in objects {
+                    // The output must pass `karpenter validate`; say why when it does not.
+                    let report = validate_document(&object.to_value()?);
+                    if let Outcome::Invalid(errors) = report.outcome {
+                        failed = true;
+                        for error in errors {
+                            eprintln!(
+                                "error: {}:{}: converted {}/{} does not validate: {error}",
+                                input.source, input.index, report.kind, report.name
+                            );
+                        }
+                    }
                     match args.output {
                         Format::Yaml => {
                             yaml_docs.push(object.to_yaml().map_err(anyhow::Error::msg)?)
@@ -71,7 +96,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Output::Failed(reason) => {
                 failed = true;
-                eprintln!("error: {}:{}: {reason}", input.source, input.index);
+                let text = |pointer: &str| {
+                    input
+                        .value
+                        .pointer(pointer)
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or("<unknown>")
+                        .to_string()
+                };
+                eprintln!(
+                    "error: {}:{}: {}/{}: {reason}",
+                    input.source,
+                    input.index,
+                    text("/kind"),
+                    text("/metadata/name")
+                );
             }
         }
     }

@@ -1,7 +1,6 @@
 //! `karpenter simulate`: plan the nodes for a set of manifests on the `sim` provider, offline.
 //! The work happens in `karpenter_sim::simulate`; this file parses flags and prints.
 
-use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -14,7 +13,9 @@ use karpenter_catalog::{Catalog, DEFAULT_REGION};
 use karpenter_core::clock::SystemClock;
 use karpenter_core::resources::{CPU, MEMORY, Quantity, ResourceList};
 use karpenter_sim::SimCloudProvider;
-use karpenter_sim::simulate::{self, Manifests, Plan};
+use karpenter_sim::simulate::{self, ManifestError, Manifests, Plan};
+
+use super::input::read_inputs;
 
 /// Above this many pending pods, show a progress spinner on stderr (when it is a terminal).
 const LARGE_INPUT_PODS: usize = 1000;
@@ -38,7 +39,7 @@ pub struct Args {
         required = true,
         value_name = "FILE|DIR|-"
     )]
-    pub files: Vec<String>,
+    pub files: Vec<PathBuf>,
     /// Replace the embedded AWS catalogue with custom instance types (see docs/simulate.md).
     #[arg(long, value_name = "FILE")]
     pub instance_types: Option<PathBuf>,
@@ -52,15 +53,27 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut manifests = Manifests::new();
-    for file in &args.files {
-        if file == "-" {
-            let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .context("failed to read manifests from stdin")?;
-            manifests.load_str("<stdin>", &text)?;
-        } else {
-            manifests.load_path(std::path::Path::new(file))?;
+    match manifests.load_sources(read_inputs(&args.files)?) {
+        Ok(()) => {}
+        // Every problem on its own line, each naming its document and field.
+        Err(ManifestError::Invalid(problems)) => {
+            for problem in &problems {
+                eprintln!("error: {problem}");
+            }
+            eprintln!(
+                "simulate: {} problem(s) in the input; nothing planned",
+                problems.len()
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        Err(err) => return Err(err.into()),
+    }
+    if args.output == OutputFormat::Table {
+        for ignored in &manifests.ignored {
+            eprintln!(
+                "note: {}: {}/{}: ignored: {}",
+                ignored.document, ignored.kind, ignored.name, ignored.reason
+            );
         }
     }
 
@@ -68,9 +81,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let custom = args.instance_types.is_some();
     let provider = match &args.instance_types {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
+            let read = read_inputs(std::slice::from_ref(path))
                 .with_context(|| format!("failed to read --instance-types {}", path.display()))?;
-            let types = simulate::parse_instance_types(&text, &args.region)
+            let text = read.sources.first().map_or("", |s| s.text.as_str());
+            let types = simulate::parse_instance_types(text, &args.region)
                 .with_context(|| format!("--instance-types {}", path.display()))?;
             SimCloudProvider::with_instance_types(&args.region, types, clock)
         }

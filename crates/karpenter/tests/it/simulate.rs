@@ -44,6 +44,17 @@ struct Plan {
     existing_nodes: Vec<ExistingNode>,
     unschedulable: Vec<Unschedulable>,
     summary: Summary,
+    ignored: Vec<Ignored>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct Ignored {
+    document: String,
+    kind: String,
+    name: String,
+    reason: String,
 }
 
 #[derive(Deserialize)]
@@ -118,6 +129,10 @@ fn json_output_matches_the_documented_shape() {
         None,
     ));
     let plan: Plan = serde_json::from_str(&out).unwrap();
+    assert!(
+        plan.ignored.is_empty(),
+        "every document of the example is used"
+    );
     assert_eq!(plan.summary.pods, 7);
     assert_eq!(plan.summary.scheduled, 6);
     assert_eq!(plan.summary.new_node_claims, plan.node_claims.len());
