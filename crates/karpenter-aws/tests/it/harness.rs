@@ -62,7 +62,6 @@ fn tags(resource: ResourceType, pairs: &[(&str, &str)]) -> TagSpecification {
 
 /// The resources [`seed_network`] created.
 pub struct Network {
-    pub vpc_id: String,
     /// Tagged for discovery: a /24 in us-west-2a and a /26 in us-west-2b.
     pub large_subnet: String,
     pub small_subnet: String,
@@ -136,7 +135,6 @@ pub async fn seed_network(clients: &AwsClients, cluster: &str) -> Network {
     let tagged_security_group = group(security_group_name.clone(), true).await;
     let untagged_security_group = group(format!("{cluster}-other"), false).await;
     Network {
-        vpc_id,
         large_subnet,
         small_subnet,
         untagged_subnet,
