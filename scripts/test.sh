@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 MOTO_VERSION="5.2.5"
 MOTO_VENV=".venv-moto"
 MOTO_PID=""
+MOTO_LOG=""
 start_moto() {
     if [[ "${KARPENTER_SKIP_MOTO:-}" == "1" ]]; then
         echo "== moto: skipped (KARPENTER_SKIP_MOTO=1)"
@@ -22,16 +23,16 @@ start_moto() {
         python3 -m venv "$MOTO_VENV"
         "$MOTO_VENV/bin/pip" install --quiet "moto[server]==$MOTO_VERSION"
     fi
-    local port log
+    local port
     port="$("$MOTO_VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-    log="$(mktemp -t moto-launcher.XXXXXX)"
-    "$MOTO_VENV/bin/python" tests/moto/moto_launcher.py "$port" >"$log" 2>&1 &
+    MOTO_LOG="$(mktemp -t moto-launcher.XXXXXX)"
+    "$MOTO_VENV/bin/python" tests/moto/moto_launcher.py "$port" >"$MOTO_LOG" 2>&1 &
     MOTO_PID=$!
     trap stop_moto EXIT
     for _ in $(seq 1 150); do
-        if grep -q "moto ready" "$log"; then
+        if grep -q "moto ready" "$MOTO_LOG"; then
             export KARPENTER_TEST_AWS_ENDPOINT="http://127.0.0.1:$port"
-            echo "== moto: $(grep 'moto ready' "$log") (pid $MOTO_PID)"
+            echo "== moto: $(grep 'moto ready' "$MOTO_LOG") (pid $MOTO_PID)"
             return
         fi
         if ! kill -0 "$MOTO_PID" 2>/dev/null; then
@@ -40,13 +41,16 @@ start_moto() {
         sleep 0.2
     done
     echo "moto launcher did not start; its output:" >&2
-    cat "$log" >&2
+    cat "$MOTO_LOG" >&2
     exit 1
 }
 stop_moto() {
     if [[ -n "$MOTO_PID" ]]; then
         kill "$MOTO_PID" 2>/dev/null || true
         wait "$MOTO_PID" 2>/dev/null || true
+    fi
+    if [[ -n "$MOTO_LOG" ]]; then
+        rm -f "$MOTO_LOG"
     fi
 }
 # ---------------------------------------------------------------------------------------------------
