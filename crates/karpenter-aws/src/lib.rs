@@ -1,0 +1,17 @@
+//! The AWS cloud provider: settings, SDK clients and EC2NodeClass resolution (subnets, security
+//! groups, AMIs). The only crate of the workspace that depends on the AWS SDK.
+//!
+//! Pure planning and ordering live in [`selectors`] and [`amis`] (unit-tested without a cloud); the
+//! SDK calls live in [`resolve`] (integration-tested against moto, see `docs/aws-provider.md`).
+
+pub mod amis;
+pub mod clients;
+pub mod error;
+pub mod resolve;
+pub mod selectors;
+pub mod settings;
+
+pub use clients::{AwsClients, ClientOptions};
+pub use error::Error;
+pub use resolve::NodeClassResolution;
+pub use settings::{Settings, SettingsError};

@@ -1,0 +1,7 @@
+//! Integration tests of the aws provider. The `moto_*` modules talk to the moto emulator started by
+//! `./scripts/test.sh` (see `harness`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
+
+mod harness;
+mod moto_amis;
+mod moto_network;
