@@ -56,16 +56,7 @@ fn check_plan(manifests: &Manifests, provider: &SimCloudProvider, plan: &Plan) {
     let pods: BTreeMap<String, &Pod> = manifests
         .pending_pods
         .iter()
-        .map(|p| {
-            (
-                format!(
-                    "{}/{}",
-                    p.metadata.namespace.as_deref().unwrap(),
-                    p.metadata.name.as_deref().unwrap()
-                ),
-                p,
-            )
-        })
+        .map(|p| (p.key(), p.pod()))
         .collect();
     let mut seen = std::collections::BTreeSet::new();
     for claim in &plan.node_claims {
@@ -285,22 +276,12 @@ metadata: {name: bound}
 spec: {nodeName: n1, containers: [{name: c, image: x}]}
 "#,
     );
-    let names: Vec<_> = m
-        .pending_pods
-        .iter()
-        .map(|p| p.metadata.name.clone().unwrap())
-        .collect();
+    let names: Vec<_> = m.pending_pods.iter().map(|p| p.name()).collect();
     assert_eq!(names, ["a", "db-0", "db-1", "db-2", "once-0"]);
+    assert_eq!(m.pending_pods[0].namespace(), "default");
+    assert_eq!(m.pending_pods[1].namespace(), "data");
     assert_eq!(
-        m.pending_pods[0].metadata.namespace.as_deref(),
-        Some("default")
-    );
-    assert_eq!(
-        m.pending_pods[1].metadata.namespace.as_deref(),
-        Some("data")
-    );
-    assert_eq!(
-        m.pending_pods[1].metadata.labels.as_ref().unwrap()["app"],
+        m.pending_pods[1].pod().metadata.labels.as_ref().unwrap()["app"],
         "db"
     );
     assert_eq!(m.bound_pods.len(), 1);
