@@ -70,6 +70,7 @@ impl Borrow<Pod> for PendingPod {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::simulate::Manifests;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     #[test]
@@ -92,13 +93,6 @@ mod tests {
             "a replica costs a pointer and an ordinal"
         );
     }
-}
-
-#[cfg(test)]
-mod sharing_tests {
-    use std::sync::Arc;
-
-    use crate::simulate::Manifests;
 
     fn load(text: &str) -> Manifests {
         let mut m = Manifests::new();
