@@ -405,6 +405,45 @@ spec: {containers: [{name: c, image: x, resources: {requests: {cpu: 64}}}]}
     assert_eq!(plan.unschedulable[0].pod, "default/huge");
 }
 
+/// Replicas share one `Pod` named after their workload: every place of the plan still names each
+/// replica `<workload>-<i>`, unschedulable ones included.
+#[test]
+fn shared_replicas_keep_their_own_names_in_the_plan() {
+    let mut m = load(NODEPOOL);
+    m.load_str(
+        "w.yaml",
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: apps}
+spec:
+  replicas: 2
+  template:
+    spec: {containers: [{name: c, image: x, resources: {requests: {cpu: 1, memory: 1Gi}}}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: huge}
+spec:
+  replicas: 2
+  template:
+    spec: {containers: [{name: c, image: x, resources: {requests: {cpu: 64}}}]}
+"#,
+    )
+    .unwrap();
+    let provider = custom();
+    let plan = simulate::plan(&m, &provider).unwrap().plan;
+    check_plan(&m, &provider, &plan);
+    let placed: Vec<&str> = plan
+        .node_claims
+        .iter()
+        .flat_map(|c| c.pods.iter().map(String::as_str))
+        .collect();
+    assert_eq!(placed, ["apps/web-0", "apps/web-1"]);
+    let unschedulable: Vec<&str> = plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();
+    assert_eq!(unschedulable, ["default/huge-0", "default/huge-1"]);
+}
+
 /// The launch choice is always one of the scheduler's options: here the cheapest type (`small`)
 /// fits the pod alone but not with the daemonset that runs only on category-c types, so the
 /// scheduler offers only `large` and the launch must not fall back to `small`.
