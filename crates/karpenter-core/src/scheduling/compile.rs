@@ -1,5 +1,6 @@
 //! Converts each Kubernetes pod once into the compact form the scheduler works on.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::ops::Deref;
@@ -226,28 +227,39 @@ impl Deref for PendingPod {
 
 /// Compiles the pending pods, sharing one [`PodInfo`] between identical pods (the replicas of a
 /// Deployment): at 200,000 pods a private copy each would cost more memory than the solve itself.
+/// A caller may give the same `Pod` many times (e.g. one `Arc<Pod>` per replica): consecutive
+/// references to one `Pod` are compiled once, which keeps a million replicas cheap.
 /// Returns the pods and the distinct infos in first-seen order.
-pub(crate) fn compile_pending(
-    pods: &[Pod],
+pub(crate) fn compile_pending<P: Borrow<Pod>>(
+    pods: &[P],
     ctx: &CompileContext,
     interner: &mut Interner,
 ) -> (Vec<PendingPod>, Vec<Rc<PodInfo>>) {
     let mut ids: FxMap<Rc<PodInfo>, usize> = FxMap::default();
     let mut shapes: Vec<Rc<PodInfo>> = Vec::new();
+    // The previous pod and its shape: the same address within `pods` is the same pod.
+    let mut previous: Option<(*const Pod, usize)> = None;
     let pending = pods
         .iter()
         .enumerate()
         .map(|(index, pod)| {
-            let info = compile_pod(pod, ctx, interner);
-            let shape = match ids.get(&info) {
-                Some(&shape) => shape,
-                None => {
-                    let info = Rc::new(info);
-                    shapes.push(info.clone());
-                    ids.insert(info, shapes.len() - 1);
-                    shapes.len() - 1
+            let pod: &Pod = pod.borrow();
+            let shape = match previous {
+                Some((address, shape)) if std::ptr::eq(address, pod) => shape,
+                _ => {
+                    let info = compile_pod(pod, ctx, interner);
+                    match ids.get(&info) {
+                        Some(&shape) => shape,
+                        None => {
+                            let info = Rc::new(info);
+                            shapes.push(info.clone());
+                            ids.insert(info, shapes.len() - 1);
+                            shapes.len() - 1
+                        }
+                    }
                 }
             };
+            previous = Some((pod, shape));
             PendingPod {
                 index,
                 shape,
@@ -722,5 +734,25 @@ mod tests {
             2,
             "the info is reachable through the pod"
         );
+    }
+
+    #[test]
+    fn one_pod_given_many_times_is_compiled_once() {
+        let pods = benchmark::preference_pods(2, 7);
+        let shared = std::sync::Arc::new(pods[0].clone());
+        let other = std::sync::Arc::new(pods[1].clone());
+        let given = vec![shared.clone(), shared.clone(), other, shared];
+        let namespaces = BTreeMap::new();
+        let volumes = VolumeInput::default();
+        let ctx = CompileContext {
+            namespaces: &namespaces,
+            volumes: &volumes,
+        };
+        let mut interner = Interner::new(&[]);
+        let (pending, shapes) = compile_pending(&given, &ctx, &mut interner);
+        assert_eq!(shapes.len(), 1, "replicas of one spec under two names");
+        let indices: Vec<usize> = pending.iter().map(|p| p.index).collect();
+        assert_eq!(indices, vec![0, 1, 2, 3]);
+        assert!(Rc::ptr_eq(&pending[0].info, &pending[3].info));
     }
 }

@@ -1911,7 +1911,10 @@ struct Finalized {
 }
 
 /// Runs one scheduling simulation.
-pub(crate) fn solve(input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
+pub(crate) fn solve<P: std::borrow::Borrow<Pod>>(
+    input: SchedulerInput,
+    pods: &[P],
+) -> SchedulingResults {
     let namespaces = namespace_labels(&input.namespaces);
     let ctx = CompileContext {
         namespaces: &namespaces,
@@ -2008,7 +2011,7 @@ pub(crate) fn solve(input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
     results.unschedulable = unschedulable
         .into_iter()
         .map(|(p, explanation)| {
-            let (namespace, name) = crate::pod::pod_key(&pods[p]);
+            let (namespace, name) = crate::pod::pod_key(std::borrow::Borrow::borrow(&pods[p]));
             UnschedulablePod {
                 pod: p,
                 namespace,

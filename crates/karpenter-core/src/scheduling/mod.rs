@@ -234,8 +234,10 @@ impl Scheduler {
     }
 
     /// Places `pods`: existing nodes first, then in-flight NodeClaims, then new NodeClaims from the
-    /// highest-weight NodePool that can take each pod.
-    pub fn solve(self, pods: &[Pod]) -> SchedulingResults {
+    /// highest-weight NodePool that can take each pod. `pods` may hold them any way that lends a
+    /// `Pod` (`Pod`, `Arc<Pod>`, ...): the replicas of one workload can share one `Pod`. Results
+    /// refer to pods by index; names (in [`UnschedulablePod`]) are read from the pods as given.
+    pub fn solve<P: std::borrow::Borrow<Pod>>(self, pods: &[P]) -> SchedulingResults {
         engine::solve(self.input, pods)
     }
 }

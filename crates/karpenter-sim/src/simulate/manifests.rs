@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
@@ -21,6 +22,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::pending::PendingPod;
 use super::sources::{
     DuplicateNames, Location, Object, ReadError, Source, Sources, identity, objects, read_sources,
 };
@@ -92,8 +94,9 @@ pub const MAX_PODS: usize = 1_000_000;
 pub struct Manifests {
     pub node_pools: Vec<NodePool>,
     pub node_classes: Vec<EC2NodeClass>,
-    /// Pods without `spec.nodeName`: the ones to schedule (in input order).
-    pub pending_pods: Vec<Pod>,
+    /// Pods without `spec.nodeName`: the ones to schedule (in input order). The replicas of a
+    /// workload share one `Pod`.
+    pub pending_pods: Vec<PendingPod>,
     /// Pods bound to an existing node by `spec.nodeName`.
     pub bound_pods: Vec<Pod>,
     pub daemonsets: Vec<DaemonSet>,
@@ -412,13 +415,13 @@ impl Manifests {
         {
             self.bound_pods.push(pod);
         } else {
-            self.pending_pods.push(pod);
+            self.pending_pods.push(PendingPod::single(pod));
         }
     }
 
-    /// Adds `replicas` pods stamped from `template`, named `<workload>-<i>`. The replicas share
-    /// one pruned copy of the spec: only what scheduling reads is kept, so a million replicas
-    /// stay small.
+    /// Adds `replicas` pods stamped from `template`, named `<workload>-<i>`. Only what
+    /// scheduling reads of the spec is kept, and pending replicas share one `Pod` (named after the
+    /// workload; a replica adds its ordinal), so a million replicas stay small.
     fn expand(
         &mut self,
         owner: &ObjectMeta,
@@ -426,8 +429,9 @@ impl Manifests {
         template: &PodTemplateSpec,
         field: &str,
     ) -> Result<(), (String, String, String)> {
-        let replicas = usize::try_from(replicas).unwrap_or(0);
-        self.reserve_pods(replicas, field)?;
+        let replicas = u32::try_from(replicas).unwrap_or(0);
+        let count = usize::try_from(replicas).unwrap_or(usize::MAX);
+        self.reserve_pods(count, field)?;
         let namespace = owner
             .namespace
             .clone()
@@ -440,20 +444,39 @@ impl Manifests {
             ..Default::default()
         };
         let spec = template.spec.as_ref().map(scheduling_view);
-        let pods = if spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
-            &mut self.bound_pods
-        } else {
-            &mut self.pending_pods
-        };
-        pods.reserve(replicas);
-        for i in 0..replicas {
+        let named = |i: u32| {
             let mut metadata = template_metadata.clone();
             metadata.name = Some(format!("{owner_name}-{i}"));
-            pods.push(Pod {
+            Pod {
+                metadata,
+                spec: spec.clone(),
+                status: None,
+            }
+        };
+        let bound = spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+        // A generic ephemeral volume's claim is named after the pod, so such replicas differ.
+        let ephemeral = spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .is_some_and(|vs| vs.iter().any(|v| v.ephemeral.is_some()));
+        if bound {
+            self.bound_pods.reserve(count);
+            self.bound_pods.extend((0..replicas).map(named));
+        } else if ephemeral {
+            self.pending_pods.reserve(count);
+            self.pending_pods
+                .extend((0..replicas).map(|i| PendingPod::single(named(i))));
+        } else {
+            let mut metadata = template_metadata.clone();
+            metadata.name = Some(owner_name.clone());
+            let shared = Arc::new(Pod {
                 metadata,
                 spec: spec.clone(),
                 status: None,
             });
+            self.pending_pods.reserve(count);
+            self.pending_pods
+                .extend((0..replicas).map(|i| PendingPod::replica(Arc::clone(&shared), i)));
         }
         Ok(())
     }

@@ -3,12 +3,14 @@
 
 pub mod custom_types;
 pub mod manifests;
+pub mod pending;
 pub mod plan;
 pub mod sources;
 mod workloads;
 
 pub use custom_types::{CustomTypesError, parse_instance_types};
 pub use manifests::{IgnoredDocument, MAX_PODS, ManifestError, Manifests, Problem};
+pub use pending::PendingPod;
 pub use plan::{
     ExistingNodePods, Plan, PlanOutcome, PlannedNodeClaim, SimulateError, Summary,
     UnschedulablePod, plan,

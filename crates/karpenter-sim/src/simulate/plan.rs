@@ -18,6 +18,7 @@ use karpenter_core::scheduling::{
 use serde::{Deserialize, Serialize};
 
 use super::manifests::{IgnoredDocument, Manifests};
+use super::pending::PendingPod;
 use crate::SimCloudProvider;
 
 /// Why no plan could be made.
@@ -265,7 +266,7 @@ pub fn plan(
             .pods
             .iter()
             .filter_map(|i| pods.get(*i))
-            .map(pod_name)
+            .map(PendingPod::key)
             .collect();
         let node_pool = manifests
             .node_pools
@@ -323,13 +324,18 @@ pub fn plan(
                 .pods
                 .iter()
                 .filter_map(|i| pods.get(*i))
-                .map(pod_name)
+                .map(PendingPod::key)
                 .collect(),
         });
     }
     for pod in &results.unschedulable {
+        // By index: replicas share one `Pod`, whose name is the workload's.
+        let name = pods.get(pod.pod).map_or_else(
+            || format!("{}/{}", pod.namespace, pod.name),
+            PendingPod::key,
+        );
         plan.unschedulable.push(UnschedulablePod {
-            pod: format!("{}/{}", pod.namespace, pod.name),
+            pod: name,
             reason: pod.explanation.clone(),
         });
     }

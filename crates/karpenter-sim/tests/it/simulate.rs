@@ -56,16 +56,7 @@ fn check_plan(manifests: &Manifests, provider: &SimCloudProvider, plan: &Plan) {
     let pods: BTreeMap<String, &Pod> = manifests
         .pending_pods
         .iter()
-        .map(|p| {
-            (
-                format!(
-                    "{}/{}",
-                    p.metadata.namespace.as_deref().unwrap(),
-                    p.metadata.name.as_deref().unwrap()
-                ),
-                p,
-            )
-        })
+        .map(|p| (p.key(), p.pod()))
         .collect();
     let mut seen = std::collections::BTreeSet::new();
     for claim in &plan.node_claims {
@@ -285,22 +276,12 @@ metadata: {name: bound}
 spec: {nodeName: n1, containers: [{name: c, image: x}]}
 "#,
     );
-    let names: Vec<_> = m
-        .pending_pods
-        .iter()
-        .map(|p| p.metadata.name.clone().unwrap())
-        .collect();
+    let names: Vec<_> = m.pending_pods.iter().map(|p| p.name()).collect();
     assert_eq!(names, ["a", "db-0", "db-1", "db-2", "once-0"]);
+    assert_eq!(m.pending_pods[0].namespace(), "default");
+    assert_eq!(m.pending_pods[1].namespace(), "data");
     assert_eq!(
-        m.pending_pods[0].metadata.namespace.as_deref(),
-        Some("default")
-    );
-    assert_eq!(
-        m.pending_pods[1].metadata.namespace.as_deref(),
-        Some("data")
-    );
-    assert_eq!(
-        m.pending_pods[1].metadata.labels.as_ref().unwrap()["app"],
+        m.pending_pods[1].pod().metadata.labels.as_ref().unwrap()["app"],
         "db"
     );
     assert_eq!(m.bound_pods.len(), 1);
@@ -422,6 +403,45 @@ spec: {containers: [{name: c, image: x, resources: {requests: {cpu: 64}}}]}
     assert_eq!(claim.price, 0.02);
     assert_eq!(plan.unschedulable.len(), 1);
     assert_eq!(plan.unschedulable[0].pod, "default/huge");
+}
+
+/// Replicas share one `Pod` named after their workload: every place of the plan still names each
+/// replica `<workload>-<i>`, unschedulable ones included.
+#[test]
+fn shared_replicas_keep_their_own_names_in_the_plan() {
+    let mut m = load(NODEPOOL);
+    m.load_str(
+        "w.yaml",
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: apps}
+spec:
+  replicas: 2
+  template:
+    spec: {containers: [{name: c, image: x, resources: {requests: {cpu: 1, memory: 1Gi}}}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: huge}
+spec:
+  replicas: 2
+  template:
+    spec: {containers: [{name: c, image: x, resources: {requests: {cpu: 64}}}]}
+"#,
+    )
+    .unwrap();
+    let provider = custom();
+    let plan = simulate::plan(&m, &provider).unwrap().plan;
+    check_plan(&m, &provider, &plan);
+    let placed: Vec<&str> = plan
+        .node_claims
+        .iter()
+        .flat_map(|c| c.pods.iter().map(String::as_str))
+        .collect();
+    assert_eq!(placed, ["apps/web-0", "apps/web-1"]);
+    let unschedulable: Vec<&str> = plan.unschedulable.iter().map(|u| u.pod.as_str()).collect();
+    assert_eq!(unschedulable, ["default/huge-0", "default/huge-1"]);
 }
 
 /// The launch choice is always one of the scheduler's options: here the cheapest type (`small`)
