@@ -8,6 +8,8 @@
 mod rules_impl;
 mod schema;
 
+pub use schema::edit_distance;
+
 use std::fmt;
 use std::sync::OnceLock;
 

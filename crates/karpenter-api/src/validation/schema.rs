@@ -145,7 +145,8 @@ fn unknown_field(path: &str, key: &str, known: &BTreeSet<&str>) -> ValidationErr
     )
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
+/// Levenshtein distance, for "did you mean" hints on short names (fields, kinds).
+pub fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut previous: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

@@ -507,27 +507,15 @@ fn or_unknown(s: &str) -> &str {
 fn ignored_reason(kind: &str) -> String {
     let near = USED_KINDS.iter().find(|used| {
         used.eq_ignore_ascii_case(kind)
-            || edit_distance(&used.to_ascii_lowercase(), &kind.to_ascii_lowercase()) <= 2
+            || karpenter_api::validation::edit_distance(
+                &used.to_ascii_lowercase(),
+                &kind.to_ascii_lowercase(),
+            ) <= 2
     });
     match near {
         Some(used) => format!("simulate does not use {kind} objects (did you mean {used}?)"),
         None => format!("simulate does not use {kind} objects"),
     }
-}
-
-/// Levenshtein distance (short strings only: kinds).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut current = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = previous[j] + usize::from(ca != *cb);
-            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
-        }
-        previous = current;
-    }
-    previous[b.len()]
 }
 
 /// The part of a pod spec scheduling reads (requests, ports, placement constraints, volumes);
