@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod api_cli;
+mod architecture;
 mod bad_input;
 mod chart;
 mod controller_e2e;
