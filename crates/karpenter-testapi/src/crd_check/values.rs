@@ -148,6 +148,59 @@ fn check_enum(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldE
     }
 }
 
+/// One size bound of a schema node (`minItems`/`maxItems`, ...) and go-openapi's wording for it.
+struct SizeRule {
+    min_key: &'static str,
+    max_key: &'static str,
+    /// `("least" | "most", bound)` → the message after the field name.
+    phrase: fn(&str, u64) -> String,
+}
+
+const PROPERTIES: SizeRule = SizeRule {
+    min_key: "minProperties",
+    max_key: "maxProperties",
+    phrase: |side, bound| format!("should have at {side} {bound} properties"),
+};
+const ITEMS: SizeRule = SizeRule {
+    min_key: "minItems",
+    max_key: "maxItems",
+    phrase: |side, bound| format!("should have at {side} {bound} items"),
+};
+const LENGTH: SizeRule = SizeRule {
+    min_key: "minLength",
+    max_key: "maxLength",
+    phrase: |side, bound| format!("should be at {side} {bound} chars long"),
+};
+
+/// Checks `size` against the node's bounds for `rule`; `shown` is the value as the error prints it.
+fn check_size(
+    schema: &Value,
+    rule: &SizeRule,
+    size: usize,
+    shown: &str,
+    path: &str,
+    body: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    let size = size as u64;
+    let bound = |key: &str| schema.get(key).and_then(Value::as_u64);
+    let violated = [
+        bound(rule.min_key)
+            .filter(|min| size < *min)
+            .map(|min| ("least", min)),
+        bound(rule.max_key)
+            .filter(|max| size > *max)
+            .map(|max| ("most", max)),
+    ];
+    for (side, limit) in violated.into_iter().flatten() {
+        errors.push(FieldError::invalid(
+            path,
+            shown.to_string(),
+            format!("{} {}", in_body(body), (rule.phrase)(side, limit)),
+        ));
+    }
+}
+
 fn check_object(
     schema: &Value,
     obj: &Map<String, Value>,
@@ -155,25 +208,15 @@ fn check_object(
     body: &str,
     errors: &mut Vec<FieldError>,
 ) {
-    let count = obj.len();
-    if let Some(min) = schema.get("minProperties").and_then(Value::as_u64)
-        && (count as u64) < min
-    {
-        errors.push(FieldError::invalid(
-            path,
-            count.to_string(),
-            format!("{} should have at least {min} properties", in_body(body)),
-        ));
-    }
-    if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64)
-        && (count as u64) > max
-    {
-        errors.push(FieldError::invalid(
-            path,
-            count.to_string(),
-            format!("{} should have at most {max} properties", in_body(body)),
-        ));
-    }
+    check_size(
+        schema,
+        &PROPERTIES,
+        obj.len(),
+        &obj.len().to_string(),
+        path,
+        body,
+        errors,
+    );
     if let Some(required) = schema.get("required").and_then(Value::as_array) {
         for key in required.iter().filter_map(Value::as_str) {
             if obj.get(key).is_none_or(Value::is_null) {
@@ -209,25 +252,15 @@ fn check_array(
     body: &str,
     errors: &mut Vec<FieldError>,
 ) {
-    let count = items.len();
-    if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
-        && (count as u64) < min
-    {
-        errors.push(FieldError::invalid(
-            path,
-            count.to_string(),
-            format!("{} should have at least {min} items", in_body(body)),
-        ));
-    }
-    if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
-        && (count as u64) > max
-    {
-        errors.push(FieldError::invalid(
-            path,
-            count.to_string(),
-            format!("{} should have at most {max} items", in_body(body)),
-        ));
-    }
+    check_size(
+        schema,
+        &ITEMS,
+        items.len(),
+        &items.len().to_string(),
+        path,
+        body,
+        errors,
+    );
     check_list_uniqueness(schema, items, path, errors);
     if let Some(item_schema) = schema.get("items").filter(|i| i.is_object()) {
         for (i, item) in items.iter().enumerate() {
@@ -290,25 +323,16 @@ fn check_list_uniqueness(
 }
 
 fn check_string(schema: &Value, text: &str, path: &str, body: &str, errors: &mut Vec<FieldError>) {
-    let length = text.chars().count() as u64;
-    if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
-        && length < min
-    {
-        errors.push(FieldError::invalid(
-            path,
-            format!("{text:?}"),
-            format!("{} should be at least {min} chars long", in_body(body)),
-        ));
-    }
-    if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
-        && length > max
-    {
-        errors.push(FieldError::invalid(
-            path,
-            format!("{text:?}"),
-            format!("{} should be at most {max} chars long", in_body(body)),
-        ));
-    }
+    let length = text.chars().count();
+    check_size(
+        schema,
+        &LENGTH,
+        length,
+        &format!("{text:?}"),
+        path,
+        body,
+        errors,
+    );
     if let Some(pattern) = schema.get("pattern").and_then(Value::as_str)
         && !pattern_matches(pattern, text)
     {
