@@ -22,6 +22,20 @@ install_helm_venv() {
 }
 install_helm_venv
 
+# CloudFormation template test (crates/karpenter/tests/it/aws_iam.rs) lints `karpenter aws iam -o
+# cloudformation` with PyPI's cfn-lint, in .venv-cfn/ (git-ignored). Pinned; skipped when present.
+CFN_LINT_VERSION=1.58.0
+install_cfn_venv() {
+  local venv=.venv-cfn
+  if "$venv/bin/python" -c "import cfnlint.version, sys; sys.exit(cfnlint.version.__version__ != '$CFN_LINT_VERSION')" 2>/dev/null; then
+    return
+  fi
+  echo "== installing cfn-lint $CFN_LINT_VERSION into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "cfn-lint==$CFN_LINT_VERSION"
+}
+install_cfn_venv
+
 # --- moto (AWS emulator) for crates/karpenter-aws integration tests -------------------------------
 # Creates .venv-moto/ once (pinned moto; fast when present), starts tests/moto/moto_launcher.py on a free
 # loopback port, exports KARPENTER_TEST_AWS_ENDPOINT for the tests and stops the launcher by PID on exit.

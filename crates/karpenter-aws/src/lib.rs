@@ -7,6 +7,7 @@
 pub mod amis;
 pub mod clients;
 pub mod error;
+pub mod iam;
 pub mod resolve;
 pub mod selectors;
 pub mod settings;

@@ -24,6 +24,8 @@ pub enum Command {
     Bench(commands::bench::Args),
     /// Plan the nodes for a set of manifests on the built-in `sim` provider (no cluster needed).
     Simulate(commands::simulate::Args),
+    /// AWS account set-up (`aws iam`: the controller policy and the CloudFormation template).
+    Aws(commands::aws::Args),
     /// Run the controller against a cluster (watchers, provisioner, NodePool status, leader election).
     Controller(Box<commands::controller::Args>),
 }

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod aws;
 pub mod bench;
 pub mod controller;
 pub mod convert;
@@ -15,6 +16,7 @@ use crate::cli::Command;
 /// Runs a subcommand and returns the process exit code.
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Aws(args) => aws::run(args),
         Command::Crds(args) => crds::run(args),
         Command::Validate(args) => validate::run(args),
         Command::Convert(args) => convert::run(args),

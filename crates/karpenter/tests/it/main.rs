@@ -5,8 +5,10 @@
 
 mod api_cli;
 mod architecture;
+mod aws_iam;
 mod bad_input;
 mod chart;
 mod controller_e2e;
 mod controller_faults;
+mod getting_started;
 mod simulate;
