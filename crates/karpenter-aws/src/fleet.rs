@@ -38,11 +38,12 @@ fn label_allows(key: &str, requirement: &Requirement, value: Option<&String>) ->
     }
 }
 
-/// Whether `labels` satisfy every requirement except zone, capacity type and node pool (those
-/// are decided per offering or are the node's own).
+/// Whether `labels` satisfy every requirement except zone (and zone ID), capacity type and node
+/// pool (those are decided per offering or are the node's own).
 pub fn labels_compatible(labels: &BTreeMap<String, String>, requirements: &Requirements) -> bool {
     requirements.iter().all(|(key, requirement)| {
         key == wk::ZONE_LABEL
+            || key == wk::AWS_ZONE_ID_LABEL
             || key == wk::CAPACITY_TYPE_LABEL
             || key == wk::NODEPOOL_LABEL
             || label_allows(key, requirement, labels.get(key))

@@ -9,6 +9,7 @@ pub mod clients;
 pub mod error;
 pub mod fleet;
 pub mod instance;
+pub mod interruption;
 pub mod launch_template;
 pub mod provider;
 pub mod resolve;
