@@ -85,6 +85,15 @@ fn instance_type(name: &str, arch: &str, cpu: i64, spot: f64, on_demand: f64) ->
 
 /// An AL2023 EC2NodeClass of `cluster`, resolved on moto and Ready.
 async fn resolved_node_class(clients: &AwsClients, cluster: &str) -> EC2NodeClass {
+    resolved_node_class_with_alias(clients, cluster, "al2023@latest").await
+}
+
+/// An EC2NodeClass of `cluster` selecting AMIs by `alias`, resolved on moto and Ready.
+async fn resolved_node_class_with_alias(
+    clients: &AwsClients,
+    cluster: &str,
+    alias: &str,
+) -> EC2NodeClass {
     seed_network(clients, cluster).await;
     let discovery = BTreeMap::from([(DISCOVERY_TAG.to_string(), cluster.to_string())]);
     let spec = EC2NodeClassSpec {
@@ -97,7 +106,7 @@ async fn resolved_node_class(clients: &AwsClients, cluster: &str) -> EC2NodeClas
             ..Default::default()
         }],
         ami_selector_terms: vec![AmiSelectorTerm {
-            alias: Some("al2023@latest".into()),
+            alias: Some(alias.into()),
             ..Default::default()
         }],
         role: Some("KarpenterNodeRole".into()),
@@ -484,4 +493,75 @@ async fn leaked_instances_are_unclaimed_and_past_the_grace_period() {
         claim.status.get_or_insert_with(Default::default);
         provider.delete(&claim).await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn bottlerocket_alias_launches_with_toml_user_data_and_its_block_devices() {
+    let Some(clients) = moto_clients().await else {
+        return;
+    };
+    let cluster = unique_cluster("bottlerocket");
+    let node_class =
+        resolved_node_class_with_alias(&clients, &cluster, "bottlerocket@latest").await;
+    let provider = provider(
+        &clients,
+        &cluster,
+        node_class,
+        vec![instance_type("m5.large", "amd64", 2, 0.04, 0.096)],
+    );
+    let claim = provider.create(&node_claim("general-br")).await.unwrap();
+    let templates = clients
+        .launch_templates_for_node_class(&cluster, NODE_CLASS)
+        .await
+        .unwrap();
+    assert_eq!(templates.len(), 1);
+    let user_data = clients
+        .launch_template_user_data(&templates[0].0)
+        .await
+        .unwrap()
+        .unwrap();
+    let settings: toml::Table = toml::from_str(&user_data).unwrap();
+    let kubernetes = settings["settings"]["kubernetes"].as_table().unwrap();
+    assert_eq!(kubernetes["cluster-name"].as_str(), Some(cluster.as_str()));
+    assert_eq!(kubernetes["max-pods"].as_integer(), Some(29));
+    assert_eq!(
+        kubernetes["node-labels"]["karpenter.sh/nodepool"].as_str(),
+        Some("general")
+    );
+    assert_eq!(
+        kubernetes["node-taints"]["karpenter.sh/unregistered"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    let version = clients
+        .ec2
+        .describe_launch_template_versions()
+        .launch_template_name(&templates[0].0)
+        .versions("$Latest")
+        .send()
+        .await
+        .unwrap();
+    let data = version.launch_template_versions()[0]
+        .launch_template_data()
+        .unwrap();
+    let devices: Vec<(&str, Option<i32>)> = data
+        .block_device_mappings()
+        .iter()
+        .map(|b| {
+            (
+                b.device_name().unwrap(),
+                b.ebs().and_then(|e| e.volume_size()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        devices,
+        vec![("/dev/xvda", Some(4)), ("/dev/xvdb", Some(20))]
+    );
+    provider.delete(&claim).await.unwrap();
+    clients
+        .delete_launch_templates_for_node_class(&cluster, NODE_CLASS)
+        .await
+        .unwrap();
 }
