@@ -630,3 +630,190 @@ impl CloudProvider for AwsCloudProvider {
         }]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use karpenter_api::v1::{EC2NodeClassSpec, NodeClaimTemplate, NodePoolSpec};
+    use karpenter_core::clock::FakeClock;
+    use karpenter_core::instance_type::{Offering, Overhead};
+    use karpenter_core::resources::Quantity;
+
+    use super::*;
+    use crate::ClientOptions;
+    use crate::unavailable::OfferingKey;
+
+    struct OneClass(EC2NodeClass);
+
+    #[async_trait]
+    impl NodeClassSource for OneClass {
+        async fn node_class(&self, name: &str) -> Result<Option<EC2NodeClass>, CloudError> {
+            Ok((self.0.metadata.name.as_deref() == Some(name)).then(|| self.0.clone()))
+        }
+    }
+
+    struct Types(Vec<Arc<InstanceType>>);
+
+    #[async_trait]
+    impl InstanceTypeSource for Types {
+        async fn instance_types(
+            &self,
+            _node_class: &EC2NodeClass,
+        ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
+            Ok(self.0.clone())
+        }
+    }
+
+    fn m5_large() -> Arc<InstanceType> {
+        let mut capacity = ResourceList::new();
+        capacity.set(resources::CPU, Quantity::from_units(2));
+        capacity.set(resources::MEMORY, Quantity::from_gibibytes(8));
+        capacity.set(resources::PODS, Quantity::from_units(29));
+        capacity.set(resources::EFA, Quantity::ZERO);
+        Arc::new(InstanceType {
+            name: "m5.large".into(),
+            labels: BTreeMap::from([(wk::ARCH_LABEL.to_string(), "amd64".to_string())]),
+            capacity,
+            overhead: Overhead::default(),
+            offerings: ["us-west-2a", "us-west-2b"]
+                .iter()
+                .map(|z| Offering {
+                    zone: (*z).to_string(),
+                    capacity_type: "spot".into(),
+                    price: 0.04,
+                    available: true,
+                    ..Offering::default()
+                })
+                .collect(),
+        })
+    }
+
+    /// A provider whose clients point nowhere: these tests make no AWS call.
+    async fn offline_provider(types: Option<Vec<Arc<InstanceType>>>) -> AwsCloudProvider {
+        let clients = AwsClients::load(&ClientOptions {
+            region: Some("us-west-2".into()),
+            endpoint_url: Some("http://127.0.0.1:9".into()),
+            static_credentials: Some(aws_sdk_ec2::config::Credentials::new(
+                "a", "b", None, None, "test",
+            )),
+            ..ClientOptions::default()
+        })
+        .await
+        .unwrap();
+        AwsCloudProvider::new(
+            clients,
+            ClusterInfo::default(),
+            Arc::new(OneClass(EC2NodeClass::new(
+                "default",
+                EC2NodeClassSpec::default(),
+            ))),
+            types.map(|t| Arc::new(Types(t)) as Arc<dyn InstanceTypeSource>),
+            Arc::new(FakeClock::default()),
+        )
+    }
+
+    fn node_pool() -> NodePool {
+        NodePool::new(
+            "general",
+            NodePoolSpec {
+                template: NodeClaimTemplate {
+                    spec: karpenter_api::v1::NodeClaimTemplateSpec {
+                        node_class_ref: karpenter_api::v1::NodeClassReference {
+                            group: wk::AWS_GROUP.into(),
+                            kind: "EC2NodeClass".into(),
+                            name: "default".into(),
+                        },
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+    }
+
+    #[tokio::test]
+    async fn instance_types_report_offerings_marked_unavailable() {
+        let provider = offline_provider(Some(vec![m5_large()])).await;
+        provider
+            .unavailable_offerings()
+            .mark(OfferingKey::new("spot", "m5.large", "us-west-2a"));
+        let types = provider.instance_types(&node_pool()).await.unwrap();
+        let availability: Vec<(&str, bool)> = types[0]
+            .offerings
+            .iter()
+            .map(|o| (o.zone.as_str(), o.available))
+            .collect();
+        assert_eq!(
+            availability,
+            vec![("us-west-2a", false), ("us-west-2b", true)]
+        );
+    }
+
+    #[tokio::test]
+    async fn without_an_instance_type_source_the_error_says_so() {
+        let provider = offline_provider(None).await;
+        let err = provider.instance_types(&node_pool()).await.unwrap_err();
+        assert!(err.to_string().contains("no instance-type source"), "{err}");
+        let mut other = node_pool();
+        other.spec.template.spec.node_class_ref.name = "missing".into();
+        let err = provider.instance_types(&other).await.unwrap_err();
+        assert!(matches!(err, CloudError::NodeClassNotReady(_)), "{err}");
+    }
+
+    fn instance() -> Instance {
+        Instance {
+            id: "i-0abc".into(),
+            instance_type: "m5.large".into(),
+            zone: "us-west-2b".into(),
+            capacity_type: "spot".into(),
+            image_id: Some("ami-1".into()),
+            state: "running".into(),
+            launch_time: None,
+            subnet_id: None,
+            security_group_ids: vec![],
+            tags: BTreeMap::from([
+                (instance::NODECLAIM_TAG.to_string(), "general-x".to_string()),
+                (instance::NODEPOOL_TAG.to_string(), "general".to_string()),
+                (instance::NODECLASS_TAG.to_string(), "default".to_string()),
+            ]),
+        }
+    }
+
+    #[test]
+    fn hydrate_sets_provider_id_labels_and_resources_of_the_type() {
+        let claim = hydrate(
+            NodeClaim::new("general-x", NodeClaimSpec::default()),
+            &instance(),
+            Some(&m5_large()),
+            Some("usw2-az1"),
+        );
+        let labels = claim.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels[wk::INSTANCE_TYPE_LABEL], "m5.large");
+        assert_eq!(labels[wk::ZONE_LABEL], "us-west-2b");
+        assert_eq!(labels[wk::AWS_ZONE_ID_LABEL], "usw2-az1");
+        assert_eq!(labels[wk::CAPACITY_TYPE_LABEL], "spot");
+        assert_eq!(labels[wk::ARCH_LABEL], "amd64");
+        assert_eq!(labels[wk::NODEPOOL_LABEL], "general");
+        let status = claim.status.as_ref().unwrap();
+        assert_eq!(
+            status.provider_id.as_deref(),
+            Some("aws:///us-west-2b/i-0abc")
+        );
+        assert_eq!(status.image_id.as_deref(), Some("ami-1"));
+        assert_eq!(status.capacity["pods"].0, "29");
+        // A zero EFA capacity is dropped, as upstream does for resources not asked for.
+        assert!(!status.capacity.contains_key(resources::EFA));
+    }
+
+    #[test]
+    fn node_claim_of_names_the_claim_and_its_class_from_tags() {
+        let claim = node_claim_of(&instance());
+        assert_eq!(claim.metadata.name.as_deref(), Some("general-x"));
+        assert_eq!(claim.spec.node_class_ref.name, "default");
+        assert_eq!(claim.spec.node_class_ref.kind, "EC2NodeClass");
+        assert_eq!(claim.spec.requirements.len(), 3);
+        assert!(claim.status.as_ref().unwrap().capacity.is_empty());
+    }
+}
