@@ -388,6 +388,33 @@ fn instance_labels(
     labels
 }
 
+/// Upstream's annotation naming the instance profile a NodeClaim's instance was launched with.
+pub const INSTANCE_PROFILE_ANNOTATION: &str = "karpenter.k8s.aws/instance-profile-name";
+
+/// The annotations a launch copies from the EC2NodeClass (reference §4.1): its hash and hash
+/// version (static drift compares them later) and the instance profile.
+pub fn node_class_annotations(node_class: &EC2NodeClass) -> BTreeMap<String, String> {
+    let mut annotations: BTreeMap<String, String> = [
+        wk::EC2NODECLASS_HASH_ANNOTATION,
+        wk::EC2NODECLASS_HASH_VERSION_ANNOTATION,
+    ]
+    .into_iter()
+    .filter_map(|key| {
+        let value = node_class.metadata.annotations.as_ref()?.get(key)?;
+        Some((key.to_string(), value.clone()))
+    })
+    .collect();
+    let profile = node_class
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_profile.clone())
+        .or_else(|| node_class.spec.instance_profile.clone());
+    if let Some(profile) = profile {
+        annotations.insert(INSTANCE_PROFILE_ANNOTATION.to_string(), profile);
+    }
+    annotations
+}
+
 /// `node_claim` with the instance's provider ID, image, labels, capacity and allocatable.
 pub fn hydrate(
     mut node_claim: NodeClaim,
@@ -496,12 +523,18 @@ impl CloudProvider for AwsCloudProvider {
         }
         let (instance, instance_type) = self.launch(node_claim, &name, &node_class).await?;
         let zone_id = zone_id(&instance.zone);
-        Ok(hydrate(
+        let mut launched = hydrate(
             node_claim.clone(),
             &instance,
             instance_type.as_deref(),
             zone_id.as_deref(),
-        ))
+        );
+        launched
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .extend(node_class_annotations(&node_class));
+        Ok(launched)
     }
 
     async fn delete(&self, node_claim: &NodeClaim) -> Result<(), CloudError> {
@@ -805,6 +838,36 @@ mod tests {
         assert_eq!(status.capacity["pods"].0, "29");
         // A zero EFA capacity is dropped, as upstream does for resources not asked for.
         assert!(!status.capacity.contains_key(resources::EFA));
+    }
+
+    #[test]
+    fn launches_copy_the_node_class_hash_and_instance_profile() {
+        let mut node_class = EC2NodeClass::new("default", EC2NodeClassSpec::default());
+        assert!(node_class_annotations(&node_class).is_empty());
+        node_class.metadata.annotations = Some(BTreeMap::from([
+            (
+                wk::EC2NODECLASS_HASH_ANNOTATION.to_string(),
+                "123".to_string(),
+            ),
+            (
+                wk::EC2NODECLASS_HASH_VERSION_ANNOTATION.to_string(),
+                "v5".to_string(),
+            ),
+            ("other".to_string(), "x".to_string()),
+        ]));
+        node_class.spec.instance_profile = Some("given".into());
+        let annotations = node_class_annotations(&node_class);
+        assert_eq!(annotations.len(), 3);
+        assert_eq!(annotations[wk::EC2NODECLASS_HASH_ANNOTATION], "123");
+        assert_eq!(annotations[INSTANCE_PROFILE_ANNOTATION], "given");
+        node_class.status = Some(karpenter_api::v1::EC2NodeClassStatus {
+            instance_profile: Some("resolved".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            node_class_annotations(&node_class)[INSTANCE_PROFILE_ANNOTATION],
+            "resolved"
+        );
     }
 
     #[test]

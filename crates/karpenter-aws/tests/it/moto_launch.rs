@@ -227,6 +227,10 @@ async fn ten_node_claims_launch_tagged_instances_with_al2023_user_data_and_delet
                 .as_deref()
                 .is_some_and(|i| i.starts_with("ami-"))
         );
+        assert_eq!(
+            claim.metadata.annotations.as_ref().unwrap()["karpenter.k8s.aws/instance-profile-name"],
+            format!("{cluster}_profile")
+        );
         launched.push(claim);
     }
     let ids: BTreeSet<String> = launched.iter().map(provider_id).collect();
