@@ -83,6 +83,19 @@ fn instance_type(name: &str, arch: &str, cpu: i64, spot: f64, on_demand: f64) ->
     })
 }
 
+/// The discovery-tagged security group `seed_network` made for `cluster`.
+async fn network_security_group(clients: &AwsClients, cluster: &str) -> String {
+    clients
+        .resolve_security_groups(&[SecurityGroupSelectorTerm {
+            tags: BTreeMap::from([(DISCOVERY_TAG.to_string(), cluster.to_string())]),
+            ..Default::default()
+        }])
+        .await
+        .unwrap()[0]
+        .id
+        .clone()
+}
+
 /// An AL2023 EC2NodeClass of `cluster`, resolved on moto and Ready.
 async fn resolved_node_class(clients: &AwsClients, cluster: &str) -> EC2NodeClass {
     resolved_node_class_with_alias(clients, cluster, "al2023@latest").await
@@ -562,6 +575,37 @@ async fn bottlerocket_alias_launches_with_toml_user_data_and_its_block_devices()
     assert_eq!(
         devices,
         vec![("/dev/xvda", Some(4)), ("/dev/xvdb", Some(20))]
+    );
+    // What moto's instances ignore is still checkable on the template itself.
+    let metadata = data.metadata_options().unwrap();
+    assert_eq!(metadata.http_tokens().map(|t| t.as_str()), Some("required"));
+    assert_eq!(metadata.http_put_response_hop_limit(), Some(1));
+    assert_eq!(
+        data.iam_instance_profile().and_then(|p| p.name()),
+        Some(format!("{cluster}_profile").as_str())
+    );
+    assert_eq!(
+        data.security_group_ids(),
+        [network_security_group(&clients, &cluster).await]
+    );
+    let template = clients
+        .ec2
+        .describe_launch_templates()
+        .launch_template_names(&templates[0].0)
+        .send()
+        .await
+        .unwrap();
+    let tags: BTreeMap<&str, &str> = template.launch_templates()[0]
+        .tags()
+        .iter()
+        .map(|t| (t.key().unwrap(), t.value().unwrap()))
+        .collect();
+    assert_eq!(tags[EKS_CLUSTER_NAME_TAG], cluster);
+    assert_eq!(tags[NODECLASS_TAG], NODE_CLASS);
+    assert_eq!(tags[NODEPOOL_TAG], "general");
+    assert!(
+        !tags.contains_key(NODECLAIM_TAG),
+        "templates are shared by NodeClaims"
     );
     provider.delete(&claim).await.unwrap();
     clients
