@@ -28,6 +28,10 @@ pub enum Error {
     /// The `amiSelectorTerms` alias is malformed or not available for this Kubernetes version.
     #[error("{message}")]
     UnsupportedAlias { message: String },
+    /// The instance is not this cluster's (no `kubernetes.io/cluster/<name>=owned` tag): never
+    /// terminated by it.
+    #[error("{message}")]
+    NotOwned { message: String },
     /// The SDK could not be configured (no region, bad endpoint).
     #[error("AWS client configuration: {message}")]
     Config { message: String },
@@ -59,7 +63,10 @@ impl Error {
     pub fn retryable(&self) -> bool {
         match self {
             Error::Api { transient, .. } => *transient,
-            Error::NotFound { .. } | Error::UnsupportedAlias { .. } | Error::Config { .. } => false,
+            Error::NotFound { .. }
+            | Error::UnsupportedAlias { .. }
+            | Error::NotOwned { .. }
+            | Error::Config { .. } => false,
         }
     }
 

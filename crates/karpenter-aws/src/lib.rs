@@ -7,10 +7,17 @@
 pub mod amis;
 pub mod clients;
 pub mod error;
+pub mod fleet;
 pub mod iam;
+pub mod instance;
+pub mod interruption;
+pub mod launch_template;
+pub mod provider;
 pub mod resolve;
 pub mod selectors;
 pub mod settings;
+pub mod unavailable;
+pub mod userdata;
 
 pub use clients::{AwsClients, ClientOptions};
 pub use error::Error;

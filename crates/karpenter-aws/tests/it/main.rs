@@ -4,4 +4,5 @@
 
 mod harness;
 mod moto_amis;
+mod moto_launch;
 mod moto_network;

@@ -1,0 +1,669 @@
+//! `AwsCloudProvider`: the `CloudProvider` the controllers drive (reference §4.1). `create` turns a
+//! NodeClaim into one EC2 instance — found again by its NodeClaim tag when it already exists —
+//! through launch templates and one CreateFleet; `get`/`list`/`delete` work on provider IDs and
+//! tags.
+//!
+//! Two inputs come from outside: the EC2NodeClass objects ([`NodeClassSource`], the controller's
+//! cache) and the instance types of a NodeClass ([`InstanceTypeSource`], built from EC2's
+//! instance-type data). Without an instance-type source `create` and `instance_types` fail with
+//! a clear error.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use karpenter_api::v1::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_api::well_known as wk;
+use karpenter_core::clock::Clock;
+use karpenter_core::cloud_provider::{
+    CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
+};
+use karpenter_core::instance_type::InstanceType;
+use karpenter_core::requirements::Requirements;
+use karpenter_core::resources::ResourceList;
+
+use crate::fleet::{self, FleetPlan, PlanError, PlanInput};
+use crate::instance::{self, Instance, LaunchError};
+use crate::launch_template::{
+    KnownTemplates, LaunchTemplateOptions, default_block_devices, encode_user_data,
+};
+use crate::unavailable::UnavailableOfferings;
+use crate::userdata::{self, AmiFamily, BootstrapOptions};
+use crate::{AwsClients, Error};
+
+mod hydrate;
+pub use hydrate::{INSTANCE_PROFILE_ANNOTATION, hydrate, node_claim_of, node_class_annotations};
+
+pub const PROVIDER_NAME: &str = "aws";
+
+/// The cluster the nodes join.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClusterInfo {
+    pub name: String,
+    pub endpoint: String,
+    /// Base64 PEM of the cluster CA.
+    pub ca_bundle: Option<String>,
+    /// Service CIDR (AL2023's nodeadm needs it).
+    pub service_cidr: Option<String>,
+    /// The `kube-dns` Service IP, the kubelet's `clusterDNS` unless the NodeClass sets one.
+    pub dns_ip: Option<String>,
+}
+
+/// Where the provider reads EC2NodeClasses from.
+#[async_trait]
+pub trait NodeClassSource: Send + Sync {
+    async fn node_class(&self, name: &str) -> Result<Option<EC2NodeClass>, CloudError>;
+}
+
+/// Where the provider gets the instance types (with offerings and prices) of a NodeClass.
+#[async_trait]
+pub trait InstanceTypeSource: Send + Sync {
+    async fn instance_types(
+        &self,
+        node_class: &EC2NodeClass,
+    ) -> Result<Vec<Arc<InstanceType>>, CloudError>;
+}
+
+pub struct AwsCloudProvider {
+    clients: AwsClients,
+    cluster: ClusterInfo,
+    node_classes: Arc<dyn NodeClassSource>,
+    instance_types: Option<Arc<dyn InstanceTypeSource>>,
+    unavailable: UnavailableOfferings,
+    templates: KnownTemplates,
+}
+
+/// Maps provider errors onto the kinds the controllers act on.
+fn cloud_error(err: Error) -> CloudError {
+    CloudError::Other(err.to_string())
+}
+
+impl AwsCloudProvider {
+    pub fn new(
+        clients: AwsClients,
+        cluster: ClusterInfo,
+        node_classes: Arc<dyn NodeClassSource>,
+        instance_types: Option<Arc<dyn InstanceTypeSource>>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            clients,
+            cluster,
+            node_classes,
+            instance_types,
+            unavailable: UnavailableOfferings::new(clock),
+            templates: KnownTemplates::default(),
+        }
+    }
+
+    /// The offerings marked unavailable after capacity errors (shared with interruption handling).
+    pub fn unavailable_offerings(&self) -> &UnavailableOfferings {
+        &self.unavailable
+    }
+
+    pub fn clients(&self) -> &AwsClients {
+        &self.clients
+    }
+
+    async fn node_class_of(&self, node_claim: &NodeClaim) -> Result<EC2NodeClass, CloudError> {
+        let name = &node_claim.spec.node_class_ref.name;
+        self.node_classes
+            .node_class(name)
+            .await?
+            .ok_or_else(|| CloudError::NodeClassNotReady(format!("EC2NodeClass {name} not found")))
+    }
+
+    async fn types_of(
+        &self,
+        node_class: &EC2NodeClass,
+    ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
+        let Some(source) = &self.instance_types else {
+            return Err(CloudError::Other(
+                "the aws provider has no instance-type source yet".to_string(),
+            ));
+        };
+        source.instance_types(node_class).await
+    }
+
+    /// The launch for a NodeClaim that has no instance yet.
+    async fn launch(
+        &self,
+        node_claim: &NodeClaim,
+        name: &str,
+        node_class: &EC2NodeClass,
+    ) -> Result<(Instance, Option<Arc<InstanceType>>), CloudError> {
+        let class_name = node_class.metadata.name.clone().unwrap_or_default();
+        let not_ready = |why: String| {
+            CloudError::NodeClassNotReady(format!("EC2NodeClass {class_name}: {why}"))
+        };
+        if !node_class.is_ready() {
+            return Err(not_ready("not Ready".to_string()));
+        }
+        let status = node_class.status.clone().unwrap_or_default();
+        if status.subnets.is_empty() || status.security_groups.is_empty() || status.amis.is_empty()
+        {
+            return Err(not_ready(
+                "no resolved subnets, security groups or AMIs".to_string(),
+            ));
+        }
+        let family = node_class
+            .ami_family()
+            .and_then(AmiFamily::parse)
+            .ok_or_else(|| not_ready("no AMI family".to_string()))?;
+        let node_pool = node_claim
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(wk::NODEPOOL_LABEL))
+            .cloned()
+            .unwrap_or_default();
+        let tags = instance::launch_tags(
+            &self.cluster.name,
+            &node_pool,
+            &class_name,
+            &node_class.spec.tags,
+        )
+        .map_err(not_ready)?;
+        let types = self.types_of(node_class).await?;
+        let (requirements, requests) = parse_claim(node_claim)?;
+        let plan = fleet::plan(&PlanInput {
+            instance_types: &types,
+            requirements: &requirements,
+            requests: &requests,
+            subnets: &status.subnets,
+            amis: &status.amis,
+            max_pods: node_class.spec.kubelet.as_ref().and_then(|k| k.max_pods),
+            unavailable: &self.unavailable,
+        })
+        .map_err(|e| match e {
+            PlanError::NoAmi => not_ready(e.to_string()),
+            PlanError::NoInstanceType | PlanError::NoOffering => {
+                CloudError::InsufficientCapacity(e.to_string())
+            }
+        })?;
+        let instance_tags = instance::instance_tags(&tags, name);
+        // One retry: a template deleted behind our back is recreated once.
+        let mut attempt = 0;
+        let (instance, errors) = loop {
+            let templates = self
+                .ensure_templates(node_claim, node_class, family, &plan, &tags)
+                .await?;
+            match self
+                .clients
+                .create_fleet(
+                    &plan,
+                    &templates,
+                    &instance_tags,
+                    node_class.spec.context.as_deref(),
+                )
+                .await
+            {
+                Ok(done) => break done,
+                Err(LaunchError::NoInstance { errors }) => {
+                    self.mark_unavailable(&plan, &errors);
+                    return Err(CloudError::InsufficientCapacity(fleet::describe_errors(
+                        &errors,
+                    )));
+                }
+                Err(LaunchError::Api(e))
+                    if attempt == 0
+                        && e.code()
+                            .is_some_and(|c| c.starts_with("InvalidLaunchTemplateName")) =>
+                {
+                    self.templates.forget_all();
+                    attempt += 1;
+                }
+                Err(LaunchError::Api(e)) => return Err(cloud_error(e)),
+            }
+        };
+        self.mark_unavailable(&plan, &errors);
+        let instance_type = types
+            .iter()
+            .find(|t| t.name == instance.instance_type)
+            .cloned();
+        tracing::info!(
+            node_claim = name,
+            instance = %instance.id,
+            instance_type = %instance.instance_type,
+            zone = %instance.zone,
+            capacity_type = %instance.capacity_type,
+            "launched instance"
+        );
+        Ok((instance, instance_type))
+    }
+
+    fn mark_unavailable(&self, plan: &FleetPlan, errors: &[fleet::FleetError]) {
+        for key in fleet::unavailable_offerings(&plan.capacity_type, errors) {
+            self.unavailable.mark(key);
+        }
+    }
+
+    /// One launch template per (AMI, max pods) group of the plan.
+    async fn ensure_templates(
+        &self,
+        node_claim: &NodeClaim,
+        node_class: &EC2NodeClass,
+        family: AmiFamily,
+        plan: &FleetPlan,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<(String, i64), String>, CloudError> {
+        let mut groups: Vec<(String, i64)> = plan.overrides.iter().map(|o| o.group()).collect();
+        groups.sort();
+        groups.dedup();
+        let mut names = BTreeMap::new();
+        for (image_id, max_pods) in groups {
+            let options = self.template_options(
+                node_claim, node_class, family, plan, &image_id, max_pods, tags,
+            )?;
+            let name = self
+                .clients
+                .ensure_launch_template(&options, &self.templates)
+                .await
+                .map_err(cloud_error)?;
+            names.insert((image_id, max_pods), name);
+        }
+        Ok(names)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn template_options(
+        &self,
+        node_claim: &NodeClaim,
+        node_class: &EC2NodeClass,
+        family: AmiFamily,
+        plan: &FleetPlan,
+        image_id: &str,
+        max_pods: i64,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<LaunchTemplateOptions, CloudError> {
+        let status = node_class.status.clone().unwrap_or_default();
+        let mut kubelet = node_class.spec.kubelet.clone().unwrap_or_default();
+        kubelet.max_pods = Some(i32::try_from(max_pods).unwrap_or(i32::MAX));
+        if kubelet.cluster_dns.is_empty() {
+            kubelet.cluster_dns.extend(self.cluster.dns_ip.clone());
+        }
+        let mut labels = node_claim.metadata.labels.clone().unwrap_or_default();
+        labels.insert(
+            wk::CAPACITY_TYPE_LABEL.to_string(),
+            plan.capacity_type.clone(),
+        );
+        let mut taints = node_claim.spec.taints.clone();
+        taints.extend(node_claim.spec.startup_taints.iter().cloned());
+        let bootstrap = BootstrapOptions {
+            cluster_name: self.cluster.name.clone(),
+            cluster_endpoint: self.cluster.endpoint.clone(),
+            ca_bundle: self.cluster.ca_bundle.clone(),
+            cluster_cidr: self.cluster.service_cidr.clone(),
+            kubelet,
+            taints,
+            labels,
+            custom_user_data: node_class.spec.user_data.clone(),
+            instance_store_policy: node_class.spec.instance_store_policy.clone(),
+        };
+        let user_data = userdata::render(family, &bootstrap).map_err(|e| {
+            CloudError::NodeClassNotReady(format!(
+                "EC2NodeClass {}: {e}",
+                node_class.metadata.name.as_deref().unwrap_or_default()
+            ))
+        })?;
+        let block_device_mappings = if node_class.spec.block_device_mappings.is_empty() {
+            default_block_devices(family)
+        } else {
+            node_class.spec.block_device_mappings.clone()
+        };
+        Ok(LaunchTemplateOptions {
+            image_id: image_id.to_string(),
+            user_data: encode_user_data(&user_data),
+            security_group_ids: status
+                .security_groups
+                .iter()
+                .map(|g| g.id.clone())
+                .collect(),
+            instance_profile: status
+                .instance_profile
+                .clone()
+                .or_else(|| node_class.spec.instance_profile.clone()),
+            metadata_options: node_class.metadata_options(),
+            block_device_mappings,
+            detailed_monitoring: node_class.spec.detailed_monitoring.unwrap_or(false),
+            associate_public_ip_address: node_class.spec.associate_public_ip_address,
+            capacity_type: plan.capacity_type.clone(),
+            tags: tags.clone(),
+        })
+    }
+}
+
+fn parse_claim(node_claim: &NodeClaim) -> Result<(Requirements, ResourceList), CloudError> {
+    let invalid = |message: String| CloudError::Create {
+        reason: "InvalidNodeClaim".to_string(),
+        message,
+    };
+    let requirements =
+        Requirements::from_node_selector_with_min_values(&node_claim.spec.requirements)
+            .map_err(|e| invalid(format!("spec.requirements: {e}")))?;
+    let requests = match &node_claim.spec.resources {
+        Some(r) => ResourceList::from_k8s(&r.requests)
+            .map_err(|e| invalid(format!("spec.resources.requests: {e}")))?,
+        None => ResourceList::new(),
+    };
+    Ok((requirements, requests))
+}
+
+#[async_trait]
+impl CloudProvider for AwsCloudProvider {
+    fn name(&self) -> &str {
+        PROVIDER_NAME
+    }
+
+    async fn create(&self, node_claim: &NodeClaim) -> Result<NodeClaim, CloudError> {
+        let name = node_claim
+            .metadata
+            .name
+            .clone()
+            .ok_or_else(|| CloudError::Create {
+                reason: "InvalidNodeClaim".to_string(),
+                message: "the NodeClaim has no name".to_string(),
+            })?;
+        let node_class = self.node_class_of(node_claim).await?;
+        let zone_id = |zone: &str| {
+            node_class
+                .status
+                .as_ref()
+                .and_then(|s| s.subnets.iter().find(|s| s.zone == zone))
+                .and_then(|s| s.zone_id.clone())
+        };
+        // Idempotent: an instance tagged with this NodeClaim (launched before a crash, or by a
+        // create whose answer was lost) is the NodeClaim's instance.
+        if let Some(existing) = self
+            .clients
+            .instance_for_node_claim(&self.cluster.name, &name)
+            .await
+            .map_err(cloud_error)?
+        {
+            tracing::info!(node_claim = %name, instance = %existing.id, "found the NodeClaim's instance; not launching another");
+            let instance_type = match self.types_of(&node_class).await {
+                Ok(types) => types.into_iter().find(|t| t.name == existing.instance_type),
+                Err(_) => None,
+            };
+            let zone_id = zone_id(&existing.zone);
+            return Ok(hydrate(
+                node_claim.clone(),
+                &existing,
+                instance_type.as_deref(),
+                zone_id.as_deref(),
+            ));
+        }
+        let (instance, instance_type) = self.launch(node_claim, &name, &node_class).await?;
+        let zone_id = zone_id(&instance.zone);
+        let mut launched = hydrate(
+            node_claim.clone(),
+            &instance,
+            instance_type.as_deref(),
+            zone_id.as_deref(),
+        );
+        launched
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .extend(node_class_annotations(&node_class));
+        Ok(launched)
+    }
+
+    async fn delete(&self, node_claim: &NodeClaim) -> Result<(), CloudError> {
+        let provider_id = match node_claim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.clone())
+        {
+            Some(id) => id,
+            // No provider ID: the status write may have been lost after the launch; the tag
+            // still finds the instance.
+            None => {
+                let name = node_claim.metadata.name.clone().unwrap_or_default();
+                match self
+                    .clients
+                    .instance_for_node_claim(&self.cluster.name, &name)
+                    .await
+                    .map_err(cloud_error)?
+                {
+                    Some(instance) => instance.provider_id(),
+                    None => {
+                        return Err(CloudError::NodeClaimNotFound(format!(
+                            "no instance for NodeClaim {name}"
+                        )));
+                    }
+                }
+            }
+        };
+        match self
+            .clients
+            .terminate_instance(&self.cluster.name, &provider_id)
+            .await
+        {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(CloudError::NodeClaimNotFound(format!(
+                "instance {provider_id} is terminated"
+            ))),
+            Err(e) => Err(cloud_error(e)),
+        }
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudError> {
+        match self.clients.instance(provider_id).await {
+            Ok(Some(instance)) => Ok(node_claim_of(&instance)),
+            Ok(None) | Err(Error::NotFound { .. }) => Err(CloudError::NodeClaimNotFound(format!(
+                "no instance with provider ID {provider_id}"
+            ))),
+            Err(e) => Err(cloud_error(e)),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<NodeClaim>, CloudError> {
+        Ok(self
+            .clients
+            .cluster_instances(&self.cluster.name)
+            .await
+            .map_err(cloud_error)?
+            .iter()
+            .map(node_claim_of)
+            .collect())
+    }
+
+    async fn instance_types(
+        &self,
+        node_pool: &NodePool,
+    ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
+        let name = &node_pool.spec.template.spec.node_class_ref.name;
+        let node_class = self.node_classes.node_class(name).await?.ok_or_else(|| {
+            CloudError::NodeClassNotReady(format!("EC2NodeClass {name} not found"))
+        })?;
+        let types = self.types_of(&node_class).await?;
+        // Offerings that just failed with insufficient capacity are unavailable to the scheduler
+        // too, so it plans around them.
+        Ok(types
+            .into_iter()
+            .map(|it| {
+                let marked = it.offerings.iter().any(|o| {
+                    self.unavailable
+                        .is_unavailable(&crate::unavailable::OfferingKey::new(
+                            &o.capacity_type,
+                            &it.name,
+                            &o.zone,
+                        ))
+                });
+                if !marked {
+                    return it;
+                }
+                let mut copy = (*it).clone();
+                for o in &mut copy.offerings {
+                    if self
+                        .unavailable
+                        .is_unavailable(&crate::unavailable::OfferingKey::new(
+                            &o.capacity_type,
+                            &copy.name,
+                            &o.zone,
+                        ))
+                    {
+                        o.available = false;
+                    }
+                }
+                Arc::new(copy)
+            })
+            .collect())
+    }
+
+    async fn is_drifted(&self, _node_claim: &NodeClaim) -> Result<Option<DriftReason>, CloudError> {
+        // Drift (AMI, subnets, security groups, NodeClass hash) is not implemented yet.
+        Ok(None)
+    }
+
+    fn repair_policies(&self) -> Vec<RepairPolicy> {
+        ["False", "Unknown"]
+            .into_iter()
+            .map(|status| RepairPolicy {
+                condition_type: "Ready".to_string(),
+                condition_status: status.to_string(),
+                toleration_seconds: 30 * 60,
+            })
+            .collect()
+    }
+
+    fn supported_node_classes(&self) -> Vec<NodeClassKind> {
+        vec![NodeClassKind {
+            group: wk::AWS_GROUP.to_string(),
+            kind: "EC2NodeClass".to_string(),
+        }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use karpenter_api::v1::{EC2NodeClassSpec, NodeClaimTemplate, NodePoolSpec};
+    use karpenter_core::clock::FakeClock;
+    use karpenter_core::instance_type::{Offering, Overhead};
+    use karpenter_core::resources::{self, Quantity};
+
+    use super::*;
+    use crate::ClientOptions;
+    use crate::unavailable::OfferingKey;
+
+    struct OneClass(EC2NodeClass);
+
+    #[async_trait]
+    impl NodeClassSource for OneClass {
+        async fn node_class(&self, name: &str) -> Result<Option<EC2NodeClass>, CloudError> {
+            Ok((self.0.metadata.name.as_deref() == Some(name)).then(|| self.0.clone()))
+        }
+    }
+
+    struct Types(Vec<Arc<InstanceType>>);
+
+    #[async_trait]
+    impl InstanceTypeSource for Types {
+        async fn instance_types(
+            &self,
+            _node_class: &EC2NodeClass,
+        ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
+            Ok(self.0.clone())
+        }
+    }
+
+    fn m5_large() -> Arc<InstanceType> {
+        let mut capacity = ResourceList::new();
+        capacity.set(resources::CPU, Quantity::from_units(2));
+        capacity.set(resources::MEMORY, Quantity::from_gibibytes(8));
+        capacity.set(resources::PODS, Quantity::from_units(29));
+        capacity.set(resources::EFA, Quantity::ZERO);
+        Arc::new(InstanceType {
+            name: "m5.large".into(),
+            labels: BTreeMap::from([(wk::ARCH_LABEL.to_string(), "amd64".to_string())]),
+            capacity,
+            overhead: Overhead::default(),
+            offerings: ["us-west-2a", "us-west-2b"]
+                .iter()
+                .map(|z| Offering {
+                    zone: (*z).to_string(),
+                    capacity_type: "spot".into(),
+                    price: 0.04,
+                    available: true,
+                    ..Offering::default()
+                })
+                .collect(),
+        })
+    }
+
+    /// A provider whose clients point nowhere: these tests make no AWS call.
+    async fn offline_provider(types: Option<Vec<Arc<InstanceType>>>) -> AwsCloudProvider {
+        let clients = AwsClients::load(&ClientOptions {
+            region: Some("us-west-2".into()),
+            endpoint_url: Some("http://127.0.0.1:9".into()),
+            static_credentials: Some(aws_sdk_ec2::config::Credentials::new(
+                "a", "b", None, None, "test",
+            )),
+            ..ClientOptions::default()
+        })
+        .await
+        .unwrap();
+        AwsCloudProvider::new(
+            clients,
+            ClusterInfo::default(),
+            Arc::new(OneClass(EC2NodeClass::new(
+                "default",
+                EC2NodeClassSpec::default(),
+            ))),
+            types.map(|t| Arc::new(Types(t)) as Arc<dyn InstanceTypeSource>),
+            Arc::new(FakeClock::default()),
+        )
+    }
+
+    fn node_pool() -> NodePool {
+        NodePool::new(
+            "general",
+            NodePoolSpec {
+                template: NodeClaimTemplate {
+                    spec: karpenter_api::v1::NodeClaimTemplateSpec {
+                        node_class_ref: karpenter_api::v1::NodeClassReference {
+                            group: wk::AWS_GROUP.into(),
+                            kind: "EC2NodeClass".into(),
+                            name: "default".into(),
+                        },
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+    }
+
+    #[tokio::test]
+    async fn instance_types_report_offerings_marked_unavailable() {
+        let provider = offline_provider(Some(vec![m5_large()])).await;
+        provider
+            .unavailable_offerings()
+            .mark(OfferingKey::new("spot", "m5.large", "us-west-2a"));
+        let types = provider.instance_types(&node_pool()).await.unwrap();
+        let availability: Vec<(&str, bool)> = types[0]
+            .offerings
+            .iter()
+            .map(|o| (o.zone.as_str(), o.available))
+            .collect();
+        assert_eq!(
+            availability,
+            vec![("us-west-2a", false), ("us-west-2b", true)]
+        );
+    }
+
+    #[tokio::test]
+    async fn without_an_instance_type_source_the_error_says_so() {
+        let provider = offline_provider(None).await;
+        let err = provider.instance_types(&node_pool()).await.unwrap_err();
+        assert!(err.to_string().contains("no instance-type source"), "{err}");
+        let mut other = node_pool();
+        other.spec.template.spec.node_class_ref.name = "missing".into();
+        let err = provider.instance_types(&other).await.unwrap_err();
+        assert!(matches!(err, CloudError::NodeClassNotReady(_)), "{err}");
+    }
+}
