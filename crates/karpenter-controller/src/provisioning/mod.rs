@@ -11,8 +11,9 @@ pub mod batcher;
 pub mod core_solver;
 pub mod nodeclaim;
 pub mod provisioner;
-pub mod reschedulable;
 pub mod solver;
+
+pub use karpenter_core::provisioning::reschedulable;
 
 pub use batcher::{BatchWindow, Batcher, Trigger};
 pub use core_solver::CoreScheduler;

@@ -11,7 +11,7 @@ use karpenter_api::well_known as wk;
 use karpenter_controller::events::{REASON_FAILED_SCHEDULING, REASON_NOMINATED};
 use karpenter_controller::provisioning::CoreScheduler;
 use karpenter_controller::run::{Options, RunningController};
-use karpenter_controller::state::pod::pod_requests;
+use karpenter_core::pod::effective_requests as pod_requests;
 use karpenter_controller::{Context, TokioClock};
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::CloudProvider;

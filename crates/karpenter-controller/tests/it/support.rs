@@ -97,7 +97,7 @@ impl Solver for FirstFitSolver {
         let biggest = types[0].allocatable();
         let mut open: Vec<(PlannedNodeClaim, ResourceList)> = Vec::new();
         for (i, pod) in input.pods.iter().enumerate() {
-            let requests = karpenter_controller::state::pod::pod_requests(pod).unwrap();
+            let requests = karpenter_core::pod::effective_requests(pod).unwrap();
             let slot = open.iter_mut().find(|(_, used)| {
                 let mut total = used.clone();
                 total.add(&requests);
