@@ -3,6 +3,8 @@
 
 pub mod hash;
 
+use std::collections::BTreeSet;
+
 use karpenter_api::NodePool;
 use karpenter_api::well_known::NODES_RESOURCE;
 
@@ -13,6 +15,11 @@ use crate::state::ClusterState;
 /// not being deleted, with `nodes` = their count. cpu/memory/pods/ephemeral-storage/nodes are
 /// always present (0 when empty), as upstream.
 pub fn usage(state: &ClusterState, pool: &str) -> ResourceList {
+    usage_without(state, pool, &BTreeSet::new())
+}
+
+/// [`usage`] as if the nodes named in `without` (Node or NodeClaim names) were gone.
+pub fn usage_without(state: &ClusterState, pool: &str, without: &BTreeSet<String>) -> ResourceList {
     let mut total = ResourceList::new();
     for base in [
         resources::CPU,
@@ -25,7 +32,15 @@ pub fn usage(state: &ClusterState, pool: &str) -> ResourceList {
     }
     let mut nodes = 0;
     for node in state.state_nodes() {
-        if node.nodepool() == Some(pool) && node.is_managed() && !node.marked_for_deletion() {
+        let left_out = without.contains(&node.name())
+            || node
+                .nodeclaim
+                .is_some_and(|c| without.contains(c.metadata.name.as_deref().unwrap_or_default()));
+        if node.nodepool() == Some(pool)
+            && node.is_managed()
+            && !node.marked_for_deletion()
+            && !left_out
+        {
             total.add(&node.capacity());
             nodes += 1;
         }
