@@ -459,3 +459,23 @@ async fn retrigger_provisionable(ctx: Arc<Context>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_follow_the_settings() {
+        let settings = Settings {
+            preference_policy: "Ignore".into(),
+            min_values_policy: "BestEffort".into(),
+            ..Settings::default()
+        };
+        let options = scheduler_options(&settings);
+        assert_eq!(options.preference_policy, PreferencePolicy::Ignore);
+        assert_eq!(options.min_values_policy, MinValuesPolicy::BestEffort);
+        let options = scheduler_options(&Settings::default());
+        assert_eq!(options.preference_policy, PreferencePolicy::Respect);
+        assert_eq!(options.min_values_policy, MinValuesPolicy::Strict);
+    }
+}

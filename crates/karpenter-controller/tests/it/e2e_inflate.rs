@@ -11,11 +11,11 @@ use karpenter_api::NodeClaim;
 use karpenter_api::v1::NodeSelectorRequirementWithMinValues;
 use karpenter_api::well_known as wk;
 use karpenter_controller::provisioning::Solver;
+use karpenter_core::pod::effective_requests as pod_requests;
+use karpenter_core::resources::{Quantity, ResourceList};
 use karpenter_core::scheduling::{
     InstanceTypeOption, NewNodeClaim, SchedulerInput, SchedulingResults,
 };
-use karpenter_core::pod::effective_requests as pod_requests;
-use karpenter_core::resources::{Quantity, ResourceList};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
 

@@ -222,7 +222,8 @@ async fn the_provisioner_and_simulate_create_the_same_nodeclaims() {
     );
     let controller = controller_nodeclaims(&manifests).await;
 
-    let is_static = |c: &&NodeClaim| c.metadata.labels.as_ref().unwrap()[wk::NODEPOOL_LABEL] == "fixed";
+    let is_static =
+        |c: &&NodeClaim| c.metadata.labels.as_ref().unwrap()[wk::NODEPOOL_LABEL] == "fixed";
     let statics: Vec<&NodeClaim> = controller.iter().filter(is_static).collect();
     assert_eq!(statics.len(), 2, "exactly spec.replicas NodeClaims");
     assert_eq!(

@@ -78,9 +78,7 @@ pub fn static_nodeclaims(state: &ClusterState) -> Vec<NodeClaim> {
         let held = state
             .nodeclaims()
             .filter(|c| c.metadata.deletion_timestamp.is_none())
-            .filter(|c| {
-                c.labels().get(karpenter_api::well_known::NODEPOOL_LABEL) == Some(&name)
-            })
+            .filter(|c| c.labels().get(karpenter_api::well_known::NODEPOOL_LABEL) == Some(&name))
             .count();
         let missing = usize::try_from(replicas.max(0))
             .unwrap_or(usize::MAX)
@@ -199,11 +197,7 @@ impl<'a> Snapshot<'a> {
                 node.pods
                     .into_iter()
                     .filter(|p| reschedulable::is_reschedulable(p, &pdbs))
-                    .filter(|p| {
-                        state
-                            .nomination(&crate::pod::key(p), self.now)
-                            .is_none()
-                    }),
+                    .filter(|p| state.nomination(&crate::pod::key(p), self.now).is_none()),
             );
         }
         pods

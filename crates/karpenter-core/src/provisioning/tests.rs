@@ -53,7 +53,12 @@ fn catalogue() -> Vec<Arc<InstanceType>> {
     ]
 }
 
-fn state_with(pools: Vec<NodePool>, claims: Vec<NodeClaim>, nodes: Vec<k8s_openapi::api::core::v1::Node>, pods: Vec<Pod>) -> ClusterState {
+fn state_with(
+    pools: Vec<NodePool>,
+    claims: Vec<NodeClaim>,
+    nodes: Vec<k8s_openapi::api::core::v1::Node>,
+    pods: Vec<Pod>,
+) -> ClusterState {
     ClusterState::from_objects(pools, claims, nodes, pods)
 }
 
@@ -102,7 +107,10 @@ fn without_leaves_nodes_out_and_places_their_pods_again() {
     assert!(full.pods_to_place().is_empty());
     let prepared = full.scheduler_input();
     assert_eq!(prepared.input.existing_nodes.len(), 1);
-    assert_eq!(prepared.input.node_pools[0].usage.get("nodes").millis(), 1000);
+    assert_eq!(
+        prepared.input.node_pools[0].usage.get("nodes").millis(),
+        1000
+    );
 
     // By Node name or by NodeClaim name: the same node is left out.
     for name in ["node-a", "default-a"] {
@@ -129,7 +137,11 @@ fn namespaces_reach_the_scheduler() {
     let prepared = Snapshot::new(&state, SchedulerOptions::default(), t0()).scheduler_input();
     assert_eq!(prepared.input.namespaces.len(), 1);
     assert_eq!(
-        prepared.input.namespaces[0].metadata.labels.as_ref().unwrap()["team"],
+        prepared.input.namespaces[0]
+            .metadata
+            .labels
+            .as_ref()
+            .unwrap()["team"],
         "a"
     );
 }
@@ -148,7 +160,11 @@ fn static_pools_get_exactly_their_replicas_and_nothing_dynamic() {
     );
     let missing = static_nodeclaims(&state);
     assert_eq!(missing.len(), 2, "3 replicas, 1 held");
-    assert!(missing.iter().all(|c| c.labels()["karpenter.sh/nodepool"] == "fixed"));
+    assert!(
+        missing
+            .iter()
+            .all(|c| c.labels()["karpenter.sh/nodepool"] == "fixed")
+    );
     assert_eq!(
         dynamic_pools(&state)
             .iter()
@@ -172,10 +188,7 @@ fn unlaunched_nodeclaims_offer_what_they_were_created_for() {
             .unwrap(),
     );
     let offered = offered_capacity(&claim);
-    assert_eq!(
-        offered.status.as_ref().unwrap().allocatable["cpu"].0,
-        "3"
-    );
+    assert_eq!(offered.status.as_ref().unwrap().allocatable["cpu"].0, "3");
     let mut launched = nodeclaim("default-y", "default", Some("sim://y"), "4");
     launched.spec.resources = claim.spec.resources.clone();
     assert!(matches!(offered_capacity(&launched), Cow::Borrowed(_)));

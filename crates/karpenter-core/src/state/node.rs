@@ -101,7 +101,7 @@ impl<'a> StateNode<'a> {
         self.marked
             || self
                 .node
-            .is_some_and(|n| n.metadata.deletion_timestamp.is_some())
+                .is_some_and(|n| n.metadata.deletion_timestamp.is_some())
             || self
                 .nodeclaim
                 .is_some_and(|c| c.metadata.deletion_timestamp.is_some())

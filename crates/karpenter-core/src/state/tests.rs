@@ -196,12 +196,24 @@ fn a_node_joins_its_nodeclaim_by_provider_id_only() {
             nodeclaim("default-abc", "default", Some("sim://i-1"), "4"),
             nodeclaim("default-new", "default", Some("sim://i-2"), "2"),
         ],
-        vec![node("default-abc", Some("default"), "sim://other", "4"), no_id],
+        vec![
+            node("default-abc", Some("default"), "sim://other", "4"),
+            no_id,
+        ],
         vec![],
     );
     let nodes = state.state_nodes();
-    assert_eq!(nodes.len(), 4, "two unjoined Nodes and two in-flight NodeClaims");
-    assert!(nodes.iter().filter(|n| n.node.is_some()).all(|n| n.nodeclaim.is_none()));
+    assert_eq!(
+        nodes.len(),
+        4,
+        "two unjoined Nodes and two in-flight NodeClaims"
+    );
+    assert!(
+        nodes
+            .iter()
+            .filter(|n| n.node.is_some())
+            .all(|n| n.nodeclaim.is_none())
+    );
     assert_eq!(nodes.iter().filter(|n| n.in_flight()).count(), 2);
 
     let joined = ClusterState::from_objects(
@@ -227,7 +239,10 @@ fn namespaces_are_tracked_by_name() {
     assert_eq!(state.namespaces().count(), 1);
     state.delete(&ns);
     assert!(state.namespace("team-a").is_none());
-    assert!(Kind::ALL.contains(&Kind::Namespace), "synced waits for namespaces too");
+    assert!(
+        Kind::ALL.contains(&Kind::Namespace),
+        "synced waits for namespaces too"
+    );
 }
 
 #[test]

@@ -524,10 +524,18 @@ impl Manifests {
             .pending_pods
             .iter()
             .map(|p| p.pod().metadata.namespace.as_deref())
-            .chain(self.bound_pods.iter().map(|p| p.metadata.namespace.as_deref()))
+            .chain(
+                self.bound_pods
+                    .iter()
+                    .map(|p| p.metadata.namespace.as_deref()),
+            )
             .chain(self.claims.iter().map(|c| c.metadata.namespace.as_deref()))
             .chain(self.pdbs.iter().map(|p| p.metadata.namespace.as_deref()))
-            .chain(self.daemonsets.iter().map(|d| d.metadata.namespace.as_deref()));
+            .chain(
+                self.daemonsets
+                    .iter()
+                    .map(|d| d.metadata.namespace.as_deref()),
+            );
         for name in used {
             let name = name.unwrap_or(DEFAULT_NAMESPACE);
             named.entry(name.to_string()).or_insert_with(|| Namespace {
