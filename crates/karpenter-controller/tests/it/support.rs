@@ -116,6 +116,7 @@ impl Solver for FirstFitSolver {
         for (n, (placed, used)) in open.into_iter().enumerate() {
             let mut fitting: Vec<&InstanceType> = types
                 .iter()
+                .map(|t| &**t)
                 .filter(|t| t.allocatable().fits(&used))
                 .collect();
             fitting.sort_by(|a, b| a.offerings[0].price.total_cmp(&b.offerings[0].price));

@@ -209,9 +209,7 @@ impl<'a> Snapshot<'a> {
         let state = self.state;
         let mut prepared = Prepared::default();
         for offer in &self.pools {
-            let types: Vec<InstanceType> =
-                offer.instance_types.iter().map(|t| (**t).clone()).collect();
-            match input::node_pool(offer.pool, types) {
+            match input::node_pool(offer.pool, offer.instance_types.to_vec()) {
                 Ok(mut converted) => {
                     // The state's usage (nodes and in-flight NodeClaims) is fresher than
                     // `status.resources`, which the adapter reads.
