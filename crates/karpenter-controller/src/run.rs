@@ -11,7 +11,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use karpenter_api::v1::EC2NodeClass;
@@ -139,6 +139,8 @@ impl RunningController {
             spawn_reflector::<PersistentVolumeClaim>(&ctx, ignore),
             spawn_reflector::<PersistentVolume>(&ctx, ignore),
             spawn_reflector::<StorageClass>(&ctx, ignore),
+            // Namespace labels feed pod-affinity `namespaceSelector`s.
+            spawn_reflector::<Namespace>(&ctx, ignore),
         ];
         let events = ctx.events.clone();
         let events_shutdown = shutdown_rx.clone();

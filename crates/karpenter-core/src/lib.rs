@@ -6,8 +6,11 @@
 pub mod clock;
 pub mod cloud_provider;
 pub mod instance_type;
+pub mod nodepool;
 pub mod pod;
+pub mod provisioning;
 pub mod requirements;
 pub mod resources;
 pub mod scheduling;
+pub mod state;
 pub mod taints;

@@ -1,4 +1,6 @@
-//! What a pod asks of a node: effective resource requests per Kubernetes' rules.
+//! Pods as every caller sees them: identity, the predicates the provisioner and the drain share
+//! (provisionable, terminal, owned by a DaemonSet or a Node, ...), and what a pod asks of a node
+//! (effective resource requests per Kubernetes' rules; the one place requests are computed).
 
 use std::collections::BTreeMap;
 
@@ -28,6 +30,85 @@ pub fn pod_key(pod: &Pod) -> (String, String) {
             .unwrap_or_else(|| "default".to_string()),
         pod.metadata.name.clone().unwrap_or_default(),
     )
+}
+
+/// `namespace/name` as one string, the key the cluster state tracks pods by.
+pub fn key(pod: &Pod) -> String {
+    let (namespace, name) = pod_key(pod);
+    format!("{namespace}/{name}")
+}
+
+/// The node the pod is bound to, if any.
+pub fn node_name(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+pub fn is_owned_by(pod: &Pod, kind: &str) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == kind)
+}
+
+pub fn is_owned_by_daemonset(pod: &Pod) -> bool {
+    is_owned_by(pod, "DaemonSet")
+}
+
+/// Static (mirror) pods are owned by their Node.
+pub fn is_owned_by_node(pod: &Pod) -> bool {
+    is_owned_by(pod, "Node")
+}
+
+/// `karpenter.sh/do-not-disrupt: "true"`.
+pub fn has_do_not_disrupt(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(karpenter_api::well_known::DO_NOT_DISRUPT_ANNOTATION))
+        .is_some_and(|v| v == "true")
+}
+
+/// The kube-scheduler marked the pod `PodScheduled=False` with reason `Unschedulable`.
+pub fn failed_to_schedule(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conds| {
+            conds.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+        })
+}
+
+/// Has scheduling gates, so kube-scheduler is not even trying yet.
+pub fn is_gated(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty())
+}
+
+/// Upstream's `IsProvisionable`: unschedulable per kube-scheduler, not bound, not nominated to
+/// an existing node, not terminal or terminating, not gated, not a DaemonSet or static pod.
+pub fn is_provisionable(pod: &Pod) -> bool {
+    failed_to_schedule(pod)
+        && node_name(pod).is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .is_none_or(str::is_empty)
+        && !is_terminal(pod)
+        && !is_terminating(pod)
+        && !is_gated(pod)
+        && !is_owned_by_daemonset(pod)
+        && !is_owned_by_node(pod)
 }
 
 /// A pod that has finished (`Succeeded` or `Failed`): it holds no resources and no longer counts
@@ -133,6 +214,53 @@ pub fn effective_requests(pod: &Pod) -> Result<ResourceList, PodError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn pending_pod(name: &str, cpu: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+            "spec": {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn provisionable_requires_unschedulable_and_unbound() {
+        let pod = pending_pod("a", "1");
+        assert!(is_provisionable(&pod));
+
+        let mut bound = pod.clone();
+        bound.spec.as_mut().unwrap().node_name = Some("node-1".into());
+        assert!(!is_provisionable(&bound));
+
+        let mut ds: Pod = pod.clone();
+        ds.metadata.owner_references = Some(vec![
+            serde_json::from_value(
+                json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "x"}),
+            )
+            .unwrap(),
+        ]);
+        assert!(!is_provisionable(&ds));
+
+        let mut gated = pod.clone();
+        gated.spec.as_mut().unwrap().scheduling_gates =
+            Some(vec![serde_json::from_value(json!({"name": "g"})).unwrap()]);
+        assert!(!is_provisionable(&gated));
+
+        let mut done = pod.clone();
+        done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+        assert!(!is_provisionable(&done));
+
+        let mut fresh = pod;
+        fresh.status.as_mut().unwrap().conditions = None;
+        assert!(
+            !is_provisionable(&fresh),
+            "kube-scheduler has not looked at it yet"
+        );
+    }
+
     use k8s_openapi::api::core::v1::PodSpec;
 
     fn container(name: &str, requests: &[(&str, &str)], limits: &[(&str, &str)]) -> Container {

@@ -3,8 +3,9 @@
 //! `karpenter.sh/nodepool-hash` annotations (hash). The decisions are pure functions of the
 //! NodePool and the cluster state; [`run`] writes them when this replica leads.
 
-pub mod hash;
 pub mod validation;
+
+pub use karpenter_core::nodepool::{exceeded_limit, hash, limits, usage};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use karpenter_api::well_known::{
     NODEPOOL_HASH_ANNOTATION, NODEPOOL_HASH_VERSION, NODEPOOL_HASH_VERSION_ANNOTATION,
 };
 use karpenter_api::{NodePool, NodePoolStatus};
-use karpenter_core::resources::{self, Quantity, ResourceList};
+use karpenter_core::resources::{Quantity, ResourceList};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -31,55 +32,6 @@ pub const CONDITION_VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
 pub const CONDITION_NODECLASS_READY: &str = "NodeClassReady";
 
 const EC2_NODECLASS_KIND: &str = "EC2NodeClass";
-
-/// Capacity provisioned for `pool`: the summed capacity of its nodes and in-flight NodeClaims
-/// not being deleted, with `nodes` = their count. cpu/memory/pods/ephemeral-storage/nodes are
-/// always present (0 when empty), as upstream.
-pub fn usage(state: &ClusterState, pool: &str) -> ResourceList {
-    let mut total = ResourceList::new();
-    for base in [
-        resources::CPU,
-        resources::MEMORY,
-        resources::PODS,
-        resources::EPHEMERAL_STORAGE,
-        karpenter_api::well_known::NODES_RESOURCE,
-    ] {
-        total.set(base, Quantity::ZERO);
-    }
-    let mut nodes = 0;
-    for node in state.state_nodes() {
-        if node.nodepool() == Some(pool) && node.is_managed() && !node.marked_for_deletion() {
-            total.add(&node.capacity());
-            nodes += 1;
-        }
-    }
-    total.set(
-        karpenter_api::well_known::NODES_RESOURCE,
-        Quantity::from_units(nodes),
-    );
-    total
-}
-
-/// The pool's limits, parsed; an unparsable limit is reported naming the resource.
-pub fn limits(pool: &NodePool) -> Result<ResourceList, String> {
-    match &pool.spec.limits {
-        None => Ok(ResourceList::new()),
-        Some(map) => ResourceList::from_k8s(map).map_err(|e| format!("spec.limits: {e}")),
-    }
-}
-
-/// The first resource whose usage already exceeds the limit, upstream's `ExceededBy`.
-pub fn exceeded_limit(limits: &ResourceList, usage: &ResourceList) -> Option<String> {
-    limits
-        .iter()
-        .find(|(name, limit)| usage.get(name) > *limit)
-        .map(|(name, limit)| {
-            format!(
-                "{name} limit {limit} exceeded (in use: {})",
-                usage.get(name)
-            )
-        })
-}
 
 /// `(status, reason, message)` of `NodeClassReady`.
 pub fn nodeclass_readiness(pool: &NodePool, state: &ClusterState) -> (bool, String, String) {

@@ -8,20 +8,23 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::{NodeClaim, NodePool};
+use karpenter_core::instance_type::InstanceType;
+use karpenter_core::provisioning::{self as pipeline, Snapshot, nodeclaim};
+use karpenter_core::scheduling::{
+    MinValuesPolicy, PreferencePolicy, SchedulerOptions, SchedulingResults,
+};
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
 use super::batcher::Batcher;
-use super::nodeclaim;
-use super::reschedulable;
-use super::solver::{NodeInput, PoolInput, SolveInput, SolveOutput};
 use crate::context::Context;
 use crate::events::{
     EventRecord, EventType, REASON_FAILED_SCHEDULING, REASON_NOMINATED, kind_name,
 };
 use crate::metrics::{ControllerLabels, NodeClaimCreatedLabels};
 use crate::nodepool;
+use crate::settings::Settings;
 use crate::state::ClusterState;
 use crate::state::pod::pod_key;
 use crate::timeouts;
@@ -38,7 +41,7 @@ pub const STUCK_REGISTRATION_GRACE: jiff::SignedDuration = jiff::SignedDuration:
 pub struct ProvisionOutcome {
     /// Pods considered.
     pub pods: usize,
-    /// Names of the NodeClaims created.
+    /// Names of the NodeClaims created (static ones included).
     pub created: Vec<String>,
     /// Pods nominated to existing nodes or in-flight NodeClaims.
     pub nominated_existing: usize,
@@ -47,145 +50,130 @@ pub struct ProvisionOutcome {
     pub waiting_for_sync: bool,
 }
 
-/// Upstream orders pools by weight (descending), ties by name descending.
-fn weight_order(a: &NodePool, b: &NodePool) -> std::cmp::Ordering {
-    b.spec
-        .weight
-        .unwrap_or(0)
-        .cmp(&a.spec.weight.unwrap_or(0))
-        .then_with(|| b.name_any().cmp(&a.name_any()))
+/// The policies of the settings (validated at start; anything else is the default).
+pub fn scheduler_options(settings: &Settings) -> SchedulerOptions {
+    SchedulerOptions {
+        preference_policy: match settings.preference_policy.as_str() {
+            "Ignore" => PreferencePolicy::Ignore,
+            _ => PreferencePolicy::Respect,
+        },
+        min_values_policy: match settings.min_values_policy.as_str() {
+            "BestEffort" => MinValuesPolicy::BestEffort,
+            _ => MinValuesPolicy::Strict,
+        },
+        ..SchedulerOptions::default()
+    }
 }
 
-/// Snapshot of what the pass needs, taken under one read lock (nodes before pods, as upstream,
-/// so capacity in use is over- rather than under-estimated).
-fn snapshot(ctx: &Context) -> Option<(Vec<NodePool>, SolveInput)> {
-    let now = ctx.now();
-    let state = ctx.state.read();
-    if !state.synced() {
-        return None;
-    }
-    let nodes: Vec<NodeInput> = state
-        .state_nodes()
+/// The NodePools this pass may add NodeClaims to: dynamic, valid, their NodeClass ready.
+fn usable_pools(state: &ClusterState) -> Vec<NodePool> {
+    pipeline::dynamic_pools(state)
         .into_iter()
-        .filter(|n| !n.marked_for_deletion())
-        .filter(|n| {
-            let stuck = n.stuck_unregistered(now, STUCK_REGISTRATION_GRACE);
-            if stuck {
-                tracing::warn!(node = %n.name(), "node is not registered yet; not counting it as capacity");
-            }
-            !stuck
-        })
-        .map(|n| {
-            let mut pods: Vec<Pod> = n.pods.iter().map(|p| (*p).clone()).collect();
-            if let Some(claim) = n.nodeclaim {
-                // Pods nominated to an in-flight NodeClaim already use its capacity.
-                pods.extend(
-                    state
-                        .nominated_pods(&claim.name_any(), now)
-                        .into_iter()
-                        .cloned(),
-                );
-            }
-            NodeInput {
-                node: n.node.cloned(),
-                nodeclaim: n.nodeclaim.cloned(),
-                pods,
-            }
-        })
-        .collect();
-    let mut pools: Vec<NodePool> = Vec::new();
-    for pool in state.nodepools() {
-        match nodepool::usable(pool, &state) {
-            Ok(()) => pools.push(pool.clone()),
+        .filter(|pool| match nodepool::usable(pool, state) {
+            Ok(()) => true,
             Err(reason) => {
-                tracing::debug!(nodepool = %pool.name_any(), %reason, "ignoring nodepool")
+                tracing::debug!(nodepool = %pool.name_any(), %reason, "ignoring nodepool");
+                false
             }
-        }
-    }
-    pools.sort_by(weight_order);
-    let input = SolveInput {
-        nodepools: Vec::new(),
-        nodes,
-        daemonsets: state.daemonsets().cloned().collect(),
-        pvcs: state.pvcs.values().cloned().collect(),
-        pvs: state.pvs.values().cloned().collect(),
-        storage_classes: state.storage_classes.values().cloned().collect(),
-        pods: pods_to_place(&state, now).into_iter().cloned().collect(),
-        preference_policy: ctx.settings.preference_policy.clone(),
-        min_values_policy: ctx.settings.min_values_policy.clone(),
-    };
-    Some((pools, input))
+        })
+        .cloned()
+        .collect()
 }
 
-/// The pods a pass places: provisionable pods, then the pods of nodes marked for deletion that
-/// will need capacity elsewhere (upstream appends them to the pass), unless an earlier pass
-/// already planned for them (a live nomination).
-fn pods_to_place(state: &ClusterState, now: jiff::Timestamp) -> Vec<&Pod> {
-    let pdbs: Vec<_> = state.pdbs().collect();
-    let reschedulable = state
-        .state_nodes()
+/// The pods a pass places (see [`Snapshot::pods_to_place`]).
+fn pods_to_place(state: &ClusterState, now: jiff::Timestamp) -> Vec<Pod> {
+    Snapshot::new(state, SchedulerOptions::default(), now)
+        .pods_to_place()
         .into_iter()
-        .filter(|n| n.marked_for_deletion())
-        .flat_map(|n| n.pods)
-        .filter(|p| reschedulable::is_reschedulable(p, &pdbs))
-        .filter(|p| state.nomination(&pod_key(p), now).is_none());
-    let mut pods = state.provisionable_pods(now);
-    pods.extend(reschedulable);
-    pods
+        .cloned()
+        .collect()
 }
 
 /// One provisioning pass. Writes (NodeClaims, events) happen only when this replica leads.
 pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
-    let Some((pools, mut input)) = snapshot(ctx) else {
-        tracing::debug!(unsynced = ?ctx.state.read().unsynced_kinds(), "waiting on cluster sync");
-        return Ok(ProvisionOutcome {
-            waiting_for_sync: true,
-            ..ProvisionOutcome::default()
-        });
+    let (pools, static_claims, pending) = {
+        let state = ctx.state.read();
+        if !state.synced() {
+            tracing::debug!(unsynced = ?state.unsynced_kinds(), "waiting on cluster sync");
+            return Ok(ProvisionOutcome {
+                waiting_for_sync: true,
+                ..ProvisionOutcome::default()
+            });
+        }
+        (
+            usable_pools(&state),
+            pipeline::static_nodeclaims(&state),
+            pods_to_place(&state, ctx.now()).len(),
+        )
     };
-    if input.pods.is_empty() {
-        return Ok(ProvisionOutcome::default());
+    let mut outcome = ProvisionOutcome::default();
+    if ctx.is_leader() && !static_claims.is_empty() {
+        let accepted = static_claims.into_iter().map(|c| (c, Vec::new())).collect();
+        outcome.created = create_nodeclaims(ctx, &[], accepted, "static").await;
     }
-    let pod_names: Vec<String> = input.pods.iter().map(pod_key).collect();
-    tracing::info!(
-        pods = %nodeclaim::summarize(&pod_names, 5),
-        duration = ?Duration::ZERO,
-        "found provisionable pod(s)"
-    );
+    if pending == 0 {
+        return Ok(outcome);
+    }
 
-    for pool in &pools {
-        match timeouts::cloud(ctx.cloud.instance_types(pool)).await {
+    let mut offered: Vec<(NodePool, Vec<Arc<InstanceType>>)> = Vec::new();
+    for pool in pools {
+        match timeouts::cloud(ctx.cloud.instance_types(&pool)).await {
             Ok(types) if types.is_empty() => {
                 tracing::warn!(nodepool = %pool.name_any(), "skipping, no resolved instance types found");
             }
-            Ok(types) => {
-                let usage = nodepool::usage(&ctx.state.read(), &pool.name_any());
-                input.nodepools.push(PoolInput {
-                    nodepool: pool.clone(),
-                    instance_types: types.iter().map(|t| (**t).clone()).collect(),
-                    usage,
-                });
-            }
+            Ok(types) => offered.push((pool, types)),
             Err(err) => {
                 tracing::error!(nodepool = %pool.name_any(), error = %err, "skipping, unable to resolve instance types")
             }
         }
     }
-    let pools_by_name: BTreeMap<String, NodePool> =
-        pools.into_iter().map(|p| (p.name_any(), p)).collect();
-    let pods = input.pods.clone();
+    // Snapshot under one read lock: the nodes and the pods of the same moment.
+    let (prepared, pods) = {
+        let state = ctx.state.read();
+        let mut snapshot = Snapshot::new(&state, scheduler_options(&ctx.settings), ctx.now())
+            .unregistered_grace(STUCK_REGISTRATION_GRACE);
+        for (pool, types) in &offered {
+            snapshot = snapshot.offer(pool, types);
+        }
+        let pods: Vec<Pod> = snapshot.pods_to_place().into_iter().cloned().collect();
+        (snapshot.scheduler_input(), pods)
+    };
+    for node in &prepared.stuck_unregistered {
+        tracing::warn!(%node, "node is not registered yet; not counting it as capacity");
+    }
+    let problems: Vec<String> = prepared.problems.iter().map(ToString::to_string).collect();
+    for problem in &problems {
+        tracing::warn!(%problem, "left out of scheduling");
+    }
+    outcome.pods = pods.len();
+    if pods.is_empty() {
+        return Ok(outcome);
+    }
+    let pod_names: Vec<String> = pods.iter().map(pod_key).collect();
+    tracing::info!(
+        pods = %nodeclaim::summarize(&pod_names, 5),
+        duration = ?Duration::ZERO,
+        "found provisionable pod(s)"
+    );
+    let pools_by_name: BTreeMap<String, NodePool> = offered
+        .into_iter()
+        .map(|(p, _)| (p.name_any(), p))
+        .collect();
     let started = std::time::Instant::now();
     // Solving is CPU-bound (up to seconds on big clusters): keep it off the async workers.
     let solver = ctx.solver.clone();
-    let output = match tokio::task::spawn_blocking(move || solver.solve(input)).await {
-        Ok(output) => output,
+    let input = prepared.input;
+    let (results, pods) = match tokio::task::spawn_blocking(move || {
+        let results = solver.solve(input, &pods);
+        (results, pods)
+    })
+    .await
+    {
+        Ok(solved) => solved,
         Err(err) => {
             // A panicking solver is a bug; the pods stay pending and re-trigger the next pass.
             tracing::error!(error = %err, "scheduling simulation failed");
-            return Ok(ProvisionOutcome {
-                pods: pods.len(),
-                ..ProvisionOutcome::default()
-            });
+            return Ok(outcome);
         }
     };
     let elapsed = started.elapsed().as_secs_f64();
@@ -200,40 +188,45 @@ pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
     ctx.metrics
         .scheduler_unschedulable_pods
         .get_or_create(&controller)
-        .set(i64::try_from(output.unschedulable.len()).unwrap_or(i64::MAX));
+        .set(i64::try_from(results.unschedulable.len()).unwrap_or(i64::MAX));
 
-    let mut outcome = ProvisionOutcome {
-        pods: pods.len(),
-        unschedulable: output.unschedulable.len(),
-        ..Default::default()
-    };
+    outcome.unschedulable = results.unschedulable.len();
     if !ctx.is_leader() {
         return Ok(outcome);
     }
-    record_unschedulable(ctx, &pods, &output).await;
-    outcome.nominated_existing = nominate_existing(ctx, &pods, &output).await;
-    if !output.new_nodeclaims.is_empty() {
+    record_unschedulable(ctx, &pods, &results, &problems).await;
+    outcome.nominated_existing = nominate_existing(ctx, &pods, &results).await;
+    if !results.new_node_claims.is_empty() {
         tracing::info!(
-            nodeclaims = output.new_nodeclaims.len(),
-            pods = output
-                .new_nodeclaims
-                .iter()
-                .map(|c| c.pods.len())
-                .sum::<usize>(),
+            nodeclaims = results.new_node_claims.len(),
+            pods = results.pods_on_new_node_claims(),
             "computed new nodeclaim(s) to fit pod(s)"
         );
     }
-    outcome.created = create_nodeclaims(ctx, &pods, &output, &pools_by_name).await;
+    let accepted = within_limits(ctx, &pods, &results, &pools_by_name).await;
+    outcome
+        .created
+        .extend(create_nodeclaims(ctx, &pods, accepted, "provisioned").await);
     Ok(outcome)
 }
 
-async fn record_unschedulable(ctx: &Context, pods: &[Pod], output: &SolveOutput) {
-    for failure in &output.unschedulable {
+async fn record_unschedulable(
+    ctx: &Context,
+    pods: &[Pod],
+    results: &SchedulingResults,
+    problems: &[String],
+) {
+    for failure in &results.unschedulable {
         let Some(pod) = pods.get(failure.pod) else {
             continue;
         };
-        tracing::error!(pod = %pod_key(pod), error = %failure.explanation, "could not schedule pod");
-        let message = format!("Failed to schedule pod, {}", failure.explanation);
+        let explanation = std::iter::once(failure.explanation.clone())
+            .chain(problems.iter().cloned())
+            .filter(|line| !line.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ");
+        tracing::error!(pod = %pod_key(pod), error = %explanation, "could not schedule pod");
+        let message = format!("Failed to schedule pod, {explanation}");
         ctx.events
             .publish(EventRecord::new(
                 pod,
@@ -245,10 +238,10 @@ async fn record_unschedulable(ctx: &Context, pods: &[Pod], output: &SolveOutput)
     }
 }
 
-async fn nominate_existing(ctx: &Context, pods: &[Pod], output: &SolveOutput) -> usize {
+async fn nominate_existing(ctx: &Context, pods: &[Pod], results: &SchedulingResults) -> usize {
     let until = window_end(ctx);
     let mut count = 0;
-    for placement in &output.existing {
+    for placement in &results.existing_nodes {
         for &i in &placement.pods {
             let Some(pod) = pods.get(i) else { continue };
             let claim = ctx
@@ -288,29 +281,30 @@ fn window_end(ctx: &Context) -> jiff::Timestamp {
         .unwrap_or_else(|_| ctx.now())
 }
 
-async fn create_nodeclaims(
+/// The NodeClaims to create for the pass's decisions, each with the indices of its pods.
+/// Limits are re-checked against current usage at create time (upstream): a pool already at or
+/// over its limit gets nothing more, even if the simulation (pessimistic) allowed it.
+async fn within_limits(
     ctx: &Context,
     pods: &[Pod],
-    output: &SolveOutput,
+    results: &SchedulingResults,
     pools: &BTreeMap<String, NodePool>,
-) -> Vec<String> {
-    // Limits are re-checked against current usage at create time (upstream): a pool already at
-    // or over its limit gets nothing more, even if the simulation (pessimistic) allowed it.
+) -> Vec<(NodeClaim, Vec<usize>)> {
     let mut accepted = Vec::new();
-    for plan in &output.new_nodeclaims {
-        let Some(pool) = pools.get(&plan.nodepool) else {
-            tracing::error!(nodepool = %plan.nodepool, "scheduler planned a nodeclaim for an unknown nodepool");
+    for decision in &results.new_node_claims {
+        let Some(pool) = pools.get(&decision.node_pool) else {
+            tracing::error!(nodepool = %decision.node_pool, "scheduler planned a nodeclaim for an unknown nodepool");
             continue;
         };
         let limits = nodepool::limits(pool).unwrap_or_default();
-        let usage = nodepool::usage(&ctx.state.read(), &plan.nodepool);
+        let usage = nodepool::usage(&ctx.state.read(), &decision.node_pool);
         if let Some(exceeded) = nodepool::exceeded_limit(&limits, &usage) {
-            tracing::warn!(nodepool = %plan.nodepool, reason = %exceeded, "not creating nodeclaim, nodepool limit exceeded");
-            for &i in &plan.pods {
+            tracing::warn!(nodepool = %decision.node_pool, reason = %exceeded, "not creating nodeclaim, nodepool limit exceeded");
+            for &i in &decision.pods {
                 if let Some(pod) = pods.get(i) {
                     let message = format!(
                         "Failed to schedule pod, nodepool {}: {exceeded}",
-                        plan.nodepool
+                        decision.node_pool
                     );
                     ctx.events
                         .publish(EventRecord::new(
@@ -324,55 +318,82 @@ async fn create_nodeclaims(
             }
             continue;
         }
-        accepted.push((plan, nodeclaim::build(plan, pool)));
+        accepted.push((nodeclaim::build(decision, pool), decision.pods.clone()));
     }
+    accepted
+}
 
+/// Creates the NodeClaims, remembers them in the state at once and nominates their pods.
+/// `reason` labels `nodeclaims_created_total` (`provisioned`, `static`).
+async fn create_nodeclaims(
+    ctx: &Context,
+    pods: &[Pod],
+    accepted: Vec<(NodeClaim, Vec<usize>)>,
+    reason: &str,
+) -> Vec<String> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let params = PostParams::default();
     let results = futures::future::join_all(
         accepted
             .iter()
-            .map(|(_, claim)| timeouts::api(api.create(&params, claim))),
+            .map(|(claim, _)| timeouts::api(api.create(&params, claim))),
     )
     .await;
 
     let until = window_end(ctx);
     let mut created = Vec::new();
-    for ((plan, _), result) in accepted.into_iter().zip(results) {
+    for ((planned, placed), result) in accepted.into_iter().zip(results) {
+        let pool = planned
+            .labels()
+            .get(karpenter_api::well_known::NODEPOOL_LABEL)
+            .cloned()
+            .unwrap_or_default();
         let claim = match result {
             Ok(claim) => claim,
             Err(err) => {
-                tracing::error!(nodepool = %plan.nodepool, error = %err, "failed to create nodeclaim");
+                tracing::error!(nodepool = %pool, error = %err, "failed to create nodeclaim");
                 continue;
             }
         };
         let name = claim.name_any();
+        let instance_types: Vec<String> = claim
+            .spec
+            .requirements
+            .iter()
+            .find(|r| r.key == karpenter_api::well_known::INSTANCE_TYPE_LABEL)
+            .map(|r| r.values.clone())
+            .unwrap_or_default();
+        let min_values_relaxed = claim
+            .annotations()
+            .get(karpenter_api::well_known::NODECLAIM_MIN_VALUES_RELAXED_ANNOTATION)
+            .cloned()
+            .unwrap_or_else(|| "false".into());
         tracing::info!(
-            nodepool = %plan.nodepool,
+            nodepool = %pool,
             nodeclaim = %name,
-            requests = ?plan.requests,
-            instance_types = %nodeclaim::summarize(&plan.instance_types, 5),
+            requests = ?claim.spec.resources.as_ref().map(|r| &r.requests),
+            instance_types = %nodeclaim::summarize(&instance_types, 5),
             "created nodeclaim"
         );
         ctx.metrics
             .nodeclaims_created
             .get_or_create(&NodeClaimCreatedLabels {
-                reason: "provisioned".into(),
-                nodepool: plan.nodepool.clone(),
-                min_values_relaxed: plan.min_values_relaxed.to_string(),
+                reason: reason.into(),
+                nodepool: pool.clone(),
+                min_values_relaxed,
             })
             .inc();
         {
             // Visible to the next pass at once, even before the watch delivers it.
             let mut state = ctx.state.write();
             state.remember(claim.clone());
-            for &i in &plan.pods {
+            for &i in &placed {
                 if let Some(pod) = pods.get(i) {
                     state.nominate(&pod_key(pod), &name, until);
                 }
             }
         }
-        for &i in &plan.pods {
+        for &i in &placed {
             if let Some(pod) = pods.get(i) {
                 let message = format!("Pod should schedule on: {}", kind_name(&claim));
                 ctx.events
@@ -423,13 +444,38 @@ async fn retrigger_provisionable(ctx: Arc<Context>) {
             let mut state = ctx.state.write();
             let now = ctx.now();
             state.expire_nominations(now);
-            pods_to_place(&state, now)
+            let mut uids: Vec<String> = pods_to_place(&state, now)
                 .iter()
                 .filter_map(|p| p.uid())
-                .collect()
+                .collect();
+            if !pipeline::static_nodeclaims(&state).is_empty() {
+                // A static NodePool misses NodeClaims: a pass creates them.
+                uids.push("static-capacity".into());
+            }
+            uids
         };
         for uid in uids {
             ctx.provisioning_trigger.trigger(uid);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_follow_the_settings() {
+        let settings = Settings {
+            preference_policy: "Ignore".into(),
+            min_values_policy: "BestEffort".into(),
+            ..Settings::default()
+        };
+        let options = scheduler_options(&settings);
+        assert_eq!(options.preference_policy, PreferencePolicy::Ignore);
+        assert_eq!(options.min_values_policy, MinValuesPolicy::BestEffort);
+        let options = scheduler_options(&Settings::default());
+        assert_eq!(options.preference_policy, PreferencePolicy::Respect);
+        assert_eq!(options.min_values_policy, MinValuesPolicy::Strict);
     }
 }

@@ -15,13 +15,6 @@ pub fn pending_pod(name: &str, cpu: &str) -> Pod {
     .unwrap()
 }
 
-pub fn bound_pod(name: &str, node: &str, cpu: &str) -> Pod {
-    let mut pod = pending_pod(name, cpu);
-    pod.spec.as_mut().unwrap().node_name = Some(node.into());
-    pod.status = serde_json::from_value(json!({"phase": "Running"})).unwrap();
-    pod
-}
-
 pub fn nodepool(name: &str) -> NodePool {
     serde_json::from_value(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool",

@@ -10,9 +10,12 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_api::NodeClaim;
 use karpenter_api::v1::NodeSelectorRequirementWithMinValues;
 use karpenter_api::well_known as wk;
-use karpenter_controller::provisioning::{PlannedNodeClaim, SolveInput, SolveOutput, Solver};
-use karpenter_controller::state::pod::pod_requests;
+use karpenter_controller::provisioning::Solver;
+use karpenter_core::pod::effective_requests as pod_requests;
 use karpenter_core::resources::{Quantity, ResourceList};
+use karpenter_core::scheduling::{
+    InstanceTypeOption, NewNodeClaim, SchedulerInput, SchedulingResults,
+};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
 
@@ -25,34 +28,41 @@ const PODS_PER_NODE: usize = 3;
 struct PackThree;
 
 impl Solver for PackThree {
-    fn solve(&self, input: SolveInput) -> SolveOutput {
-        let Some(pool) = input.nodepools.first() else {
-            return SolveOutput::default();
+    fn solve(&self, input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
+        let Some(pool) = input.node_pools.first() else {
+            return SchedulingResults::default();
         };
-        let pool_name = pool.nodepool.name_any();
-        let mut out = SolveOutput::default();
-        let indices: Vec<usize> = (0..input.pods.len()).collect();
-        for chunk in indices.chunks(PODS_PER_NODE) {
+        let mut out = SchedulingResults::default();
+        let indices: Vec<usize> = (0..pods.len()).collect();
+        for (n, chunk) in indices.chunks(PODS_PER_NODE).enumerate() {
             let mut requests = ResourceList::new();
             for &i in chunk {
-                requests.add(&pod_requests(&input.pods[i]).unwrap_or_default());
+                requests.add(&pod_requests(&pods[i]).unwrap_or_default());
             }
             requests.set(
                 "pods",
                 Quantity::from_units(i64::try_from(chunk.len()).unwrap_or(1)),
             );
-            out.new_nodeclaims.push(PlannedNodeClaim {
-                nodepool: pool_name.clone(),
+            out.new_node_claims.push(NewNodeClaim {
+                node_pool: pool.name.clone(),
+                hostname: format!("hostname-placeholder-{n}"),
                 requirements: vec![NodeSelectorRequirementWithMinValues {
                     key: wk::CAPACITY_TYPE_LABEL.into(),
                     operator: "In".into(),
                     values: vec!["on-demand".into()],
                     min_values: None,
                 }],
-                instance_types: vec!["sim.xlarge".into()],
+                instance_type_min_values: None,
+                instance_types: Arc::from(vec![InstanceTypeOption {
+                    name: Arc::from("sim.xlarge"),
+                    price: 0.0,
+                }]),
                 pods: chunk.to_vec(),
                 requests,
-                ..PlannedNodeClaim::default()
+                labels: Default::default(),
+                taints: Vec::new(),
+                startup_taints: Vec::new(),
+                min_values_relaxed: false,
             });
         }
         out

@@ -10,6 +10,7 @@ mod isolation;
 mod leader;
 mod lifecycle;
 mod load;
+mod pipeline_parity;
 mod provisioning;
 mod provisioning_core;
 mod restart;

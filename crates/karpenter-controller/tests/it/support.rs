@@ -6,15 +6,15 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::NodePool;
-use karpenter_api::v1::NodeSelectorRequirementWithMinValues;
-use karpenter_controller::provisioning::solver::{
-    PlannedNodeClaim, SolveInput, SolveOutput, Solver,
-};
+use karpenter_controller::provisioning::Solver;
 use karpenter_controller::run::{Options, RunningController};
 use karpenter_controller::{Context, Settings, TokioClock};
 use karpenter_core::clock::Clock;
 use karpenter_core::instance_type::{InstanceType, Offering};
 use karpenter_core::resources::ResourceList;
+use karpenter_core::scheduling::{
+    InstanceTypeOption, NewNodeClaim, SchedulerInput, SchedulingResults, UnschedulablePod,
+};
 use karpenter_sim::SimCloudProvider;
 use karpenter_testapi::TestApiServer;
 use serde_json::json;
@@ -79,60 +79,67 @@ pub fn cloud(clock: Arc<dyn Clock>) -> Arc<SimCloudProvider> {
 pub struct FirstFitSolver;
 
 impl Solver for FirstFitSolver {
-    fn solve(&self, input: SolveInput) -> SolveOutput {
-        let mut out = SolveOutput::default();
-        let Some(pool) = input.nodepools.first() else {
-            out.unschedulable = (0..input.pods.len())
-                .map(
-                    |pod| karpenter_controller::provisioning::solver::Unschedulable {
-                        pod,
-                        explanation: "no nodepools found".into(),
-                    },
-                )
+    fn solve(&self, input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
+        let mut out = SchedulingResults::default();
+        let Some(pool) = input.node_pools.first() else {
+            out.unschedulable = pods
+                .iter()
+                .enumerate()
+                .map(|(pod, p)| UnschedulablePod {
+                    pod,
+                    namespace: p.metadata.namespace.clone().unwrap_or_default(),
+                    name: p.metadata.name.clone().unwrap_or_default(),
+                    explanation: "no nodepools found".into(),
+                })
                 .collect();
             return out;
         };
         let mut types = pool.instance_types.clone();
         types.sort_by_key(|t| std::cmp::Reverse(t.capacity.get("cpu")));
         let biggest = types[0].allocatable();
-        let mut open: Vec<(PlannedNodeClaim, ResourceList)> = Vec::new();
-        for (i, pod) in input.pods.iter().enumerate() {
-            let requests = karpenter_controller::state::pod::pod_requests(pod).unwrap();
+        let mut open: Vec<(Vec<usize>, ResourceList)> = Vec::new();
+        for (i, pod) in pods.iter().enumerate() {
+            let requests = karpenter_core::pod::effective_requests(pod).unwrap();
             let slot = open.iter_mut().find(|(_, used)| {
                 let mut total = used.clone();
                 total.add(&requests);
                 biggest.fits(&total)
             });
             match slot {
-                Some((plan, used)) => {
+                Some((placed, used)) => {
                     used.add(&requests);
-                    plan.pods.push(i);
+                    placed.push(i);
                 }
-                None => open.push((
-                    PlannedNodeClaim {
-                        nodepool: pool.nodepool.metadata.name.clone().unwrap(),
-                        pods: vec![i],
-                        ..Default::default()
-                    },
-                    requests,
-                )),
+                None => open.push((vec![i], requests)),
             }
         }
-        for (mut plan, used) in open {
+        for (n, (placed, used)) in open.into_iter().enumerate() {
             let mut fitting: Vec<&InstanceType> = types
                 .iter()
+                .map(|t| &**t)
                 .filter(|t| t.allocatable().fits(&used))
                 .collect();
             fitting.sort_by(|a, b| a.offerings[0].price.total_cmp(&b.offerings[0].price));
-            plan.instance_types = fitting.iter().map(|t| t.name.clone()).collect();
-            plan.requirements = vec![NodeSelectorRequirementWithMinValues {
-                key: "node.kubernetes.io/instance-type".into(),
-                operator: "In".into(),
-                values: plan.instance_types.clone(),
-                min_values: None,
-            }];
-            plan.requests = used;
-            out.new_nodeclaims.push(plan);
+            let options: Vec<InstanceTypeOption> = fitting
+                .iter()
+                .map(|t| InstanceTypeOption {
+                    name: Arc::from(t.name.as_str()),
+                    price: t.offerings[0].price,
+                })
+                .collect();
+            out.new_node_claims.push(NewNodeClaim {
+                node_pool: pool.name.clone(),
+                hostname: format!("hostname-placeholder-{n}"),
+                requirements: Vec::new(),
+                instance_type_min_values: None,
+                instance_types: Arc::from(options),
+                pods: placed,
+                requests: used,
+                labels: Default::default(),
+                taints: Vec::new(),
+                startup_taints: Vec::new(),
+                min_values_relaxed: false,
+            });
         }
         out
     }

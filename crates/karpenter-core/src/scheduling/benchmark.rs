@@ -14,6 +14,7 @@
 //! upstream's distribution but not its exact sequence; the invariant nodes = pods / 5 holds.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Container, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm, PodAffinity,
@@ -125,7 +126,7 @@ pub fn node_pool() -> SchedulingNodePool {
         name: "default".to_string(),
         labels: BTreeMap::from([("testing/cluster".to_string(), "unspecified".to_string())]),
         limits,
-        instance_types: instance_types(400),
+        instance_types: instance_types(400).into_iter().map(Arc::new).collect(),
         ..Default::default()
     }
 }

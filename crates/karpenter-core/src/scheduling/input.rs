@@ -1,6 +1,7 @@
 //! Adapters from API objects to the scheduler's input types, so callers do not reinvent them.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -27,7 +28,7 @@ pub struct InputError {
 /// A NodePool and the instance types its NodeClass offers.
 pub fn node_pool(
     pool: &NodePool,
-    instance_types: Vec<InstanceType>,
+    instance_types: Vec<Arc<InstanceType>>,
 ) -> Result<SchedulingNodePool, InputError> {
     let name = pool.metadata.name.clone().unwrap_or_default();
     let err = |field: &str| {

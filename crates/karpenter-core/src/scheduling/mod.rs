@@ -51,7 +51,8 @@ pub struct SchedulingNodePool {
     pub limits: ResourceList,
     /// What the pool already uses (its nodes' capacity, plus `nodes`).
     pub usage: ResourceList,
-    pub instance_types: Vec<InstanceType>,
+    /// Shared with the provider's catalogue and every other solve (no copy per solve).
+    pub instance_types: Vec<Arc<InstanceType>>,
 }
 
 /// A node that exists (or is launching) in the cluster.

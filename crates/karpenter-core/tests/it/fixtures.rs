@@ -126,7 +126,10 @@ pub fn default_instance_types() -> Vec<InstanceType> {
 pub fn pool(name: &str) -> SchedulingNodePool {
     SchedulingNodePool {
         name: name.to_string(),
-        instance_types: default_instance_types(),
+        instance_types: default_instance_types()
+            .into_iter()
+            .map(std::sync::Arc::new)
+            .collect(),
         ..Default::default()
     }
 }

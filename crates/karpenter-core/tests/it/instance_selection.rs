@@ -293,7 +293,7 @@ fn schedule_on_cheaper_on_demand_even_when_spot_ordering_differs() {
     for o in &mut b.offerings {
         o.price = if o.capacity_type == "spot" { 0.5 } else { 0.2 };
     }
-    p.instance_types = vec![a, b];
+    p.instance_types = vec![std::sync::Arc::new(a), std::sync::Arc::new(b)];
     let r = solve(vec![p], &pods(vec![pod()]));
     let c = &r.new_node_claims[0];
     assert_eq!(&*c.instance_types[0].name, "b-cheap-on-demand");
@@ -305,7 +305,7 @@ fn integer_pool(
     requirements: Vec<karpenter_api::v1::NodeSelectorRequirementWithMinValues>,
 ) -> karpenter_core::scheduling::SchedulingNodePool {
     let mut p = pool("default");
-    for t in &mut p.instance_types {
+    for t in p.instance_types.iter_mut().map(std::sync::Arc::make_mut) {
         let cpu = t.capacity.get("cpu").as_f64_units() as i64;
         t.labels.insert("integer".into(), cpu.to_string());
     }

@@ -77,7 +77,7 @@ fn build_pool(i: usize, spec: &PoolSpec) -> SchedulingNodePool {
     let mut pool = SchedulingNodePool {
         name: format!("pool-{i}"),
         weight: i as i32,
-        instance_types: types,
+        instance_types: types.into_iter().map(std::sync::Arc::new).collect(),
         ..Default::default()
     };
     if spec.tainted {

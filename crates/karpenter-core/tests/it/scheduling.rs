@@ -868,7 +868,7 @@ fn exotic_pool() -> karpenter_core::scheduling::SchedulingNodePool {
         &[("cpu", "1"), ("memory", "1Gi"), ("pods", "10")],
     );
     exotic.labels.insert("special".into(), "optional".into());
-    p.instance_types.push(exotic);
+    p.instance_types.push(std::sync::Arc::new(exotic));
     p
 }
 
@@ -1039,7 +1039,7 @@ fn track_daemonset_usage_on_existing_nodes_and_unexpected_daemonset_pods() {
 #[test]
 fn return_a_pod_error_when_no_available_instance_types_exist() {
     let mut p = pool("default");
-    for it in &mut p.instance_types {
+    for it in p.instance_types.iter_mut().map(std::sync::Arc::make_mut) {
         for o in &mut it.offerings {
             o.available = false;
         }

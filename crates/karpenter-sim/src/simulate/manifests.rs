@@ -9,7 +9,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec,
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -18,6 +18,7 @@ use karpenter_api::manifest::karpenter_near_miss;
 use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::validation::{self, Outcome, validate_document};
 use karpenter_api::{NodeClaim, NodePool};
+use karpenter_core::state::ClusterState;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -104,6 +105,8 @@ pub struct Manifests {
     pub claims: Vec<PersistentVolumeClaim>,
     pub volumes: Vec<PersistentVolume>,
     pub storage_classes: Vec<StorageClass>,
+    /// Namespaces given in the input (see [`Manifests::cluster_state`] for the others).
+    pub namespaces: Vec<Namespace>,
     pub nodes: Vec<Node>,
     pub node_claims: Vec<NodeClaim>,
     /// Documents `simulate` does not use, in input order.
@@ -115,8 +118,11 @@ pub struct Manifests {
 
 const DEFAULT_NAMESPACE: &str = "default";
 
+/// The label the API server puts on every namespace (`namespaceSelector`s match on it).
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
 /// Kinds `simulate` reads (everything else is listed as ignored).
-const USED_KINDS: [&str; 14] = [
+const USED_KINDS: [&str; 15] = [
     "NodePool",
     "EC2NodeClass",
     "NodeClaim",
@@ -131,6 +137,7 @@ const USED_KINDS: [&str; 14] = [
     "PersistentVolumeClaim",
     "PersistentVolume",
     "StorageClass",
+    "Namespace",
 ];
 
 impl Manifests {
@@ -381,6 +388,7 @@ impl Manifests {
             }
             "PersistentVolume" => self.volumes.push(typed(value, kind)?),
             "StorageClass" => self.storage_classes.push(typed(value, kind)?),
+            "Namespace" => self.namespaces.push(typed(value, kind)?),
             // Read for their names only (duplicates); they do not change the plan.
             _ => {}
         }
@@ -479,6 +487,79 @@ impl Manifests {
                 .extend((0..replicas).map(|i| PendingPod::replica(Arc::clone(&shared), i)));
         }
         Ok(())
+    }
+
+    /// The cluster state these objects make, as the controller's watchers would build it: the
+    /// same index the controller decides on (Nodes joined to NodeClaims by provider ID, bound
+    /// pods by node, namespaces). A namespace an object uses but the input does not give exists
+    /// with just its `kubernetes.io/metadata.name` label, as on a real API server (which also
+    /// sets that label on every namespace).
+    pub fn cluster_state(&self) -> ClusterState {
+        let mut state = ClusterState::from_objects(
+            self.node_pools.clone(),
+            self.node_claims.clone(),
+            self.nodes.clone(),
+            self.bound_pods.clone(),
+        );
+        for class in &self.node_classes {
+            state.apply(class.clone());
+        }
+        for daemonset in &self.daemonsets {
+            state.apply(daemonset.clone());
+        }
+        for pdb in &self.pdbs {
+            state.apply(pdb.clone());
+        }
+        for claim in &self.claims {
+            state.apply(claim.clone());
+        }
+        for volume in &self.volumes {
+            state.apply(volume.clone());
+        }
+        for class in &self.storage_classes {
+            state.apply(class.clone());
+        }
+        let mut named: BTreeMap<String, Namespace> = BTreeMap::new();
+        let used = self
+            .pending_pods
+            .iter()
+            .map(|p| p.pod().metadata.namespace.as_deref())
+            .chain(
+                self.bound_pods
+                    .iter()
+                    .map(|p| p.metadata.namespace.as_deref()),
+            )
+            .chain(self.claims.iter().map(|c| c.metadata.namespace.as_deref()))
+            .chain(self.pdbs.iter().map(|p| p.metadata.namespace.as_deref()))
+            .chain(
+                self.daemonsets
+                    .iter()
+                    .map(|d| d.metadata.namespace.as_deref()),
+            );
+        for name in used {
+            let name = name.unwrap_or(DEFAULT_NAMESPACE);
+            named.entry(name.to_string()).or_insert_with(|| Namespace {
+                metadata: ObjectMeta {
+                    name: Some(name.to_string()),
+                    ..ObjectMeta::default()
+                },
+                ..Namespace::default()
+            });
+        }
+        for namespace in &self.namespaces {
+            if let Some(name) = namespace.metadata.name.clone() {
+                named.insert(name, namespace.clone());
+            }
+        }
+        for (name, mut namespace) in named {
+            namespace
+                .metadata
+                .labels
+                .get_or_insert_default()
+                .insert(NAMESPACE_NAME_LABEL.to_string(), name);
+            state.apply(namespace);
+        }
+        state
     }
 
     /// Pods bound to each node, by node name.

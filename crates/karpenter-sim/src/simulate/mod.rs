@@ -13,5 +13,5 @@ pub use manifests::{IgnoredDocument, MAX_PODS, ManifestError, Manifests, Problem
 pub use pending::PendingPod;
 pub use plan::{
     ExistingNodePods, Plan, PlanOutcome, PlannedNodeClaim, SimulateError, Summary,
-    UnschedulablePod, plan,
+    UnschedulablePod, plan, plan_with,
 };

@@ -3,18 +3,19 @@
 //! how much. The JSON shape is documented in `docs/simulate.md` and is stable.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, Taint};
-use karpenter_api::v1::ResourceRequirements;
 use karpenter_api::validation;
 use karpenter_api::well_known as wk;
-use karpenter_api::{NodeClaim, NodeClaimSpec, NodePool};
+use karpenter_api::{NodeClaim, NodePool};
+use karpenter_core::instance_type::InstanceType;
 use karpenter_core::pod::pod_key;
+use karpenter_core::provisioning::{self as pipeline, Snapshot, nodeclaim};
 use karpenter_core::requirements::Requirements;
 use karpenter_core::resources::ResourceList;
-use karpenter_core::scheduling::{
-    ExistingNode, NewNodeClaim, Scheduler, SchedulerInput, SchedulerOptions, VolumeInput, input,
-};
+use karpenter_core::scheduling::SchedulerOptions;
 use serde::{Deserialize, Serialize};
 
 use super::manifests::{IgnoredDocument, Manifests};
@@ -111,6 +112,9 @@ pub struct Summary {
 pub struct PlanOutcome {
     pub plan: Plan,
     pub warnings: Vec<String>,
+    /// The NodeClaim objects the provisioner would create, one per `plan.node_claims` entry (same
+    /// order, named as there): built by the same code as the controller's.
+    pub node_claims: Vec<NodeClaim>,
 }
 
 fn pod_name(pod: &Pod) -> String {
@@ -144,20 +148,27 @@ fn check_node_pool(node_pool: &NodePool) -> Result<(), SimulateError> {
     })
 }
 
-/// Computes the plan for `manifests` on `provider`'s catalogue.
+/// Computes the plan for `manifests` on `provider`'s catalogue with the default policies.
 pub fn plan(
     manifests: &Manifests,
     provider: &SimCloudProvider,
+) -> Result<PlanOutcome, SimulateError> {
+    plan_with(manifests, provider, SchedulerOptions::default())
+}
+
+/// Computes the plan with the core pipeline the provisioner runs: the manifests become the same
+/// [`ClusterState`](karpenter_core::state::ClusterState), the same snapshot gives the scheduler
+/// its input, and the same builder makes the NodeClaims (then run through the sim provider's
+/// launch choice to say what would be bought). `options` carries the policies.
+pub fn plan_with(
+    manifests: &Manifests,
+    provider: &SimCloudProvider,
+    options: SchedulerOptions,
 ) -> Result<PlanOutcome, SimulateError> {
     if manifests.node_pools.is_empty() {
         return Err(SimulateError::NoNodePool);
     }
     let mut warnings = Vec::new();
-    let catalogue: Vec<_> = provider
-        .catalog_types()
-        .map(|t| t.as_ref().clone())
-        .collect();
-    let mut node_pools = Vec::new();
     for node_pool in &manifests.node_pools {
         check_node_pool(node_pool)?;
         let name = node_pool.metadata.name.clone().unwrap_or_default();
@@ -173,15 +184,7 @@ pub fn plan(
                 class.name
             ));
         }
-        let pool = input::node_pool(node_pool, catalogue.clone()).map_err(|e| {
-            SimulateError::InvalidNodePool {
-                name: name.clone(),
-                message: e.to_string(),
-            }
-        })?;
-        node_pools.push(pool);
     }
-
     let by_node = manifests.pods_by_node();
     for (node, pods) in &by_node {
         if !manifests
@@ -195,85 +198,73 @@ pub fn plan(
             });
         }
     }
-    let mut existing_nodes: Vec<ExistingNode> = Vec::new();
-    let mut claims_with_node = vec![false; manifests.node_claims.len()];
-    for node in &manifests.nodes {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-        let matched = manifests.node_claims.iter().position(|nc| {
-            let status = nc.status.as_ref();
-            status.and_then(|s| s.node_name.as_deref()) == Some(name.as_str())
-                || (provider_id.is_some()
-                    && status.and_then(|s| s.provider_id.as_deref()) == provider_id)
-        });
-        if let Some(i) = matched {
-            claims_with_node[i] = true;
-        }
-        let node_claim = matched.map(|i| &manifests.node_claims[i]);
-        let pods = by_node.get(name.as_str()).cloned().unwrap_or_default();
-        let existing = input::existing_node(node, node_claim, &pods).map_err(|e| {
-            SimulateError::InvalidNode {
-                name: name.clone(),
-                message: e.to_string(),
-            }
-        })?;
-        existing_nodes.push(existing);
-    }
-    // NodeClaims without a Node are in flight: capacity already bought, as the controller counts
-    // it (only once launched: before that their status says nothing about what fits). Deleting
-    // ones are on their way out and take no pods.
-    for (node_claim, _) in manifests
-        .node_claims
-        .iter()
-        .zip(&claims_with_node)
-        .filter(|(nc, has_node)| !**has_node && nc.metadata.deletion_timestamp.is_none())
-    {
-        let in_flight = input::in_flight_node_claim(node_claim, &[]).map_err(|e| {
-            SimulateError::InvalidNodeClaim {
-                name: node_claim.metadata.name.clone().unwrap_or_default(),
-                message: e.to_string(),
-            }
-        })?;
-        existing_nodes.push(in_flight);
-    }
 
-    let scheduler = Scheduler::new(SchedulerInput {
-        node_pools,
-        existing_nodes,
-        daemonsets: manifests
-            .daemonsets
-            .iter()
-            .map(input::daemonset_pod)
-            .collect(),
-        volumes: VolumeInput {
-            claims: manifests.claims.clone(),
-            volumes: manifests.volumes.clone(),
-            storage_classes: manifests.storage_classes.clone(),
-        },
-        options: SchedulerOptions::default(),
-        ..Default::default()
-    });
+    let state = manifests.cluster_state();
+    let catalogue: Vec<Arc<InstanceType>> = provider.catalog_types().cloned().collect();
+    let mut snapshot = Snapshot::new(&state, options, Timestamp::UNIX_EPOCH);
+    for pool in pipeline::dynamic_pools(&state) {
+        snapshot = snapshot.offer(pool, &catalogue);
+    }
+    let prepared = snapshot.scheduler_input();
+    if let Some(problem) = prepared.problems.first() {
+        let message = format!("{}: {}", problem.field, problem.source);
+        let object = problem.object.as_str();
+        return Err(if let Some(name) = object.strip_prefix("nodepool ") {
+            SimulateError::InvalidNodePool {
+                name: name.into(),
+                message,
+            }
+        } else if let Some(name) = object.strip_prefix("nodeclaim ") {
+            SimulateError::InvalidNodeClaim {
+                name: name.into(),
+                message,
+            }
+        } else {
+            SimulateError::InvalidNode {
+                name: object.strip_prefix("node ").unwrap_or(object).into(),
+                message,
+            }
+        });
+    }
     let pods = &manifests.pending_pods;
-    let results = scheduler.solve(pods);
+    let results = pipeline::solve(prepared.input, pods);
 
     let mut plan = Plan::default();
-    let mut counters: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut counters: BTreeMap<String, usize> = BTreeMap::new();
+    let mut planned: Vec<(NodeClaim, Vec<String>)> = Vec::new();
+    let mut node_claims = Vec::new();
     for claim in &results.new_node_claims {
-        let counter = counters.entry(claim.node_pool.as_str()).or_default();
-        *counter += 1;
-        let name = format!("{}-{:05}", claim.node_pool, *counter);
+        let Some(node_pool) = state.nodepool(&claim.node_pool) else {
+            continue;
+        };
         let pod_names: Vec<String> = claim
             .pods
             .iter()
             .filter_map(|i| pods.get(*i))
             .map(PendingPod::key)
             .collect();
-        let node_pool = manifests
-            .node_pools
-            .iter()
-            .find(|p| p.metadata.name.as_deref() == Some(&claim.node_pool));
-        let request = node_claim_request(&name, claim, node_pool);
-        match provider.launch_choice(&request) {
+        planned.push((nodeclaim::build(claim, node_pool), pod_names));
+    }
+    // Static NodePools hold exactly `replicas` NodeClaims, whatever the pods.
+    planned.extend(
+        pipeline::static_nodeclaims(&state)
+            .into_iter()
+            .map(|c| (c, Vec::new())),
+    );
+    for (mut node_claim, pod_names) in planned {
+        let node_pool = node_claim
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(wk::NODEPOOL_LABEL))
+            .cloned()
+            .unwrap_or_default();
+        let counter = counters.entry(node_pool.clone()).or_default();
+        *counter += 1;
+        let name = format!("{node_pool}-{:05}", *counter);
+        node_claim.metadata.name = Some(name.clone());
+        node_claim.metadata.generate_name = None;
+        match provider.launch_choice(&node_claim) {
             Ok(choice) => {
                 // The labels the node will carry: the launched type's, then zone and capacity
                 // type, then the NodeClaim's own.
@@ -286,26 +277,35 @@ pub fn plan(
                     wk::CAPACITY_TYPE_LABEL.to_string(),
                     choice.capacity_type.clone(),
                 );
-                labels.extend(claim.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+                labels.extend(node_claim.metadata.labels.clone().unwrap_or_default());
                 let allocatable = launched.map(|t| t.allocatable()).unwrap_or_default();
+                let requests = node_claim
+                    .spec
+                    .resources
+                    .as_ref()
+                    .and_then(|r| ResourceList::from_k8s(&r.requests).ok())
+                    .unwrap_or_default();
                 plan.node_claims.push(PlannedNodeClaim {
                     name,
-                    node_pool: claim.node_pool.clone(),
+                    node_pool,
                     instance_type: choice.instance_type,
-                    instance_type_options: claim
-                        .instance_types
+                    instance_type_options: node_claim
+                        .spec
+                        .requirements
                         .iter()
-                        .map(|o| o.name.to_string())
-                        .collect(),
+                        .find(|r| r.key == wk::INSTANCE_TYPE_LABEL)
+                        .map(|r| r.values.clone())
+                        .unwrap_or_default(),
                     zone: choice.zone,
                     capacity_type: choice.capacity_type,
                     price: choice.price,
                     labels,
-                    taints: claim.taints.clone(),
+                    taints: node_claim.spec.taints.clone(),
                     pods: pod_names,
-                    requests: claim.requests.clone(),
+                    requests,
                     allocatable,
                 });
+                node_claims.push(node_claim);
             }
             Err(err) => {
                 for pod in pod_names {
@@ -352,32 +352,13 @@ pub fn plan(
                 .fold(0.0, |total, c| total + c.price),
         ),
     };
-    Ok(PlanOutcome { plan, warnings })
+    Ok(PlanOutcome {
+        plan,
+        warnings,
+        node_claims,
+    })
 }
 
 fn round6(value: f64) -> f64 {
     (value * 1e6).round() / 1e6
-}
-
-/// The NodeClaim the provisioner would create for a scheduler decision.
-fn node_claim_request(name: &str, claim: &NewNodeClaim, node_pool: Option<&NodePool>) -> NodeClaim {
-    let mut node_claim = NodeClaim::new(
-        name,
-        NodeClaimSpec {
-            taints: claim.taints.clone(),
-            startup_taints: claim.startup_taints.clone(),
-            // With the instance-type options: the launch must pick one of them, not any type
-            // that fits the requests (a type's own daemonset overhead can rule it out).
-            requirements: claim.node_claim_requirements(),
-            resources: Some(ResourceRequirements {
-                requests: claim.requests.to_k8s(),
-            }),
-            node_class_ref: node_pool
-                .map(|p| p.spec.template.spec.node_class_ref.clone())
-                .unwrap_or_default(),
-            ..Default::default()
-        },
-    );
-    node_claim.metadata.labels = Some(claim.labels.clone());
-    node_claim
 }

@@ -6,10 +6,10 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use karpenter_api::NodeClaim;
 use karpenter_api::well_known::{NODE_INITIALIZED_LABEL, NODEPOOL_LABEL, UNREGISTERED_TAINT_KEY};
-use karpenter_core::resources::ResourceList;
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 
-use super::pod;
+use crate::pod;
+use crate::resources::ResourceList;
 
 /// A Node joined with its NodeClaim. `node` is `None` while the NodeClaim is in flight;
 /// `nodeclaim` is `None` for nodes Karpenter does not manage.
@@ -18,6 +18,8 @@ pub struct StateNode<'a> {
     pub node: Option<&'a Node>,
     pub nodeclaim: Option<&'a NodeClaim>,
     pub pods: Vec<&'a Pod>,
+    /// Karpenter marked it for deletion ([`super::ClusterState::mark_for_deletion`]).
+    pub marked: bool,
 }
 
 fn resource_list(map: Option<&BTreeMap<String, K8sQuantity>>) -> ResourceList {
@@ -36,6 +38,7 @@ impl<'a> StateNode<'a> {
             node,
             nodeclaim,
             pods,
+            marked: false,
         }
     }
 
@@ -93,10 +96,12 @@ impl<'a> StateNode<'a> {
         self.node.is_none()
     }
 
-    /// Being deleted (either object has a deletion timestamp).
+    /// Being deleted: marked by Karpenter, or either object has a deletion timestamp.
     pub fn marked_for_deletion(&self) -> bool {
-        self.node
-            .is_some_and(|n| n.metadata.deletion_timestamp.is_some())
+        self.marked
+            || self
+                .node
+                .is_some_and(|n| n.metadata.deletion_timestamp.is_some())
             || self
                 .nodeclaim
                 .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
@@ -155,7 +160,7 @@ impl<'a> StateNode<'a> {
     pub fn requested(&self) -> ResourceList {
         let mut total = ResourceList::new();
         for pod in self.pods.iter().filter(|p| !pod::is_terminal(p)) {
-            if let Ok(requests) = pod::pod_requests(pod) {
+            if let Ok(requests) = pod::effective_requests(pod) {
                 total.add(&requests);
             }
         }

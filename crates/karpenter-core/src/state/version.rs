@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, VecDeque};
 use super::Kind;
 
 /// The resourceVersion as a number, when it is one.
-pub fn resource_version<K: kube::Resource>(obj: &K) -> Option<u64> {
+pub fn resource_version<K: kube_core::Resource>(obj: &K) -> Option<u64> {
     obj.meta().resource_version.as_deref()?.parse().ok()
 }
 

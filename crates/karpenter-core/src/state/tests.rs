@@ -1,5 +1,5 @@
 use jiff::{SignedDuration, Timestamp};
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 
 use super::fixtures::*;
 use super::*;
@@ -113,7 +113,7 @@ fn synced_only_after_every_kind_is_listed() {
     assert!(state.synced());
 }
 
-fn with_rv<K: kube::Resource>(mut obj: K, rv: &str) -> K {
+fn with_rv<K: kube_core::Resource>(mut obj: K, rv: &str) -> K {
     obj.meta_mut().resource_version = Some(rv.to_string());
     obj
 }
@@ -183,4 +183,90 @@ fn a_node_unregistered_past_the_grace_is_stuck() {
         "still registering"
     );
     assert!(joined.stuck_unregistered(at(31), grace));
+}
+
+#[test]
+fn a_node_joins_its_nodeclaim_by_provider_id_only() {
+    // Same name as the NodeClaim but another provider ID, and a Node with none: neither joins.
+    let mut no_id = node("default-new", Some("default"), "", "2");
+    no_id.spec.as_mut().unwrap().provider_id = None;
+    let state = ClusterState::from_objects(
+        vec![nodepool("default")],
+        vec![
+            nodeclaim("default-abc", "default", Some("sim://i-1"), "4"),
+            nodeclaim("default-new", "default", Some("sim://i-2"), "2"),
+        ],
+        vec![
+            node("default-abc", Some("default"), "sim://other", "4"),
+            no_id,
+        ],
+        vec![],
+    );
+    let nodes = state.state_nodes();
+    assert_eq!(
+        nodes.len(),
+        4,
+        "two unjoined Nodes and two in-flight NodeClaims"
+    );
+    assert!(
+        nodes
+            .iter()
+            .filter(|n| n.node.is_some())
+            .all(|n| n.nodeclaim.is_none())
+    );
+    assert_eq!(nodes.iter().filter(|n| n.in_flight()).count(), 2);
+
+    let joined = ClusterState::from_objects(
+        vec![],
+        vec![nodeclaim("default-abc", "default", Some("sim://i-1"), "4")],
+        vec![node("ip-10-0-0-1", Some("default"), "sim://i-1", "4")],
+        vec![],
+    );
+    let [only] = joined.state_nodes().try_into().unwrap();
+    assert_eq!(only.name(), "ip-10-0-0-1");
+    assert_eq!(only.nodeclaim.unwrap().name_any(), "default-abc");
+}
+
+#[test]
+fn namespaces_are_tracked_by_name() {
+    let mut state = ClusterState::new();
+    let ns: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "team-a", "labels": {"team": "a"}}
+    }))
+    .unwrap();
+    state.apply(ns.clone());
+    assert_eq!(state.namespace("team-a").unwrap().labels()["team"], "a");
+    assert_eq!(state.namespaces().count(), 1);
+    state.delete(&ns);
+    assert!(state.namespace("team-a").is_none());
+    assert!(
+        Kind::ALL.contains(&Kind::Namespace),
+        "synced waits for namespaces too"
+    );
+}
+
+#[test]
+fn marks_for_deletion_and_disruption_are_sets_of_names() {
+    let mut state = ClusterState::from_objects(
+        vec![],
+        vec![nodeclaim("default-abc", "default", Some("sim://i-1"), "4")],
+        vec![node("node-1", Some("default"), "sim://i-1", "4")],
+        vec![],
+    );
+    assert!(!state.state_nodes()[0].marked_for_deletion());
+    assert!(state.mark_for_deletion("default-abc"));
+    assert!(!state.mark_for_deletion("default-abc"), "already marked");
+    assert!(
+        state.state_nodes()[0].marked_for_deletion(),
+        "marking the NodeClaim marks the joined node"
+    );
+    assert!(state.unmark_for_deletion("default-abc"));
+    assert!(state.mark_for_deletion("node-1"));
+    assert!(state.state_nodes()[0].marked_for_deletion());
+
+    assert!(!state.is_being_disrupted("node-1"));
+    assert!(state.mark_being_disrupted("node-1"));
+    assert!(state.is_being_disrupted("node-1"));
+    assert!(state.unmark_being_disrupted("node-1"));
+    assert!(!state.is_being_disrupted("node-1"));
 }

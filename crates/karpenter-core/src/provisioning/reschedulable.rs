@@ -5,11 +5,9 @@
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::ResourceExt;
-use kube::core::{Selector, SelectorExt};
+use kube_core::{ResourceExt, Selector, SelectorExt};
 
-use crate::state::pod;
-use crate::termination::drain::has_do_not_disrupt;
+use crate::pod::{self, has_do_not_disrupt};
 
 /// Whether `pod` will be evicted from its deleting node and needs capacity elsewhere: active (or
 /// a terminating StatefulSet pod, which must be gone before its replacement is created), not a

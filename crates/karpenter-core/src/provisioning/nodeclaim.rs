@@ -1,33 +1,79 @@
-//! A planned NodeClaim → the `karpenter.sh/v1` object the provisioner creates (upstream
-//! `NodeClaimTemplate.ToNodeClaim`).
+//! The one NodeClaim builder (upstream `NodeClaimTemplate.ToNodeClaim`): the provisioner creates
+//! what it returns, and `simulate` plans with the very same objects.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use karpenter_api::v1::{NodeSelectorRequirementWithMinValues, ResourceRequirements};
 use karpenter_api::well_known::{
-    INSTANCE_TYPE_LABEL, NODECLAIM_MIN_VALUES_RELAXED_ANNOTATION, NODEPOOL_HASH_ANNOTATION,
-    NODEPOOL_HASH_VERSION, NODEPOOL_HASH_VERSION_ANNOTATION, NODEPOOL_LABEL,
+    NODECLAIM_MIN_VALUES_RELAXED_ANNOTATION, NODEPOOL_HASH_ANNOTATION, NODEPOOL_HASH_VERSION,
+    NODEPOOL_HASH_VERSION_ANNOTATION, NODEPOOL_LABEL,
 };
 use karpenter_api::{NodeClaim, NodeClaimSpec, NodePool};
-use kube::{Resource, ResourceExt};
+use kube_core::{Resource, ResourceExt};
 
-use super::solver::PlannedNodeClaim;
 use crate::nodepool::hash::template_hash;
+use crate::resources::ResourceList;
+use crate::scheduling::NewNodeClaim;
 
-/// Builds the NodeClaim for `plan` from `pool` (the NodePool object the pass scheduled with, so
-/// a NodePool edited mid-pass cannot put a different hash on the NodeClaim).
-pub fn build(plan: &PlannedNodeClaim, pool: &NodePool) -> NodeClaim {
+/// The NodeClaim for a scheduler decision, from `pool` (the NodePool object the pass scheduled
+/// with, so a NodePool edited mid-pass cannot put a different hash on the NodeClaim). Its
+/// requirements include `node.kubernetes.io/instance-type In [the options, cheapest first]`.
+pub fn build(claim: &NewNodeClaim, pool: &NodePool) -> NodeClaim {
+    from_template(
+        pool,
+        Shape {
+            requirements: claim.node_claim_requirements(),
+            requests: &claim.requests,
+            labels: &claim.labels,
+            taints: &claim.taints,
+            startup_taints: &claim.startup_taints,
+            min_values_relaxed: claim.min_values_relaxed,
+        },
+    )
+}
+
+/// A NodeClaim of a static NodePool (`spec.replicas`): the template as it is, no instance-type
+/// requirement injected (the provider picks, as upstream), no requests beyond what the template
+/// says.
+pub fn build_static(pool: &NodePool) -> NodeClaim {
+    let template = &pool.spec.template.spec;
+    from_template(
+        pool,
+        Shape {
+            requirements: template.requirements.clone(),
+            requests: &ResourceList::new(),
+            labels: &BTreeMap::new(),
+            taints: &template.taints,
+            startup_taints: &template.startup_taints,
+            min_values_relaxed: false,
+        },
+    )
+}
+
+/// What the scheduler decided about one NodeClaim; the rest comes from the NodePool.
+struct Shape<'a> {
+    requirements: Vec<NodeSelectorRequirementWithMinValues>,
+    requests: &'a ResourceList,
+    labels: &'a BTreeMap<String, String>,
+    taints: &'a [Taint],
+    startup_taints: &'a [Taint],
+    min_values_relaxed: bool,
+}
+
+fn from_template(pool: &NodePool, shape: Shape<'_>) -> NodeClaim {
     let template = &pool.spec.template;
     let class = &template.spec.node_class_ref;
+    let pool_name = pool.name_any();
 
     let mut labels: BTreeMap<String, String> = template
         .metadata
         .as_ref()
         .map(|m| m.labels.clone())
         .unwrap_or_default();
-    labels.extend(plan.labels.clone());
-    labels.insert(NODEPOOL_LABEL.into(), pool.name_any());
+    labels.extend(shape.labels.clone());
+    labels.insert(NODEPOOL_LABEL.into(), pool_name.clone());
     // `<group>/<lowercase kind>: <name>`, e.g. karpenter.k8s.aws/ec2nodeclass: default.
     labels.insert(
         format!("{}/{}", class.group, class.kind.to_lowercase()),
@@ -46,43 +92,34 @@ pub fn build(plan: &PlannedNodeClaim, pool: &NodePool) -> NodeClaim {
     );
     annotations.insert(
         NODECLAIM_MIN_VALUES_RELAXED_ANNOTATION.into(),
-        plan.min_values_relaxed.to_string(),
+        shape.min_values_relaxed.to_string(),
     );
-
-    let mut requirements = plan.requirements.clone();
-    if !plan.instance_types.is_empty() && !requirements.iter().any(|r| r.key == INSTANCE_TYPE_LABEL)
-    {
-        requirements.push(NodeSelectorRequirementWithMinValues {
-            key: INSTANCE_TYPE_LABEL.into(),
-            operator: "In".into(),
-            values: plan.instance_types.clone(),
-            min_values: None,
-        });
-    }
 
     let owner = OwnerReference {
         api_version: NodePool::api_version(&()).into_owned(),
         kind: NodePool::kind(&()).into_owned(),
-        name: pool.name_any(),
+        name: pool_name.clone(),
         uid: pool.uid().unwrap_or_default(),
         block_owner_deletion: Some(true),
         controller: None,
     };
 
-    let taints = if plan.taints.is_empty() {
+    // The scheduler copies the pool's taints onto its decisions; an empty list there means the
+    // template's.
+    let taints = if shape.taints.is_empty() {
         template.spec.taints.clone()
     } else {
-        plan.taints.clone()
+        shape.taints.to_vec()
     };
-    let startup_taints = if plan.startup_taints.is_empty() {
+    let startup_taints = if shape.startup_taints.is_empty() {
         template.spec.startup_taints.clone()
     } else {
-        plan.startup_taints.clone()
+        shape.startup_taints.to_vec()
     };
 
     NodeClaim {
         metadata: ObjectMeta {
-            generate_name: Some(format!("{}-", pool.name_any())),
+            generate_name: Some(format!("{pool_name}-")),
             labels: Some(labels),
             annotations: Some(annotations),
             owner_references: Some(vec![owner]),
@@ -91,9 +128,9 @@ pub fn build(plan: &PlannedNodeClaim, pool: &NodePool) -> NodeClaim {
         spec: NodeClaimSpec {
             taints,
             startup_taints,
-            requirements,
+            requirements: shape.requirements,
             resources: Some(ResourceRequirements {
-                requests: plan.requests.to_k8s(),
+                requests: shape.requests.to_k8s(),
             }),
             node_class_ref: class.clone(),
             termination_grace_period: template.spec.termination_grace_period.clone(),
@@ -112,7 +149,7 @@ pub fn summarize(names: &[String], show: usize) -> String {
         .collect::<Vec<_>>()
         .join(", ");
     if names.len() > show {
-        format!("{shown} and {} other(s)", names.len() - show)
+        format!("{shown} and {} other(s)", names.len().saturating_sub(show))
     } else {
         shown
     }
@@ -121,27 +158,45 @@ pub fn summarize(names: &[String], show: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduling::InstanceTypeOption;
     use crate::state::fixtures::nodepool;
-    use karpenter_core::resources::ResourceList;
+    use karpenter_api::well_known::INSTANCE_TYPE_LABEL;
+    use std::sync::Arc;
 
-    #[test]
-    fn builds_nodeclaim_with_owner_labels_requirements_and_hash() {
-        let pool = nodepool("default");
-        let plan = PlannedNodeClaim {
-            nodepool: "default".into(),
+    fn decision() -> NewNodeClaim {
+        NewNodeClaim {
+            node_pool: "default".into(),
             requirements: vec![NodeSelectorRequirementWithMinValues {
                 key: "karpenter.sh/capacity-type".into(),
                 operator: "In".into(),
                 values: vec!["on-demand".into()],
                 min_values: None,
             }],
-            instance_types: vec!["m5.large".into(), "m5.xlarge".into()],
+            instance_types: Arc::from(vec![
+                InstanceTypeOption {
+                    name: Arc::from("m5.large"),
+                    price: 0.1,
+                },
+                InstanceTypeOption {
+                    name: Arc::from("m5.xlarge"),
+                    price: 0.2,
+                },
+            ]),
             pods: vec![0, 1],
             requests: ResourceList::parse([("cpu", "1500m"), ("pods", "2")]).unwrap(),
             labels: [("custom".to_string(), "x".to_string())].into(),
-            ..PlannedNodeClaim::default()
-        };
-        let claim = build(&plan, &pool);
+            hostname: "hostname-placeholder-0".into(),
+            instance_type_min_values: None,
+            taints: Vec::new(),
+            startup_taints: Vec::new(),
+            min_values_relaxed: false,
+        }
+    }
+
+    #[test]
+    fn builds_nodeclaim_with_owner_labels_requirements_and_hash() {
+        let pool = nodepool("default");
+        let claim = build(&decision(), &pool);
         assert_eq!(claim.metadata.generate_name.as_deref(), Some("default-"));
         let owner = &claim.owner_references()[0];
         assert_eq!(
@@ -174,6 +229,23 @@ mod tests {
         assert_eq!(claim.spec.startup_taints[0].key, "startup");
         assert_eq!(claim.spec.node_class_ref.name, "default");
         assert_eq!(claim.spec.expire_after.unwrap().as_str(), "720h");
+    }
+
+    #[test]
+    fn static_nodeclaims_leave_the_instance_type_to_the_provider() {
+        let mut pool = nodepool("fixed");
+        pool.spec.replicas = Some(2);
+        let claim = build_static(&pool);
+        assert!(
+            claim
+                .spec
+                .requirements
+                .iter()
+                .all(|r| r.key != INSTANCE_TYPE_LABEL)
+        );
+        assert_eq!(claim.labels()["karpenter.sh/nodepool"], "fixed");
+        assert_eq!(claim.spec.taints, pool.spec.template.spec.taints);
+        assert!(claim.annotations().contains_key(NODEPOOL_HASH_ANNOTATION));
     }
 
     #[test]

@@ -1,0 +1,195 @@
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Namespace;
+use karpenter_api::NodePool;
+use serde_json::json;
+
+use super::*;
+use crate::instance_type::{InstanceType, Offering};
+use crate::resources::ResourceList;
+use crate::state::fixtures::{bound_pod, node, nodeclaim, pending_pod};
+
+fn t0() -> Timestamp {
+    Timestamp::from_second(1_704_067_200).unwrap()
+}
+
+fn pool(name: &str, extra: serde_json::Value) -> NodePool {
+    let mut value = json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": name, "uid": format!("uid-{name}")},
+        "spec": {"template": {"spec": {
+            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+        }}}
+    });
+    if let (Some(spec), Some(extra)) = (value["spec"].as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    serde_json::from_value(value).unwrap()
+}
+
+fn instance_type(name: &str, cpu: &str, price: f64) -> Arc<InstanceType> {
+    Arc::new(InstanceType {
+        name: name.into(),
+        labels: [("node.kubernetes.io/instance-type".into(), name.into())].into(),
+        capacity: ResourceList::parse([("cpu", cpu), ("memory", "32Gi"), ("pods", "110")]).unwrap(),
+        offerings: vec![Offering {
+            zone: "test-1a".into(),
+            capacity_type: "on-demand".into(),
+            price,
+            available: true,
+            ..Offering::default()
+        }],
+        ..InstanceType::default()
+    })
+}
+
+fn catalogue() -> Vec<Arc<InstanceType>> {
+    vec![
+        instance_type("big.8x", "8", 0.4),
+        instance_type("small.2x", "2", 0.1),
+        instance_type("medium.4x", "4", 0.2),
+    ]
+}
+
+fn state_with(
+    pools: Vec<NodePool>,
+    claims: Vec<NodeClaim>,
+    nodes: Vec<k8s_openapi::api::core::v1::Node>,
+    pods: Vec<Pod>,
+) -> ClusterState {
+    ClusterState::from_objects(pools, claims, nodes, pods)
+}
+
+#[test]
+fn plans_cheapest_first_and_builds_the_nodeclaim() {
+    let default = pool("default", json!({"limits": {"cpu": "100"}}));
+    let state = state_with(
+        vec![default.clone()],
+        vec![],
+        vec![],
+        vec![pending_pod("a", "1500m"), pending_pod("b", "1500m")],
+    );
+    let types = catalogue();
+    let snapshot = Snapshot::new(&state, SchedulerOptions::default(), t0()).offer(&default, &types);
+    let pods = snapshot.pods_to_place();
+    assert_eq!(pods.len(), 2);
+    let prepared = snapshot.scheduler_input();
+    assert!(prepared.problems.is_empty());
+    let results = solve(prepared.input, &pods);
+    let [claim] = results.new_node_claims.as_slice() else {
+        panic!("one NodeClaim for both pods: {results:?}");
+    };
+    assert_eq!(claim.pods, [0, 1]);
+    let object = nodeclaim::build(claim, &default);
+    let types = object
+        .spec
+        .requirements
+        .iter()
+        .find(|r| r.key == "node.kubernetes.io/instance-type")
+        .unwrap();
+    assert_eq!(types.values, ["medium.4x", "big.8x"]);
+    assert_eq!(object.labels()["karpenter.sh/nodepool"], "default");
+}
+
+#[test]
+fn without_leaves_nodes_out_and_places_their_pods_again() {
+    let default = pool("default", json!({}));
+    let state = state_with(
+        vec![default.clone()],
+        vec![nodeclaim("default-a", "default", Some("sim://a"), "4")],
+        vec![node("node-a", Some("default"), "sim://a", "4")],
+        vec![bound_pod("on-a", "node-a", "1")],
+    );
+    let types = catalogue();
+    let full = Snapshot::new(&state, SchedulerOptions::default(), t0()).offer(&default, &types);
+    assert!(full.pods_to_place().is_empty());
+    let prepared = full.scheduler_input();
+    assert_eq!(prepared.input.existing_nodes.len(), 1);
+    assert_eq!(
+        prepared.input.node_pools[0].usage.get("nodes").millis(),
+        1000
+    );
+
+    // By Node name or by NodeClaim name: the same node is left out.
+    for name in ["node-a", "default-a"] {
+        let without = full.clone().without([name]);
+        let pods = without.pods_to_place();
+        assert_eq!(pods.len(), 1, "its pod needs a new home");
+        let prepared = without.scheduler_input();
+        assert!(prepared.input.existing_nodes.is_empty(), "{name}");
+        assert!(prepared.input.node_pools[0].usage.get("nodes").is_zero());
+        let results = solve(prepared.input, &pods);
+        assert_eq!(results.new_node_claims.len(), 1);
+    }
+    // The state itself is untouched.
+    assert_eq!(full.scheduler_input().input.existing_nodes.len(), 1);
+}
+
+#[test]
+fn namespaces_reach_the_scheduler() {
+    let mut state = state_with(vec![], vec![], vec![], vec![]);
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "team-a", "labels": {"team": "a"}}}))
+            .unwrap();
+    state.apply(ns);
+    let prepared = Snapshot::new(&state, SchedulerOptions::default(), t0()).scheduler_input();
+    assert_eq!(prepared.input.namespaces.len(), 1);
+    assert_eq!(
+        prepared.input.namespaces[0]
+            .metadata
+            .labels
+            .as_ref()
+            .unwrap()["team"],
+        "a"
+    );
+}
+
+#[test]
+fn static_pools_get_exactly_their_replicas_and_nothing_dynamic() {
+    let fixed = pool("fixed", json!({"replicas": 3}));
+    let dynamic = pool("default", json!({}));
+    let mut held = nodeclaim("fixed-1", "fixed", Some("sim://1"), "4");
+    held.metadata.uid = Some("u1".into());
+    let state = state_with(
+        vec![fixed.clone(), dynamic.clone()],
+        vec![held],
+        vec![],
+        vec![pending_pod("a", "1")],
+    );
+    let missing = static_nodeclaims(&state);
+    assert_eq!(missing.len(), 2, "3 replicas, 1 held");
+    assert!(
+        missing
+            .iter()
+            .all(|c| c.labels()["karpenter.sh/nodepool"] == "fixed")
+    );
+    assert_eq!(
+        dynamic_pools(&state)
+            .iter()
+            .map(|p| p.name_any())
+            .collect::<Vec<_>>(),
+        ["default"]
+    );
+    let types = catalogue();
+    let snapshot = Snapshot::new(&state, SchedulerOptions::default(), t0())
+        .offer(&fixed, &types)
+        .offer(&dynamic, &types);
+    assert_eq!(snapshot.pools().len(), 1, "a static pool is never offered");
+}
+
+#[test]
+fn unlaunched_nodeclaims_offer_what_they_were_created_for() {
+    let mut claim = nodeclaim("default-x", "default", None, "4");
+    claim.status = None;
+    claim.spec.resources = Some(
+        serde_json::from_value(json!({"requests": {"cpu": "3", "memory": "2Gi", "pods": "2"}}))
+            .unwrap(),
+    );
+    let offered = offered_capacity(&claim);
+    assert_eq!(offered.status.as_ref().unwrap().allocatable["cpu"].0, "3");
+    let mut launched = nodeclaim("default-y", "default", Some("sim://y"), "4");
+    launched.spec.resources = claim.spec.resources.clone();
+    assert!(matches!(offered_capacity(&launched), Cow::Borrowed(_)));
+}

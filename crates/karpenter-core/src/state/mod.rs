@@ -1,0 +1,533 @@
+//! The in-memory cluster state every controller reads: what the watchers have seen, joined
+//! (Nodes with their NodeClaims, pods with their nodes) and annotated with what Karpenter itself
+//! decided but the API has not reflected yet (nominations, just-created NodeClaims).
+//!
+//! Pure and synchronous: the controller's watchers call [`ClusterState::apply`] /
+//! [`ClusterState::delete`] / [`ClusterState::reset`]; `simulate` builds a state from the objects
+//! of its manifests the same way ([`ClusterState::from_objects`]), so both decide on the same
+//! index.
+//!
+//! **Joining Nodes to NodeClaims** has one rule, upstream's: by provider ID (`Node.spec.providerID`
+//! = `NodeClaim.status.providerID`). A Node without a provider ID (the cloud controller has not set
+//! it yet) joins no NodeClaim: it is tracked under its name as an unmanaged node until it gets one,
+//! and its NodeClaim meanwhile counts as in flight.
+
+pub mod ignored;
+pub mod node;
+pub mod version;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
+use karpenter_api::v1::EC2NodeClass;
+use karpenter_api::{NodeClaim, NodePool};
+use kube_core::ResourceExt;
+
+use crate::pod;
+
+pub use node::StateNode;
+pub use version::Source;
+
+/// The kinds the state tracks; the state is synced once each has been listed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Pod,
+    Node,
+    NodeClaim,
+    NodePool,
+    EC2NodeClass,
+    DaemonSet,
+    PodDisruptionBudget,
+    PersistentVolumeClaim,
+    PersistentVolume,
+    StorageClass,
+    Namespace,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 11] = [
+        Kind::Pod,
+        Kind::Node,
+        Kind::NodeClaim,
+        Kind::NodePool,
+        Kind::EC2NodeClass,
+        Kind::DaemonSet,
+        Kind::PodDisruptionBudget,
+        Kind::PersistentVolumeClaim,
+        Kind::PersistentVolume,
+        Kind::StorageClass,
+        Kind::Namespace,
+    ];
+}
+
+/// A pod Karpenter expects to land on a NodeClaim it created, until `until`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Nomination {
+    pub nodeclaim: String,
+    pub until: Timestamp,
+}
+
+/// Everything the watchers have seen, plus Karpenter's own in-flight decisions.
+#[derive(Debug, Default)]
+pub struct ClusterState {
+    pub(crate) pods: BTreeMap<String, Pod>,
+    pub(crate) pods_by_node: BTreeMap<String, BTreeSet<String>>,
+    pub(crate) nodes: BTreeMap<String, Node>,
+    pub(crate) nodeclaims: BTreeMap<String, NodeClaim>,
+    pub(crate) nodepools: BTreeMap<String, NodePool>,
+    pub(crate) nodeclasses: BTreeMap<String, EC2NodeClass>,
+    pub(crate) daemonsets: BTreeMap<String, DaemonSet>,
+    pub(crate) pdbs: BTreeMap<String, PodDisruptionBudget>,
+    pub(crate) pvcs: BTreeMap<String, PersistentVolumeClaim>,
+    pub(crate) pvs: BTreeMap<String, PersistentVolume>,
+    pub(crate) storage_classes: BTreeMap<String, StorageClass>,
+    pub(crate) namespaces: BTreeMap<String, Namespace>,
+    nominations: BTreeMap<String, Nomination>,
+    listed: BTreeSet<Kind>,
+    tombstones: version::Tombstones,
+    ignored: ignored::IgnoredObjects,
+    /// Node (or in-flight NodeClaim) names Karpenter decided to delete: the provisioner plans
+    /// their pods elsewhere and takes no capacity from them.
+    marked_for_deletion: BTreeSet<String>,
+    /// Node names a disruption command is working on: nothing else may disrupt them meanwhile.
+    being_disrupted: BTreeSet<String>,
+}
+
+/// `namespace/name` for namespaced objects, `name` for cluster-scoped ones.
+pub fn object_key<K: kube_core::Resource>(obj: &K) -> String {
+    match obj.meta().namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => {
+            format!("{ns}/{}", obj.meta().name.as_deref().unwrap_or_default())
+        }
+        _ => obj.meta().name.clone().unwrap_or_default(),
+    }
+}
+
+/// A Kubernetes kind the state keeps.
+pub trait Tracked: kube_core::Resource + Clone + Send + Sync + 'static {
+    const KIND: Kind;
+    fn map(state: &mut ClusterState) -> &mut BTreeMap<String, Self>;
+
+    /// The object's key in [`Tracked::map`].
+    fn key(obj: &Self) -> String {
+        object_key(obj)
+    }
+
+    /// Inserts or replaces the object.
+    fn apply(state: &mut ClusterState, obj: Self) {
+        Self::map(state).insert(object_key(&obj), obj);
+    }
+
+    fn delete(state: &mut ClusterState, obj: &Self) {
+        Self::map(state).remove(&object_key(obj));
+    }
+
+    /// Replaces every object of this kind (after a fresh list).
+    fn reset(state: &mut ClusterState, objs: Vec<Self>) {
+        Self::map(state).clear();
+        for obj in objs {
+            Self::apply(state, obj);
+        }
+    }
+}
+
+macro_rules! tracked {
+    ($ty:ty, $kind:ident, $field:ident) => {
+        impl Tracked for $ty {
+            const KIND: Kind = Kind::$kind;
+            fn map(state: &mut ClusterState) -> &mut BTreeMap<String, Self> {
+                &mut state.$field
+            }
+        }
+    };
+}
+
+tracked!(Node, Node, nodes);
+tracked!(NodeClaim, NodeClaim, nodeclaims);
+tracked!(NodePool, NodePool, nodepools);
+tracked!(EC2NodeClass, EC2NodeClass, nodeclasses);
+tracked!(DaemonSet, DaemonSet, daemonsets);
+tracked!(PodDisruptionBudget, PodDisruptionBudget, pdbs);
+tracked!(PersistentVolumeClaim, PersistentVolumeClaim, pvcs);
+tracked!(PersistentVolume, PersistentVolume, pvs);
+tracked!(StorageClass, StorageClass, storage_classes);
+tracked!(Namespace, Namespace, namespaces);
+
+impl Tracked for Pod {
+    const KIND: Kind = Kind::Pod;
+    fn map(state: &mut ClusterState) -> &mut BTreeMap<String, Self> {
+        &mut state.pods
+    }
+
+    fn key(pod: &Self) -> String {
+        pod::key(pod)
+    }
+
+    fn apply(state: &mut ClusterState, pod: Pod) {
+        let key = pod::key(&pod);
+        state.unindex_pod(&key);
+        if let Some(node) = pod::node_name(&pod) {
+            state
+                .pods_by_node
+                .entry(node.to_string())
+                .or_default()
+                .insert(key.clone());
+            // Bound: whatever we nominated it to no longer matters.
+            state.nominations.remove(&key);
+        }
+        state.pods.insert(key, pod);
+    }
+
+    fn delete(state: &mut ClusterState, pod: &Pod) {
+        let key = pod::key(pod);
+        state.unindex_pod(&key);
+        state.pods.remove(&key);
+        state.nominations.remove(&key);
+    }
+
+    fn reset(state: &mut ClusterState, pods: Vec<Pod>) {
+        state.pods.clear();
+        state.pods_by_node.clear();
+        for pod in pods {
+            Self::apply(state, pod);
+        }
+    }
+}
+
+impl ClusterState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Builds a state from objects, as if every watcher had listed them.
+    pub fn from_objects(
+        nodepools: Vec<NodePool>,
+        nodeclaims: Vec<NodeClaim>,
+        nodes: Vec<Node>,
+        pods: Vec<Pod>,
+    ) -> Self {
+        let mut state = ClusterState::new();
+        state.reset(nodepools);
+        state.reset(nodeclaims);
+        state.reset(nodes);
+        state.reset(pods);
+        for kind in Kind::ALL {
+            state.mark_listed(kind);
+        }
+        state
+    }
+
+    /// Takes a watched copy, unless the state already holds a newer one (see [`version`]).
+    pub fn apply<K: Tracked>(&mut self, obj: K) {
+        self.apply_from(obj, Source::Watch);
+    }
+
+    /// Takes the answer to this replica's own write, so the next decision sees it before the
+    /// watch delivers it; never replaces a newer (or an incomparable watched) copy, never
+    /// revives an object the watch reported deleted. Returns whether the copy was taken.
+    pub fn remember<K: Tracked>(&mut self, obj: K) -> bool {
+        self.apply_from(obj, Source::OwnWrite)
+    }
+
+    fn apply_from<K: Tracked>(&mut self, obj: K, source: Source) -> bool {
+        let key = K::key(&obj);
+        let incoming = version::resource_version(&obj);
+        if self.tombstones.is_ghost(K::KIND, &key, incoming) {
+            return false;
+        }
+        let current = K::map(self).get(&key).map(version::resource_version);
+        if !version::may_replace(current, incoming, source) {
+            return false;
+        }
+        self.ignored.remove(K::KIND, &key);
+        K::apply(self, obj);
+        true
+    }
+
+    pub fn delete<K: Tracked>(&mut self, obj: &K) {
+        if let Some(rv) = version::resource_version(obj) {
+            self.tombstones.bury(K::KIND, &K::key(obj), rv);
+        }
+        K::delete(self, obj);
+    }
+
+    /// Skips an object that cannot be decoded: records it and drops any older decoded copy (the
+    /// object as it is now is unknown). Returns whether this is news worth logging.
+    pub fn ignore<K: Tracked>(&mut self, object: ignored::IgnoredObject) -> bool {
+        self.forget_decoded::<K>(&object.key);
+        self.ignored.insert(object)
+    }
+
+    /// An undecodable object was deleted.
+    pub fn forget<K: Tracked>(&mut self, key: &str) {
+        self.ignored.remove(K::KIND, key);
+        self.forget_decoded::<K>(key);
+    }
+
+    fn forget_decoded<K: Tracked>(&mut self, key: &str) {
+        if let Some(old) = K::map(self).get(key).cloned() {
+            K::delete(self, &old);
+        }
+    }
+
+    /// After a list: exactly these objects of the kind are skipped.
+    pub fn reset_ignored(&mut self, kind: Kind, objects: Vec<ignored::IgnoredObject>) {
+        self.ignored.clear(kind);
+        for object in objects {
+            self.ignored.insert(object);
+        }
+    }
+
+    pub fn ignored_objects(&self) -> &ignored::IgnoredObjects {
+        &self.ignored
+    }
+
+    /// Replaces all objects of the kind and records that it has been listed.
+    pub fn reset<K: Tracked>(&mut self, objs: Vec<K>) {
+        self.tombstones.clear(K::KIND);
+        K::reset(self, objs);
+        self.listed.insert(K::KIND);
+    }
+
+    pub fn mark_listed(&mut self, kind: Kind) {
+        self.listed.insert(kind);
+    }
+
+    /// Every watcher has completed its initial list, so decisions see the whole cluster.
+    pub fn synced(&self) -> bool {
+        Kind::ALL.iter().all(|k| self.listed.contains(k))
+    }
+
+    /// Kinds not listed yet (for the "waiting on cluster sync" log).
+    pub fn unsynced_kinds(&self) -> Vec<Kind> {
+        Kind::ALL
+            .into_iter()
+            .filter(|k| !self.listed.contains(k))
+            .collect()
+    }
+
+    fn unindex_pod(&mut self, key: &str) {
+        let old_node = self
+            .pods
+            .get(key)
+            .and_then(pod::node_name)
+            .map(str::to_string);
+        if let Some(node) = old_node
+            && let Some(set) = self.pods_by_node.get_mut(&node)
+        {
+            set.remove(key);
+            if set.is_empty() {
+                self.pods_by_node.remove(&node);
+            }
+        }
+    }
+
+    pub fn pods(&self) -> impl Iterator<Item = &Pod> {
+        self.pods.values()
+    }
+
+    pub fn pod(&self, key: &str) -> Option<&Pod> {
+        self.pods.get(key)
+    }
+
+    /// Pods bound to `node_name`.
+    pub fn pods_on_node(&self, node_name: &str) -> impl Iterator<Item = &Pod> {
+        self.pods_by_node
+            .get(node_name)
+            .into_iter()
+            .flatten()
+            .filter_map(|key| self.pods.get(key))
+    }
+
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.values()
+    }
+
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes.get(name)
+    }
+
+    pub fn nodeclaims(&self) -> impl Iterator<Item = &NodeClaim> {
+        self.nodeclaims.values()
+    }
+
+    pub fn nodeclaim(&self, name: &str) -> Option<&NodeClaim> {
+        self.nodeclaims.get(name)
+    }
+
+    pub fn nodepools(&self) -> impl Iterator<Item = &NodePool> {
+        self.nodepools.values()
+    }
+
+    pub fn nodepool(&self, name: &str) -> Option<&NodePool> {
+        self.nodepools.get(name)
+    }
+
+    pub fn nodeclass(&self, name: &str) -> Option<&EC2NodeClass> {
+        self.nodeclasses.get(name)
+    }
+
+    pub fn daemonsets(&self) -> impl Iterator<Item = &DaemonSet> {
+        self.daemonsets.values()
+    }
+
+    pub fn pdbs(&self) -> impl Iterator<Item = &PodDisruptionBudget> {
+        self.pdbs.values()
+    }
+
+    pub fn pvc(&self, namespace: &str, name: &str) -> Option<&PersistentVolumeClaim> {
+        self.pvcs.get(&format!("{namespace}/{name}"))
+    }
+
+    pub fn pv(&self, name: &str) -> Option<&PersistentVolume> {
+        self.pvs.get(name)
+    }
+
+    pub fn storage_class(&self, name: &str) -> Option<&StorageClass> {
+        self.storage_classes.get(name)
+    }
+
+    pub fn pvcs(&self) -> impl Iterator<Item = &PersistentVolumeClaim> {
+        self.pvcs.values()
+    }
+
+    pub fn pvs(&self) -> impl Iterator<Item = &PersistentVolume> {
+        self.pvs.values()
+    }
+
+    pub fn storage_classes(&self) -> impl Iterator<Item = &StorageClass> {
+        self.storage_classes.values()
+    }
+
+    pub fn namespaces(&self) -> impl Iterator<Item = &Namespace> {
+        self.namespaces.values()
+    }
+
+    pub fn namespace(&self, name: &str) -> Option<&Namespace> {
+        self.namespaces.get(name)
+    }
+
+    /// Marks a node (or in-flight NodeClaim, by name) as going away: its pods are planned for
+    /// elsewhere and it offers no capacity. Returns whether the mark is new.
+    pub fn mark_for_deletion(&mut self, name: &str) -> bool {
+        self.marked_for_deletion.insert(name.to_string())
+    }
+
+    /// Drops the mark (the deletion was abandoned). Returns whether it was set.
+    pub fn unmark_for_deletion(&mut self, name: &str) -> bool {
+        self.marked_for_deletion.remove(name)
+    }
+
+    /// Marked by [`ClusterState::mark_for_deletion`] (the objects' own deletion timestamps are
+    /// read by [`StateNode::marked_for_deletion`]).
+    pub fn is_marked_for_deletion(&self, name: &str) -> bool {
+        self.marked_for_deletion.contains(name)
+    }
+
+    /// Marks a node as being disrupted by a command in progress. Returns whether it is new.
+    pub fn mark_being_disrupted(&mut self, name: &str) -> bool {
+        self.being_disrupted.insert(name.to_string())
+    }
+
+    pub fn unmark_being_disrupted(&mut self, name: &str) -> bool {
+        self.being_disrupted.remove(name)
+    }
+
+    pub fn is_being_disrupted(&self, name: &str) -> bool {
+        self.being_disrupted.contains(name)
+    }
+
+    /// Records that `pod_key` should land on `nodeclaim`; until `until` the pod is not
+    /// provisioned for again.
+    pub fn nominate(&mut self, pod_key: &str, nodeclaim: &str, until: Timestamp) {
+        self.nominations.insert(
+            pod_key.to_string(),
+            Nomination {
+                nodeclaim: nodeclaim.to_string(),
+                until,
+            },
+        );
+    }
+
+    /// The NodeClaim `pod_key` is nominated to, if the nomination is still live at `now`.
+    pub fn nomination(&self, pod_key: &str, now: Timestamp) -> Option<&Nomination> {
+        self.nominations.get(pod_key).filter(|n| n.until > now)
+    }
+
+    /// Drops expired nominations.
+    pub fn expire_nominations(&mut self, now: Timestamp) {
+        self.nominations.retain(|_, n| n.until > now);
+    }
+
+    /// Pods waiting for capacity that Karpenter has not already planned for.
+    pub fn provisionable_pods(&self, now: Timestamp) -> Vec<&Pod> {
+        self.pods
+            .iter()
+            .filter(|(key, pod)| pod::is_provisionable(pod) && self.nomination(key, now).is_none())
+            .map(|(_, pod)| pod)
+            .collect()
+    }
+
+    /// Nodes joined with their NodeClaims (by provider ID), plus NodeClaims still in flight (no
+    /// Node yet) and Nodes Karpenter does not manage. Ordered by name.
+    pub fn state_nodes(&self) -> Vec<StateNode<'_>> {
+        let mut claims_by_provider: BTreeMap<&str, &NodeClaim> = BTreeMap::new();
+        for claim in self.nodeclaims.values() {
+            if let Some(id) = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .filter(|id| !id.is_empty())
+            {
+                claims_by_provider.insert(id, claim);
+            }
+        }
+        let mut joined: BTreeSet<String> = BTreeSet::new();
+        let mut out = Vec::new();
+        for node in self.nodes.values() {
+            let provider_id = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .unwrap_or_default();
+            let claim = claims_by_provider.get(provider_id).copied();
+            if let Some(claim) = claim {
+                joined.insert(claim.name_any());
+            }
+            let name = node.name_any();
+            let mut joined_node =
+                StateNode::new(Some(node), claim, self.pods_on_node(&name).collect());
+            joined_node.marked = self.is_marked_for_deletion(&name)
+                || claim.is_some_and(|c| self.is_marked_for_deletion(&c.name_any()));
+            out.push(joined_node);
+        }
+        for claim in self.nodeclaims.values() {
+            let name = claim.name_any();
+            if !joined.contains(&name) {
+                let mut in_flight = StateNode::new(None, Some(claim), Vec::new());
+                in_flight.marked = self.is_marked_for_deletion(&name);
+                out.push(in_flight);
+            }
+        }
+        out
+    }
+
+    /// Pods nominated to `nodeclaim` and still pending.
+    pub fn nominated_pods(&self, nodeclaim: &str, now: Timestamp) -> Vec<&Pod> {
+        self.nominations
+            .iter()
+            .filter(|(_, n)| n.nodeclaim == nodeclaim && n.until > now)
+            .filter_map(|(key, _)| self.pods.get(key))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+
+#[cfg(test)]
+mod tests;
