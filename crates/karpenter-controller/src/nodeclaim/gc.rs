@@ -18,12 +18,13 @@ use karpenter_api::NodeClaim;
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_REGISTERED};
 use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, NODEPOOL_LABEL};
 use karpenter_core::cloud_provider::CloudError;
+use karpenter_core::nodeclaim_lifecycle::provider_id;
 use karpenter_kube::{is_not_found, node_is_ready, node_provider_id, stopped};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
-use super::{is_managed, provider_id};
+use super::is_managed;
 use crate::context::Context;
 use crate::metrics::NodeClaimDisruptedLabels;
 use crate::timeouts;

@@ -50,16 +50,6 @@ pub(crate) fn parse_time(raw: &str) -> Option<Timestamp> {
     raw.parse().ok()
 }
 
-/// `status.providerID`, when set and not empty.
-pub(crate) fn provider_id(claim: &NodeClaim) -> Option<&str> {
-    claim
-        .status
-        .as_ref()?
-        .provider_id
-        .as_deref()
-        .filter(|p| !p.is_empty())
-}
-
 /// Runs the lifecycle loop until `shutdown` turns true: every [`RECONCILE_PERIOD`] each managed
 /// NodeClaim that is not already being reconciled and not backing off gets its own reconcile
 /// task ([`Workers`]), so a slow or failing NodeClaim never delays the others.

@@ -26,7 +26,8 @@ use karpenter_api::{NodeClaim, NodeClaimStatus};
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_core::taints::NO_SCHEDULE;
 use karpenter_kube::{
-    is_conflict, is_not_found, lock, node_is_ready, node_provider_id, status_code, stopped,
+    delete_ignoring_not_found, is_conflict, is_not_found, lock, node_is_ready, node_provider_id,
+    status_code, stopped,
 };
 use kube::api::{DeleteParams, EvictParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
@@ -184,17 +185,13 @@ impl Terminator {
             .iter()
             .filter(|c| c.metadata.deletion_timestamp.is_none())
         {
-            match timeouts::api(claim_api.delete(&claim.name_any(), &DeleteParams::default())).await
-            {
-                Ok(_) => {}
-                Err(err) if is_not_found(&err) => {}
-                Err(err) => {
-                    return Err(crate::Error::kube(
-                        format!("delete nodeclaim {}", claim.name_any()),
-                        err,
-                    ));
-                }
-            }
+            delete_ignoring_not_found(
+                claim_api.delete(&claim.name_any(), &DeleteParams::default()),
+            )
+            .await
+            .map_err(|err| {
+                crate::Error::kube(format!("delete nodeclaim {}", claim.name_any()), err)
+            })?;
         }
         let claim = match claims.as_slice() {
             [one] => Some(one.clone()),

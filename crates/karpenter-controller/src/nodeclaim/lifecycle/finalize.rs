@@ -9,7 +9,7 @@ use karpenter_api::well_known::{
 };
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_core::nodeclaim_lifecycle::{set_condition, termination_deadline};
-use karpenter_kube::{is_conflict, is_not_found};
+use karpenter_kube::{delete_ignoring_not_found, is_conflict, is_not_found};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
 
@@ -57,16 +57,11 @@ pub(super) async fn finalize(ctx: &Context, claim: NodeClaim) -> crate::Result<(
             .iter()
             .filter(|n| n.metadata.deletion_timestamp.is_none())
         {
-            match timeouts::api(node_api.delete(&node.name_any(), &DeleteParams::default())).await {
-                Ok(_) => {}
-                Err(err) if is_not_found(&err) => {}
-                Err(err) => {
-                    return Err(crate::Error::kube(
-                        format!("delete node {}", node.name_any()),
-                        err,
-                    ));
-                }
-            }
+            delete_ignoring_not_found(node_api.delete(&node.name_any(), &DeleteParams::default()))
+                .await
+                .map_err(|err| {
+                    crate::Error::kube(format!("delete node {}", node.name_any()), err)
+                })?;
         }
         // The Node's own finalizer drains and terminates; wait for it to be gone.
         return Ok(());

@@ -7,7 +7,7 @@ use karpenter_api::v1::{CONDITION_TRUE, CONDITION_UNKNOWN, NODECLAIM_CONDITION_L
 use karpenter_api::well_known::CAPACITY_TYPE_LABEL;
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_core::nodeclaim_lifecycle::{hydrate, provider_id, set_condition, truncate_message};
-use karpenter_kube::{is_conflict, is_not_found};
+use karpenter_kube::{delete_ignoring_not_found, is_conflict, is_not_found};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, PostParams};
 
@@ -141,15 +141,11 @@ pub(super) async fn delete_claim(
     reason: &str,
 ) -> crate::Result<()> {
     let claim_name = name(claim);
-    match timeouts::api(api(ctx).delete(&claim_name, &DeleteParams::default())).await {
-        Ok(_) => {}
-        Err(err) if is_not_found(&err) => return Ok(()),
-        Err(err) => {
-            return Err(crate::Error::kube(
-                format!("delete nodeclaim {claim_name}"),
-                err,
-            ));
-        }
+    let found = delete_ignoring_not_found(api(ctx).delete(&claim_name, &DeleteParams::default()))
+        .await
+        .map_err(kube_err(format!("delete nodeclaim {claim_name}")))?;
+    if !found {
+        return Ok(());
     }
     ctx.metrics
         .nodeclaims_disrupted

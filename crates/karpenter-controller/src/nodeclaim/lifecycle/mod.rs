@@ -19,11 +19,10 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::well_known::TERMINATION_FINALIZER;
 use karpenter_api::{NodeClaim, NodeClaimStatus};
-pub use karpenter_core::nodeclaim_lifecycle::{
-    LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT, hydrate, initialization_blocker, initialize_conditions,
-    liveness_verdict, registered_node, termination_deadline, update_ready,
+pub use karpenter_core::nodeclaim_lifecycle::{LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT};
+use karpenter_core::nodeclaim_lifecycle::{
+    initialize_conditions, is_launched, provider_id, update_ready,
 };
-use karpenter_core::nodeclaim_lifecycle::{is_launched, provider_id};
 use karpenter_kube::{is_conflict, is_not_found, node_provider_id};
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
