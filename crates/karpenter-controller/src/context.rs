@@ -132,16 +132,13 @@ impl Context {
     /// Marks the replica broken (supervision, `run.rs`): `/healthz` fails from now on. The first
     /// reason is kept.
     pub fn mark_failed(&self, why: impl Into<String>) {
-        let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        let mut failure = karpenter_kube::lock(&self.failure);
         failure.get_or_insert_with(|| why.into());
     }
 
     /// Why the replica is broken, if it is.
     pub fn failure(&self) -> Option<String> {
-        self.failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        karpenter_kube::lock(&self.failure).clone()
     }
 
     pub fn now(&self) -> Timestamp {

@@ -19,6 +19,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use karpenter_core::clock::Clock;
+use karpenter_kube::{lock, stopped};
 use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 
@@ -134,7 +135,7 @@ impl Events {
             record.message
         );
         {
-            let mut last = self.last_sent.lock().unwrap_or_else(|e| e.into_inner());
+            let mut last = lock(&self.last_sent);
             if last
                 .get(&key)
                 .is_some_and(|at| now.duration_since(*at) < dedupe_window(&record.reason))
@@ -145,7 +146,7 @@ impl Events {
             last.insert(key, now);
         }
         {
-            let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+            let mut recent = lock(&self.recent);
             if recent.len() == KEEP_IN_MEMORY {
                 recent.pop_front();
             }
@@ -173,14 +174,14 @@ impl Events {
     /// failure is logged and the event dropped). Runs once per `Events`; a second call returns
     /// at once.
     pub async fn run_writer(&self, mut shutdown: watch::Receiver<bool>) {
-        let taken = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let taken = lock(&self.writer).take();
         let Some((client, mut queue)) = taken else {
             return;
         };
         loop {
             let event = tokio::select! {
                 biased;
-                () = crate::nodeclaim::stopped(&mut shutdown) => break,
+                () = stopped(&mut shutdown) => break,
                 event = queue.recv() => event,
             };
             let Some(event) = event else { break };
@@ -190,7 +191,7 @@ impl Events {
             let write = timeouts::api(api.create(&params, &event));
             tokio::select! {
                 biased;
-                () = crate::nodeclaim::stopped(&mut shutdown) => break,
+                () = stopped(&mut shutdown) => break,
                 result = write => {
                     if let Err(err) = result {
                         tracing::warn!(reason = ?event.reason, error = %err, "failed to write event");
@@ -202,12 +203,7 @@ impl Events {
 
     /// The most recent events (oldest first).
     pub fn recent(&self) -> Vec<EventRecord> {
-        self.recent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .cloned()
-            .collect()
+        lock(&self.recent).iter().cloned().collect()
     }
 
     /// Recent events with this reason.

@@ -20,6 +20,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::context::Context;
+use karpenter_kube::{is_conflict, is_not_found};
+
 use crate::timeouts::{self, TimeoutError};
 
 /// Lease timing, upstream/client-go defaults: 15 s lease, 10 s renew deadline, 2 s retry.
@@ -60,14 +62,6 @@ pub struct LeaderElector {
     config: LeaseConfig,
     clock: Arc<dyn Clock>,
     observed: Option<Observed>,
-}
-
-fn is_conflict(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(status) if status.code == 409)
-}
-
-fn is_not_found(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(status) if status.code == 404)
 }
 
 impl LeaderElector {

@@ -1,5 +1,7 @@
 //! The controller runtime: watchers feeding one in-memory cluster state, the provisioner, the
 //! NodePool controllers, leader election, metrics, health probes, events and logging.
+//! Cloud providers plug in through [`karpenter_core::cloud_provider::CloudProvider`] and bring
+//! their background tasks through [`run::ProviderTask`].
 //!
 //! Every replica runs the watchers and keeps its state warm; only the leader writes (see
 //! [`leader`]). Controllers get an `Arc<Context>` ([`context::Context`]) holding everything they
@@ -18,7 +20,6 @@ pub mod provisioning;
 pub mod run;
 pub mod server;
 pub mod settings;
-pub mod sim_kubelet;
 pub mod state;
 pub mod termination;
 pub mod timeouts;

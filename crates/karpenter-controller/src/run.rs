@@ -5,17 +5,25 @@
 //! [`run_until`] marks the replica failed (`/healthz` → 500), stops it (the leader releases its
 //! Lease, so the other replica takes over at its next retry) and returns an error: the binary
 //! exits non-zero and Kubernetes restarts the pod.
+//!
+//! Providers plug in here: besides the [`karpenter_core::cloud_provider::CloudProvider`] in the
+//! [`Context`], a provider brings its own background loops (the sim kubelet; for aws the
+//! NodeClass status, price refresh, interruption queue) as [`ProviderTask`]s in
+//! [`Options::provider_tasks`], supervised like every other task.
 
 use std::fmt::Debug;
+use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::{NodeClaim, NodePool};
+use karpenter_core::clock::Clock;
 use kube::{Api, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
@@ -23,7 +31,6 @@ use tokio::task::JoinHandle;
 
 use crate::context::Context;
 use crate::provisioning::Batcher;
-use crate::sim_kubelet::SimCloud;
 use crate::state::reflector::reflect;
 use crate::state::{Tracked, pod};
 use crate::{leader, nodeclaim, nodepool, provisioning, server, termination};
@@ -42,8 +49,57 @@ pub struct RunningController {
     watchers: Vec<(&'static str, JoinHandle<()>)>,
 }
 
+/// What a provider's background task gets: the API client, this replica's leadership (only the
+/// leader may write), the shutdown signal (the task must return soon after it turns true) and the
+/// clock.
+#[derive(Clone)]
+pub struct ProviderTaskContext {
+    pub client: kube::Client,
+    /// `true` while this replica leads. Cloned before the election starts: every change is seen.
+    pub leadership: watch::Receiver<bool>,
+    /// Turns `true` on shutdown ([`karpenter_kube::stopped`] waits for it).
+    pub shutdown: watch::Receiver<bool>,
+    pub clock: Arc<dyn Clock>,
+}
+
+type ProviderTaskStart = Box<dyn FnOnce(ProviderTaskContext) -> BoxFuture<'static, ()> + Send>;
+
+/// One background loop of a cloud provider, run by the controller under its supervision: like
+/// the controller's own loops it runs until shutdown, and one that ends earlier or panics fails
+/// the replica (see [`run_until`]).
+///
+/// `start` is called synchronously while the replica starts, before leader election and the
+/// controllers run; what it does before returning its future (subscribing to leadership, say) is
+/// in place before the first cloud call.
+pub struct ProviderTask {
+    /// For logs and for the failure reason (`"<name> panicked: ..."`).
+    pub name: &'static str,
+    start: ProviderTaskStart,
+}
+
+impl ProviderTask {
+    pub fn new<F, Fut>(name: &'static str, start: F) -> Self
+    where
+        F: FnOnce(ProviderTaskContext) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        ProviderTask {
+            name,
+            start: Box::new(move |cx| Box::pin(start(cx))),
+        }
+    }
+}
+
+impl Debug for ProviderTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderTask")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
 /// How to start a replica.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Options {
     /// Serve `/metrics`, `/healthz`, `/readyz` (tests usually don't).
     pub serve_http: bool,
@@ -52,6 +108,8 @@ pub struct Options {
     /// Health probes already served by the caller (the binary serves them before its first
     /// API call): they are attached to this replica and not served again.
     pub probes: Option<Arc<server::Probes>>,
+    /// The cloud provider's background tasks (see [`ProviderTask`]).
+    pub provider_tasks: Vec<ProviderTask>,
 }
 
 /// How long a failed replica may take to stop gracefully before its tasks are aborted.
@@ -92,37 +150,28 @@ fn on_capacity_change<K: kube::Resource>(ctx: &Context, obj: &K) {
 fn ignore<K>(_: &Context, _: &K) {}
 
 impl RunningController {
-    /// Starts watchers, leader election, the provisioner, the NodePool controllers and
-    /// (optionally) the HTTP servers.
+    /// Starts the provider's tasks, watchers, leader election, the provisioner, the NodePool
+    /// controllers and (optionally) the HTTP servers.
     pub async fn start(
         ctx: Arc<Context>,
         batcher: Batcher,
         options: Options,
     ) -> crate::Result<Self> {
-        Self::start_with_sim(ctx, batcher, options, None).await
-    }
-
-    /// [`RunningController::start`], plus the sim cloud's kubelet when `sim` is given (its
-    /// provider must be `ctx.cloud`): the ledger follows this replica's leadership and the
-    /// kubelet writes only while it leads.
-    pub async fn start_with_sim(
-        ctx: Arc<Context>,
-        batcher: Batcher,
-        options: Options,
-        sim: Option<SimCloud>,
-    ) -> crate::Result<Self> {
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let sim_task = match sim {
-            Some(sim) => {
-                // Before the election starts, so no leadership change goes unnoticed.
-                sim.provider.follow_leadership(ctx.leadership()).await;
-                Some((
-                    "sim kubelet",
-                    tokio::spawn(sim.run(ctx.clone(), shutdown_rx.clone())),
-                ))
-            }
-            None => None,
-        };
+        // Before the election starts, so no leadership change goes unnoticed.
+        let provider_tasks: Vec<(&'static str, JoinHandle<()>)> = options
+            .provider_tasks
+            .into_iter()
+            .map(|task| {
+                let future = (task.start)(ProviderTaskContext {
+                    client: ctx.client.clone(),
+                    leadership: ctx.leadership(),
+                    shutdown: shutdown_rx.clone(),
+                    clock: ctx.clock.clone(),
+                });
+                (task.name, tokio::spawn(future))
+            })
+            .collect();
         let watchers = vec![
             spawn_reflector::<Pod>(&ctx, |ctx, p| {
                 if pod::is_provisionable(p) && p.metadata.deletion_timestamp.is_none() {
@@ -174,7 +223,7 @@ impl RunningController {
                 tokio::spawn(async move { events.run_writer(events_shutdown).await }),
             ),
         ];
-        graceful.extend(sim_task);
+        graceful.extend(provider_tasks);
         let (mut metrics_address, mut health_address) = (None, None);
         if let Some(probes) = &options.probes {
             probes.attach(ctx.clone());
@@ -340,14 +389,14 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Runs a replica (with the sim cloud's kubelet when given) until SIGTERM/Ctrl-C, then shuts
+/// Runs a replica (with the provider's background tasks) until SIGTERM/Ctrl-C, then shuts
 /// down gracefully; returns an error when a controller task failed first (see [`run_until`]).
 pub async fn run_until_signal(
     ctx: Arc<Context>,
     batcher: Batcher,
-    sim: Option<SimCloud>,
+    provider_tasks: Vec<ProviderTask>,
 ) -> crate::Result<()> {
-    run_until_signal_with(ctx, batcher, sim, None).await
+    run_until_signal_with(ctx, batcher, provider_tasks, None).await
 }
 
 /// [`run_until_signal`] with health probes the caller already serves (see
@@ -355,18 +404,18 @@ pub async fn run_until_signal(
 pub async fn run_until_signal_with(
     ctx: Arc<Context>,
     batcher: Batcher,
-    sim: Option<SimCloud>,
+    provider_tasks: Vec<ProviderTask>,
     probes: Option<Arc<server::Probes>>,
 ) -> crate::Result<()> {
-    let running = RunningController::start_with_sim(
+    let running = RunningController::start(
         ctx,
         batcher,
         Options {
             serve_http: true,
             loopback_only: false,
             probes,
+            provider_tasks,
         },
-        sim,
     )
     .await?;
     run_until(running, shutdown_signal()).await

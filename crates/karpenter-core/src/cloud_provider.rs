@@ -4,32 +4,67 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::{NodeClaim, NodePool};
 
 use crate::instance_type::InstanceType;
 
-/// Errors whose kind changes what the caller does next.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Errors whose kind changes what the caller does next: [`CloudError::is_retryable`] says
+/// whether trying the same call again (with backoff) can help, or whether the caller gives up on
+/// this NodeClaim (deletes it, so the next provisioning loop plans it elsewhere).
+#[derive(Debug, Clone)]
 pub enum CloudError {
     /// No capacity for any of the NodeClaim's options: the NodeClaim is deleted so the next
     /// provisioning loop retries elsewhere; the provider marks the offerings unavailable.
-    #[error("insufficient capacity: {0}")]
     InsufficientCapacity(String),
     /// The instance does not exist (any more). `delete` returns this once the instance is gone.
-    #[error("nodeclaim not found: {0}")]
     NodeClaimNotFound(String),
     /// The NodeClass the NodeClaim refers to is missing or not ready.
-    #[error("node class not ready: {0}")]
     NodeClassNotReady(String),
-    /// Launch failed for a reason the user should see (`reason` is a short CamelCase word).
-    #[error("launch failed ({reason}): {message}")]
+    /// Launch failed for a reason the user should see (`reason` is a short CamelCase word); the
+    /// launch is retried until the lifecycle's launch timeout.
     Create { reason: String, message: String },
-    /// Anything else (API errors, timeouts); callers retry with backoff.
-    #[error("cloud provider error: {0}")]
-    Other(String),
+    /// Anything else (API errors, timeouts); callers retry with backoff. `source` keeps the
+    /// underlying error (an SDK error, a timeout) for logs and for callers that inspect it.
+    Other {
+        message: String,
+        source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    },
 }
 
 impl CloudError {
+    /// An [`CloudError::Other`] without an underlying error.
+    pub fn other(message: impl Into<String>) -> Self {
+        CloudError::Other {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An [`CloudError::Other`] that keeps `source` (an API error, a timeout).
+    pub fn other_from(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        CloudError::Other {
+            message: message.into(),
+            source: Some(Arc::new(source)),
+        }
+    }
+
+    /// Whether calling again (after a backoff) may succeed. `false` means the answer will not
+    /// change for this NodeClaim: no capacity for any of its options, a NodeClass that is not
+    /// ready (upstream deletes the NodeClaim in both cases, and the provisioner plans its pods
+    /// again), or an instance that is gone.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            CloudError::InsufficientCapacity(_)
+            | CloudError::NodeClaimNotFound(_)
+            | CloudError::NodeClassNotReady(_) => false,
+            CloudError::Create { .. } | CloudError::Other { .. } => true,
+        }
+    }
+
     /// Short label for the `error` dimension of metrics.
     pub fn metric_label(&self) -> &'static str {
         match self {
@@ -37,10 +72,72 @@ impl CloudError {
             CloudError::NodeClaimNotFound(_) => "NodeClaimNotFoundError",
             CloudError::NodeClassNotReady(_) => "NodeClassNotReadyError",
             CloudError::Create { .. } => "CreateError",
-            CloudError::Other(_) => "CloudProviderError",
+            CloudError::Other { .. } => "CloudProviderError",
         }
     }
 }
+
+impl std::fmt::Display for CloudError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CloudError::InsufficientCapacity(m) => write!(f, "insufficient capacity: {m}"),
+            CloudError::NodeClaimNotFound(m) => write!(f, "nodeclaim not found: {m}"),
+            CloudError::NodeClassNotReady(m) => write!(f, "node class not ready: {m}"),
+            CloudError::Create { reason, message } => {
+                write!(f, "launch failed ({reason}): {message}")
+            }
+            CloudError::Other { message, .. } => write!(f, "cloud provider error: {message}"),
+        }
+    }
+}
+
+/// Written by hand rather than derived: the derive would report the `Arc` as the source, whose
+/// own `source()` skips the wrapped error, so callers could neither print nor downcast it.
+impl std::error::Error for CloudError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CloudError::Other {
+                source: Some(source),
+                ..
+            } => Some(source.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+/// Equal when the kind and the messages are; sources compare by their text (errors rarely
+/// implement `PartialEq`). Tests and fault injection compare errors this way.
+impl PartialEq for CloudError {
+    fn eq(&self, other: &Self) -> bool {
+        use CloudError::*;
+        match (self, other) {
+            (InsufficientCapacity(a), InsufficientCapacity(b))
+            | (NodeClaimNotFound(a), NodeClaimNotFound(b))
+            | (NodeClassNotReady(a), NodeClassNotReady(b)) => a == b,
+            (
+                Create { reason, message },
+                Create {
+                    reason: other_reason,
+                    message: other_message,
+                },
+            ) => reason == other_reason && message == other_message,
+            (
+                Other { message, source },
+                Other {
+                    message: other_message,
+                    source: other_source,
+                },
+            ) => {
+                message == other_message
+                    && source.as_ref().map(ToString::to_string)
+                        == other_source.as_ref().map(ToString::to_string)
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Eq for CloudError {}
 
 /// Why a NodeClaim no longer matches what its NodeClass would launch now.
 pub type DriftReason = String;
@@ -83,9 +180,13 @@ pub trait CloudProvider: Send + Sync {
     async fn list(&self) -> Result<Vec<NodeClaim>, CloudError>;
 
     /// Every instance type usable by `node_pool`, including those without available offerings.
+    /// `node_class` is the NodeClass the pool references, as the caller's cluster state holds it
+    /// (`None` when it is not there yet): providers derive capacity from it (kubelet settings,
+    /// block devices, AMI family). Providers that ignore NodeClasses ignore it.
     async fn instance_types(
         &self,
         node_pool: &NodePool,
+        node_class: Option<&EC2NodeClass>,
     ) -> Result<Vec<Arc<InstanceType>>, CloudError>;
 
     /// `Some(reason)` when the NodeClaim's instance no longer matches its NodeClass.
@@ -96,4 +197,39 @@ pub trait CloudProvider: Send + Sync {
 
     /// NodeClass kinds this provider accepts; the first is the default.
     fn supported_node_classes(&self) -> Vec<NodeClassKind>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("throttled by the API")]
+    struct Throttled;
+
+    #[test]
+    fn only_answers_that_may_change_are_retryable() {
+        assert!(!CloudError::InsufficientCapacity("none".into()).is_retryable());
+        assert!(!CloudError::NodeClassNotReady("no subnets".into()).is_retryable());
+        assert!(!CloudError::NodeClaimNotFound("gone".into()).is_retryable());
+        assert!(CloudError::other("boom").is_retryable());
+        let create = CloudError::Create {
+            reason: "LaunchTemplateNotFound".into(),
+            message: "m".into(),
+        };
+        assert!(create.is_retryable());
+    }
+
+    #[test]
+    fn other_keeps_its_source() {
+        let err = CloudError::other_from("describe instances", Throttled);
+        let source = std::error::Error::source(&err).expect("source kept");
+        assert_eq!(source.to_string(), "throttled by the API");
+        assert!(source.downcast_ref::<Throttled>().is_some());
+        assert_eq!(err.to_string(), "cloud provider error: describe instances");
+        assert_eq!(err.metric_label(), "CloudProviderError");
+        // Clones share the source.
+        assert_eq!(err.clone(), err);
+        assert_ne!(err, CloudError::other("describe instances"));
+    }
 }

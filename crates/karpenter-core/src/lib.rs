@@ -5,7 +5,9 @@
 
 pub mod clock;
 pub mod cloud_provider;
+pub mod drain;
 pub mod instance_type;
+pub mod nodeclaim_lifecycle;
 pub mod nodepool;
 pub mod pod;
 pub mod provisioning;

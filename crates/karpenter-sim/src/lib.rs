@@ -5,7 +5,10 @@
 //!   CreateFleet does, can run out of capacity or fail on demand, and registers the Nodes itself.
 //! * [`launch`] holds the offering choice, shared by the provider and `simulate`.
 //! * [`simulate`] loads Kubernetes manifests and computes the `karpenter simulate` plan.
+//! * [`cluster`] runs the provider on a real (or test) API server: its ledger in a ConfigMap and
+//!   the sim kubelet that registers its Nodes and runs their pods.
 
+pub mod cluster;
 pub mod launch;
 pub mod provider;
 pub mod simulate;

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use karpenter_api::v1::{NodeClassReference, NodeSelectorRequirementWithMinValues};
+use karpenter_api::v1::{EC2NodeClass, NodeClassReference, NodeSelectorRequirementWithMinValues};
 use karpenter_api::well_known as wk;
 use karpenter_api::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodePool};
 use karpenter_catalog::Catalog;
@@ -584,6 +584,7 @@ impl CloudProvider for SimCloudProvider {
     async fn instance_types(
         &self,
         _node_pool: &NodePool,
+        _node_class: Option<&EC2NodeClass>,
     ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
         let now = self.inner.clock.now();
         let state = self.state();

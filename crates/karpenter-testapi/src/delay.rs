@@ -35,7 +35,7 @@ pub(crate) struct Delays {
 impl Delays {
     /// How long to hold the response to `record`, consuming one use of the first matching delay.
     pub(crate) fn take(&self, record: &RequestRecord) -> Option<Duration> {
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pending = karpenter_kube::lock(&self.pending);
         let delay = pending.iter_mut().find(|d| d.matches(record))?;
         delay.remaining -= 1;
         let duration = delay.duration;
@@ -55,16 +55,11 @@ impl TestApiServer {
         duration: Duration,
         times: usize,
     ) {
-        self.inner
-            .delays
-            .pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Delay {
-                verb,
-                resource: resource.to_string(),
-                duration,
-                remaining: times,
-            });
+        karpenter_kube::lock(&self.inner.delays.pending).push(Delay {
+            verb,
+            resource: resource.to_string(),
+            duration,
+            remaining: times,
+        });
     }
 }

@@ -6,13 +6,15 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::BodyExt;
+// Poison-tolerant: a panicking test thread must not take the server down with it.
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use karpenter_kube::lock;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -72,11 +74,6 @@ pub struct RequestRecord {
     pub code: u16,
     /// Who sent it: the name given to [`TestApiServer::client_named`] (`None` otherwise).
     pub client: Option<String>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panicking test thread must not take the server down with it.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 pub(crate) struct Inner {

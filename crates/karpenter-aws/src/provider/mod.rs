@@ -75,7 +75,7 @@ pub struct AwsCloudProvider {
 
 /// Maps provider errors onto the kinds the controllers act on.
 fn cloud_error(err: Error) -> CloudError {
-    CloudError::Other(err.to_string())
+    CloudError::other_from(err.to_string(), err)
 }
 
 impl AwsCloudProvider {
@@ -118,8 +118,8 @@ impl AwsCloudProvider {
         node_class: &EC2NodeClass,
     ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
         let Some(source) = &self.instance_types else {
-            return Err(CloudError::Other(
-                "the aws provider has no instance-type source yet".to_string(),
+            return Err(CloudError::other(
+                "the aws provider has no instance-type source yet",
             ));
         };
         source.instance_types(node_class).await
@@ -472,12 +472,21 @@ impl CloudProvider for AwsCloudProvider {
     async fn instance_types(
         &self,
         node_pool: &NodePool,
+        node_class: Option<&EC2NodeClass>,
     ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
-        let name = &node_pool.spec.template.spec.node_class_ref.name;
-        let node_class = self.node_classes.node_class(name).await?.ok_or_else(|| {
-            CloudError::NodeClassNotReady(format!("EC2NodeClass {name} not found"))
-        })?;
-        let types = self.types_of(&node_class).await?;
+        // The caller's copy of the NodeClass (its cluster state) when it has one; else ask ours.
+        let looked_up;
+        let node_class = match node_class {
+            Some(node_class) => node_class,
+            None => {
+                let name = &node_pool.spec.template.spec.node_class_ref.name;
+                looked_up = self.node_classes.node_class(name).await?.ok_or_else(|| {
+                    CloudError::NodeClassNotReady(format!("EC2NodeClass {name} not found"))
+                })?;
+                &looked_up
+            }
+        };
+        let types = self.types_of(node_class).await?;
         // Offerings that just failed with insufficient capacity are unavailable to the scheduler
         // too, so it plans around them.
         Ok(types
@@ -644,7 +653,7 @@ mod tests {
         provider
             .unavailable_offerings()
             .mark(OfferingKey::new("spot", "m5.large", "us-west-2a"));
-        let types = provider.instance_types(&node_pool()).await.unwrap();
+        let types = provider.instance_types(&node_pool(), None).await.unwrap();
         let availability: Vec<(&str, bool)> = types[0]
             .offerings
             .iter()
@@ -659,11 +668,11 @@ mod tests {
     #[tokio::test]
     async fn without_an_instance_type_source_the_error_says_so() {
         let provider = offline_provider(None).await;
-        let err = provider.instance_types(&node_pool()).await.unwrap_err();
+        let err = provider.instance_types(&node_pool(), None).await.unwrap_err();
         assert!(err.to_string().contains("no instance-type source"), "{err}");
         let mut other = node_pool();
         other.spec.template.spec.node_class_ref.name = "missing".into();
-        let err = provider.instance_types(&other).await.unwrap_err();
+        let err = provider.instance_types(&other, None).await.unwrap_err();
         assert!(matches!(err, CloudError::NodeClassNotReady(_)), "{err}");
     }
 }

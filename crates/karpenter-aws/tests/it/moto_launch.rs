@@ -452,7 +452,7 @@ async fn delete_refuses_an_instance_this_cluster_does_not_own() {
     });
     let refused = provider.delete(&claim).await;
     assert!(
-        matches!(refused, Err(CloudError::Other(ref m)) if m.contains("refusing to terminate")),
+        matches!(refused, Err(CloudError::Other { ref message, .. }) if message.contains("refusing to terminate")),
         "{refused:?}"
     );
     let still = clients

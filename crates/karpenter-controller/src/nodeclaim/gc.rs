@@ -18,11 +18,13 @@ use karpenter_api::NodeClaim;
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_REGISTERED};
 use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, NODEPOOL_LABEL};
 use karpenter_core::cloud_provider::CloudError;
+use karpenter_core::nodeclaim_lifecycle::provider_id;
+use karpenter_kube::{is_not_found, node_is_ready, node_provider_id, stopped};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
-use super::{is_managed, is_not_found};
+use super::is_managed;
 use crate::context::Context;
 use crate::metrics::NodeClaimDisruptedLabels;
 use crate::timeouts;
@@ -31,15 +33,6 @@ use crate::timeouts;
 pub const GC_PERIOD: Duration = Duration::from_secs(120);
 /// Instances younger than this are never orphans (their NodeClaim may not show them yet).
 pub const INSTANCE_GC_GRACE: SignedDuration = SignedDuration::from_secs(30);
-
-fn provider_id(claim: &NodeClaim) -> Option<&str> {
-    claim
-        .status
-        .as_ref()?
-        .provider_id
-        .as_deref()
-        .filter(|p| !p.is_empty())
-}
 
 /// Instances (as the provider lists them) that karpenter-rs launched, that are older than the
 /// grace period and that no NodeClaim claims, by providerID or by the NodeClaim name (and UID
@@ -73,13 +66,6 @@ pub fn orphaned_instances<'a>(
         .collect()
 }
 
-fn node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// Registered, not-deleting NodeClaims whose instance the provider no longer lists and whose
 /// Node is missing or not Ready.
 pub fn lost_nodeclaims<'a>(
@@ -98,9 +84,9 @@ pub fn lost_nodeclaims<'a>(
         .filter(|c| provider_id(c).is_some_and(|id| !instance_ids.contains(id)))
         .filter(|c| {
             let id = provider_id(c);
-            !nodes.iter().any(|n| {
-                n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == id && node_ready(n)
-            })
+            !nodes
+                .iter()
+                .any(|n| node_provider_id(n) == id && node_is_ready(n))
         })
         .collect()
 }
@@ -112,7 +98,7 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     collector.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            () = super::stopped(&mut shutdown) => break,
+            () = stopped(&mut shutdown) => break,
             _ = collector.tick() => {}
         }
         if !(ctx.is_leader() && ctx.state.read().synced()) {
@@ -120,7 +106,7 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
         }
         let pass = collect(&ctx);
         tokio::select! {
-            () = super::stopped(&mut shutdown) => break,
+            () = stopped(&mut shutdown) => break,
             result = pass => {
                 if let Err(err) = result {
                     tracing::error!(error = %err, "nodeclaim garbage collection failed");

@@ -14,6 +14,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use karpenter_api::NodeClaim;
 use karpenter_api::well_known::TERMINATION_FINALIZER;
+use karpenter_kube::stopped;
 use kube::ResourceExt;
 use tokio::sync::watch;
 
@@ -49,21 +50,6 @@ pub(crate) fn parse_time(raw: &str) -> Option<Timestamp> {
     raw.parse().ok()
 }
 
-pub(crate) fn status_code(err: &kube::Error) -> Option<u16> {
-    match err {
-        kube::Error::Api(status) => Some(status.code),
-        _ => None,
-    }
-}
-
-pub(crate) fn is_not_found(err: &kube::Error) -> bool {
-    status_code(err) == Some(404)
-}
-
-pub(crate) fn is_conflict(err: &kube::Error) -> bool {
-    status_code(err) == Some(409)
-}
-
 /// Runs the lifecycle loop until `shutdown` turns true: every [`RECONCILE_PERIOD`] each managed
 /// NodeClaim that is not already being reconciled and not backing off gets its own reconcile
 /// task ([`Workers`]), so a slow or failing NodeClaim never delays the others.
@@ -78,7 +64,7 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     let mut leadership = ctx.leadership();
     loop {
         tokio::select! {
-            () = crate::nodeclaim::stopped(&mut shutdown) => break,
+            () = stopped(&mut shutdown) => break,
             done = workers.next_finished() => workers.finished(done, ctx.now()),
             // A replica that stopped leading drops its in-flight writes at once.
             Ok(()) = leadership.changed() => {
@@ -94,12 +80,6 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
         }
     }
     workers.stop();
-}
-
-/// Resolves once `shutdown` turns true (or its sender is gone). Returns `()` so `select!` never
-/// holds the channel's read guard across the other branches' awaits.
-pub(crate) async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
 /// The NodeClaim's name for logs.

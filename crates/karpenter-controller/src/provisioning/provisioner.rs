@@ -117,7 +117,8 @@ pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
 
     let mut offered: Vec<(NodePool, Vec<Arc<InstanceType>>)> = Vec::new();
     for pool in pools {
-        match timeouts::cloud(ctx.cloud.instance_types(&pool)).await {
+        let node_class = pool_node_class(&ctx.state.read(), &pool);
+        match timeouts::cloud(ctx.cloud.instance_types(&pool, node_class.as_ref())).await {
             Ok(types) if types.is_empty() => {
                 tracing::warn!(nodepool = %pool.name_any(), "skipping, no resolved instance types found");
             }
@@ -458,6 +459,20 @@ async fn retrigger_provisionable(ctx: Arc<Context>) {
             ctx.provisioning_trigger.trigger(uid);
         }
     }
+}
+
+/// The EC2NodeClass `pool` references, as the state holds it (cloned: the state's lock is not
+/// held across the provider call).
+fn pool_node_class(
+    state: &crate::state::ClusterState,
+    pool: &NodePool,
+) -> Option<karpenter_api::v1::EC2NodeClass> {
+    let reference = &pool.spec.template.spec.node_class_ref;
+    use karpenter_api::v1::EC2NodeClass;
+    (reference.kind == <EC2NodeClass as kube::Resource>::kind(&())
+        && reference.group == <EC2NodeClass as kube::Resource>::group(&()))
+    .then(|| state.nodeclass(&reference.name).cloned())
+    .flatten()
 }
 
 #[cfg(test)]

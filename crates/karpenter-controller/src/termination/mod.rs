@@ -25,6 +25,10 @@ use karpenter_api::well_known::{
 use karpenter_api::{NodeClaim, NodeClaimStatus};
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_core::taints::NO_SCHEDULE;
+use karpenter_kube::{
+    delete_ignoring_not_found, is_conflict, is_not_found, lock, node_is_ready, node_provider_id,
+    status_code, stopped,
+};
 use kube::api::{DeleteParams, EvictParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
@@ -33,7 +37,7 @@ use crate::backoff::BackoffPolicy;
 use crate::context::Context;
 use crate::events::{EventRecord, EventType};
 use crate::metrics::{EvictionRequestLabels, NodePoolLabels, PodsDrainedLabels, seconds_since};
-use crate::nodeclaim::{has_finalizer, is_conflict, is_not_found, parse_time, status_code};
+use crate::nodeclaim::{has_finalizer, parse_time};
 use crate::timeouts;
 use crate::workers::{MAX_CONCURRENT_RECONCILES, Workers};
 use drain::{Action, EvictionBackoff, PodAction};
@@ -59,31 +63,12 @@ pub struct Terminator {
     drained_since: Mutex<HashMap<String, Timestamp>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn provider_id(node: &Node) -> Option<&str> {
-    node.spec
-        .as_ref()?
-        .provider_id
-        .as_deref()
-        .filter(|p| !p.is_empty())
-}
-
-fn node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// A deleting Node this controller must finalize: our finalizer, and a providerID of this
 /// cloud provider (`<name>://...`).
 pub fn should_finalize(node: &Node, provider_name: &str) -> bool {
     node.metadata.deletion_timestamp.is_some()
         && has_finalizer(node)
-        && provider_id(node).is_some_and(|id| id.starts_with(&format!("{provider_name}://")))
+        && node_provider_id(node).is_some_and(|id| id.starts_with(&format!("{provider_name}://")))
 }
 
 /// The Node with the `karpenter.sh/disrupted:NoSchedule` taint (replacing any other taint with
@@ -140,7 +125,7 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     let mut leadership = ctx.leadership();
     loop {
         tokio::select! {
-            () = crate::nodeclaim::stopped(&mut shutdown) => break,
+            () = stopped(&mut shutdown) => break,
             done = workers.next_finished() => workers.finished(done, ctx.now()),
             // A replica that stopped leading drops its in-flight writes at once.
             Ok(()) = leadership.changed() => {
@@ -183,7 +168,7 @@ impl Terminator {
     /// One step of terminating one Node.
     pub async fn reconcile(&self, ctx: &Context, node: Node) -> crate::Result<()> {
         let node_name = node.name_any();
-        let Some(pid) = provider_id(&node).map(str::to_string) else {
+        let Some(pid) = node_provider_id(&node).map(str::to_string) else {
             return Ok(());
         };
         let claims: Vec<NodeClaim> = ctx
@@ -200,17 +185,13 @@ impl Terminator {
             .iter()
             .filter(|c| c.metadata.deletion_timestamp.is_none())
         {
-            match timeouts::api(claim_api.delete(&claim.name_any(), &DeleteParams::default())).await
-            {
-                Ok(_) => {}
-                Err(err) if is_not_found(&err) => {}
-                Err(err) => {
-                    return Err(crate::Error::kube(
-                        format!("delete nodeclaim {}", claim.name_any()),
-                        err,
-                    ));
-                }
-            }
+            delete_ignoring_not_found(
+                claim_api.delete(&claim.name_any(), &DeleteParams::default()),
+            )
+            .await
+            .map_err(|err| {
+                crate::Error::kube(format!("delete nodeclaim {}", claim.name_any()), err)
+            })?;
         }
         let claim = match claims.as_slice() {
             [one] => Some(one.clone()),
@@ -229,7 +210,7 @@ impl Terminator {
             })
         });
 
-        if !node_ready(&node)
+        if !node_is_ready(&node)
             && matches!(
                 timeouts::cloud(ctx.cloud.get(&pid)).await,
                 Err(CloudError::NodeClaimNotFound(_))

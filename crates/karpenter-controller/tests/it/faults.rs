@@ -8,9 +8,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::{NodeClaim, NodePool};
-use karpenter_controller::run::{self, Options, RunningController};
-use karpenter_controller::sim_kubelet::{LEDGER_CONFIGMAP, LedgerStore};
+use karpenter_controller::run::{
+    self, Options, ProviderTask, ProviderTaskContext, RunningController,
+};
 use karpenter_controller::{Context, Settings, TokioClock};
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::{
@@ -18,6 +20,7 @@ use karpenter_core::cloud_provider::{
 };
 use karpenter_core::instance_type::InstanceType;
 use karpenter_sim::SimCloudProvider;
+use karpenter_sim::cluster::{LEDGER_CONFIGMAP, LedgerStore};
 use karpenter_testapi::{ApiError, TestApiServer, Verb};
 use kube::api::{Api, PostParams};
 use serde_json::json;
@@ -233,8 +236,12 @@ impl CloudProvider for PanickingCloud {
     async fn list(&self) -> Result<Vec<NodeClaim>, CloudError> {
         self.0.list().await
     }
-    async fn instance_types(&self, pool: &NodePool) -> Result<Vec<Arc<InstanceType>>, CloudError> {
-        self.0.instance_types(pool).await
+    async fn instance_types(
+        &self,
+        pool: &NodePool,
+        class: Option<&EC2NodeClass>,
+    ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
+        self.0.instance_types(pool, class).await
     }
     async fn is_drifted(&self, claim: &NodeClaim) -> Result<Option<DriftReason>, CloudError> {
         self.0.is_drifted(claim).await
@@ -350,5 +357,109 @@ async fn ledger_save_retries_a_conflict_and_reports_a_missing_namespace() {
     );
     let err = missing.save(&cluster.provider).await.unwrap_err();
     assert!(err.to_string().contains("nowhere"), "{err}");
+    cluster.shutdown().await;
+}
+
+fn sim_context(
+    cluster: &SimCluster,
+) -> (Arc<Context>, karpenter_controller::provisioning::Batcher) {
+    Context::new(
+        cluster.client.clone(),
+        Settings {
+            identity: "replica-a".into(),
+            ..Settings::default()
+        },
+        Arc::new(cluster.provider.clone()),
+        Arc::new(karpenter_controller::provisioning::solver::NoScheduler),
+        cluster.clock.clone(),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_provider_task_follows_leadership_and_stops_on_shutdown() {
+    let cluster = SimCluster::new().await;
+    let (ctx, batcher) = sim_context(&cluster);
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let task_seen = seen.clone();
+    let task = ProviderTask::new("test provider", move |cx: ProviderTaskContext| {
+        // Subscribed before the election starts: the first change it sees is gaining the lead.
+        let mut leadership = cx.leadership;
+        let mut shutdown = cx.shutdown;
+        let leading = *leadership.borrow();
+        task_seen
+            .lock()
+            .unwrap()
+            .push(format!("leading: {leading}"));
+        async move {
+            loop {
+                tokio::select! {
+                    () = karpenter_kube::stopped(&mut shutdown) => break,
+                    Ok(()) = leadership.changed() => {
+                        let leading = *leadership.borrow_and_update();
+                        task_seen.lock().unwrap().push(format!("leading: {leading}"));
+                    }
+                }
+            }
+            task_seen.lock().unwrap().push("stopped".to_string());
+        }
+    });
+    let running = RunningController::start(
+        ctx.clone(),
+        batcher,
+        Options {
+            provider_tasks: vec![task],
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    cluster
+        .eventually("leader", Duration::from_secs(5), || {
+            ctx.is_leader().then_some(())
+        })
+        .await;
+    assert_eq!(*seen.lock().unwrap(), ["leading: false", "leading: true"]);
+    running.stop().await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("stopped"),
+        "the task ran to its end on shutdown: {seen:?}"
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_provider_task_that_panics_fails_the_replica() {
+    let cluster = SimCluster::new().await;
+    let (ctx, batcher) = sim_context(&cluster);
+    let task = ProviderTask::new("test provider", |cx: ProviderTaskContext| async move {
+        let mut leadership = cx.leadership;
+        let _ = leadership.wait_for(|leading| *leading).await;
+        panic!("injected provider bug");
+    });
+    let running = RunningController::start(
+        ctx.clone(),
+        batcher,
+        Options {
+            provider_tasks: vec![task],
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    let result = tokio::time::timeout(
+        Duration::from_secs(30),
+        run::run_until(running, std::future::pending()),
+    )
+    .await
+    .expect("run_until returned");
+    let err = result.unwrap_err().to_string();
+    assert!(
+        err.contains("test provider panicked: injected provider bug"),
+        "{err}"
+    );
+    assert!(ctx.failure().is_some(), "/healthz fails");
+    assert!(!ctx.is_leader());
     cluster.shutdown().await;
 }

@@ -103,7 +103,7 @@ async fn inflate_pods_get_catalogue_nodeclaims_sorted_by_price_in_one_window() {
     );
 
     // What the catalogue offers this pool, and the cheapest on-demand price per type.
-    let catalogue = cloud.instance_types(&pool).await.unwrap();
+    let catalogue = cloud.instance_types(&pool, None).await.unwrap();
     let on_demand_price: BTreeMap<&str, f64> = catalogue
         .iter()
         .filter_map(|t| {

@@ -7,10 +7,10 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use karpenter_api::NodeClaim;
 use karpenter_controller::provisioning::solver::NoScheduler;
-use karpenter_controller::run::{Options, RunningController};
-use karpenter_controller::sim_kubelet::{LEDGER_CONFIGMAP, SimCloud, SimKubeletOptions};
+use karpenter_controller::run::{Options, ProviderTask, RunningController};
 use karpenter_controller::{Context, Settings};
 use karpenter_sim::SimCloudProvider;
+use karpenter_sim::cluster::{LEDGER_CONFIGMAP, SimCloud, SimKubeletOptions};
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 
@@ -51,10 +51,25 @@ async fn start_process(cluster: &SimCluster) -> (RunningController, SimCloudProv
         Arc::new(NoScheduler),
         cluster.clock.clone(),
     );
-    let running = RunningController::start_with_sim(ctx, batcher, Options::default(), Some(cloud))
-        .await
-        .unwrap();
+    let running = RunningController::start(
+        ctx,
+        batcher,
+        Options {
+            provider_tasks: vec![sim_kubelet_task(cloud)],
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
     (running, sim)
+}
+
+/// The sim cloud's task, wired as the binary wires it (`commands/controller.rs`).
+fn sim_kubelet_task(cloud: SimCloud) -> ProviderTask {
+    ProviderTask::new("sim kubelet", move |cx| {
+        cloud.follow_leadership(cx.leadership.clone());
+        cloud.run(cx.leadership, cx.shutdown)
+    })
 }
 
 fn ledger_instances(cluster: &SimCluster) -> usize {

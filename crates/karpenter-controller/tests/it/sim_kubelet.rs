@@ -7,9 +7,9 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use karpenter_api::NodeClaim;
-use karpenter_controller::sim_kubelet::{LEDGER_CONFIGMAP, LedgerStore, PersistentSimProvider};
 use karpenter_core::cloud_provider::CloudProvider;
 use karpenter_sim::SimCloudProvider;
+use karpenter_sim::cluster::{LEDGER_CONFIGMAP, LedgerStore, PersistentSimProvider};
 use kube::Api;
 use kube::api::DeleteParams;
 use serde_json::json;
@@ -225,7 +225,7 @@ async fn a_new_leader_reloads_the_ledger_its_predecessor_wrote() {
     );
     let follower = replica(follower_sim.clone());
     let (leadership, rx) = tokio::sync::watch::channel(false);
-    follower.follow_leadership(rx).await;
+    follower.follow_leadership(rx);
 
     // Started before the leader launched anything: its in-memory cloud is empty.
     let launched = leader.create(&claim("a")).await.unwrap();

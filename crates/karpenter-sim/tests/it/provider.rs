@@ -204,7 +204,7 @@ async fn insufficient_capacity_fails_over_then_errors_and_marks_offerings_unavai
             .as_ref()
             .clone()
     };
-    let offerings = small(&sim.instance_types(&pool).await.unwrap()).offerings;
+    let offerings = small(&sim.instance_types(&pool, None).await.unwrap()).offerings;
     let spot_a = offerings
         .iter()
         .find(|o| o.zone == "zone-a" && o.capacity_type == "spot")
@@ -239,7 +239,7 @@ async fn insufficient_capacity_fails_over_then_errors_and_marks_offerings_unavai
     clock.advance(SignedDuration::from_secs(181));
     assert!(sim.create(&claim("d", only, "1")).await.is_ok());
     assert!(
-        small(&sim.instance_types(&pool).await.unwrap())
+        small(&sim.instance_types(&pool, None).await.unwrap())
             .offerings
             .iter()
             .all(|o| o.available)
@@ -249,10 +249,10 @@ async fn insufficient_capacity_fails_over_then_errors_and_marks_offerings_unavai
 #[tokio::test]
 async fn injected_faults_fail_the_next_creates() {
     let (sim, _) = provider();
-    sim.fail_next_creates(2, CloudError::Other("boom".into()));
+    sim.fail_next_creates(2, CloudError::other("boom"));
     assert_eq!(
         sim.create(&claim("a", vec![], "1")).await.unwrap_err(),
-        CloudError::Other("boom".into())
+        CloudError::other("boom")
     );
     assert!(sim.create(&claim("a", vec![], "1")).await.is_err());
     assert!(sim.create(&claim("a", vec![], "1")).await.is_ok());
@@ -387,5 +387,5 @@ async fn embedded_catalogue_launches_m5_large_on_demand() {
     let nc = sim.create(&claim("a", reqs, "1")).await.unwrap();
     assert_eq!(nc.status.unwrap().allocatable["memory"].0, "6903Mi");
     let pool = NodePool::new("default", Default::default());
-    assert!(sim.instance_types(&pool).await.unwrap().len() > 1000);
+    assert!(sim.instance_types(&pool, None).await.unwrap().len() > 1000);
 }

@@ -9,11 +9,13 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use karpenter_controller::provisioning::CoreScheduler;
+use karpenter_controller::run::ProviderTask;
 use karpenter_controller::server::Probes;
 use karpenter_controller::settings::{BATCH_DURATION_RANGE, LogFormat, parse_duration_in};
-use karpenter_controller::sim_kubelet::{LedgerError, SimCloud, SimKubeletOptions};
 use karpenter_controller::{Context, Settings, TokioClock};
 use karpenter_core::clock::Clock;
+use karpenter_core::cloud_provider::CloudProvider;
+use karpenter_sim::cluster::{LedgerError, SimCloud, SimKubeletOptions};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum CloudProviderArg {
@@ -145,6 +147,18 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).context("building the Kubernetes client")
 }
 
+/// The sim provider and its one background task for the controller: the ledger follows this
+/// replica's leadership (subscribed before the election starts) and the sim kubelet writes only
+/// while the replica leads.
+fn sim_provider(sim: SimCloud) -> (Arc<dyn CloudProvider>, Vec<ProviderTask>) {
+    let provider = sim.cloud_provider();
+    let kubelet = ProviderTask::new("sim kubelet", move |cx| {
+        sim.follow_leadership(cx.leadership.clone());
+        sim.run(cx.leadership, cx.shutdown)
+    });
+    (provider, vec![kubelet])
+}
+
 /// Restores the sim ledger, retrying transient API failures (timeouts included) with backoff
 /// while the health probes already answer; an unreadable ledger stops the start at once.
 async fn restore_sim_cloud(
@@ -217,15 +231,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     format!("loading the sim catalogue for region {:?}", args.sim_region)
                 })?;
             let sim = restore_sim_cloud(&client, sim, &namespace, &clock).await?;
-            let (ctx, batcher) = Context::new(
-                client,
-                settings,
-                sim.cloud_provider(),
-                Arc::new(CoreScheduler),
-                clock,
-            );
-            karpenter_controller::run::run_until_signal_with(ctx, batcher, Some(sim), Some(probes))
-                .await?;
+            let (provider, provider_tasks) = sim_provider(sim);
+            let (ctx, batcher) =
+                Context::new(client, settings, provider, Arc::new(CoreScheduler), clock);
+            karpenter_controller::run::run_until_signal_with(
+                ctx,
+                batcher,
+                provider_tasks,
+                Some(probes),
+            )
+            .await?;
             Ok::<_, anyhow::Error>(())
         }
         .await;

@@ -315,13 +315,20 @@ async fn sim_controller_provisions_and_terminates_inflate_nodes() {
         Some(claims.len() as u64),
         "the restarted controller launched nothing new"
     );
-    let metrics = scrape(controller.metrics_port).unwrap();
-    for name in [
+    // The controller counts a termination right after its last write, which may land just after
+    // this test saw the objects go: scrape until the counters show up.
+    let names = [
         "karpenter_nodeclaims_terminated_total{",
         "karpenter_nodes_terminated_total{",
         "karpenter_nodes_lifetime_duration_seconds_count{",
         "karpenter_nodeclaims_termination_duration_seconds_count{",
-    ] {
-        assert!(metrics.contains(name), "no {name} in\n{metrics}");
-    }
+    ];
+    eventually("termination metrics", limit, || {
+        let metrics = scrape(controller.metrics_port).ok()?;
+        names
+            .iter()
+            .all(|name| metrics.contains(name))
+            .then_some(())
+    })
+    .await;
 }

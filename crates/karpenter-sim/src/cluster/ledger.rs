@@ -9,18 +9,18 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::cloud_provider::{
     CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
 };
 use karpenter_core::instance_type::InstanceType;
-use karpenter_sim::SimCloudProvider;
+use karpenter_kube::{is_conflict, is_not_found, lock, timeouts};
 use kube::Api;
 use kube::api::PostParams;
 use tokio::sync::watch;
 
-use crate::nodeclaim::{is_conflict, is_not_found};
-use crate::timeouts;
+use crate::SimCloudProvider;
 
 /// Name of the ConfigMap holding the ledger.
 pub const LEDGER_CONFIGMAP: &str = "karpenter-sim-ledger";
@@ -42,10 +42,10 @@ pub enum LedgerError {
     Corrupt {
         namespace: String,
         #[source]
-        source: karpenter_sim::SimError,
+        source: crate::SimError,
     },
     #[error("failed to serialise the sim ledger")]
-    Snapshot(#[source] karpenter_sim::SimError),
+    Snapshot(#[source] crate::SimError),
 }
 
 /// Reads and writes the ledger ConfigMap; remembers the last JSON written so unchanged ledgers
@@ -98,7 +98,7 @@ impl LedgerStore {
                 namespace: self.namespace.clone(),
                 source,
             })?;
-        *self.last_written.lock().unwrap_or_else(|e| e.into_inner()) = Some(json);
+        *lock(&self.last_written) = Some(json);
         Ok(true)
     }
 
@@ -108,13 +108,7 @@ impl LedgerStore {
     pub async fn save(&self, provider: &SimCloudProvider) -> Result<(), LedgerError> {
         let _turn = self.saving.lock().await;
         let json = provider.snapshot().map_err(LedgerError::Snapshot)?;
-        if self
-            .last_written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_deref()
-            == Some(json.as_str())
-        {
+        if lock(&self.last_written).as_deref() == Some(json.as_str()) {
             return Ok(());
         }
         let kube_err = |action: &str| {
@@ -167,7 +161,7 @@ impl LedgerStore {
                 Err((err, action)) => return Err(kube_err(action)(err)),
             }
         }
-        *self.last_written.lock().unwrap_or_else(|e| e.into_inner()) = Some(json);
+        *lock(&self.last_written) = Some(json);
         Ok(())
     }
 }
@@ -185,13 +179,17 @@ pub const SAVE_ATTEMPTS: u32 = 5;
 pub struct PersistentSimProvider {
     pub sim: SimCloudProvider,
     pub store: LedgerStore,
-    freshness: Arc<tokio::sync::Mutex<Freshness>>,
+    freshness: Arc<Freshness>,
 }
 
+/// Whether the in-memory ledger must be reloaded, and the leadership changes that make it so.
 #[derive(Debug, Default)]
 struct Freshness {
-    stale: bool,
-    leadership: Option<watch::Receiver<bool>>,
+    /// A reload is due (leadership changed, or the last reload failed). Held across the reload
+    /// so concurrent cloud calls wait for it instead of reloading twice.
+    stale: tokio::sync::Mutex<bool>,
+    /// Set once, synchronously, before the replica's election starts.
+    leadership: Mutex<Option<watch::Receiver<bool>>>,
 }
 
 impl PersistentSimProvider {
@@ -205,28 +203,31 @@ impl PersistentSimProvider {
     }
 
     /// Reload the ledger before the next cloud call whenever `leadership` changes (give it
-    /// [`crate::Context::leadership`] before the replica starts, so no change is missed).
-    pub async fn follow_leadership(&self, mut leadership: watch::Receiver<bool>) {
+    /// the controller's leadership receiver before the replica starts, so no change is missed).
+    ///
+    /// Synchronous, so a caller can subscribe before anything else of the replica runs. Changes
+    /// `leadership` saw before this call are not reloaded for: the ledger was restored at start.
+    pub fn follow_leadership(&self, mut leadership: watch::Receiver<bool>) {
         leadership.mark_unchanged();
-        self.freshness.lock().await.leadership = Some(leadership);
+        *lock(&self.freshness.leadership) = Some(leadership);
     }
 
     /// Reloads the ledger from the ConfigMap if leadership changed since the last call (or a
     /// reload failed). Cloud calls do this first; the sim kubelet before each pass.
     pub async fn refresh_if_stale(&self) -> Result<(), CloudError> {
-        let mut freshness = self.freshness.lock().await;
-        if let Some(leadership) = freshness.leadership.as_mut()
+        let mut stale = self.freshness.stale.lock().await;
+        if let Some(leadership) = lock(&self.freshness.leadership).as_mut()
             && leadership.has_changed().unwrap_or(false)
         {
             leadership.mark_unchanged();
-            freshness.stale = true;
+            *stale = true;
         }
-        if freshness.stale {
+        if *stale {
             self.store
                 .restore(&self.sim)
                 .await
-                .map_err(|e| CloudError::Other(format!("reloading the sim ledger: {e}")))?;
-            freshness.stale = false;
+                .map_err(|e| CloudError::other_from("reloading the sim ledger", e))?;
+            *stale = false;
             tracing::debug!("reloaded the sim ledger after a leadership change");
         }
         Ok(())
@@ -236,7 +237,7 @@ impl PersistentSimProvider {
         self.store
             .save(&self.sim)
             .await
-            .map_err(|e| CloudError::Other(format!("persisting the sim ledger: {e}")))
+            .map_err(|e| CloudError::other_from("persisting the sim ledger", e))
     }
 }
 
@@ -273,8 +274,9 @@ impl CloudProvider for PersistentSimProvider {
     async fn instance_types(
         &self,
         node_pool: &NodePool,
+        node_class: Option<&EC2NodeClass>,
     ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
-        self.sim.instance_types(node_pool).await
+        self.sim.instance_types(node_pool, node_class).await
     }
 
     async fn is_drifted(&self, node_claim: &NodeClaim) -> Result<Option<DriftReason>, CloudError> {

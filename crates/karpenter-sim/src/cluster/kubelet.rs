@@ -7,9 +7,6 @@
 //! taints it unreachable. The in-process test API server has no such controller, so
 //! [`SimKubeletOptions::emulate_node_lifecycle`] does that part too (off on real clusters).
 
-pub mod cloud;
-pub mod ledger;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,16 +19,15 @@ use karpenter_api::NodeClaim;
 use karpenter_api::well_known::{NODE_NOT_READY_TAINT_KEY, NODE_UNREACHABLE_TAINT_KEY};
 use karpenter_core::clock::Clock;
 use karpenter_core::taints::{NO_EXECUTE, NO_SCHEDULE};
-use karpenter_sim::{SimCloudProvider, SimInstance};
+use karpenter_kube::{
+    is_conflict, is_not_found, lock, node_ready_condition as ready_condition, pod_is_ready,
+    stopped, timeouts,
+};
 use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
-pub use cloud::SimCloud;
-pub use ledger::{LEDGER_CONFIGMAP, LedgerError, LedgerStore, PersistentSimProvider};
-
-use crate::nodeclaim::{is_conflict, is_not_found};
-use crate::timeouts;
+use crate::{SimCloudProvider, SimInstance};
 
 /// Namespace of node heartbeat Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -101,25 +97,12 @@ impl std::fmt::Debug for SimKubelet {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn ready_condition(node: &Node) -> Option<&NodeCondition> {
-    node.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")
-}
-
-fn pod_is_ready(pod: &Pod) -> bool {
-    let status = pod.status.as_ref();
-    status.and_then(|s| s.phase.as_deref()) == Some("Running")
-        && status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+/// The node a pod is bound to (`spec.nodeName`, when set).
+fn pod_node_name(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
 }
 
 /// The status a started pod reports: Running, every condition True.
@@ -291,7 +274,7 @@ impl SimKubelet {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                () = crate::nodeclaim::stopped(&mut shutdown) => break,
+                () = stopped(&mut shutdown) => break,
                 _ = ticker.tick() => {
                     if let Err(err) = self.sync().await {
                         tracing::warn!(error = %err, "sim kubelet sync failed; retrying");
@@ -434,7 +417,7 @@ impl SimKubelet {
 
     /// A node this provider launched (its providerID is one of ours).
     fn owns(&self, node: &Node) -> bool {
-        let prefix = format!("{}://", karpenter_sim::provider::PROVIDER_NAME);
+        let prefix = format!("{}://", crate::provider::PROVIDER_NAME);
         node.spec
             .as_ref()
             .and_then(|s| s.provider_id.as_deref())
@@ -562,13 +545,13 @@ impl SimKubelet {
             .map_err(kube_err("list pods"))?
             .items;
         for pod in pods {
-            let Some(node) = crate::state::pod::node_name(&pod) else {
+            let Some(node) = pod_node_name(&pod) else {
                 continue;
             };
             let Some(instance) = instances.get(node) else {
                 continue;
             };
-            if !self.is_alive(node) || crate::state::pod::is_terminal(&pod) {
+            if !self.is_alive(node) || karpenter_core::pod::is_terminal(&pod) {
                 continue;
             }
             let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());

@@ -1,17 +1,25 @@
 //! The `sim` cloud on a cluster, as `karpenter controller --cloud-provider sim` runs it: the
 //! provider with its ledger in a ConfigMap (restored at start, so a restarted controller finds
-//! its instances) and the sim kubelet for its "machines", which writes only while this replica
-//! leads.
+//! its instances) and the sim kubelet for its "machines" ([`kubelet`]), which writes only while
+//! this replica leads.
+//!
+//! The controller knows none of this: the binary hands it the provider ([`SimCloud::cloud_provider`])
+//! and one background task, [`SimCloud::run`], through the controller's provider hook.
+
+pub mod kubelet;
+pub mod ledger;
 
 use std::sync::Arc;
 
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::CloudProvider;
-use karpenter_sim::SimCloudProvider;
+use karpenter_kube::stopped;
 use tokio::sync::watch;
 
-use super::{LedgerError, LedgerStore, PersistentSimProvider, SimKubelet, SimKubeletOptions};
-use crate::context::Context;
+pub use kubelet::{NODE_LEASE_NAMESPACE, SimKubelet, SimKubeletError, SimKubeletOptions};
+pub use ledger::{LEDGER_CONFIGMAP, LedgerError, LedgerStore, PersistentSimProvider};
+
+use crate::SimCloudProvider;
 
 /// The sim provider (persistent) and its kubelet.
 #[derive(Clone, Debug)]
@@ -34,7 +42,7 @@ impl SimCloud {
         let store = LedgerStore::new(client.clone(), namespace);
         let found = store.restore(&sim).await?;
         tracing::info!(
-            configmap = %format!("{namespace}/{}", super::LEDGER_CONFIGMAP),
+            configmap = %format!("{namespace}/{}", LEDGER_CONFIGMAP),
             restored = found,
             instances = sim.instances().len(),
             "sim cloud ledger loaded"
@@ -48,22 +56,27 @@ impl SimCloud {
         })
     }
 
-    /// The provider to hand to [`Context::new`].
+    /// The provider to hand to the controller.
     pub fn cloud_provider(&self) -> Arc<dyn CloudProvider> {
         Arc::new(self.provider.clone())
     }
 
-    /// Runs the sim kubelet while `ctx` leads, until `shutdown`.
-    /// [`crate::run::RunningController::start_with_sim`] calls it, after making the provider
-    /// follow `ctx`'s leadership (so a takeover reloads the ledger the previous leader wrote).
-    pub async fn run(self, ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+    /// Makes the provider reload its ledger before the next cloud call after every change of
+    /// `leadership` (another replica may have launched or terminated instances meanwhile).
+    /// Call it before the replica's leader election starts, so no change is missed.
+    pub fn follow_leadership(&self, leadership: watch::Receiver<bool>) {
+        self.provider.follow_leadership(leadership);
+    }
+
+    /// Runs the sim kubelet while `leadership` says this replica leads, until `shutdown`.
+    pub async fn run(self, leadership: watch::Receiver<bool>, mut shutdown: watch::Receiver<bool>) {
         let mut ticker = tokio::time::interval(self.sync_period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                () = crate::nodeclaim::stopped(&mut shutdown) => break,
+                () = stopped(&mut shutdown) => break,
                 _ = ticker.tick() => {
-                    if !ctx.is_leader() {
+                    if !*leadership.borrow() {
                         continue;
                     }
                     if let Err(err) = self.provider.refresh_if_stale().await {

@@ -1,0 +1,163 @@
+//! Launch: ask the provider for an instance and record it (providerID first), or give the
+//! NodeClaim up when the provider's answer will not change ([`CloudError::is_retryable`]).
+
+use jiff::Timestamp;
+use karpenter_api::NodeClaim;
+use karpenter_api::v1::{CONDITION_TRUE, CONDITION_UNKNOWN, NODECLAIM_CONDITION_LAUNCHED};
+use karpenter_api::well_known::CAPACITY_TYPE_LABEL;
+use karpenter_core::cloud_provider::CloudError;
+use karpenter_core::nodeclaim_lifecycle::{hydrate, provider_id, set_condition, truncate_message};
+use karpenter_kube::{delete_ignoring_not_found, is_conflict, is_not_found};
+use kube::ResourceExt;
+use kube::api::{DeleteParams, PostParams};
+
+use super::{
+    REASON_INSUFFICIENT_CAPACITY, REASON_NODECLASS_NOT_READY, api, kube_err, remember, resync,
+};
+use crate::context::Context;
+use crate::events::{EventRecord, EventType};
+use crate::metrics::NodeClaimDisruptedLabels;
+use crate::nodeclaim::name;
+use crate::timeouts;
+
+pub(super) enum LaunchOutcome {
+    Launched,
+    Failed,
+    Deleted,
+    /// The state's copy was behind the API server; it has been re-read, try again next tick.
+    Stale,
+}
+
+pub(super) async fn launch(
+    ctx: &Context,
+    claim: &mut NodeClaim,
+    now: Timestamp,
+) -> crate::Result<LaunchOutcome> {
+    let claim_name = name(claim);
+    match timeouts::cloud(ctx.cloud.create(claim)).await {
+        Ok(launched) => {
+            hydrate(claim, &launched);
+            set_condition(
+                claim,
+                NODECLAIM_CONDITION_LAUNCHED,
+                CONDITION_TRUE,
+                NODECLAIM_CONDITION_LAUNCHED,
+                "",
+                now,
+            );
+            // The providerID goes to the API server first: a restart from here on finds it.
+            let mut updated = match timeouts::api(api(ctx).replace_status(
+                &claim_name,
+                &PostParams::default(),
+                claim,
+            ))
+            .await
+            {
+                Ok(updated) => updated,
+                Err(err) if is_conflict(&err) || is_not_found(&err) => {
+                    // Launch is idempotent: the next tick relaunches from the fresh copy and
+                    // gets the same instance back.
+                    resync(ctx, &api(ctx), claim).await;
+                    return Ok(LaunchOutcome::Stale);
+                }
+                Err(err) => {
+                    return Err(kube_err(format!("record launch of nodeclaim {claim_name}"))(err));
+                }
+            };
+            if updated.metadata.labels != claim.metadata.labels
+                || updated.metadata.annotations != claim.metadata.annotations
+            {
+                updated.metadata.labels = claim.metadata.labels.clone();
+                updated.metadata.annotations = claim.metadata.annotations.clone();
+                updated =
+                    timeouts::api(api(ctx).replace(&claim_name, &PostParams::default(), &updated))
+                        .await
+                        .map_err(kube_err(format!("label launched nodeclaim {claim_name}")))?;
+            }
+            remember(ctx, &updated);
+            tracing::info!(
+                nodeclaim = %claim_name,
+                provider_id = provider_id(&updated).unwrap_or_default(),
+                instance_type = updated.labels().get(karpenter_api::well_known::INSTANCE_TYPE_LABEL).map(String::as_str).unwrap_or_default(),
+                "launched nodeclaim"
+            );
+            *claim = updated;
+            Ok(LaunchOutcome::Launched)
+        }
+        Err(CloudError::Create { reason, message }) => {
+            set_condition(
+                claim,
+                NODECLAIM_CONDITION_LAUNCHED,
+                CONDITION_UNKNOWN,
+                &reason,
+                &truncate_message(&message),
+                now,
+            );
+            Ok(LaunchOutcome::Failed)
+        }
+        // The same call would fail the same way: give this NodeClaim up; the provisioner plans
+        // its pods again (elsewhere: the provider marked the offerings unavailable).
+        Err(err) if !err.is_retryable() => {
+            let (event, reason) = match err {
+                CloudError::InsufficientCapacity(_) => {
+                    (REASON_INSUFFICIENT_CAPACITY, "insufficient_capacity")
+                }
+                CloudError::NodeClassNotReady(_) => {
+                    (REASON_NODECLASS_NOT_READY, "nodeclass_not_ready")
+                }
+                _ => (err.metric_label(), "launch_failed"),
+            };
+            tracing::error!(nodeclaim = %claim_name, error = %err, "failed launching nodeclaim; deleting it");
+            ctx.events
+                .publish(EventRecord::new(
+                    claim,
+                    EventType::Warning,
+                    event,
+                    format!("Failed to launch nodeclaim: {err}"),
+                ))
+                .await;
+            delete_claim(ctx, claim, reason).await?;
+            Ok(LaunchOutcome::Deleted)
+        }
+        Err(err) => {
+            tracing::warn!(nodeclaim = %claim_name, error = %err, "launch failed; retrying");
+            set_condition(
+                claim,
+                NODECLAIM_CONDITION_LAUNCHED,
+                CONDITION_UNKNOWN,
+                "LaunchFailed",
+                &truncate_message(&err.to_string()),
+                now,
+            );
+            Ok(LaunchOutcome::Failed)
+        }
+    }
+}
+
+/// Deletes the NodeClaim (its finalizer then terminates whatever was launched), counting why.
+pub(super) async fn delete_claim(
+    ctx: &Context,
+    claim: &NodeClaim,
+    reason: &str,
+) -> crate::Result<()> {
+    let claim_name = name(claim);
+    let found = delete_ignoring_not_found(api(ctx).delete(&claim_name, &DeleteParams::default()))
+        .await
+        .map_err(kube_err(format!("delete nodeclaim {claim_name}")))?;
+    if !found {
+        return Ok(());
+    }
+    ctx.metrics
+        .nodeclaims_disrupted
+        .get_or_create(&NodeClaimDisruptedLabels {
+            reason: reason.to_string(),
+            nodepool: claim.nodepool_name().unwrap_or_default().to_string(),
+            capacity_type: claim
+                .labels()
+                .get(CAPACITY_TYPE_LABEL)
+                .cloned()
+                .unwrap_or_default(),
+        })
+        .inc();
+    Ok(())
+}

@@ -1,0 +1,22 @@
+//! Liveness: a NodeClaim that did not launch or register in time is deleted
+//! ([`liveness_verdict`]).
+
+use jiff::Timestamp;
+use karpenter_api::NodeClaim;
+use karpenter_core::nodeclaim_lifecycle::liveness_verdict;
+
+use super::launch::delete_claim;
+use crate::context::Context;
+use crate::nodeclaim::name;
+
+pub(super) async fn check_liveness(
+    ctx: &Context,
+    claim: &NodeClaim,
+    now: Timestamp,
+) -> crate::Result<()> {
+    let Some(reason) = liveness_verdict(claim, now) else {
+        return Ok(());
+    };
+    tracing::info!(nodeclaim = %name(claim), %reason, "deleting nodeclaim that did not come up in time");
+    delete_claim(ctx, claim, reason).await
+}

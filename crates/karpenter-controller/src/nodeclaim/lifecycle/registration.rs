@@ -1,0 +1,105 @@
+//! Registration: the Node with the NodeClaim's providerID joins; it gets the NodeClaim's labels,
+//! taints, owner reference and finalizer ([`registered_node`]).
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use karpenter_api::v1::{
+    CONDITION_FALSE, CONDITION_TRUE, CONDITION_UNKNOWN, NODECLAIM_CONDITION_REGISTERED,
+};
+use karpenter_api::well_known::{NODE_REGISTERED_LABEL, UNREGISTERED_TAINT_KEY};
+use karpenter_api::{NodeClaim, NodeClaimStatus};
+use karpenter_core::nodeclaim_lifecycle::{is_registered, registered_node, set_condition};
+use karpenter_kube::{is_conflict, is_not_found};
+use kube::api::PostParams;
+use kube::{Api, ResourceExt};
+
+use super::{REASON_UNREGISTERED_TAINT_MISSING, remember, resync};
+use crate::context::Context;
+use crate::events::{EventRecord, EventType};
+use crate::metrics::NodePoolLabels;
+use crate::nodeclaim::name;
+use crate::timeouts;
+
+pub(super) async fn register(
+    ctx: &Context,
+    claim: &mut NodeClaim,
+    nodes: &[Node],
+    now: Timestamp,
+) -> crate::Result<()> {
+    if is_registered(claim) {
+        return Ok(());
+    }
+    let node = match nodes {
+        [] => {
+            set_condition(
+                claim,
+                NODECLAIM_CONDITION_REGISTERED,
+                CONDITION_UNKNOWN,
+                "NodeNotFound",
+                "Node not registered with cluster",
+                now,
+            );
+            return Ok(());
+        }
+        [node] => node,
+        _ => {
+            set_condition(
+                claim,
+                NODECLAIM_CONDITION_REGISTERED,
+                CONDITION_FALSE,
+                "MultipleNodesFound",
+                "Invariant violated, matched multiple nodes",
+                now,
+            );
+            return Ok(());
+        }
+    };
+    let has_unregistered_taint = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == UNREGISTERED_TAINT_KEY));
+    if !has_unregistered_taint && !node.labels().contains_key(NODE_REGISTERED_LABEL) {
+        ctx.events
+            .publish(EventRecord::new(
+                node,
+                EventType::Warning,
+                REASON_UNREGISTERED_TAINT_MISSING,
+                format!("Missing {UNREGISTERED_TAINT_KEY} taint which prevents registration related race conditions on Karpenter-managed nodes"),
+            ))
+            .await;
+    }
+    let desired = registered_node(node, claim);
+    let node_name = node.name_any();
+    if desired != *node {
+        let node_api = Api::<Node>::all(ctx.client.clone());
+        match timeouts::api(node_api.replace(&node_name, &PostParams::default(), &desired)).await {
+            Ok(updated) => remember(ctx, &updated),
+            Err(err) if is_conflict(&err) || is_not_found(&err) => {
+                resync(ctx, &node_api, node).await;
+                return Ok(());
+            }
+            Err(err) => return Err(crate::Error::kube(format!("sync node {node_name}"), err)),
+        }
+    }
+    claim
+        .status
+        .get_or_insert_with(NodeClaimStatus::default)
+        .node_name = Some(node_name.clone());
+    set_condition(
+        claim,
+        NODECLAIM_CONDITION_REGISTERED,
+        CONDITION_TRUE,
+        NODECLAIM_CONDITION_REGISTERED,
+        "",
+        now,
+    );
+    ctx.metrics
+        .nodes_created
+        .get_or_create(&NodePoolLabels {
+            nodepool: claim.nodepool_name().unwrap_or_default().to_string(),
+        })
+        .inc();
+    tracing::info!(nodeclaim = %name(claim), node = %node_name, "registered nodeclaim");
+    Ok(())
+}
