@@ -355,7 +355,7 @@ impl Manifests {
                 let d: Deployment = typed(value, kind)?;
                 let spec = d.spec.ok_or_else(|| missing("spec"))?;
                 admit(WorkloadSource::Replicas {
-                    owner: d.metadata,
+                    owner: Box::new(d.metadata),
                     replicas: spec.replicas.unwrap_or(1),
                     template: Box::new(spec.template),
                     count_field: "spec.replicas",
@@ -367,7 +367,7 @@ impl Manifests {
                 let spec = r.spec.ok_or_else(|| missing("spec"))?;
                 let template = spec.template.ok_or_else(|| missing("spec.template"))?;
                 admit(WorkloadSource::Replicas {
-                    owner: r.metadata,
+                    owner: Box::new(r.metadata),
                     replicas: spec.replicas.unwrap_or(1),
                     template: Box::new(template),
                     count_field: "spec.replicas",
@@ -378,7 +378,7 @@ impl Manifests {
                 let s: StatefulSet = typed(value, kind)?;
                 let spec = s.spec.ok_or_else(|| missing("spec"))?;
                 admit(WorkloadSource::Replicas {
-                    owner: s.metadata,
+                    owner: Box::new(s.metadata),
                     replicas: spec.replicas.unwrap_or(1),
                     template: Box::new(spec.template),
                     count_field: "spec.replicas",
@@ -392,14 +392,14 @@ impl Manifests {
                 let parallelism = spec.parallelism.unwrap_or(1);
                 let count = spec.completions.map_or(parallelism, |c| c.min(parallelism));
                 admit(WorkloadSource::Replicas {
-                    owner: j.metadata,
+                    owner: Box::new(j.metadata),
                     replicas: count,
                     template: Box::new(spec.template),
                     count_field: "spec.parallelism",
                     claim_templates: Vec::new(),
                 });
             }
-            "DaemonSet" => self.daemonsets.push(typed(value, kind)?),
+            "DaemonSet" => admit(WorkloadSource::DaemonSet(Box::new(typed(value, kind)?))),
             "PodDisruptionBudget" => self.pdbs.push(typed(value, kind)?),
             "PersistentVolumeClaim" => {
                 let mut pvc: PersistentVolumeClaim = typed(value, kind)?;

@@ -281,3 +281,31 @@ spec: {runtimeClassName: gvisor, containers: [{name: c, image: x}]}
         "{err}"
     );
 }
+
+#[test]
+fn daemonset_pods_get_their_runtime_class_overhead_too() {
+    let mut m = Manifests::new();
+    m.load_str(
+        "ds.yaml",
+        r#"
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec: {runtimeClassName: kata, containers: [{name: a, image: x}]}
+---
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: kata}
+handler: kata
+overhead: {podFixed: {cpu: 250m}}
+"#,
+    )
+    .unwrap();
+    let template = &m.daemonsets[0].spec.as_ref().unwrap().template;
+    let overhead = template.spec.as_ref().unwrap().overhead.as_ref().unwrap();
+    assert_eq!(overhead["cpu"].0, "250m");
+}

@@ -208,7 +208,7 @@ scheduling:
         let mut spec = pod_spec(
             "{runtimeClassName: kata, containers: [{name: c}], nodeSelector: {team: a}, tolerations: [{key: sandbox, operator: Exists, effect: NoSchedule}]}",
         );
-        apply_runtime_class(Some(&mut spec), &[class.clone()], "spec").unwrap();
+        apply_runtime_class(Some(&mut spec), std::slice::from_ref(&class), "spec").unwrap();
         let overhead = spec.overhead.as_ref().unwrap();
         assert_eq!(overhead["cpu"].0, "250m");
         assert_eq!(overhead["memory"].0, "160Mi");
@@ -220,8 +220,8 @@ scheduling:
         let mut conflicting = pod_spec(
             "{runtimeClassName: kata, containers: [{name: c}], nodeSelector: {sandbox: gvisor}}",
         );
-        let err =
-            apply_runtime_class(Some(&mut conflicting), &[class.clone()], "spec").unwrap_err();
+        let err = apply_runtime_class(Some(&mut conflicting), std::slice::from_ref(&class), "spec")
+            .unwrap_err();
         assert_eq!(err.0, "spec.nodeSelector[sandbox]");
 
         let mut other_overhead =

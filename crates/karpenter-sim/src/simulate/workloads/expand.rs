@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaim, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -28,9 +29,11 @@ pub struct Workload {
 pub enum WorkloadSource {
     /// A pod given as such.
     Pod(Box<Pod>),
+    /// A DaemonSet: its pods' overhead counts on every node it runs on.
+    DaemonSet(Box<DaemonSet>),
     /// `replicas` pods stamped from `template` by a controller.
     Replicas {
-        owner: ObjectMeta,
+        owner: Box<ObjectMeta>,
         replicas: i32,
         template: Box<PodTemplateSpec>,
         /// The count's field, for errors (`spec.replicas`, `spec.parallelism`).
@@ -45,7 +48,7 @@ impl Workload {
     fn spec_path(&self) -> &'static str {
         match self.source {
             WorkloadSource::Pod(_) => "spec",
-            WorkloadSource::Replicas { .. } => "spec.template.spec",
+            WorkloadSource::DaemonSet(_) | WorkloadSource::Replicas { .. } => "spec.template.spec",
         }
     }
 }
@@ -83,6 +86,14 @@ impl Manifests {
                 )
                 .and_then(|()| self.reserve_pods(1, "(object)"))
                 .map(|()| self.push_pod(*pod)),
+                WorkloadSource::DaemonSet(mut daemonset) => {
+                    let spec = daemonset
+                        .spec
+                        .as_mut()
+                        .and_then(|s| s.template.spec.as_mut());
+                    admission::apply_runtime_class(spec, &self.runtime_classes, spec_path)
+                        .map(|()| self.daemonsets.push(*daemonset))
+                }
                 WorkloadSource::Replicas {
                     owner,
                     replicas,
