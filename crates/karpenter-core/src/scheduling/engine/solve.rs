@@ -6,11 +6,7 @@ use super::*;
 
 impl Engine {
     /// Places the pod somewhere; on failure returns each NodePool's reason.
-    pub(super) fn add(
-        &mut self,
-        pod: &PendingPod,
-        d: &Derived,
-    ) -> Result<(), Vec<(usize, Reject)>> {
+    fn add(&mut self, pod: &PendingPod, d: &Derived) -> Result<(), Vec<(usize, Reject)>> {
         for ni in 0..self.nodes.len() {
             if let Ok(reqs) = self.node_check(ni, pod, d) {
                 self.node_add(ni, pod, reqs);
