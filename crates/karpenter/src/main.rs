@@ -2,6 +2,7 @@
 
 mod cli;
 mod commands;
+mod output;
 
 use std::process::ExitCode;
 
@@ -12,7 +13,7 @@ fn main() -> ExitCode {
     match commands::run(cli.command) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            output::error(format!("{err:#}"));
             ExitCode::FAILURE
         }
     }

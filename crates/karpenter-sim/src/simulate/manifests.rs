@@ -4,13 +4,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
-use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{
-    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec,
-};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -27,8 +25,7 @@ use super::pending::PendingPod;
 use super::sources::{
     DuplicateNames, Location, Object, ReadError, Source, Sources, identity, objects, read_sources,
 };
-use super::workloads;
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use super::workloads::{self, Workload, WorkloadSource};
 
 /// Why the input could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -109,20 +106,24 @@ pub struct Manifests {
     pub namespaces: Vec<Namespace>,
     pub nodes: Vec<Node>,
     pub node_claims: Vec<NodeClaim>,
+    /// RuntimeClasses, whose overhead and scheduling the pods naming them already carry.
+    pub runtime_classes: Vec<RuntimeClass>,
     /// Documents `simulate` does not use, in input order.
     pub ignored: Vec<IgnoredDocument>,
     /// Notes for people from reading the input (skipped files, empty input).
     pub notes: Vec<String>,
     names: DuplicateNames,
+    /// Workloads read but not yet expanded into pods (see `workloads::expand`).
+    pub(super) workloads_to_admit: Vec<Workload>,
 }
 
-const DEFAULT_NAMESPACE: &str = "default";
+pub(super) const DEFAULT_NAMESPACE: &str = "default";
 
 /// The label the API server puts on every namespace (`namespaceSelector`s match on it).
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// Kinds `simulate` reads (everything else is listed as ignored).
-const USED_KINDS: [&str; 15] = [
+const USED_KINDS: [&str; 16] = [
     "NodePool",
     "EC2NodeClass",
     "NodeClaim",
@@ -138,6 +139,7 @@ const USED_KINDS: [&str; 15] = [
     "PersistentVolume",
     "StorageClass",
     "Namespace",
+    "RuntimeClass",
 ];
 
 impl Manifests {
@@ -174,6 +176,8 @@ impl Manifests {
                 self.add_object(object, &mut problems);
             }
         }
+        // Once everything is read: a workload may come before the objects its pods use.
+        self.admit_workloads(&mut problems);
         if problems.is_empty() {
             Ok(())
         } else {
@@ -274,6 +278,7 @@ impl Manifests {
                 | "Node"
                 | "PersistentVolume"
                 | "StorageClass"
+                | "RuntimeClass"
         );
         let namespace_key = if namespaced {
             if namespace.is_empty() {
@@ -302,14 +307,21 @@ impl Manifests {
             }
             return;
         }
-        if let Err(message) = self.add_typed(&kind, value) {
+        if let Err(message) = self.add_typed(&kind, value, &location, &object_name) {
             let (path, message, hint) = message;
             problem(&path, message, Some(hint));
         }
     }
 
     /// Adds an object whose kind `simulate` uses; errors are (field path, message, hint).
-    fn add_typed(&mut self, kind: &str, value: Value) -> Result<(), (String, String, String)> {
+    /// Workloads wait for the whole input (`admit_workloads`).
+    fn add_typed(
+        &mut self,
+        kind: &str,
+        value: Value,
+        location: &Location,
+        object: &str,
+    ) -> Result<(), (String, String, String)> {
         fn typed<T: DeserializeOwned>(
             value: Value,
             kind: &str,
@@ -329,6 +341,13 @@ impl Manifests {
                 format!("a {kind} needs {path}"),
             )
         };
+        let mut admit = |source| {
+            self.workloads_to_admit.push(Workload {
+                location: location.clone(),
+                object: object.to_string(),
+                source,
+            });
+        };
         match kind {
             "NodePool" => self.node_pools.push(typed(value, kind)?),
             "EC2NodeClass" => self.node_classes.push(typed(value, kind)?),
@@ -337,39 +356,41 @@ impl Manifests {
             "Pod" => {
                 let mut pod: Pod = typed(value, kind)?;
                 default_namespace(&mut pod.metadata);
-                self.reserve_pods(1, "(object)")?;
-                self.push_pod(pod);
+                admit(WorkloadSource::Pod(Box::new(pod)));
             }
             "Deployment" => {
                 let d: Deployment = typed(value, kind)?;
                 let spec = d.spec.ok_or_else(|| missing("spec"))?;
-                self.expand(
-                    &d.metadata,
-                    spec.replicas.unwrap_or(1),
-                    &spec.template,
-                    "spec.replicas",
-                )?;
+                admit(WorkloadSource::Replicas {
+                    owner: Box::new(d.metadata),
+                    replicas: spec.replicas.unwrap_or(1),
+                    template: Box::new(spec.template),
+                    count_field: "spec.replicas",
+                    claim_templates: Vec::new(),
+                });
             }
             "ReplicaSet" => {
                 let r: ReplicaSet = typed(value, kind)?;
                 let spec = r.spec.ok_or_else(|| missing("spec"))?;
                 let template = spec.template.ok_or_else(|| missing("spec.template"))?;
-                self.expand(
-                    &r.metadata,
-                    spec.replicas.unwrap_or(1),
-                    &template,
-                    "spec.replicas",
-                )?;
+                admit(WorkloadSource::Replicas {
+                    owner: Box::new(r.metadata),
+                    replicas: spec.replicas.unwrap_or(1),
+                    template: Box::new(template),
+                    count_field: "spec.replicas",
+                    claim_templates: Vec::new(),
+                });
             }
             "StatefulSet" => {
                 let s: StatefulSet = typed(value, kind)?;
                 let spec = s.spec.ok_or_else(|| missing("spec"))?;
-                self.expand(
-                    &s.metadata,
-                    spec.replicas.unwrap_or(1),
-                    &spec.template,
-                    "spec.replicas",
-                )?;
+                admit(WorkloadSource::Replicas {
+                    owner: Box::new(s.metadata),
+                    replicas: spec.replicas.unwrap_or(1),
+                    template: Box::new(spec.template),
+                    count_field: "spec.replicas",
+                    claim_templates: spec.volume_claim_templates.unwrap_or_default(),
+                });
             }
             "Job" => {
                 let j: Job = typed(value, kind)?;
@@ -377,9 +398,15 @@ impl Manifests {
                 // Pods running at once: parallelism, capped by completions.
                 let parallelism = spec.parallelism.unwrap_or(1);
                 let count = spec.completions.map_or(parallelism, |c| c.min(parallelism));
-                self.expand(&j.metadata, count, &spec.template, "spec.parallelism")?;
+                admit(WorkloadSource::Replicas {
+                    owner: Box::new(j.metadata),
+                    replicas: count,
+                    template: Box::new(spec.template),
+                    count_field: "spec.parallelism",
+                    claim_templates: Vec::new(),
+                });
             }
-            "DaemonSet" => self.daemonsets.push(typed(value, kind)?),
+            "DaemonSet" => admit(WorkloadSource::DaemonSet(Box::new(typed(value, kind)?))),
             "PodDisruptionBudget" => self.pdbs.push(typed(value, kind)?),
             "PersistentVolumeClaim" => {
                 let mut pvc: PersistentVolumeClaim = typed(value, kind)?;
@@ -389,102 +416,9 @@ impl Manifests {
             "PersistentVolume" => self.volumes.push(typed(value, kind)?),
             "StorageClass" => self.storage_classes.push(typed(value, kind)?),
             "Namespace" => self.namespaces.push(typed(value, kind)?),
+            "RuntimeClass" => self.runtime_classes.push(typed(value, kind)?),
             // Read for their names only (duplicates); they do not change the plan.
             _ => {}
-        }
-        Ok(())
-    }
-
-    /// Checks that `count` more pods stay within [`MAX_PODS`].
-    fn reserve_pods(&self, count: usize, field: &str) -> Result<(), (String, String, String)> {
-        let total = self
-            .pending_pods
-            .len()
-            .saturating_add(self.bound_pods.len())
-            .saturating_add(count);
-        if total > MAX_PODS {
-            return Err((
-                field.to_string(),
-                format!(
-                    "Too many pods: {count} more would make {total}, over the limit of {MAX_PODS} pods per simulation"
-                ),
-                "lower the replica count or simulate a part of the cluster at a time".to_string(),
-            ));
-        }
-        Ok(())
-    }
-
-    fn push_pod(&mut self, pod: Pod) {
-        if pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_ref())
-            .is_some()
-        {
-            self.bound_pods.push(pod);
-        } else {
-            self.pending_pods.push(PendingPod::single(pod));
-        }
-    }
-
-    /// Adds `replicas` pods stamped from `template`, named `<workload>-<i>`. Only what
-    /// scheduling reads of the spec is kept, and pending replicas share one `Pod` (named after the
-    /// workload; a replica adds its ordinal), so a million replicas stay small.
-    fn expand(
-        &mut self,
-        owner: &ObjectMeta,
-        replicas: i32,
-        template: &PodTemplateSpec,
-        field: &str,
-    ) -> Result<(), (String, String, String)> {
-        let replicas = u32::try_from(replicas).unwrap_or(0);
-        let count = usize::try_from(replicas).unwrap_or(usize::MAX);
-        self.reserve_pods(count, field)?;
-        let namespace = owner
-            .namespace
-            .clone()
-            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
-        let owner_name = owner.name.clone().unwrap_or_default();
-        let template_metadata = ObjectMeta {
-            labels: template.metadata.as_ref().and_then(|m| m.labels.clone()),
-            annotations: None,
-            namespace: Some(namespace),
-            ..Default::default()
-        };
-        let spec = template.spec.as_ref().map(scheduling_view);
-        let named = |i: u32| {
-            let mut metadata = template_metadata.clone();
-            metadata.name = Some(format!("{owner_name}-{i}"));
-            Pod {
-                metadata,
-                spec: spec.clone(),
-                status: None,
-            }
-        };
-        let bound = spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
-        // A generic ephemeral volume's claim is named after the pod, so such replicas differ.
-        let ephemeral = spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_ref())
-            .is_some_and(|vs| vs.iter().any(|v| v.ephemeral.is_some()));
-        if bound {
-            self.bound_pods.reserve(count);
-            self.bound_pods.extend((0..replicas).map(named));
-        } else if ephemeral {
-            self.pending_pods.reserve(count);
-            self.pending_pods
-                .extend((0..replicas).map(|i| PendingPod::single(named(i))));
-        } else {
-            let mut metadata = template_metadata.clone();
-            metadata.name = Some(owner_name.clone());
-            let shared = Arc::new(Pod {
-                metadata,
-                spec: spec.clone(),
-                status: None,
-            });
-            self.pending_pods.reserve(count);
-            self.pending_pods
-                .extend((0..replicas).map(|i| PendingPod::replica(Arc::clone(&shared), i)));
         }
         Ok(())
     }
@@ -596,38 +530,5 @@ fn ignored_reason(kind: &str) -> String {
     match near {
         Some(used) => format!("simulate does not use {kind} objects (did you mean {used}?)"),
         None => format!("simulate does not use {kind} objects"),
-    }
-}
-
-/// The part of a pod spec scheduling reads (requests, ports, placement constraints, volumes);
-/// everything else (images, commands, env, probes, ...) is dropped so expanded replicas are small.
-fn scheduling_view(spec: &PodSpec) -> PodSpec {
-    let container = |c: &Container| Container {
-        name: c.name.clone(),
-        resources: c.resources.clone(),
-        ports: c.ports.clone(),
-        restart_policy: c.restart_policy.clone(),
-        ..Default::default()
-    };
-    PodSpec {
-        containers: spec.containers.iter().map(container).collect(),
-        init_containers: spec
-            .init_containers
-            .as_ref()
-            .map(|cs| cs.iter().map(container).collect()),
-        overhead: spec.overhead.clone(),
-        resources: spec.resources.clone(),
-        affinity: spec.affinity.clone(),
-        tolerations: spec.tolerations.clone(),
-        node_selector: spec.node_selector.clone(),
-        node_name: spec.node_name.clone(),
-        topology_spread_constraints: spec.topology_spread_constraints.clone(),
-        volumes: spec.volumes.clone(),
-        priority: spec.priority,
-        priority_class_name: spec.priority_class_name.clone(),
-        scheduler_name: spec.scheduler_name.clone(),
-        runtime_class_name: spec.runtime_class_name.clone(),
-        host_network: spec.host_network,
-        ..Default::default()
     }
 }

@@ -1,7 +1,14 @@
-//! The API server's checks on the workloads `simulate` reads (pods, Deployments, ReplicaSets,
-//! StatefulSets, Jobs, DaemonSets), on the raw document so every message names the field: counts
-//! that may not be negative, resource quantities, topology spread constraints, tolerations and
-//! node-affinity operators. What the API server would refuse must not be planned.
+//! Workloads as Kubernetes makes them. Here, the API server's checks on the workloads `simulate`
+//! reads (pods, Deployments, ReplicaSets, StatefulSets, Jobs, DaemonSets, RuntimeClasses), on the
+//! raw document so every message names the field: counts that may not be negative, resource
+//! quantities, topology spread constraints, tolerations and node-affinity operators. What the API
+//! server would refuse must not be planned. Then admission (`admission`: RuntimeClass, the
+//! claims of a StatefulSet) and the controllers' expansion into pods (`expand`).
+
+mod admission;
+mod expand;
+
+pub use expand::{Workload, WorkloadSource};
 
 use karpenter_core::resources::Quantity;
 use serde_json::Value;
@@ -17,14 +24,22 @@ const NODE_SELECTOR_OPERATORS: [&str; 6] = ["In", "NotIn", "Exists", "DoesNotExi
 /// Checks one object of `kind`; empty when it is fine (or not a workload).
 pub fn check(kind: &str, value: &Value) -> Vec<Finding> {
     let mut out = Vec::new();
+    if kind == "RuntimeClass" {
+        runtime_class(value, &mut out);
+        return out;
+    }
     let pod_spec_path = match kind {
         "Pod" => "spec",
         "Deployment" | "ReplicaSet" | "StatefulSet" | "Job" | "DaemonSet" => "spec.template.spec",
         _ => return out,
     };
     match kind {
-        "Deployment" | "ReplicaSet" | "StatefulSet" => {
+        "Deployment" | "ReplicaSet" => {
             count(value, "spec.replicas", &mut out);
+        }
+        "StatefulSet" => {
+            count(value, "spec.replicas", &mut out);
+            claim_templates(value, &mut out);
         }
         "Job" => {
             count(value, "spec.parallelism", &mut out);
@@ -46,6 +61,55 @@ pub fn check(kind: &str, value: &Value) -> Vec<Finding> {
         )),
     }
     out
+}
+
+/// A StatefulSet's claims are named after their templates: each needs a name, used once.
+fn claim_templates(value: &Value, out: &mut Vec<Finding>) {
+    let Some(Value::Array(templates)) = at(value, "spec.volumeClaimTemplates") else {
+        return;
+    };
+    let mut seen = Vec::new();
+    for (i, template) in templates.iter().enumerate() {
+        let path = format!("spec.volumeClaimTemplates[{i}].metadata.name");
+        match template.pointer("/metadata/name").and_then(Value::as_str) {
+            None | Some("") => out.push((
+                path,
+                "Required value".into(),
+                "name the template: replica i's claim is <template>-<statefulset>-<i>".into(),
+            )),
+            Some(name) if seen.contains(&name) => out.push((
+                path,
+                format!("Duplicate value: {name:?}"),
+                "give each volumeClaimTemplate its own name".into(),
+            )),
+            Some(name) => seen.push(name),
+        }
+        if let Some(requests) = template.pointer("/spec/resources/requests") {
+            quantities(
+                requests,
+                &format!("spec.volumeClaimTemplates[{i}].spec.resources.requests"),
+                out,
+            );
+        }
+    }
+}
+
+/// A RuntimeClass needs a handler; its fixed pod overhead is a map of quantities.
+fn runtime_class(value: &Value, out: &mut Vec<Finding>) {
+    if value
+        .get("handler")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        out.push((
+            "handler".into(),
+            "Required value".into(),
+            "name the CRI handler, e.g. handler: runc".into(),
+        ));
+    }
+    if let Some(pod_fixed) = at(value, "overhead.podFixed") {
+        quantities(pod_fixed, "overhead.podFixed", out);
+    }
 }
 
 /// The value at a dotted path of object keys.

@@ -5,3 +5,4 @@
 
 mod provider;
 mod simulate;
+mod workloads;

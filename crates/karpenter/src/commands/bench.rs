@@ -7,6 +7,8 @@ use karpenter_core::scheduling::benchmark;
 use karpenter_core::scheduling::{PreferencePolicy, Scheduler};
 use serde::Serialize;
 
+use crate::output;
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(subcommand)]
@@ -128,29 +130,29 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        output::json(&rows)?;
     } else {
         let pods: usize = rows.iter().map(|r| r.pods).sum();
         let seconds: f64 = rows.iter().map(|r| r.seconds).sum();
-        println!(
+        output::line(&format!(
             "total: {pods} pods in {seconds:.3}s ({:.0} pods/s)",
             pods as f64 / seconds.max(1e-9)
-        );
+        ));
     }
     let failed = rows
         .iter()
         .any(|r| r.unschedulable > 0 || wrong_node_count(r).is_some());
     for r in rows.iter().filter(|r| r.unschedulable > 0) {
-        eprintln!(
+        output::say(format!(
             "{} {} pods: {} unschedulable",
             r.workload, r.pods, r.unschedulable
-        );
+        ));
     }
     for (r, expected) in rows.iter().filter_map(|r| Some((r, wrong_node_count(r)?))) {
-        eprintln!(
+        output::say(format!(
             "diverse {} pods: {} NodeClaims, expected {expected} (pods / 5)",
             r.pods, r.node_claims
-        );
+        ));
     }
     Ok(if failed {
         ExitCode::FAILURE
@@ -168,16 +170,16 @@ fn wrong_node_count(row: &Row) -> Option<usize> {
 
 fn print_row(row: Option<&Row>, header: bool) {
     if header {
-        println!(
+        output::line(&format!(
             "{:<20} {:>7} {:>11} {:>13} {:>10} {:>12}",
             "workload", "pods", "nodeclaims", "unschedulable", "seconds", "pods/s"
-        );
+        ));
     }
     if let Some(r) = row {
-        println!(
+        output::line(&format!(
             "{:<20} {:>7} {:>11} {:>13} {:>10.4} {:>12.0}",
             r.workload, r.pods, r.node_claims, r.unschedulable, r.seconds, r.pods_per_second
-        );
+        ));
     }
 }
 

@@ -10,6 +10,7 @@ use karpenter_api::validation::{Outcome, validate_document};
 use karpenter_sim::simulate::sources::objects;
 
 use super::input::{EXIT_NOTHING_CHECKED, read_inputs};
+use crate::output;
 
 /// Output format of `karpenter convert`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -57,12 +58,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     if inputs.is_empty() {
-        eprintln!("nothing converted: the input holds no documents");
+        output::say("nothing converted: the input holds no documents");
         return Ok(ExitCode::from(EXIT_NOTHING_CHECKED));
     }
     let (outputs, warnings) = convert(&inputs);
     for warning in &warnings {
-        eprintln!("warning: {warning}");
+        output::warning(warning);
     }
     let mut failed = false;
     let mut yaml_docs: Vec<String> = Vec::new();
@@ -80,10 +81,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     if let Outcome::Invalid(errors) = report.outcome {
                         failed = true;
                         for error in errors {
-                            eprintln!(
-                                "error: {}:{}: converted {}/{} does not validate: {error}",
+                            output::error(format!(
+                                "{}:{}: converted {}/{} does not validate: {error}",
                                 input.source, input.index, report.kind, report.name
-                            );
+                            ));
                         }
                     }
                     match args.output {
@@ -104,29 +105,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                         .unwrap_or("<unknown>")
                         .to_string()
                 };
-                eprintln!(
-                    "error: {}:{}: {}/{}: {reason}",
+                output::error(format!(
+                    "{}:{}: {}/{}: {reason}",
                     input.source,
                     input.index,
                     text("/kind"),
                     text("/metadata/name")
-                );
+                ));
             }
         }
     }
     match args.output {
-        Format::Yaml => {
-            for doc in yaml_docs {
-                print!("---\n{doc}");
-                if !doc.ends_with('\n') {
-                    println!();
-                }
-            }
-        }
+        Format::Yaml => output::yaml_documents(&yaml_docs),
         Format::Json => {
             let list =
                 serde_json::json!({ "apiVersion": "v1", "kind": "List", "items": json_items });
-            println!("{}", serde_json::to_string_pretty(&list)?);
+            output::json(&list)?;
         }
     }
     Ok(if failed {

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use karpenter_api::crd;
 
+use crate::output;
+
 /// Flags of `karpenter crds`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -23,12 +25,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 let path = dir.join(name);
                 std::fs::write(&path, yaml)
                     .with_context(|| format!("writing {}", path.display()))?;
-                eprintln!("wrote {}", path.display());
+                output::say(format!("wrote {}", path.display()));
             }
         }
         None => {
             for (_, yaml) in rendered {
-                print!("{yaml}");
+                output::text(&yaml);
             }
         }
     }

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use karpenter_sim::simulate::sources::{Sources, read_sources};
 
+use crate::output;
+
 /// Exit code when the input held nothing the command could check or use (empty files, empty
 /// stdin, only skipped documents): never a silent success.
 pub const EXIT_NOTHING_CHECKED: u8 = 2;
@@ -13,7 +15,7 @@ pub const EXIT_NOTHING_CHECKED: u8 = 2;
 pub fn read_inputs(files: &[PathBuf]) -> anyhow::Result<Sources> {
     let read = read_sources(files, &mut std::io::stdin().lock())?;
     for note in &read.notes {
-        eprintln!("note: {note}");
+        output::note(note);
     }
     Ok(read)
 }

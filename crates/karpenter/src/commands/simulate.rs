@@ -4,10 +4,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
-use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
+use comfy_table::{Cell, CellAlignment};
 use karpenter_catalog::pricing::SPOT_MODEL_NOTE;
 use karpenter_catalog::{Catalog, DEFAULT_REGION};
 use karpenter_core::clock::SystemClock;
@@ -16,17 +15,10 @@ use karpenter_sim::SimCloudProvider;
 use karpenter_sim::simulate::{self, ManifestError, Manifests, Plan};
 
 use super::input::read_inputs;
+use crate::output::{self, Format};
 
 /// Above this many pending pods, show a progress spinner on stderr (when it is a terminal).
 const LARGE_INPUT_PODS: usize = 1000;
-
-/// Output formats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
-    Table,
-    Json,
-    Yaml,
-}
 
 /// Flags of `karpenter simulate`.
 #[derive(Debug, clap::Args)]
@@ -47,8 +39,8 @@ pub struct Args {
     #[arg(long, default_value = DEFAULT_REGION)]
     pub region: String,
     /// Output format.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
-    pub output: OutputFormat,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    pub output: Format,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -58,22 +50,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // Every problem on its own line, each naming its document and field.
         Err(ManifestError::Invalid(problems)) => {
             for problem in &problems {
-                eprintln!("error: {problem}");
+                output::error(problem);
             }
-            eprintln!(
+            output::say(format!(
                 "simulate: {} problem(s) in the input; nothing planned",
                 problems.len()
-            );
+            ));
             return Ok(ExitCode::FAILURE);
         }
         Err(err) => return Err(err.into()),
     }
-    if args.output == OutputFormat::Table {
+    if args.output == Format::Table {
         for ignored in &manifests.ignored {
-            eprintln!(
-                "note: {}: {}/{}: ignored: {}",
+            output::note(format!(
+                "{}: {}/{}: ignored: {}",
                 ignored.document, ignored.kind, ignored.name, ignored.reason
-            );
+            ));
         }
     }
 
@@ -91,31 +83,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => SimCloudProvider::new(&args.region, clock)?,
     };
 
-    let progress = (manifests.pending_pods.len() >= LARGE_INPUT_PODS).then(|| {
-        let bar =
-            indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
-        bar.set_message(format!("scheduling {} pods", manifests.pending_pods.len()));
-        bar.enable_steady_tick(Duration::from_millis(100));
-        bar
-    });
+    let progress = (manifests.pending_pods.len() >= LARGE_INPUT_PODS)
+        .then(|| output::spinner(format!("scheduling {} pods", manifests.pending_pods.len())));
     let outcome = simulate::plan(&manifests, &provider);
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
     let outcome = outcome?;
     for warning in &outcome.warnings {
-        eprintln!("warning: {warning}");
+        output::warning(warning);
     }
-
-    match args.output {
-        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&outcome.plan)?),
-        OutputFormat::Yaml => print!("{}", serde_saphyr::to_string(&outcome.plan)?),
-        OutputFormat::Table => {
-            let approximated = !custom
-                && Catalog::embedded().is_ok_and(|c| c.prices_are_approximated(&args.region));
-            print!("{}", render_table(&outcome.plan, approximated));
-        }
-    }
+    output::render(args.output, &outcome.plan, |plan| {
+        let approximated =
+            !custom && Catalog::embedded().is_ok_and(|c| c.prices_are_approximated(&args.region));
+        render_table(plan, approximated)
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -135,11 +117,7 @@ fn render_table(plan: &Plan, prices_approximated: bool) -> String {
     let mut out = String::new();
     let any_spot = plan.node_claims.iter().any(|c| c.capacity_type == "spot");
     if !plan.node_claims.is_empty() {
-        let mut table = Table::new();
-        table
-            .load_style(UTF8_FULL_CONDENSED)
-            .set_content_arrangement(ContentArrangement::Dynamic);
-        table.set_header([
+        let mut table = output::table([
             "NODECLAIM",
             "NODEPOOL",
             "INSTANCE TYPE",
@@ -194,11 +172,7 @@ fn render_table(plan: &Plan, prices_approximated: bool) -> String {
         ));
     }
     if !plan.unschedulable.is_empty() {
-        let mut table = Table::new();
-        table
-            .load_style(UTF8_FULL_CONDENSED)
-            .set_content_arrangement(ContentArrangement::Dynamic);
-        table.set_header(["UNSCHEDULABLE POD", "REASON"]);
+        let mut table = output::table(["UNSCHEDULABLE POD", "REASON"]);
         for pod in &plan.unschedulable {
             table.add_row([&pod.pod, &pod.reason]);
         }

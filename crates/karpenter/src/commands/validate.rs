@@ -8,6 +8,7 @@ use karpenter_sim::simulate::sources::{DuplicateNames, identity, objects};
 use serde_json::Value;
 
 use super::input::{EXIT_NOTHING_CHECKED, read_inputs};
+use crate::output;
 
 /// Flags of `karpenter validate`.
 #[derive(Debug, clap::Args)]
@@ -29,9 +30,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 Ok(value) => value,
                 Err(err) => {
                     invalid += 1;
-                    println!(
+                    output::line(&format!(
                         "{location}: <unknown>/<unknown>: (document): invalid YAML: {err} (fix the YAML syntax)"
-                    );
+                    ));
                     continue;
                 }
             };
@@ -42,7 +43,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 Outcome::Invalid(errors) => errors,
                 Outcome::Skipped(reason) => {
                     skipped += 1;
-                    eprintln!("{location}: {object_name}: skipped: {reason}");
+                    output::say(format!("{location}: {object_name}: skipped: {reason}"));
                     continue;
                 }
             };
@@ -68,22 +69,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             } else {
                 invalid += 1;
                 for error in errors {
-                    println!("{location}: {object_name}: {error}");
+                    output::line(&format!("{location}: {object_name}: {error}"));
                 }
             }
         }
     }
     let summary = format!("{valid} valid, {invalid} invalid, {skipped} skipped");
     if invalid > 0 {
-        eprintln!("validation failed: {summary}");
+        output::say(format!("validation failed: {summary}"));
         Ok(ExitCode::FAILURE)
     } else if valid == 0 {
-        eprintln!(
+        output::say(format!(
             "nothing validated: {summary} (no karpenter.sh/v1 NodePool or NodeClaim, or karpenter.k8s.aws/v1 EC2NodeClass in the input)"
-        );
+        ));
         Ok(ExitCode::from(EXIT_NOTHING_CHECKED))
     } else {
-        println!("ok: {summary}");
+        output::line(&format!("ok: {summary}"));
         Ok(ExitCode::SUCCESS)
     }
 }

@@ -239,3 +239,32 @@ fn unknown_region_names_the_known_ones() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("us-east-1, us-west-2"), "{stderr}");
 }
+
+/// `examples/statefulset-zonal`: replicas with bound claims land in their volumes' zones; the
+/// others get claims from the default StorageClass, confined to its allowed zones.
+#[test]
+fn statefulset_example_lands_in_its_volumes_zones() {
+    let out = stdout(&karpenter(
+        &["simulate", "-f", "examples/statefulset-zonal", "-o", "json"],
+        None,
+    ));
+    let plan: Plan = serde_json::from_str(&out).unwrap();
+    assert!(plan.unschedulable.is_empty(), "{out}");
+    let zone_of = |pod: &str| {
+        plan.node_claims
+            .iter()
+            .find(|c| c.pods.iter().any(|p| p == pod))
+            .map(|c| c.zone.clone())
+            .unwrap_or_else(|| panic!("{pod} not placed: {out}"))
+    };
+    assert_eq!(zone_of("data/db-0"), "us-east-1a");
+    assert_eq!(zone_of("data/db-1"), "us-east-1b");
+    assert_eq!(zone_of("data/db-2"), "us-east-1c");
+    for pod in ["data/db-3", "data/db-4"] {
+        let zone = zone_of(pod);
+        assert!(
+            zone == "us-east-1a" || zone == "us-east-1b",
+            "{pod}: {zone}"
+        );
+    }
+}

@@ -1,0 +1,193 @@
+//! The solve loop: compile the pods, queue them (largest first), place each on an existing node,
+//! an open NodeClaim or a new one (relaxing preferences when it fails), then finalise the
+//! NodeClaims and explain every pod left over.
+
+use super::*;
+
+impl Engine {
+    /// Places the pod somewhere; on failure returns each NodePool's reason.
+    fn add(&mut self, pod: &PendingPod, d: &Derived) -> Result<(), Vec<(usize, Reject)>> {
+        for ni in 0..self.nodes.len() {
+            if let Ok(reqs) = self.node_check(ni, pod, d) {
+                self.node_add(ni, pod, reqs);
+                return Ok(());
+            }
+        }
+        // In-flight claims, fewest pods first (ties: oldest first). An anti-affinity on hostname
+        // that already counts every claim rules them all out without looking.
+        let all_blocked = d.hostname_groups.iter().any(|&(g, _)| {
+            let g = &self.topology.groups[g];
+            g.is_exclusive() && g.claims_counted >= self.claim_index.len()
+        });
+        let signatures: Vec<u32> = if all_blocked {
+            Vec::new()
+        } else {
+            (0..self.claim_index.signatures().len())
+                .filter(|&s| {
+                    let s = &self.claim_index.signatures()[s];
+                    self.signature_precheck(s.pool, &s.reqs, d)
+                })
+                .map(|s| s as u32)
+                .collect()
+        };
+        let found = self.claim_index.in_order(&signatures).find_map(|ci| {
+            let c = &self.claims[ci];
+            if !self.claim_precheck(c, pod, d) {
+                return None;
+            }
+            self.claim_check(
+                c.pool,
+                &c.reqs,
+                &c.types,
+                c.reserved,
+                &c.requests,
+                c.hostname,
+                &c.hostname_req,
+                pod,
+                d,
+            )
+            .ok()
+            .map(|p| (ci, p))
+        });
+        if let Some((ci, placement)) = found {
+            self.claim_add(ci, pod, placement);
+            return Ok(());
+        }
+        let mut errors = Vec::new();
+        for pi in 0..self.pools.len() {
+            match self.try_new_claim(pi, pod, d) {
+                Ok(()) => return Ok(()),
+                Err(e) => errors.push((pi, e)),
+            }
+        }
+        Err(errors)
+    }
+
+    fn try_schedule(&mut self, pod: &PendingPod) -> Result<(), (Attempt, Vec<(usize, Reject)>)> {
+        let mut attempt = Attempt::default();
+        loop {
+            let d = self.derive(pod, &attempt);
+            match self.add(pod, &d) {
+                Ok(()) => return Ok(()),
+                Err(errors) => {
+                    if !self.relax(pod, &mut attempt) {
+                        return Err((attempt, errors));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Runs one scheduling simulation.
+pub(crate) fn solve<P: std::borrow::Borrow<Pod>>(
+    input: SchedulerInput,
+    pods: &[P],
+) -> SchedulingResults {
+    let namespaces = namespace_labels(&input.namespaces);
+    let ctx = CompileContext {
+        namespaces: &namespaces,
+        volumes: &input.volumes,
+    };
+    let mut interner = Interner::new(&input.options.extra_well_known_labels);
+    let (infos, shapes) = compile_pending(pods, &ctx, &mut interner);
+    let mut engine = Engine::new(&input, &shapes, &ctx, interner);
+    drop(shapes);
+
+    let mut results = SchedulingResults::default();
+    let mut unschedulable: BTreeMap<usize, String> = BTreeMap::new();
+    let mut queue_pods: Vec<usize> = Vec::new();
+    for info in &infos {
+        if let Some(reason) = &info.invalid {
+            unschedulable.insert(info.index, reason.clone());
+        } else if info.ignored {
+            unschedulable.insert(
+                info.index,
+                "ignored: the pod requires karpenter.sh/nodepool DoesNotExist, so no NodePool may run it".to_string(),
+            );
+        } else if info.is_daemonset {
+            unschedulable.insert(
+                info.index,
+                "ignored: DaemonSet pods are placed by the DaemonSet controller".to_string(),
+            );
+        } else {
+            queue_pods.push(info.index);
+        }
+    }
+    // Queue order: CPU desc, memory desc, then input order.
+    queue_pods.sort_by(|&a, &b| {
+        let (pa, pb) = (&infos[a], &infos[b]);
+        pb.cpu()
+            .cmp(&pa.cpu())
+            .then_with(|| pb.memory().cmp(&pa.memory()))
+            .then_with(|| a.cmp(&b))
+    });
+    let mut queue: std::collections::VecDeque<usize> = queue_pods.into();
+    let mut last_len: HashMap<usize, usize> = HashMap::new();
+    let mut failures: HashMap<usize, (Attempt, Vec<(usize, Reject)>)> = HashMap::new();
+    while let Some(&p) = queue.front() {
+        // A full cycle through the queue without progress ends the solve.
+        if last_len.get(&p) == Some(&queue.len()) {
+            break;
+        }
+        queue.pop_front();
+        match engine.try_schedule(&infos[p]) {
+            Ok(()) => {
+                failures.remove(&p);
+            }
+            Err(f) => {
+                failures.insert(p, f);
+                queue.push_back(p);
+                last_len.insert(p, queue.len());
+            }
+        }
+    }
+    let mut failed: Vec<usize> = failures.keys().copied().collect();
+    failed.sort_unstable();
+    for p in failed {
+        if let Some((attempt, errors)) = failures.remove(&p) {
+            let text = engine.explain(&infos[p], &attempt, &errors);
+            unschedulable.insert(p, text);
+        }
+    }
+    let claims = std::mem::take(&mut engine.claims);
+    let mut shapes = FxMap::default();
+    let mut budget = engine.limit_budget();
+    for claim in &claims {
+        let types = engine.launchable_types(claim, &mut budget);
+        match engine.finalize(claim, &types, &mut shapes) {
+            Ok(nc) => results.new_node_claims.push(nc),
+            Err(reason) => {
+                for &p in &claim.pods {
+                    unschedulable.insert(p, reason.clone());
+                }
+            }
+        }
+    }
+    let mut placed_nodes: Vec<&Node> = engine
+        .nodes
+        .iter()
+        .filter(|n| !n.placed.is_empty())
+        .collect();
+    placed_nodes.sort_by_key(|n| n.input_index);
+    results.existing_nodes = placed_nodes
+        .into_iter()
+        .map(|n| ExistingNodePlacement {
+            node: n.name.clone(),
+            pods: n.placed.clone(),
+        })
+        .collect();
+    results.unschedulable = unschedulable
+        .into_iter()
+        .map(|(p, explanation)| {
+            let (namespace, name) = crate::pod::pod_key(std::borrow::Borrow::borrow(&pods[p]));
+            UnschedulablePod {
+                pod: p,
+                namespace,
+                name,
+                explanation,
+            }
+        })
+        .collect();
+    results
+}

@@ -1,0 +1,124 @@
+//! The one printer of the command line: what a command produces goes to stdout (documents,
+//! reports, `-o table|json|yaml` renderings), what it says to people goes to stderr (notes,
+//! warnings, errors, progress). Commands print nothing themselves, so the two streams, the
+//! formats and the house table style are decided here once; tests pin the bytes.
+
+use std::fmt::Display;
+
+use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
+use serde::Serialize;
+
+/// `-o` of the commands that render a result several ways.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Yaml,
+}
+
+/// Writes `text` to stdout as it is.
+pub fn text(text: &str) {
+    print!("{text}");
+}
+
+/// Writes one line to stdout.
+pub fn line(line: &str) {
+    println!("{line}");
+}
+
+/// Writes `value` to stdout as pretty JSON, with a final newline.
+pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
+    line(&serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// Writes `value` to stdout as one YAML document.
+pub fn yaml<T: Serialize>(value: &T) -> anyhow::Result<()> {
+    text(&serde_saphyr::to_string(value)?);
+    Ok(())
+}
+
+/// Writes `value` as JSON or YAML; `render` makes the table for people.
+pub fn render<T: Serialize>(
+    format: Format,
+    value: &T,
+    render: impl FnOnce(&T) -> String,
+) -> anyhow::Result<()> {
+    match format {
+        Format::Json => json(value),
+        Format::Yaml => yaml(value),
+        Format::Table => {
+            text(&render(value));
+            Ok(())
+        }
+    }
+}
+
+/// Writes YAML documents as one stream, each after a `---` line and ending with a newline.
+pub fn yaml_documents<S: AsRef<str>>(documents: &[S]) {
+    for doc in documents {
+        let doc = doc.as_ref();
+        text(&format!("---\n{doc}"));
+        if !doc.ends_with('\n') {
+            line("");
+        }
+    }
+}
+
+/// A table in the house style (compact UTF-8 borders, columns fitted to the terminal).
+pub fn table<I, S>(header: I) -> Table
+where
+    I: IntoIterator<Item = S>,
+    S: Into<comfy_table::Cell>,
+{
+    let mut table = Table::new();
+    table
+        .load_style(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic);
+    table.set_header(header);
+    table
+}
+
+/// A spinner on stderr while something long runs (drawn only when stderr is a terminal); the
+/// caller clears it with `finish_and_clear`.
+pub fn spinner(message: String) -> indicatif::ProgressBar {
+    let bar =
+        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    bar.set_message(message);
+    bar.enable_steady_tick(std::time::Duration::from_millis(100));
+    bar
+}
+
+/// Says something to people on stderr, as it is.
+pub fn say(message: impl Display) {
+    eprintln!("{message}");
+}
+
+/// `note: ...` on stderr: worth knowing, nothing wrong.
+pub fn note(message: impl Display) {
+    say(format_args!("note: {message}"));
+}
+
+/// `warning: ...` on stderr: the command went on, but the result may not be what was meant.
+pub fn warning(message: impl Display) {
+    say(format_args!("warning: {message}"));
+}
+
+/// `error: ...` on stderr.
+pub fn error(message: impl Display) {
+    say(format_args!("error: {message}"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_have_the_house_style() {
+        let mut t = table(["A", "B"]);
+        t.add_row(["x", "y"]);
+        let rendered = t.to_string();
+        assert!(rendered.starts_with('┌'), "{rendered}");
+        assert!(rendered.contains("│ A ┆ B │"), "{rendered}");
+    }
+}
