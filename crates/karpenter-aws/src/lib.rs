@@ -7,11 +7,13 @@
 pub mod amis;
 pub mod clients;
 pub mod error;
+pub mod instance_types;
 pub mod resolve;
 pub mod selectors;
 pub mod settings;
 
 pub use clients::{AwsClients, ClientOptions};
 pub use error::Error;
+pub use instance_types::{InstanceTypeProvider, InstanceTypesError};
 pub use resolve::NodeClassResolution;
 pub use settings::{Settings, SettingsError};

@@ -189,16 +189,21 @@ impl Catalog {
         region: &str,
         shape: &NodeClassShape,
     ) -> Result<Vec<InstanceType>, CatalogError> {
-        self.region_zones(region)?;
-        let empty = TypeZones::new();
-        let type_zones = self.type_zones.get(region).unwrap_or(&empty);
         Ok(build::instance_types(
             self.infos.values(),
             region,
-            type_zones,
+            self.type_zones(region)?,
             &self.prices(region),
             shape,
         ))
+    }
+
+    /// Instance type → zones of `region` offering it (what `DescribeInstanceTypeOfferings`
+    /// answers).
+    pub fn type_zones(&self, region: &str) -> Result<&TypeZones, CatalogError> {
+        self.region_zones(region)?;
+        static EMPTY: TypeZones = TypeZones::new();
+        Ok(self.type_zones.get(region).unwrap_or(&EMPTY))
     }
 
     /// Every `DescribeInstanceTypes` answer in the catalogue, by name.

@@ -38,7 +38,10 @@ fn generic_types_win_unless_there_are_none() {
         prefer_generic(&mut chosen, |t| t);
         chosen.iter().map(|t| t.name.clone()).collect()
     };
-    assert_eq!(pick(&["a1.metal", "m5.large", "p4d.24xlarge"]), ["m5.large"]);
+    assert_eq!(
+        pick(&["a1.metal", "m5.large", "p4d.24xlarge"]),
+        ["m5.large"]
+    );
     assert_eq!(
         pick(&["a1.metal", "p4d.24xlarge"]),
         ["a1.metal", "p4d.24xlarge"]
