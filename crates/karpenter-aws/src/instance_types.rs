@@ -241,11 +241,14 @@ pub struct InstanceTypeProvider {
     cache: Mutex<Cache>,
 }
 
+/// Instance types resolved for one NodeClass shape.
+pub type InstanceTypes = Arc<Vec<Arc<InstanceType>>>;
+
 #[derive(Default)]
 struct Cache {
     discovered: Option<(Arc<Discovered>, Timestamp)>,
     /// Per NodeClass shape (a handful: a linear search is enough); dropped on rediscovery.
-    resolved: Vec<(NodeClassShape, Timestamp, Arc<Vec<Arc<InstanceType>>>)>,
+    resolved: Vec<(NodeClassShape, Timestamp, InstanceTypes)>,
 }
 
 impl std::fmt::Debug for InstanceTypeProvider {
@@ -299,7 +302,7 @@ impl InstanceTypeProvider {
     pub async fn instance_types(
         &self,
         node_class: Option<&EC2NodeClass>,
-    ) -> Result<Arc<Vec<Arc<InstanceType>>>, InstanceTypesError> {
+    ) -> Result<InstanceTypes, InstanceTypesError> {
         let shape = match node_class {
             Some(node_class) => NodeClassShape::from_node_class(node_class, self.settings)?,
             None => NodeClassShape {
