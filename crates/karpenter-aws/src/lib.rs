@@ -10,6 +10,7 @@ pub mod error;
 pub mod fleet;
 pub mod iam;
 pub mod instance;
+pub mod instance_types;
 pub mod interruption;
 pub mod launch_template;
 pub mod provider;
@@ -21,5 +22,6 @@ pub mod userdata;
 
 pub use clients::{AwsClients, ClientOptions};
 pub use error::Error;
+pub use instance_types::{InstanceTypeProvider, InstanceTypesError};
 pub use resolve::NodeClassResolution;
 pub use settings::{Settings, SettingsError};

@@ -3,25 +3,31 @@
 //! The real EC2 data (instance types, zone offerings for us-east-1 and us-west-2, on-demand prices)
 //! is compiled into the binary gzip-compressed (`data/`, see its README for the regeneration
 //! command) and decoded once, on first use. [`Catalog::instance_types`] turns it into
-//! [`InstanceType`]s with upstream's capacity, overhead and label formulas.
+//! [`InstanceType`]s with upstream's capacity, overhead and label formulas;
+//! [`Catalog::instance_types_for`] does the same for an EC2NodeClass ([`NodeClassShape`]). Both go
+//! through [`build::instance_types`], which the aws provider calls with live EC2 answers.
 //!
 //! Prices: on-demand prices are real (AWS Price List, us-east-1; other regions reuse them as an
 //! approximation). Spot prices come from a documented deterministic model ([`pricing`]).
 
+pub mod build;
 pub mod ec2;
+pub mod exotic;
 pub mod formulas;
 pub mod labels;
+pub mod node_class;
 pub mod pricing;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::sync::OnceLock;
 
-use karpenter_api::well_known as wk;
-use karpenter_core::instance_type::{InstanceType, Offering};
+use karpenter_core::instance_type::InstanceType;
 use serde::Deserialize;
 
+pub use crate::build::{Prices, TypeZones};
 use crate::ec2::InstanceTypeInfo;
+pub use crate::node_class::{AmiFamily, NodeClassError, NodeClassShape, ProviderSettings};
 
 const INSTANCE_TYPES_GZ: &[u8] = include_bytes!("../data/instance-types.json.gz");
 const OFFERINGS_GZ: &[u8] = include_bytes!("../data/offerings.json.gz");
@@ -62,6 +68,8 @@ pub struct Catalog {
     infos: BTreeMap<String, InstanceTypeInfo>,
     /// region → zone → instance types offered there.
     zones: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    /// region → instance type → zones offering it (the same facts, the way EC2 answers them).
+    type_zones: BTreeMap<String, TypeZones>,
     /// region → instance type → USD/h.
     on_demand: BTreeMap<String, BTreeMap<String, f64>>,
     price_source: String,
@@ -104,12 +112,29 @@ impl Catalog {
                 file: "on-demand-prices.json",
                 message: e.to_string(),
             })?;
+        let zones: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = regions
+            .into_iter()
+            .map(|(region, o)| (region, o.zones))
+            .collect();
+        let type_zones = zones
+            .iter()
+            .map(|(region, by_zone)| {
+                let mut by_type = TypeZones::new();
+                for (zone, types) in by_zone {
+                    for name in types {
+                        by_type
+                            .entry(name.clone())
+                            .or_default()
+                            .insert(zone.clone());
+                    }
+                }
+                (region.clone(), by_type)
+            })
+            .collect();
         Ok(Catalog {
             infos,
-            zones: regions
-                .into_iter()
-                .map(|(region, o)| (region, o.zones))
-                .collect(),
+            zones,
+            type_zones,
             on_demand: prices.regions,
             price_source: prices.source,
         })
@@ -150,51 +175,52 @@ impl Catalog {
             .filter(|p| *p > 0.0)
     }
 
-    /// Every instance type Karpenter would discover in `region` (hvm, x86_64/arm64, offered in
-    /// at least one zone), sorted by name. Offerings: each zone offering the type × each
-    /// supported capacity type (`on-demand`, `spot`) that has a price; types without a price
-    /// have no offerings but are still listed.
+    /// Every instance type Karpenter would discover in `region` without an EC2NodeClass
+    /// ([`NodeClassShape::default`]: AL2023's numbers, no type excluded), sorted by name. Offerings: each zone offering the type ×
+    /// each supported capacity type (`on-demand`, `spot`) that has a price; types without a
+    /// price have no offerings but are still listed.
     pub fn instance_types(&self, region: &str) -> Result<Vec<InstanceType>, CatalogError> {
-        let zones = self.region_zones(region)?;
-        Ok(self
-            .infos
-            .values()
-            .filter(|info| info.is_discoverable())
-            .filter_map(|info| {
-                let offered_in: Vec<&str> = zones
-                    .iter()
-                    .filter(|(_, types)| types.contains(&info.instance_type))
-                    .map(|(zone, _)| zone.as_str())
-                    .collect();
-                if offered_in.is_empty() {
-                    return None;
-                }
-                Some(self.build(info, region, &offered_in))
-            })
-            .collect())
+        self.instance_types_for(region, &NodeClassShape::default())
     }
 
-    fn build(&self, info: &InstanceTypeInfo, region: &str, zones: &[&str]) -> InstanceType {
-        let name = &info.instance_type;
-        let supports = |class: &str| info.supported_usage_classes.iter().any(|c| c == class);
-        let mut offerings = Vec::new();
-        if let Some(on_demand) = self.on_demand_price(region, name) {
-            for zone in zones {
-                if supports(wk::CAPACITY_TYPE_ON_DEMAND) {
-                    offerings.push(offering(zone, wk::CAPACITY_TYPE_ON_DEMAND, on_demand));
-                }
-                if supports(wk::CAPACITY_TYPE_SPOT) {
-                    let spot = pricing::modelled_spot_price(name, zone, on_demand);
-                    offerings.push(offering(zone, wk::CAPACITY_TYPE_SPOT, spot));
-                }
-            }
-        }
-        InstanceType {
-            name: name.clone(),
-            labels: labels::labels(info, region),
-            capacity: formulas::capacity(info),
-            overhead: formulas::overhead(info),
-            offerings,
+    /// Like [`Self::instance_types`], shaped by an EC2NodeClass.
+    pub fn instance_types_for(
+        &self,
+        region: &str,
+        shape: &NodeClassShape,
+    ) -> Result<Vec<InstanceType>, CatalogError> {
+        Ok(build::instance_types(
+            self.infos.values(),
+            region,
+            self.type_zones(region)?,
+            &self.prices(region),
+            shape,
+        ))
+    }
+
+    /// Instance type → zones of `region` offering it (what `DescribeInstanceTypeOfferings`
+    /// answers).
+    pub fn type_zones(&self, region: &str) -> Result<&TypeZones, CatalogError> {
+        self.region_zones(region)?;
+        static EMPTY: TypeZones = TypeZones::new();
+        Ok(self.type_zones.get(region).unwrap_or(&EMPTY))
+    }
+
+    /// Every `DescribeInstanceTypes` answer in the catalogue, by name.
+    pub fn instance_type_infos(&self) -> impl Iterator<Item = &InstanceTypeInfo> {
+        self.infos.values()
+    }
+
+    /// The embedded answer for `instance_type`.
+    pub fn instance_type_info(&self, instance_type: &str) -> Option<&InstanceTypeInfo> {
+        self.infos.get(instance_type)
+    }
+
+    /// The catalogue's prices for `region`: real on-demand, modelled spot ([`pricing`]).
+    pub fn prices<'a>(&'a self, region: &'a str) -> CatalogPrices<'a> {
+        CatalogPrices {
+            catalog: self,
+            region,
         }
     }
 
@@ -211,14 +237,21 @@ impl Catalog {
     }
 }
 
-fn offering(zone: &str, capacity_type: &str, price: f64) -> Offering {
-    Offering {
-        zone: zone.to_string(),
-        capacity_type: capacity_type.to_string(),
-        price,
-        available: true,
-        reservation_id: None,
-        reservation_capacity: None,
+/// [`Prices`] from the embedded tables (see [`Catalog::prices`]).
+#[derive(Clone, Copy, Debug)]
+pub struct CatalogPrices<'a> {
+    catalog: &'a Catalog,
+    region: &'a str,
+}
+
+impl Prices for CatalogPrices<'_> {
+    fn on_demand(&self, instance_type: &str) -> Option<f64> {
+        self.catalog.on_demand_price(self.region, instance_type)
+    }
+
+    fn spot(&self, instance_type: &str, zone: &str) -> Option<f64> {
+        self.on_demand(instance_type)
+            .map(|on_demand| pricing::modelled_spot_price(instance_type, zone, on_demand))
     }
 }
 

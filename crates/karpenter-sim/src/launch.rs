@@ -1,7 +1,9 @@
 //! Which offering a launch picks, the way EC2 CreateFleet does for Karpenter: among the
 //! NodeClaim's options (instance types allowed by its requirements whose allocatable fits its
-//! requests), the first capacity type of `reserved` → `spot` → `on-demand` that is allowed and has
-//! an available offering, then the cheapest such offering (ties: type name, then zone).
+//! requests), without metal/GPU/accelerator types when any other type remains (upstream's exotic
+//! filter, `karpenter_catalog::exotic`), the first capacity type of `reserved` → `spot` →
+//! `on-demand` that is allowed and has an available offering, then the cheapest such offering
+//! (ties: type name, then zone).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -115,6 +117,8 @@ pub fn candidates<'a>(
                 })
         })
         .collect();
+    // Like upstream's launch: metal and accelerator types only when nothing else fits.
+    karpenter_catalog::exotic::prefer_generic(&mut all, |c| c.instance_type);
     let Some(capacity_type) = CAPACITY_TYPE_PREFERENCE
         .iter()
         .find(|ct| all.iter().any(|c| c.offering.capacity_type == **ct))

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use karpenter_api::v1::{EC2NodeClass, NodeClassReference, NodeSelectorRequirementWithMinValues};
 use karpenter_api::well_known as wk;
 use karpenter_api::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodePool};
-use karpenter_catalog::Catalog;
+use karpenter_catalog::{Catalog, NodeClassShape, ProviderSettings};
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::{
     CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
@@ -97,9 +97,25 @@ struct SimState {
     injected_faults: VecDeque<CloudError>,
 }
 
+/// Instance types by name.
+type TypeMap = BTreeMap<String, Arc<InstanceType>>;
+
+/// The catalogue as EC2NodeClasses shape it (see [`SimCloudProvider::instance_types_for`]).
+#[derive(Default)]
+struct ShapedTypes {
+    /// Built types per distinct shape (a handful of NodeClasses: a linear search is enough).
+    by_shape: Vec<(NodeClassShape, Arc<TypeMap>)>,
+    /// The types last handed out for each EC2NodeClass name: launches for NodeClaims referring
+    /// to it pick from these, so they agree with what the scheduler saw.
+    by_node_class: BTreeMap<String, Arc<TypeMap>>,
+}
+
 struct Inner {
     region: String,
-    types: BTreeMap<String, Arc<InstanceType>>,
+    types: Arc<TypeMap>,
+    /// Set when the types come from the embedded catalogue (then NodeClasses can shape them).
+    catalog: Option<&'static Catalog>,
+    shaped: Mutex<ShapedTypes>,
     clock: Arc<dyn Clock>,
     state: Mutex<SimState>,
 }
@@ -126,14 +142,25 @@ fn offering_key(capacity_type: &str, instance_type: &str, zone: &str) -> String 
 impl SimCloudProvider {
     /// A provider over the embedded AWS catalogue for `region`.
     pub fn new(region: &str, clock: Arc<dyn Clock>) -> Result<Self, SimError> {
-        let types = Catalog::embedded()?.instance_types(region)?;
-        Ok(Self::with_instance_types(region, types, clock))
+        let catalog = Catalog::embedded()?;
+        let types = catalog.instance_types(region)?;
+        Ok(Self::build(region, types, Some(catalog), clock))
     }
 
     /// A provider over custom instance types (tests, what-if studies).
+    /// EC2NodeClasses do not change custom types (there is no EC2 description to shape).
     pub fn with_instance_types(
         region: &str,
         types: Vec<InstanceType>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self::build(region, types, None, clock)
+    }
+
+    fn build(
+        region: &str,
+        types: Vec<InstanceType>,
+        catalog: Option<&'static Catalog>,
         clock: Arc<dyn Clock>,
     ) -> Self {
         let types = types
@@ -147,7 +174,9 @@ impl SimCloudProvider {
         Self {
             inner: Arc::new(Inner {
                 region: region.to_string(),
-                types,
+                types: Arc::new(types),
+                catalog,
+                shaped: Mutex::new(ShapedTypes::default()),
                 clock,
                 state: Mutex::new(SimState {
                     ledger,
@@ -218,14 +247,101 @@ impl SimCloudProvider {
         self.inner.types.values()
     }
 
+    fn shaped(&self) -> MutexGuard<'_, ShapedTypes> {
+        // Only caches live here: a poisoned lock still holds consistent entries.
+        self.inner.shaped.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The catalogue as `node_class` shapes it (`None`: unshaped), built once per distinct shape.
+    fn types_for(&self, node_class: Option<&EC2NodeClass>) -> Result<Arc<TypeMap>, CloudError> {
+        let (Some(node_class), Some(catalog)) = (node_class, self.inner.catalog) else {
+            return Ok(Arc::clone(&self.inner.types));
+        };
+        let shape = NodeClassShape::from_node_class(node_class, ProviderSettings::default())
+            .map_err(|e| CloudError::NodeClassNotReady(e.to_string()))?;
+        if let Some((_, types)) = self.shaped().by_shape.iter().find(|(s, _)| *s == shape) {
+            return Ok(Arc::clone(types));
+        }
+        let types: TypeMap = catalog
+            .instance_types_for(&self.inner.region, &shape)
+            .map_err(|e| CloudError::other_from(e.to_string(), e))?
+            .into_iter()
+            .map(|t| (t.name.clone(), Arc::new(t)))
+            .collect();
+        let types = Arc::new(types);
+        self.shaped().by_shape.push((shape, Arc::clone(&types)));
+        Ok(types)
+    }
+
+    /// The types a launch for `node_claim` picks from: those last handed out for its
+    /// EC2NodeClass, else the unshaped catalogue.
+    fn launch_types(&self, node_claim: &NodeClaim) -> Arc<TypeMap> {
+        let class = &node_claim.spec.node_class_ref;
+        self.shaped()
+            .by_node_class
+            .get(&class.name)
+            .filter(|_| class.kind == "EC2NodeClass")
+            .map_or_else(|| Arc::clone(&self.inner.types), Arc::clone)
+    }
+
+    /// Every instance type for `node_pool`, shaped by its EC2NodeClass (kubelet, block devices,
+    /// AMI family: `karpenter_catalog::NodeClassShape`), offerings marked unavailable after a
+    /// shortage. Launches for the pool's NodeClaims then pick from the same shaped types.
+    pub fn instance_types_for(
+        &self,
+        node_pool: &NodePool,
+        node_class: Option<&EC2NodeClass>,
+    ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
+        let types = self.types_for(node_class)?;
+        let class_name = &node_pool.spec.template.spec.node_class_ref.name;
+        {
+            let mut shaped = self.shaped();
+            if node_class.is_some() && self.inner.catalog.is_some() {
+                shaped
+                    .by_node_class
+                    .insert(class_name.clone(), Arc::clone(&types));
+            } else {
+                shaped.by_node_class.remove(class_name);
+            }
+        }
+        let now = self.inner.clock.now();
+        let state = self.state();
+        let unavailable = &state.ledger.unavailable_offerings;
+        let marked_types: BTreeSet<&str> = unavailable
+            .iter()
+            .filter(|(_, until)| **until > now)
+            .filter_map(|(key, _)| key.split(':').nth(1))
+            .collect();
+        Ok(types
+            .values()
+            .map(|it| {
+                if !marked_types.contains(it.name.as_str()) {
+                    return Arc::clone(it);
+                }
+                let mut copy = InstanceType::clone(it);
+                for o in &mut copy.offerings {
+                    if is_marked(
+                        unavailable,
+                        &offering_key(&o.capacity_type, &copy.name, &o.zone),
+                        now,
+                    ) {
+                        o.available = false;
+                    }
+                }
+                Arc::new(copy)
+            })
+            .collect())
+    }
+
     /// What `create` would launch for `node_claim` right now (no side effects; offerings
     /// marked unavailable are skipped, simulated shortages not yet discovered are not).
     pub fn launch_choice(&self, node_claim: &NodeClaim) -> Result<LaunchChoice, CloudError> {
         let (requirements, requests) = parse_claim(node_claim)?;
+        let types = self.launch_types(node_claim);
         let now = self.inner.clock.now();
         let state = self.state();
         let unavailable = &state.ledger.unavailable_offerings;
-        launch::candidates(&self.inner.types, &requirements, &requests, |it, o| {
+        launch::candidates(&types, &requirements, &requests, |it, o| {
             !is_marked(
                 unavailable,
                 &offering_key(&o.capacity_type, &it.name, &o.zone),
@@ -291,6 +407,7 @@ impl SimCloudProvider {
     }
 
     fn launch(&self, node_claim: &NodeClaim) -> Result<NodeClaim, CloudError> {
+        let types = self.launch_types(node_claim);
         let now = self.inner.clock.now();
         let mut state = self.state();
         let name = node_claim.metadata.name.clone().unwrap_or_default();
@@ -317,14 +434,13 @@ impl SimCloudProvider {
             insufficient_capacity,
             ..
         } = &mut *state;
-        let candidates =
-            launch::candidates(&self.inner.types, &requirements, &requests, |it, o| {
-                !is_marked(
-                    &ledger.unavailable_offerings,
-                    &offering_key(&o.capacity_type, &it.name, &o.zone),
-                    now,
-                )
-            });
+        let candidates = launch::candidates(&types, &requirements, &requests, |it, o| {
+            !is_marked(
+                &ledger.unavailable_offerings,
+                &offering_key(&o.capacity_type, &it.name, &o.zone),
+                now,
+            )
+        });
         if candidates.is_empty() {
             return Err(launch::no_offering_error(&requirements));
         }
@@ -343,7 +459,7 @@ impl SimCloudProvider {
             } else {
                 launched = Some((
                     candidate.choice(),
-                    Arc::clone(&self.inner.types[&candidate.instance_type.name]),
+                    Arc::clone(&types[&candidate.instance_type.name]),
                 ));
                 break;
             }
@@ -583,38 +699,10 @@ impl CloudProvider for SimCloudProvider {
 
     async fn instance_types(
         &self,
-        _node_pool: &NodePool,
-        _node_class: Option<&EC2NodeClass>,
+        node_pool: &NodePool,
+        node_class: Option<&EC2NodeClass>,
     ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
-        let now = self.inner.clock.now();
-        let state = self.state();
-        let unavailable = &state.ledger.unavailable_offerings;
-        let marked_types: BTreeSet<&str> = unavailable
-            .iter()
-            .filter(|(_, until)| **until > now)
-            .filter_map(|(key, _)| key.split(':').nth(1))
-            .collect();
-        Ok(self
-            .inner
-            .types
-            .values()
-            .map(|it| {
-                if !marked_types.contains(it.name.as_str()) {
-                    return Arc::clone(it);
-                }
-                let mut copy = InstanceType::clone(it);
-                for o in &mut copy.offerings {
-                    if is_marked(
-                        unavailable,
-                        &offering_key(&o.capacity_type, &copy.name, &o.zone),
-                        now,
-                    ) {
-                        o.available = false;
-                    }
-                }
-                Arc::new(copy)
-            })
-            .collect())
+        self.instance_types_for(node_pool, node_class)
     }
 
     async fn is_drifted(&self, _node_claim: &NodeClaim) -> Result<Option<DriftReason>, CloudError> {

@@ -2,7 +2,9 @@
 //! `./scripts/test.sh` (see `harness`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
 
+mod agreement;
 mod harness;
 mod moto_amis;
+mod moto_instance_types;
 mod moto_launch;
 mod moto_network;

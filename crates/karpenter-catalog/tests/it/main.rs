@@ -8,6 +8,9 @@ use karpenter_catalog::{Catalog, CatalogError};
 use karpenter_core::instance_type::InstanceType;
 use karpenter_core::resources::Quantity;
 
+mod exotic;
+mod node_class;
+
 fn q(s: &str) -> Quantity {
     Quantity::parse(s).unwrap()
 }

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Pod, Taint};
 use karpenter_api::validation;
 use karpenter_api::well_known as wk;
 use karpenter_api::{NodeClaim, NodePool};
+use karpenter_catalog::{NodeClassShape, ProviderSettings};
 use karpenter_core::instance_type::InstanceType;
 use karpenter_core::pod::pod_key;
 use karpenter_core::provisioning::{self as pipeline, Snapshot, nodeclaim};
@@ -31,6 +32,11 @@ pub enum SimulateError {
     NoNodePool,
     #[error("invalid NodePool {name}: {message}")]
     InvalidNodePool { name: String, message: String },
+    /// A field of an EC2NodeClass that cannot shape instance types (named in the message).
+    #[error("invalid {0}")]
+    InvalidNodeClass(#[from] karpenter_catalog::NodeClassError),
+    #[error("NodePool {name}: {message}")]
+    InstanceTypes { name: String, message: String },
     #[error("invalid Node {name}: {message}")]
     InvalidNode { name: String, message: String },
     #[error("invalid NodeClaim {name}: {message}")]
@@ -169,21 +175,34 @@ pub fn plan_with(
         return Err(SimulateError::NoNodePool);
     }
     let mut warnings = Vec::new();
+    // Each pool's types, shaped by its EC2NodeClass; the launch choice below uses the same ones.
+    let mut pool_types: BTreeMap<String, Vec<Arc<InstanceType>>> = BTreeMap::new();
     for node_pool in &manifests.node_pools {
         check_node_pool(node_pool)?;
         let name = node_pool.metadata.name.clone().unwrap_or_default();
         let class = &node_pool.spec.template.spec.node_class_ref;
-        if class.kind == "EC2NodeClass"
-            && !manifests
-                .node_classes
-                .iter()
-                .any(|c| c.metadata.name.as_deref() == Some(class.name.as_str()))
-        {
+        let node_class = manifests
+            .node_classes
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(class.name.as_str()))
+            .filter(|_| class.kind == "EC2NodeClass");
+        if class.kind == "EC2NodeClass" && node_class.is_none() {
             warnings.push(format!(
                 "NodePool {name} refers to EC2NodeClass {} which is not in the input; planning as if it were ready",
                 class.name
             ));
         }
+        if let Some(node_class) = node_class {
+            // The same parse the provider does, for an error that names the field.
+            NodeClassShape::from_node_class(node_class, ProviderSettings::default())?;
+        }
+        let types = provider
+            .instance_types_for(node_pool, node_class)
+            .map_err(|e| SimulateError::InstanceTypes {
+                name: name.clone(),
+                message: e.to_string(),
+            })?;
+        pool_types.insert(name.clone(), types);
     }
     let by_node = manifests.pods_by_node();
     for (node, pods) in &by_node {
@@ -200,10 +219,11 @@ pub fn plan_with(
     }
 
     let state = manifests.cluster_state();
-    let catalogue: Vec<Arc<InstanceType>> = provider.catalog_types().cloned().collect();
     let mut snapshot = Snapshot::new(&state, options, Timestamp::UNIX_EPOCH);
     for pool in pipeline::dynamic_pools(&state) {
-        snapshot = snapshot.offer(pool, &catalogue);
+        let name = pool.metadata.name.as_deref().unwrap_or_default();
+        let types = pool_types.get(name).map(Vec::as_slice).unwrap_or_default();
+        snapshot = snapshot.offer(pool, types);
     }
     let prepared = snapshot.scheduler_input();
     if let Some(problem) = prepared.problems.first() {
@@ -268,8 +288,10 @@ pub fn plan_with(
             Ok(choice) => {
                 // The labels the node will carry: the launched type's, then zone and capacity
                 // type, then the NodeClaim's own.
-                let launched = provider
-                    .catalog_types()
+                let launched = pool_types
+                    .get(&node_pool)
+                    .into_iter()
+                    .flatten()
                     .find(|t| t.name == choice.instance_type);
                 let mut labels = launched.map(|t| t.labels.clone()).unwrap_or_default();
                 labels.insert(wk::ZONE_LABEL.to_string(), choice.zone.clone());
