@@ -51,7 +51,7 @@ pub fn provider_id(claim: &NodeClaim) -> Option<&str> {
 }
 
 /// The Node's `Ready` condition is `True` (the kubelet's verdict).
-fn node_is_ready(node: &Node) -> bool {
+pub(crate) fn node_is_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
