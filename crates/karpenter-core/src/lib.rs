@@ -5,6 +5,7 @@
 
 pub mod clock;
 pub mod cloud_provider;
+pub mod disruption;
 pub mod drain;
 pub mod instance_type;
 pub mod nodeclaim_lifecycle;

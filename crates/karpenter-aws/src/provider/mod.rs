@@ -668,7 +668,10 @@ mod tests {
     #[tokio::test]
     async fn without_an_instance_type_source_the_error_says_so() {
         let provider = offline_provider(None).await;
-        let err = provider.instance_types(&node_pool(), None).await.unwrap_err();
+        let err = provider
+            .instance_types(&node_pool(), None)
+            .await
+            .unwrap_err();
         assert!(err.to_string().contains("no instance-type source"), "{err}");
         let mut other = node_pool();
         other.spec.template.spec.node_class_ref.name = "missing".into();

@@ -43,7 +43,7 @@ fn fully_blocking(pdb: &PodDisruptionBudget) -> bool {
 
 /// Same namespace and the PDB's selector matches (a missing selector selects nothing, an empty
 /// one everything, as in `policy/v1`). An unparseable selector selects nothing.
-fn selects(pdb: &PodDisruptionBudget, pod: &Pod) -> bool {
+pub(crate) fn selects(pdb: &PodDisruptionBudget, pod: &Pod) -> bool {
     if pdb.namespace() != pod.namespace() {
         return false;
     }

@@ -1,0 +1,2 @@
+pub mod candidates;
+pub mod emptiness;
