@@ -20,7 +20,7 @@ use kube_core::ResourceExt;
 use crate::drain::tolerates_disruption;
 use crate::instance_type::InstanceType;
 use crate::pod;
-use crate::provisioning::reschedulable::selects;
+use crate::provisioning::reschedulable::{moves_with_its_node, selects};
 use crate::state::{ClusterState, StateNode, object_key};
 
 /// How a method disrupts, which decides whether pod-level blocks apply (upstream
@@ -317,7 +317,7 @@ fn candidate<'a>(
     let reschedulable_pods = pods
         .iter()
         .copied()
-        .filter(|p| is_reschedulable(p))
+        .filter(|p| moves_with_its_node(p))
         .collect();
     Ok(Candidate {
         node,
@@ -330,17 +330,6 @@ fn candidate<'a>(
         pods,
         reschedulable_pods,
     })
-}
-
-/// Upstream `IsReschedulable`: active, or a terminating StatefulSet pod (its replacement waits
-/// for it to be gone); never a DaemonSet or static pod.
-pub fn is_reschedulable(pod: &Pod) -> bool {
-    let active = is_active(pod);
-    let terminating_stateful_set =
-        pod::is_terminating(pod) && !pod::is_terminal(pod) && pod::is_owned_by(pod, "StatefulSet");
-    (active || terminating_stateful_set)
-        && !pod::is_owned_by_daemonset(pod)
-        && !pod::is_owned_by_node(pod)
 }
 
 /// Neither finished nor being deleted.
