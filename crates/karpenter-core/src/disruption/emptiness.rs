@@ -16,7 +16,8 @@
 //!   records; reading them from the pods keeps a fresh bind from counting as idle time when the
 //!   podevents writer lags (it dedupes writes for 10 s) or is not running (`simulate`).
 //!
-//! An unparseable timestamp is ignored rather than failing the pass.
+//! An unparseable timestamp is ignored rather than failing the pass; a node with none of these
+//! (hand-written objects without timestamps) counts as idle since the epoch.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
