@@ -14,16 +14,23 @@ use crate::pod::{self, has_do_not_disrupt};
 /// DaemonSet or static pod, not `karpenter.sh/do-not-disrupt`, and not held by a PDB that allows
 /// no disruption at all (such a pod stays until the drain deadline, if ever).
 pub fn is_reschedulable(pod: &Pod, pdbs: &[&PodDisruptionBudget]) -> bool {
+    moves_with_its_node(pod)
+        && !has_do_not_disrupt(pod)
+        && !pdbs
+            .iter()
+            .any(|pdb| fully_blocking(pdb) && selects(pdb, pod))
+}
+
+/// Upstream `IsReschedulable`: a pod that needs a new home when its node goes — active, or a
+/// terminating StatefulSet pod (its replacement is created only after it is gone); never a
+/// DaemonSet or static pod, which live and die with their node.
+pub fn moves_with_its_node(pod: &Pod) -> bool {
     let active = !pod::is_terminal(pod) && !pod::is_terminating(pod);
     let terminating_stateful_set =
         pod::is_terminating(pod) && !pod::is_terminal(pod) && pod::is_owned_by(pod, "StatefulSet");
     (active || terminating_stateful_set)
         && !pod::is_owned_by_daemonset(pod)
         && !pod::is_owned_by_node(pod)
-        && !has_do_not_disrupt(pod)
-        && !pdbs
-            .iter()
-            .any(|pdb| fully_blocking(pdb) && selects(pdb, pod))
 }
 
 /// `maxUnavailable: 0` / `"0%"` or `minAvailable: "100%"`: no voluntary eviction ever passes.
@@ -43,7 +50,7 @@ fn fully_blocking(pdb: &PodDisruptionBudget) -> bool {
 
 /// Same namespace and the PDB's selector matches (a missing selector selects nothing, an empty
 /// one everything, as in `policy/v1`). An unparseable selector selects nothing.
-fn selects(pdb: &PodDisruptionBudget, pod: &Pod) -> bool {
+pub(crate) fn selects(pdb: &PodDisruptionBudget, pod: &Pod) -> bool {
     if pdb.namespace() != pod.namespace() {
         return false;
     }
