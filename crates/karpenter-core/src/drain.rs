@@ -9,30 +9,14 @@
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, Taint};
-use karpenter_api::well_known::{DISRUPTED_TAINT_KEY, DO_NOT_DISRUPT_ANNOTATION};
+use karpenter_api::well_known::DISRUPTED_TAINT_KEY;
 use kube_core::ResourceExt;
 
-use crate::pod::{is_terminal, is_terminating};
+pub use crate::pod::has_do_not_disrupt;
+use crate::pod::{
+    is_owned_by_daemonset, is_owned_by_node, is_terminal, is_terminating, key as pod_key,
+};
 use crate::taints::{NO_SCHEDULE, tolerates};
-
-/// `namespace/name`, the key evictions and their backoff use.
-fn pod_key(pod: &Pod) -> String {
-    let (namespace, name) = crate::pod::pod_key(pod);
-    format!("{namespace}/{name}")
-}
-
-fn is_owned_by(pod: &Pod, kind: &str) -> bool {
-    pod.owner_references().iter().any(|o| o.kind == kind)
-}
-
-fn is_owned_by_daemonset(pod: &Pod) -> bool {
-    is_owned_by(pod, "DaemonSet")
-}
-
-/// Static (mirror) pods are owned by their Node.
-fn is_owned_by_node(pod: &Pod) -> bool {
-    is_owned_by(pod, "Node")
-}
 
 /// Pods deleted more than this long ago are treated as stuck and no longer block the drain.
 pub const STUCK_TERMINATING_AFTER: SignedDuration = SignedDuration::from_mins(1);
@@ -64,13 +48,6 @@ pub fn tier(pod: &Pod) -> Tier {
         (true, false) => Tier::CriticalNonDaemon,
         (true, true) => Tier::CriticalDaemon,
     }
-}
-
-/// `karpenter.sh/do-not-disrupt: "true"`.
-pub fn has_do_not_disrupt(pod: &Pod) -> bool {
-    pod.annotations()
-        .get(DO_NOT_DISRUPT_ANNOTATION)
-        .is_some_and(|v| v == "true")
 }
 
 fn disrupted_taint() -> Taint {
@@ -211,6 +188,7 @@ pub fn plan(pods: &[&Pod], now: Timestamp, deadline: Option<Timestamp>) -> Drain
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use karpenter_api::well_known::DO_NOT_DISRUPT_ANNOTATION;
     use proptest::prelude::*;
     use serde_json::json;
 

@@ -8,6 +8,7 @@ pub mod cloud_provider;
 pub mod disruption;
 pub mod drain;
 pub mod instance_type;
+pub mod node;
 pub mod nodeclaim_lifecycle;
 pub mod nodepool;
 pub mod pod;

@@ -50,13 +50,7 @@ pub fn provider_id(claim: &NodeClaim) -> Option<&str> {
         .filter(|p| !p.is_empty())
 }
 
-/// The Node's `Ready` condition is `True` (the kubelet's verdict).
-pub(crate) fn node_is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
+pub(crate) use crate::node::node_is_ready;
 
 /// `Launched=True`.
 pub fn is_launched(claim: &NodeClaim) -> bool {

@@ -1,12 +1,10 @@
 //! Small Kubernetes helpers every I/O crate needs (the controller, the sim cluster): what an API
-//! error means ([`errors`]), one bound for every call ([`timeouts`]), a Node's provider ID and
-//! readiness ([`node`]), locks that survive a panicked holder ([`sync`]) and the shutdown signal
+//! error means ([`errors`]), one bound for every call ([`timeouts`]), locks that survive a panicked holder ([`sync`]) and the shutdown signal
 //! every loop waits on ([`shutdown`]).
 //!
 //! Written once here so a fix (say, a 410 on a watch) lands everywhere at once.
 
 pub mod errors;
-pub mod node;
 pub mod shutdown;
 pub mod sync;
 pub mod timeouts;
@@ -14,6 +12,5 @@ pub mod timeouts;
 pub use errors::{
     delete_ignoring_not_found, ignore_not_found, is_conflict, is_gone, is_not_found, status_code,
 };
-pub use node::{node_is_ready, node_provider_id, node_ready_condition, pod_is_ready};
 pub use shutdown::stopped;
 pub use sync::{lock, read, write};

@@ -24,10 +24,10 @@ use karpenter_api::well_known::{
 };
 use karpenter_api::{NodeClaim, NodeClaimStatus};
 use karpenter_core::cloud_provider::CloudError;
+use karpenter_core::node::{node_is_ready, node_provider_id};
 use karpenter_core::taints::NO_SCHEDULE;
 use karpenter_kube::{
-    delete_ignoring_not_found, is_conflict, is_not_found, lock, node_is_ready, node_provider_id,
-    status_code, stopped,
+    delete_ignoring_not_found, is_conflict, is_not_found, lock, status_code, stopped,
 };
 use kube::api::{DeleteParams, EvictParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};

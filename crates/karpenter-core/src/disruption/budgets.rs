@@ -19,7 +19,7 @@ use karpenter_api::v1::{
     parse_budget_nodes,
 };
 
-use crate::nodeclaim_lifecycle::node_is_ready;
+use crate::node::node_is_ready;
 use crate::state::{ClusterState, StateNode};
 
 /// Why a voluntary method disrupts a node; budgets may be limited to some of them.

@@ -114,11 +114,7 @@ impl<'a> StateNode<'a> {
                 .labels()
                 .get(NODE_INITIALIZED_LABEL)
                 .is_some_and(|v| v == "true"),
-            (Some(node), None) => node
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+            (Some(node), None) => crate::node::node_is_ready(node),
             (None, _) => false,
         }
     }

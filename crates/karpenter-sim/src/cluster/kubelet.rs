@@ -18,11 +18,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Owne
 use karpenter_api::NodeClaim;
 use karpenter_api::well_known::{NODE_NOT_READY_TAINT_KEY, NODE_UNREACHABLE_TAINT_KEY};
 use karpenter_core::clock::Clock;
+use karpenter_core::node::{node_ready_condition as ready_condition, pod_is_ready};
 use karpenter_core::taints::{NO_EXECUTE, NO_SCHEDULE};
-use karpenter_kube::{
-    is_conflict, is_not_found, lock, node_ready_condition as ready_condition, pod_is_ready,
-    stopped, timeouts,
-};
+use karpenter_kube::{is_conflict, is_not_found, lock, stopped, timeouts};
 use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;

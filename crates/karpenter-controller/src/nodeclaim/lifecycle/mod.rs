@@ -19,11 +19,12 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::well_known::TERMINATION_FINALIZER;
 use karpenter_api::{NodeClaim, NodeClaimStatus};
+use karpenter_core::node::node_provider_id;
 pub use karpenter_core::nodeclaim_lifecycle::{LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT};
 use karpenter_core::nodeclaim_lifecycle::{
     initialize_conditions, is_launched, provider_id, update_ready,
 };
-use karpenter_kube::{is_conflict, is_not_found, node_provider_id};
+use karpenter_kube::{is_conflict, is_not_found};
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 

@@ -1,4 +1,5 @@
-//! A Node's provider ID and readiness, as the kubelet reports them.
+//! A Node's provider ID and readiness (and a pod's), as the kubelet reports them. Pure: the
+//! controller, the sim kubelet and the core's own verdicts read them the same way.
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod};
 
