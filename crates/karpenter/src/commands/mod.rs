@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+mod bench_controller;
 pub mod controller;
 pub mod convert;
 pub mod crds;
