@@ -195,3 +195,96 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pods_keep_what_controllers_read_and_lose_the_rest() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "p", "namespace": "default",
+                "annotations": {"karpenter.sh/do-not-disrupt": "true", LAST_APPLIED_ANNOTATION: "{...}"},
+                "managedFields": [{"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]
+            },
+            "spec": {
+                "containers": [{"name": "app", "image": "app:1", "env": [{"name": "A", "value": "x"}],
+                                "livenessProbe": {"exec": {"command": ["true"]}},
+                                "resources": {"requests": {"cpu": "1"}}, "ports": [{"containerPort": 80, "hostPort": 80}]}],
+                "volumes": [{"name": "token", "projected": {"sources": []}},
+                            {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+            },
+            "status": {"phase": "Pending", "podIP": "10.0.0.1",
+                       "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+                       "containerStatuses": [{"name": "app", "image": "app:1", "imageID": "", "ready": false, "restartCount": 0}]}
+        });
+        let raw: DynamicObject = serde_json::from_value(pod).unwrap();
+        let resource = ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
+        let Decoded::Object(pod) = decode::<k8s_openapi::api::core::v1::Pod>(raw, &resource) else {
+            panic!("not decoded");
+        };
+        assert!(pod.metadata.managed_fields.is_none());
+        let annotations = pod.metadata.annotations.unwrap();
+        assert_eq!(annotations.len(), 1);
+        assert!(annotations.contains_key("karpenter.sh/do-not-disrupt"));
+        let spec = pod.spec.unwrap();
+        let container = &spec.containers[0];
+        assert!(container.env.is_none() && container.liveness_probe.is_none());
+        assert_eq!(
+            container
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap()["cpu"]
+                .0,
+            "1"
+        );
+        assert_eq!(container.ports.as_ref().unwrap()[0].host_port, Some(80));
+        let volumes = spec.volumes.unwrap();
+        assert_eq!(volumes.len(), 1);
+        assert_eq!(volumes[0].name, "data");
+        let status = pod.status.unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Pending"));
+        assert_eq!(
+            status.conditions.unwrap()[0].reason.as_deref(),
+            Some("Unschedulable")
+        );
+        assert!(status.container_statuses.is_none() && status.pod_ip.is_none());
+    }
+
+    #[test]
+    fn nodes_keep_their_annotations_and_lose_images_and_managed_fields() {
+        let node = json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {
+                "name": "n",
+                "annotations": {LAST_APPLIED_ANNOTATION: "{...}"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}]
+            },
+            "status": {"images": [{"names": ["app:1"], "sizeBytes": 1}],
+                       "allocatable": {"cpu": "4"}}
+        });
+        let raw: DynamicObject = serde_json::from_value(node).unwrap();
+        let resource = ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&());
+        let Decoded::Object(node) = decode::<k8s_openapi::api::core::v1::Node>(raw, &resource)
+        else {
+            panic!("not decoded");
+        };
+        assert!(node.metadata.managed_fields.is_none());
+        // The controller replaces Nodes whole: an annotation dropped here would be deleted.
+        assert!(
+            node.metadata
+                .annotations
+                .unwrap()
+                .contains_key(LAST_APPLIED_ANNOTATION)
+        );
+        let status = node.status.unwrap();
+        assert!(status.images.is_none());
+        assert_eq!(status.allocatable.unwrap()["cpu"].0, "4");
+    }
+}

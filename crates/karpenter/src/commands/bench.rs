@@ -150,7 +150,11 @@ fn print_controller_report(
         println!("{}", serde_json::to_string_pretty(report)?);
         return Ok(());
     }
-    let kib = |v: Option<u64>| v.map_or("n/a".to_string(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
+    let kib = |v: Option<u64>| {
+        v.map_or("n/a".to_string(), |k| {
+            format!("{:.1} MiB", k as f64 / 1024.0)
+        })
+    };
     println!("pods                 {}", report.pods);
     println!("deployments          {}", report.deployments);
     println!("nodes                {}", report.nodes);

@@ -192,9 +192,11 @@ fn pod_manifest(index: usize, deployment: &Deployment, replica: usize, now: &str
     if let (Some(spec), Value::Object(defaults)) = (spec.as_object_mut(), defaults) {
         spec.extend(defaults);
     }
-    if let (Some(container), Value::Object(defaults)) =
-        (spec.pointer_mut("/containers/0").and_then(Value::as_object_mut), container_defaults)
-    {
+    if let (Some(container), Value::Object(defaults)) = (
+        spec.pointer_mut("/containers/0")
+            .and_then(Value::as_object_mut),
+        container_defaults,
+    ) {
         container.extend(defaults);
     }
     json!({
@@ -310,7 +312,13 @@ fn memory_kib(pid: u32) -> (Option<u64>, Option<u64>) {
         status
             .lines()
             .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
     };
     (field("VmHWM:"), field("VmRSS:"))
 }
@@ -324,8 +332,8 @@ struct ControllerProcess {
 impl ControllerProcess {
     fn spawn(kubeconfig: &Path, dir: &Path, prefix: Option<&str>) -> anyhow::Result<Self> {
         let log = dir.join("controller.log");
-        let file = std::fs::File::create(&log)
-            .with_context(|| format!("creating {}", log.display()))?;
+        let file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let exe = std::env::current_exe().context("locating the karpenter binary")?;
         let mut prefix = prefix.unwrap_or_default().split_whitespace();
         let mut command = match prefix.next() {
@@ -517,6 +525,7 @@ impl Binder {
         added
     }
 
+    #[cfg(test)]
     fn count_in_zone(&self, deployment: usize, zone: &str) -> usize {
         self.nodes
             .values()
@@ -631,7 +640,8 @@ pub async fn measure(args: &ControllerArgs) -> anyhow::Result<ControllerReport> 
         .serve_tcp()
         .await
         .context("serving the test API server")?;
-    let dir = std::env::temp_dir().join(format!("karpenter-bench-controller-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("karpenter-bench-controller-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let kubeconfig = dir.join("kubeconfig");
     tcp.write_kubeconfig(&kubeconfig)?;
@@ -651,7 +661,8 @@ pub async fn measure(args: &ControllerArgs) -> anyhow::Result<ControllerReport> 
         .await
         .context("creating the NodePool")?;
 
-    let mut controller = ControllerProcess::spawn(&kubeconfig, &dir, args.controller_prefix.as_deref())?;
+    let mut controller =
+        ControllerProcess::spawn(&kubeconfig, &dir, args.controller_prefix.as_deref())?;
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     // Leading (its Lease held) means started, listed and running every loop.
     loop {
@@ -664,7 +675,10 @@ pub async fn measure(args: &ControllerArgs) -> anyhow::Result<ControllerReport> 
             break;
         }
         if Instant::now() > deadline {
-            bail!("the controller did not take the leader Lease; its log: {}", controller.log.display());
+            bail!(
+                "the controller did not take the leader Lease; its log: {}",
+                controller.log.display()
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -719,11 +733,11 @@ pub async fn measure(args: &ControllerArgs) -> anyhow::Result<ControllerReport> 
                     "target": {"apiVersion": "v1", "kind": "Node", "name": node}
                 });
                 pods_api
-                    .create_subresource::<Value>(
+                    .create_subresource::<Value, Value>(
                         "binding",
                         &binder.pods[pod].name,
                         &pp,
-                        serde_json::to_vec(&binding)?,
+                        &binding,
                     )
                     .await
                     .with_context(|| format!("binding {} to {node}", binder.pods[pod].name))?;
@@ -774,7 +788,9 @@ mod tests {
             .iter()
             .position(|d| d.kind == Kind::HostnameAntiAffinity)
             .unwrap();
-        let pod: Pod = serde_json::from_value(pod_manifest(anti, &mix[anti], 0, "2026-01-01T00:00:00Z")).unwrap();
+        let pod: Pod =
+            serde_json::from_value(pod_manifest(anti, &mix[anti], 0, "2026-01-01T00:00:00Z"))
+                .unwrap();
         let spec = pod.spec.unwrap();
         let terms = spec
             .affinity

@@ -9,7 +9,15 @@ use serde_json::Value;
 #[test]
 fn bench_controller_binds_fifty_pods_and_reports_the_controllers_memory() {
     let output = Command::new(env!("CARGO_BIN_EXE_karpenter"))
-        .args(["bench", "controller", "--pods", "50", "--json", "--timeout", "300"])
+        .args([
+            "bench",
+            "controller",
+            "--pods",
+            "50",
+            "--json",
+            "--timeout",
+            "300",
+        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
