@@ -4,6 +4,11 @@
 //! own: an object the API server accepted but karpenter-rs cannot decode is skipped and reported
 //! ([`super::ignored`]) instead of failing the whole list/watch of its kind (which would leave
 //! the state unsynced and stop every controller).
+//!
+//! Before decoding, [`trim`] drops what no controller reads (managed fields, the images a Node
+//! has pulled, a pod's container statuses and environment, ...), so the state does not keep a
+//! second copy of every pod's full manifest. Objects the controller writes back whole (Nodes,
+//! NodeClaims) lose only what the API server keeps anyway when a write omits it.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -15,8 +20,74 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use serde_json::Value;
+
 use super::ignored::IgnoredObject;
-use super::{SharedState, Tracked};
+use super::{Kind, SharedState, Tracked};
+
+/// `kubectl apply`'s copy of the whole manifest.
+const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Container fields the controller reads: scheduling (requests, limits, host ports, sidecar
+/// restart policy) and names. Everything else (env, probes, commands, mounts) is dropped.
+const CONTAINER_FIELDS: [&str; 5] = ["name", "image", "resources", "ports", "restartPolicy"];
+
+/// Pod status fields the controller reads (provisionable, terminal, nominated, bound).
+const POD_STATUS_FIELDS: [&str; 4] = ["phase", "conditions", "nominatedNodeName", "reason"];
+
+/// Pod volume sources that only carry files into the containers: nothing to schedule or drain.
+const FILE_VOLUME_SOURCES: [&str; 4] = ["projected", "configMap", "secret", "downwardAPI"];
+
+fn retain_keys(object: &mut Value, keep: &[&str]) {
+    if let Some(map) = object.as_object_mut() {
+        map.retain(|key, _| keep.contains(&key.as_str()));
+    }
+}
+
+/// Drops, from one watched object, what no controller reads. `managedFields` goes from every
+/// kind: an update that omits them keeps the server's. The rest only goes from kinds the
+/// controller never writes back whole (pods are only evicted or deleted), or from parts such a
+/// write does not carry (a Node's status: `replace` of the main resource ignores it).
+pub(crate) fn trim(kind: Kind, metadata: &mut kube::api::ObjectMeta, data: &mut Value) {
+    metadata.managed_fields = None;
+    let written_back = matches!(
+        kind,
+        Kind::Node | Kind::NodeClaim | Kind::NodePool | Kind::EC2NodeClass
+    );
+    if !written_back && let Some(annotations) = metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED_ANNOTATION);
+    }
+    match kind {
+        Kind::Pod => trim_pod(data),
+        Kind::Node => {
+            if let Some(status) = data.get_mut("status").and_then(Value::as_object_mut) {
+                status.remove("images");
+            }
+        }
+        _ => {}
+    }
+}
+
+fn trim_pod(data: &mut Value) {
+    if let Some(spec) = data.get_mut("spec").and_then(Value::as_object_mut) {
+        for list in ["containers", "initContainers", "ephemeralContainers"] {
+            if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
+                for container in containers {
+                    retain_keys(container, &CONTAINER_FIELDS);
+                }
+            }
+        }
+        if let Some(volumes) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
+            volumes.retain(|v| {
+                v.as_object()
+                    .is_none_or(|v| !FILE_VOLUME_SOURCES.iter().any(|s| v.contains_key(*s)))
+            });
+        }
+    }
+    if let Some(status) = data.get_mut("status") {
+        retain_keys(status, &POD_STATUS_FIELDS);
+    }
+}
 
 /// A watched object: decoded, or skipped with the reason.
 enum Decoded<K> {
@@ -24,7 +95,7 @@ enum Decoded<K> {
     Ignored(Box<IgnoredObject>),
 }
 
-fn decode<K>(raw: DynamicObject, resource: &ApiResource) -> Decoded<K>
+fn decode<K>(mut raw: DynamicObject, resource: &ApiResource) -> Decoded<K>
 where
     K: Tracked + DeserializeOwned,
 {
@@ -40,6 +111,7 @@ where
         Some(ns) if !ns.is_empty() => format!("{ns}/{}", raw.name_any()),
         _ => raw.name_any(),
     };
+    trim(K::KIND, &mut raw.metadata, &mut raw.data);
     let decoded = serde_json::to_value(&raw).and_then(serde_json::from_value::<K>);
     match decoded {
         Ok(obj) => Decoded::Object(obj),
@@ -121,5 +193,98 @@ where
             // The backoff retries; log so a missing RBAC rule is visible.
             Err(err) => tracing::warn!(kind = ?K::KIND, error = %err, "watch failed, retrying"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pods_keep_what_controllers_read_and_lose_the_rest() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "p", "namespace": "default",
+                "annotations": {"karpenter.sh/do-not-disrupt": "true", LAST_APPLIED_ANNOTATION: "{...}"},
+                "managedFields": [{"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]
+            },
+            "spec": {
+                "containers": [{"name": "app", "image": "app:1", "env": [{"name": "A", "value": "x"}],
+                                "livenessProbe": {"exec": {"command": ["true"]}},
+                                "resources": {"requests": {"cpu": "1"}}, "ports": [{"containerPort": 80, "hostPort": 80}]}],
+                "volumes": [{"name": "token", "projected": {"sources": []}},
+                            {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+            },
+            "status": {"phase": "Pending", "podIP": "10.0.0.1",
+                       "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+                       "containerStatuses": [{"name": "app", "image": "app:1", "imageID": "", "ready": false, "restartCount": 0}]}
+        });
+        let raw: DynamicObject = serde_json::from_value(pod).unwrap();
+        let resource = ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
+        let Decoded::Object(pod) = decode::<k8s_openapi::api::core::v1::Pod>(raw, &resource) else {
+            panic!("not decoded");
+        };
+        assert!(pod.metadata.managed_fields.is_none());
+        let annotations = pod.metadata.annotations.unwrap();
+        assert_eq!(annotations.len(), 1);
+        assert!(annotations.contains_key("karpenter.sh/do-not-disrupt"));
+        let spec = pod.spec.unwrap();
+        let container = &spec.containers[0];
+        assert!(container.env.is_none() && container.liveness_probe.is_none());
+        assert_eq!(
+            container
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap()["cpu"]
+                .0,
+            "1"
+        );
+        assert_eq!(container.ports.as_ref().unwrap()[0].host_port, Some(80));
+        let volumes = spec.volumes.unwrap();
+        assert_eq!(volumes.len(), 1);
+        assert_eq!(volumes[0].name, "data");
+        let status = pod.status.unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Pending"));
+        assert_eq!(
+            status.conditions.unwrap()[0].reason.as_deref(),
+            Some("Unschedulable")
+        );
+        assert!(status.container_statuses.is_none() && status.pod_ip.is_none());
+    }
+
+    #[test]
+    fn nodes_keep_their_annotations_and_lose_images_and_managed_fields() {
+        let node = json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {
+                "name": "n",
+                "annotations": {LAST_APPLIED_ANNOTATION: "{...}"},
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}]
+            },
+            "status": {"images": [{"names": ["app:1"], "sizeBytes": 1}],
+                       "allocatable": {"cpu": "4"}}
+        });
+        let raw: DynamicObject = serde_json::from_value(node).unwrap();
+        let resource = ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&());
+        let Decoded::Object(node) = decode::<k8s_openapi::api::core::v1::Node>(raw, &resource)
+        else {
+            panic!("not decoded");
+        };
+        assert!(node.metadata.managed_fields.is_none());
+        // The controller replaces Nodes whole: an annotation dropped here would be deleted.
+        assert!(
+            node.metadata
+                .annotations
+                .unwrap()
+                .contains_key(LAST_APPLIED_ANNOTATION)
+        );
+        let status = node.status.unwrap();
+        assert!(status.images.is_none());
+        assert_eq!(status.allocatable.unwrap()["cpu"].0, "4");
     }
 }

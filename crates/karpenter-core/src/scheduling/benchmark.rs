@@ -144,8 +144,10 @@ pub fn scheduler_input(policy: PreferencePolicy) -> SchedulerInput {
     }
 }
 
-const CPUS: [&str; 5] = ["100m", "250m", "500m", "1000m", "1500m"];
-const MEMORIES: [&str; 6] = ["100Mi", "256Mi", "512Mi", "1024Mi", "2048Mi", "4096Mi"];
+/// Pod cpu requests of the mix (upstream's values).
+pub const CPUS: [&str; 5] = ["100m", "250m", "500m", "1000m", "1500m"];
+/// Pod memory requests of the mix (upstream's values).
+pub const MEMORIES: [&str; 6] = ["100Mi", "256Mi", "512Mi", "1024Mi", "2048Mi", "4096Mi"];
 const LABEL_VALUES: [&str; 7] = ["a", "b", "c", "d", "e", "f", "g"];
 
 fn pod(name: String, labels: &[(&str, &str)], cpu: &str, memory: &str) -> Pod {

@@ -1,4 +1,6 @@
 //! `karpenter bench scheduling`: upstream's scheduling benchmark workload, timed.
+//! `karpenter bench controller`: the controller process's time and memory on N pending pods
+//! (see `bench_controller`).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -19,6 +21,22 @@ pub struct Args {
 pub enum Target {
     /// Time the provisioning scheduler on upstream's benchmark workload (400 instance types).
     Scheduling(SchedulingArgs),
+    /// Run the sim controller (a child process) on the test API server with N pending pods in
+    /// Deployments; report nodes, time to all bound and the controller's peak memory.
+    Controller(super::bench_controller::ControllerArgs),
+    /// Print `bench controller`'s workload (Deployments, NodePool, EC2NodeClass) as YAML, for
+    /// `karpenter simulate -f -`.
+    Workload(WorkloadArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct WorkloadArgs {
+    /// Pods in all (replicas of the Deployments).
+    #[arg(long, default_value_t = 2000)]
+    pub pods: usize,
+    /// Seed for the Deployment mix.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -93,7 +111,64 @@ fn unreachable_row(workload: &str) -> Row {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let Target::Scheduling(args) = args.target;
+    match args.target {
+        Target::Scheduling(args) => run_scheduling(args),
+        Target::Controller(args) => run_controller(&args),
+        Target::Workload(args) => {
+            print_manifests(&super::bench_controller::workload_manifests(
+                args.pods, args.seed,
+            ))?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Multi-document YAML on standard output.
+fn print_manifests(manifests: &[serde_json::Value]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for manifest in manifests {
+        writeln!(out, "---")?;
+        write!(out, "{}", serde_saphyr::to_string(manifest)?)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn run_controller(args: &super::bench_controller::ControllerArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let report = runtime.block_on(super::bench_controller::measure(args))?;
+    print_controller_report(&report, args.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_controller_report(
+    report: &super::bench_controller::ControllerReport,
+    json: bool,
+) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+        return Ok(());
+    }
+    let kib = |v: Option<u64>| {
+        v.map_or("n/a".to_string(), |k| {
+            format!("{:.1} MiB", k as f64 / 1024.0)
+        })
+    };
+    println!("pods                 {}", report.pods);
+    println!("deployments          {}", report.deployments);
+    println!("nodes                {}", report.nodes);
+    println!("nodeclaims           {}", report.node_claims);
+    println!("all bound after      {:.1} s", report.seconds_to_all_bound);
+    println!("controller idle RSS  {}", kib(report.idle_rss_kib));
+    println!("controller peak RSS  {} (VmHWM)", kib(report.peak_rss_kib));
+    println!("controller final RSS {}", kib(report.final_rss_kib));
+    Ok(())
+}
+
+fn run_scheduling(args: SchedulingArgs) -> anyhow::Result<ExitCode> {
     let json = match args.output.as_str() {
         "json" => true,
         "table" => false,

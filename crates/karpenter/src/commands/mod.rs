@@ -2,6 +2,7 @@
 
 pub mod aws;
 pub mod bench;
+mod bench_controller;
 pub mod controller;
 pub mod convert;
 pub mod crds;

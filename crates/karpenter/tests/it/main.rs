@@ -7,6 +7,7 @@ mod api_cli;
 mod architecture;
 mod aws_iam;
 mod bad_input;
+mod bench_controller;
 mod chart;
 mod controller_e2e;
 mod controller_faults;
