@@ -157,6 +157,27 @@ pub struct NodeClassKind {
     pub kind: String,
 }
 
+/// Upstream's node-repair policy for a node whose kubelet stopped reporting: `Ready` `False` or
+/// `Unknown` for 30 minutes. Both providers use it.
+pub fn node_not_ready_repair_policies() -> Vec<RepairPolicy> {
+    ["False", "Unknown"]
+        .into_iter()
+        .map(|status| RepairPolicy {
+            condition_type: "Ready".to_string(),
+            condition_status: status.to_string(),
+            toleration_seconds: 30 * 60,
+        })
+        .collect()
+}
+
+/// `karpenter.k8s.aws/EC2NodeClass`, the NodeClass both providers accept.
+pub fn ec2_node_class_kind() -> NodeClassKind {
+    NodeClassKind {
+        group: karpenter_api::well_known::AWS_GROUP.to_string(),
+        kind: "EC2NodeClass".to_string(),
+    }
+}
+
 /// A cloud that launches and terminates instances for NodeClaims.
 #[async_trait]
 pub trait CloudProvider: Send + Sync {

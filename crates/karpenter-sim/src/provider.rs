@@ -710,20 +710,10 @@ impl CloudProvider for SimCloudProvider {
     }
 
     fn repair_policies(&self) -> Vec<RepairPolicy> {
-        ["False", "Unknown"]
-            .into_iter()
-            .map(|status| RepairPolicy {
-                condition_type: "Ready".to_string(),
-                condition_status: status.to_string(),
-                toleration_seconds: 30 * 60,
-            })
-            .collect()
+        karpenter_core::cloud_provider::node_not_ready_repair_policies()
     }
 
     fn supported_node_classes(&self) -> Vec<NodeClassKind> {
-        vec![NodeClassKind {
-            group: wk::AWS_GROUP.to_string(),
-            kind: "EC2NodeClass".to_string(),
-        }]
+        vec![karpenter_core::cloud_provider::ec2_node_class_kind()]
     }
 }

@@ -142,37 +142,11 @@ pub fn node_claim_of(instance: &Instance) -> NodeClaim {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use karpenter_api::v1::EC2NodeClassSpec;
-    use karpenter_core::instance_type::{Offering, Overhead};
-    use karpenter_core::resources::Quantity;
 
     use super::*;
 
-    fn m5_large() -> Arc<InstanceType> {
-        let mut capacity = ResourceList::new();
-        capacity.set(resources::CPU, Quantity::from_units(2));
-        capacity.set(resources::MEMORY, Quantity::from_gibibytes(8));
-        capacity.set(resources::PODS, Quantity::from_units(29));
-        capacity.set(resources::EFA, Quantity::ZERO);
-        Arc::new(InstanceType {
-            name: "m5.large".into(),
-            labels: BTreeMap::from([(wk::ARCH_LABEL.to_string(), "amd64".to_string())]),
-            capacity,
-            overhead: Overhead::default(),
-            offerings: ["us-west-2a", "us-west-2b"]
-                .iter()
-                .map(|z| Offering {
-                    zone: (*z).to_string(),
-                    capacity_type: "spot".into(),
-                    price: 0.04,
-                    available: true,
-                    ..Offering::default()
-                })
-                .collect(),
-        })
-    }
+    use crate::provider::tests::m5_large;
 
     fn instance() -> Instance {
         Instance {

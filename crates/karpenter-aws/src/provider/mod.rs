@@ -527,21 +527,11 @@ impl CloudProvider for AwsCloudProvider {
     }
 
     fn repair_policies(&self) -> Vec<RepairPolicy> {
-        ["False", "Unknown"]
-            .into_iter()
-            .map(|status| RepairPolicy {
-                condition_type: "Ready".to_string(),
-                condition_status: status.to_string(),
-                toleration_seconds: 30 * 60,
-            })
-            .collect()
+        karpenter_core::cloud_provider::node_not_ready_repair_policies()
     }
 
     fn supported_node_classes(&self) -> Vec<NodeClassKind> {
-        vec![NodeClassKind {
-            group: wk::AWS_GROUP.to_string(),
-            kind: "EC2NodeClass".to_string(),
-        }]
+        vec![karpenter_core::cloud_provider::ec2_node_class_kind()]
     }
 }
 
@@ -579,7 +569,8 @@ mod tests {
         }
     }
 
-    fn m5_large() -> Arc<InstanceType> {
+    /// An m5.large with two spot offerings (also used by `hydrate`'s tests).
+    pub(super) fn m5_large() -> Arc<InstanceType> {
         let mut capacity = ResourceList::new();
         capacity.set(resources::CPU, Quantity::from_units(2));
         capacity.set(resources::MEMORY, Quantity::from_gibibytes(8));

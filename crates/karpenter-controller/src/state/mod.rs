@@ -37,4 +37,4 @@ impl SharedState {
 }
 
 #[cfg(test)]
-pub(crate) mod fixtures;
+pub(crate) use karpenter_core::state::fixtures;

@@ -526,8 +526,8 @@ impl ClusterState {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod fixtures;
+#[cfg(any(test, feature = "test-fixtures"))]
+pub mod fixtures;
 
 #[cfg(test)]
 mod tests;
