@@ -4,6 +4,7 @@
 //!
 //! Pure: the cluster state, the instant and the instance-type catalogue come in as arguments.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -48,8 +49,8 @@ pub trait OfferingCatalog {
     ) -> Option<f64>;
 }
 
-/// The instance types resolved per NodePool, as the provisioner builds them.
-impl OfferingCatalog for BTreeMap<String, Vec<InstanceType>> {
+/// The instance types resolved per NodePool, as the provisioner builds them (owned or shared).
+impl<T: Borrow<InstanceType>> OfferingCatalog for BTreeMap<String, Vec<T>> {
     fn has_instance_types(&self, nodepool: &str) -> bool {
         self.get(nodepool).is_some_and(|types| !types.is_empty())
     }
@@ -63,7 +64,8 @@ impl OfferingCatalog for BTreeMap<String, Vec<InstanceType>> {
     ) -> Option<f64> {
         self.get(nodepool)?
             .iter()
-            .find(|it| it.name == instance_type)?
+            .map(Borrow::borrow)
+            .find(|it: &&InstanceType| it.name == instance_type)?
             .offerings
             .iter()
             .find(|o| o.zone == zone && o.capacity_type == capacity_type)
