@@ -10,9 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::instance_type::InstanceType;
 use karpenter_core::provisioning::{self as pipeline, Snapshot, nodeclaim};
-use karpenter_core::scheduling::{
-    SchedulerOptions, SchedulingResults,
-};
+use karpenter_core::scheduling::{SchedulerOptions, SchedulingResults};
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;

@@ -73,10 +73,14 @@ mod tests {
 
     #[test]
     fn controller_policies_map_to_the_core_enums() {
-        let Command::Controller(args) =
-            controller(&["--preference-policy", "Ignore", "--min-values-policy", "BestEffort"])
-                .unwrap()
-                .command
+        let Command::Controller(args) = controller(&[
+            "--preference-policy",
+            "Ignore",
+            "--min-values-policy",
+            "BestEffort",
+        ])
+        .unwrap()
+        .command
         else {
             panic!("not the controller command");
         };

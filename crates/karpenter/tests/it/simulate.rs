@@ -271,7 +271,8 @@ fn statefulset_example_lands_in_its_volumes_zones() {
 
 /// A pod preferring an expensive instance type, planned with the example NodePool.
 fn preferring_pod_input() -> String {
-    let read = |name: &str| std::fs::read_to_string(repo().join("examples/inflate").join(name)).unwrap();
+    let read =
+        |name: &str| std::fs::read_to_string(repo().join("examples/inflate").join(name)).unwrap();
     let pod = r#"apiVersion: v1
 kind: Pod
 metadata: {name: picky, namespace: default}
@@ -306,12 +307,21 @@ fn planned_types(args: &[&str]) -> Vec<String> {
 
 #[test]
 fn preference_policy_ignore_drops_a_preferred_node_affinity() {
-    assert_eq!(planned_types(&[]), vec!["m5.8xlarge"], "Respect is the default");
+    assert_eq!(
+        planned_types(&[]),
+        vec!["m5.8xlarge"],
+        "Respect is the default"
+    );
     assert_eq!(
         planned_types(&["--preference-policy", "Respect"]),
         vec!["m5.8xlarge"]
     );
-    let ignored = planned_types(&["--preference-policy", "Ignore", "--min-values-policy", "BestEffort"]);
+    let ignored = planned_types(&[
+        "--preference-policy",
+        "Ignore",
+        "--min-values-policy",
+        "BestEffort",
+    ]);
     assert_eq!(ignored.len(), 1);
     assert_ne!(ignored[0], "m5.8xlarge", "the preference was honoured");
 }

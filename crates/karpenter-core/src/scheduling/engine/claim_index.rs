@@ -19,8 +19,8 @@
 //! in the index at all (see `Engine::claim_add`).
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::collections::BTreeSet;
+use std::collections::BinaryHeap;
 use std::collections::btree_set;
 
 use super::super::intern::{FxMap, Reqs};

@@ -24,8 +24,8 @@ impl Engine {
     pub(super) fn claim_precheck(&self, claim: &Claim, pod: &PendingPod, d: &Derived) -> bool {
         claim.capacity.fits_sum(&claim.requests, &pod.requests)
             && d.hostname_groups
-            .iter()
-            .all(|&(g, sel)| self.topology.hostname_allows(g, sel, claim.hostname))
+                .iter()
+                .all(|&(g, sel)| self.topology.hostname_allows(g, sel, claim.hostname))
             && (pod.host_ports.is_empty()
                 || ports_conflict(&pod.host_ports, &claim.host_ports).is_none())
     }

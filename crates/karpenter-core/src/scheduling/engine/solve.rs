@@ -31,25 +31,28 @@ impl Engine {
                 .collect()
         };
         let min_class = claim_index::first_class_for(pod.requests.get(CPU));
-        let found = self.claim_index.in_order(&signatures, min_class).find_map(|ci| {
-            let c = &self.claims[ci];
-            if !self.claim_precheck(c, pod, d) {
-                return None;
-            }
-            self.claim_check(
-                c.pool,
-                &c.reqs,
-                &c.types,
-                c.reserved,
-                &c.requests,
-                c.hostname,
-                &c.hostname_req,
-                pod,
-                d,
-            )
-            .ok()
-            .map(|p| (ci, p))
-        });
+        let found = self
+            .claim_index
+            .in_order(&signatures, min_class)
+            .find_map(|ci| {
+                let c = &self.claims[ci];
+                if !self.claim_precheck(c, pod, d) {
+                    return None;
+                }
+                self.claim_check(
+                    c.pool,
+                    &c.reqs,
+                    &c.types,
+                    c.reserved,
+                    &c.requests,
+                    c.hostname,
+                    &c.hostname_req,
+                    pod,
+                    d,
+                )
+                .ok()
+                .map(|p| (ci, p))
+            });
         if let Some((ci, placement)) = found {
             self.claim_add(ci, pod, placement);
             return Ok(());
