@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use karpenter_core::scheduling::{MinValuesPolicy, PreferencePolicy};
+
 use crate::Error;
 
 /// Which cloud the controller launches nodes in.
@@ -43,10 +45,10 @@ pub struct Settings {
     pub retry_period: Duration,
     /// Scheduler parallelism hint (`CPU_REQUESTS` millicores; ≤0 means 1000).
     pub cpu_requests: i64,
-    /// `Respect` or `Ignore`.
-    pub preference_policy: String,
-    /// `Strict` or `BestEffort`.
-    pub min_values_policy: String,
+    /// Whether preferred affinities and `ScheduleAnyway` spreads are honoured (`PREFERENCE_POLICY`).
+    pub preference_policy: PreferencePolicy,
+    /// What to do when `minValues` cannot be met (`MIN_VALUES_POLICY`).
+    pub min_values_policy: MinValuesPolicy,
     /// How often NodePool status (resources, nodes, readiness) is recomputed.
     pub nodepool_status_period: Duration,
 }
@@ -69,8 +71,8 @@ impl Default for Settings {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
             cpu_requests: 1000,
-            preference_policy: "Respect".into(),
-            min_values_policy: "Strict".into(),
+            preference_policy: PreferencePolicy::Respect,
+            min_values_policy: MinValuesPolicy::Strict,
             nodepool_status_period: Duration::from_secs(5),
         }
     }
@@ -98,21 +100,6 @@ impl Settings {
             return Err(Error::Settings {
                 name: "LEADER_ELECTION_RENEW_DEADLINE",
                 message: "must be shorter than the lease duration".into(),
-            });
-        }
-        if !matches!(self.preference_policy.as_str(), "Respect" | "Ignore") {
-            return Err(Error::Settings {
-                name: "PREFERENCE_POLICY",
-                message: format!("{:?} is not one of Respect, Ignore", self.preference_policy),
-            });
-        }
-        if !matches!(self.min_values_policy.as_str(), "Strict" | "BestEffort") {
-            return Err(Error::Settings {
-                name: "MIN_VALUES_POLICY",
-                message: format!(
-                    "{:?} is not one of Strict, BestEffort",
-                    self.min_values_policy
-                ),
             });
         }
         if self.metrics_port != 0 && self.metrics_port == self.health_probe_port {

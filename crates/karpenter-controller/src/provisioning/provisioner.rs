@@ -10,9 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::instance_type::InstanceType;
 use karpenter_core::provisioning::{self as pipeline, Snapshot, nodeclaim};
-use karpenter_core::scheduling::{
-    MinValuesPolicy, PreferencePolicy, SchedulerOptions, SchedulingResults,
-};
+use karpenter_core::scheduling::{SchedulerOptions, SchedulingResults};
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
@@ -50,17 +48,11 @@ pub struct ProvisionOutcome {
     pub waiting_for_sync: bool,
 }
 
-/// The policies of the settings (validated at start; anything else is the default).
+/// The scheduler options carrying the settings' policies.
 pub fn scheduler_options(settings: &Settings) -> SchedulerOptions {
     SchedulerOptions {
-        preference_policy: match settings.preference_policy.as_str() {
-            "Ignore" => PreferencePolicy::Ignore,
-            _ => PreferencePolicy::Respect,
-        },
-        min_values_policy: match settings.min_values_policy.as_str() {
-            "BestEffort" => MinValuesPolicy::BestEffort,
-            _ => MinValuesPolicy::Strict,
-        },
+        preference_policy: settings.preference_policy,
+        min_values_policy: settings.min_values_policy,
         ..SchedulerOptions::default()
     }
 }
@@ -478,12 +470,13 @@ fn pool_node_class(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use karpenter_core::scheduling::{MinValuesPolicy, PreferencePolicy};
 
     #[test]
     fn policies_follow_the_settings() {
         let settings = Settings {
-            preference_policy: "Ignore".into(),
-            min_values_policy: "BestEffort".into(),
+            preference_policy: PreferencePolicy::Ignore,
+            min_values_policy: MinValuesPolicy::BestEffort,
             ..Settings::default()
         };
         let options = scheduler_options(&settings);

@@ -65,6 +65,15 @@ impl Selector {
         Selector(Some(terms))
     }
 
+    /// A term every matching label set must satisfy with one of a few values: the key and the
+    /// values of its first `In` term (`None`: no such term, or the selector matches nothing).
+    pub fn anchor(&self) -> Option<(Key, &[Sym])> {
+        self.0.as_ref()?.iter().find_map(|(key, op)| match op {
+            SelectorOp::In(values) => Some((*key, values.as_slice())),
+            _ => None,
+        })
+    }
+
     /// Whether the (sorted) labels match.
     pub fn matches(&self, labels: &[(Key, Sym)]) -> bool {
         let Some(terms) = &self.0 else { return false };

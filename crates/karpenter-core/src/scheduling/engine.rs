@@ -34,8 +34,8 @@ use super::compile::{
     CompileContext, HostPort, PendingPod, PodInfo, compile_pending, compile_pod, namespace_labels,
     ports_conflict,
 };
-use super::intern::{FxMap, Interner, Key, Req, Reqs, ResVec, Sym};
-use super::topology::{Group, GroupKind, NodeFilter, Topology};
+use super::intern::{CPU, FxMap, Interner, Key, Req, Reqs, ResVec, Sym};
+use super::topology::{Group, GroupKind, NodeFilter, SelectingIndex, Topology};
 use super::{
     ExistingNodePlacement, InstanceTypeOption, MinValuesPolicy, NewNodeClaim, PreferencePolicy,
     SchedulerInput, SchedulerOptions, SchedulingResults, UnschedulablePod,
@@ -158,6 +158,11 @@ struct Claim {
     signature: u32,
     /// The option whose capacity the claim holds against its pool's limits (pools with limits).
     reserved: Option<usize>,
+    /// Per resource, the most any of its types offers beyond daemonset overhead: a pod whose
+    /// requests plus the claim's exceed it fits no type (a cheap rejection before the full check).
+    capacity: ResVec,
+    /// Its room class in the [`ClaimIndex`] (CPU left; see `claim_index`).
+    room_class: u8,
 }
 
 /// Per-pod group membership, computed once.
@@ -231,6 +236,9 @@ struct Engine {
     topology: Topology,
     groups_of: Vec<PodGroups>,
     any_prefer_no_schedule: bool,
+    /// Per resource, the least any queued pod requests: a NodeClaim without room for it can
+    /// take no more pods and leaves the claim index, so later pods do not walk past it.
+    smallest_request: ResVec,
     next_hostname: Option<Sym>,
     hostname_counter: usize,
     keys: WellKnownKeys,

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
 use super::compile::{Namespaces, Selector};
-use super::intern::{Interner, Key, Req, Reqs, Sym};
+use super::intern::{FxMap, Interner, Key, Req, Reqs, Sym};
 use crate::taints;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,8 +72,10 @@ pub(crate) struct Group {
     pub namespaces: Namespaces,
     pub selector: Selector,
     pub filter: NodeFilter,
-    /// Count per domain value id.
-    counts: Vec<u32>,
+    /// Count per domain value id, for the domains counted so far. A map, not a vector indexed by
+    /// value id: hostname ids grow with the NodeClaims of the solve, so a dense vector per group
+    /// would cost groups × NodeClaims.
+    counts: FxMap<u32, u32>,
     /// Domains with a non-zero count, in first-recorded order.
     nonzero: Vec<Sym>,
     /// In-flight NodeClaim hostnames with a non-zero count (counts never decrease, so for
@@ -95,27 +97,27 @@ impl Group {
             namespaces,
             selector,
             filter,
-            counts: Vec::new(),
+            counts: FxMap::default(),
             nonzero: Vec::new(),
             claims_counted: 0,
         }
     }
 
     pub fn count(&self, domain: Sym) -> u32 {
-        self.counts.get(domain.id as usize).copied().unwrap_or(0)
+        if self.counts.is_empty() {
+            return 0;
+        }
+        self.counts.get(&domain.id).copied().unwrap_or(0)
     }
 
     /// Counts one pod in `domain`; true when the domain was empty before.
     pub fn record(&mut self, domain: Sym) -> bool {
-        let i = domain.id as usize;
-        if self.counts.len() <= i {
-            self.counts.resize(i + 1, 0);
-        }
-        let first = self.counts[i] == 0;
+        let count = self.counts.entry(domain.id).or_insert(0);
+        let first = *count == 0;
+        *count = count.saturating_add(1);
         if first {
             self.nonzero.push(domain);
         }
-        self.counts[i] += 1;
         first
     }
 
@@ -143,6 +145,59 @@ impl Group {
         }
         parts.truncate(8);
         parts.join(", ")
+    }
+}
+
+/// The groups that may select a pod, found from its labels instead of trying every group: a group
+/// whose selector has an `In` term is filed under each of that term's (key, value) pairs; the
+/// others (rare: only `NotIn`/`Exists`/`DoesNotExist` terms) are tried for every pod. With one
+/// group per Deployment this keeps "which groups select each pod shape" linear in the shapes.
+pub(crate) struct SelectingIndex {
+    by_label: FxMap<(Key, u32), Vec<usize>>,
+    unanchored: Vec<usize>,
+}
+
+impl SelectingIndex {
+    pub fn new(groups: &[Group]) -> Self {
+        let mut by_label: FxMap<(Key, u32), Vec<usize>> = FxMap::default();
+        let mut unanchored = Vec::new();
+        for (gid, g) in groups.iter().enumerate() {
+            if g.selector.0.is_none() {
+                continue; // selects nothing
+            }
+            match g.selector.anchor() {
+                Some((key, values)) => {
+                    for v in values {
+                        by_label.entry((key, v.id)).or_default().push(gid);
+                    }
+                }
+                None => unanchored.push(gid),
+            }
+        }
+        SelectingIndex {
+            by_label,
+            unanchored,
+        }
+    }
+
+    /// The groups (ascending ids) that select a pod in `ns` with these (sorted) labels.
+    pub fn selecting(
+        &self,
+        groups: &[Group],
+        ns: Option<Sym>,
+        labels: &[(Key, Sym)],
+    ) -> Vec<usize> {
+        let mut found: Vec<usize> = labels
+            .iter()
+            .filter_map(|(k, v)| self.by_label.get(&(*k, v.id)))
+            .flatten()
+            .chain(&self.unanchored)
+            .copied()
+            .filter(|&gid| groups[gid].selects(ns, labels))
+            .collect();
+        found.sort_unstable();
+        found.dedup();
+        found
     }
 }
 
@@ -414,4 +469,115 @@ impl Topology {
 /// Whether a requirement (`None` = `Exists`) allows `d`.
 fn has(req: Option<&Req>, d: &Sym) -> bool {
     req.is_none_or(|r| r.has(d))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+
+    use super::*;
+
+    fn expression(key: &str, operator: &str, values: &[&str]) -> LabelSelectorRequirement {
+        LabelSelectorRequirement {
+            key: key.into(),
+            operator: operator.into(),
+            values: Some(values.iter().map(|v| v.to_string()).collect()),
+        }
+    }
+
+    /// The index finds exactly the groups a scan of every group finds, whatever the selector.
+    #[test]
+    fn selecting_index_agrees_with_trying_every_group() {
+        let mut interner = Interner::new(&[]);
+        let default = interner.value("default");
+        let other = interner.value("other");
+        let selectors = vec![
+            Some(LabelSelector {
+                match_labels: Some([("app".to_string(), "a".to_string())].into()),
+                ..Default::default()
+            }),
+            Some(LabelSelector {
+                match_labels: Some([("app".to_string(), "b".to_string())].into()),
+                match_expressions: Some(vec![expression("tier", "NotIn", &["db"])]),
+            }),
+            Some(LabelSelector {
+                match_expressions: Some(vec![expression("app", "In", &["a", "b"])]),
+                ..Default::default()
+            }),
+            Some(LabelSelector {
+                match_expressions: Some(vec![expression("tier", "Exists", &[])]),
+                ..Default::default()
+            }),
+            Some(LabelSelector::default()),
+            None,
+        ];
+        let groups: Vec<Group> = selectors
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let namespaces = if i % 2 == 0 {
+                    Namespaces::All
+                } else {
+                    Namespaces::Some(vec![default])
+                };
+                Group::new(
+                    GroupKind::AntiAffinity,
+                    0,
+                    namespaces,
+                    Selector::compile(s.as_ref(), &[], &mut interner),
+                    NodeFilter::default(),
+                )
+            })
+            .collect();
+        let index = SelectingIndex::new(&groups);
+        let label_sets: Vec<Vec<(&str, &str)>> = vec![
+            vec![],
+            vec![("app", "a")],
+            vec![("app", "b")],
+            vec![("app", "b"), ("tier", "db")],
+            vec![("app", "c"), ("tier", "web")],
+        ];
+        let mut matched_somewhere = 0;
+        for labels in &label_sets {
+            let mut compiled: Vec<(Key, Sym)> = labels
+                .iter()
+                .map(|(k, v)| (interner.key(k), interner.value(v)))
+                .collect();
+            compiled.sort_by_key(|(k, _)| *k);
+            for ns in [Some(default), Some(other), None] {
+                let scanned: Vec<usize> = (0..groups.len())
+                    .filter(|&g| groups[g].selects(ns, &compiled))
+                    .collect();
+                matched_somewhere += scanned.len();
+                assert_eq!(
+                    index.selecting(&groups, ns, &compiled),
+                    scanned,
+                    "labels {labels:?} namespace {ns:?}"
+                );
+            }
+        }
+        assert!(matched_somewhere > 5, "the cases select something");
+    }
+
+    #[test]
+    fn counts_are_per_domain_whatever_the_value_id() {
+        let mut g = Group::new(
+            GroupKind::AntiAffinity,
+            0,
+            Namespaces::All,
+            Selector(None),
+            NodeFilter::default(),
+        );
+        let far = Sym {
+            id: 4_000_000_000,
+            int: None,
+        };
+        let near = Sym { id: 3, int: None };
+        assert!(g.record(far));
+        assert!(!g.record(far));
+        assert!(g.record(near));
+        assert_eq!((g.count(far), g.count(near)), (2, 1));
+        assert_eq!(g.count(Sym { id: 4, int: None }), 0);
+        assert_eq!(g.nonzero, vec![far, near]);
+    }
 }

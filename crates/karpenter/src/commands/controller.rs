@@ -17,6 +17,8 @@ use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::CloudProvider;
 use karpenter_sim::cluster::{LedgerError, SimCloud, SimKubeletOptions};
 
+use super::policies::{MinValuesPolicyArg, PreferencePolicyArg};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum CloudProviderArg {
     Sim,
@@ -81,10 +83,12 @@ pub struct Args {
     /// Millicores requested by the controller; sets scheduler parallelism.
     #[arg(long, env = "CPU_REQUESTS", default_value_t = 1000)]
     pub cpu_requests: i64,
-    #[arg(long, env = "PREFERENCE_POLICY", default_value = "Respect")]
-    pub preference_policy: String,
-    #[arg(long, env = "MIN_VALUES_POLICY", default_value = "Strict")]
-    pub min_values_policy: String,
+    /// Honour (`Respect`) or drop (`Ignore`) preferred affinities and `ScheduleAnyway` spreads.
+    #[arg(long, env = "PREFERENCE_POLICY", value_enum, default_value = "Respect")]
+    pub preference_policy: PreferencePolicyArg,
+    /// Refuse (`Strict`) or lower (`BestEffort`) a NodeClaim's unmet `minValues`.
+    #[arg(long, env = "MIN_VALUES_POLICY", value_enum, default_value = "Strict")]
+    pub min_values_policy: MinValuesPolicyArg,
     /// Region of the `sim` provider's embedded catalogue.
     #[arg(long, env = "SIM_REGION", default_value = "us-east-1")]
     pub sim_region: String,
@@ -117,8 +121,8 @@ impl Args {
                 .unwrap_or_else(|| "kube-system".into()),
             identity,
             cpu_requests: self.cpu_requests,
-            preference_policy: self.preference_policy.clone(),
-            min_values_policy: self.min_values_policy.clone(),
+            preference_policy: self.preference_policy.into(),
+            min_values_policy: self.min_values_policy.into(),
             ..Settings::default()
         };
         settings.validate()?;

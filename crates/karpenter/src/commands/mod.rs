@@ -7,6 +7,7 @@ pub mod controller;
 pub mod convert;
 pub mod crds;
 mod input;
+pub mod policies;
 pub mod simulate;
 pub mod validate;
 

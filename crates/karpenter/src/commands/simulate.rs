@@ -15,6 +15,7 @@ use karpenter_sim::SimCloudProvider;
 use karpenter_sim::simulate::{self, ManifestError, Manifests, Plan};
 
 use super::input::read_inputs;
+use super::policies::PolicyArgs;
 use crate::output::{self, Format};
 
 /// Above this many pending pods, show a progress spinner on stderr (when it is a terminal).
@@ -41,6 +42,8 @@ pub struct Args {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
     pub output: Format,
+    #[command(flatten)]
+    pub policies: PolicyArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -85,7 +88,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let progress = (manifests.pending_pods.len() >= LARGE_INPUT_PODS)
         .then(|| output::spinner(format!("scheduling {} pods", manifests.pending_pods.len())));
-    let outcome = simulate::plan(&manifests, &provider);
+    let outcome = simulate::plan_with(&manifests, &provider, args.policies.scheduler_options());
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }

@@ -268,3 +268,76 @@ fn statefulset_example_lands_in_its_volumes_zones() {
         );
     }
 }
+
+/// A pod preferring an expensive instance type, planned with the example NodePool.
+fn preferring_pod_input() -> String {
+    let read =
+        |name: &str| std::fs::read_to_string(repo().join("examples/inflate").join(name)).unwrap();
+    let pod = r#"apiVersion: v1
+kind: Pod
+metadata: {name: picky, namespace: default}
+spec:
+  containers: [{name: c, image: x, resources: {requests: {cpu: "1", memory: 1Gi}}}]
+  affinity:
+    nodeAffinity:
+      preferredDuringSchedulingIgnoredDuringExecution:
+        - weight: 1
+          preference:
+            matchExpressions:
+              - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.8xlarge]}
+"#;
+    format!(
+        "{}\n---\n{}\n---\n{pod}",
+        read("nodepool.yaml"),
+        read("ec2nodeclass.yaml")
+    )
+}
+
+fn planned_types(args: &[&str]) -> Vec<String> {
+    let input = preferring_pod_input();
+    let mut all = vec!["simulate", "-f", "-", "-o", "json"];
+    all.extend_from_slice(args);
+    let plan: Plan = serde_json::from_str(&stdout(&karpenter(&all, Some(&input)))).unwrap();
+    assert_eq!(plan.summary.scheduled, 1);
+    plan.node_claims
+        .iter()
+        .map(|c| c.instance_type.clone())
+        .collect()
+}
+
+#[test]
+fn preference_policy_ignore_drops_a_preferred_node_affinity() {
+    assert_eq!(
+        planned_types(&[]),
+        vec!["m5.8xlarge"],
+        "Respect is the default"
+    );
+    assert_eq!(
+        planned_types(&["--preference-policy", "Respect"]),
+        vec!["m5.8xlarge"]
+    );
+    let ignored = planned_types(&[
+        "--preference-policy",
+        "Ignore",
+        "--min-values-policy",
+        "BestEffort",
+    ]);
+    assert_eq!(ignored.len(), 1);
+    assert_ne!(ignored[0], "m5.8xlarge", "the preference was honoured");
+}
+
+#[test]
+fn a_bad_policy_value_is_refused_naming_the_flag() {
+    for flag in ["--preference-policy", "--min-values-policy"] {
+        let output = karpenter(
+            &["simulate", "-f", "examples/inflate", flag, "Sometimes"],
+            None,
+        );
+        assert!(!output.status.success());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains(flag) && stderr.contains("Sometimes"),
+            "{stderr}"
+        );
+    }
+}

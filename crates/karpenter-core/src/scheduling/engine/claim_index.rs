@@ -10,19 +10,42 @@
 //! handful of signatures (one per combination of pinned zone, capacity type, ...), so the merge
 //! is cheap, and moving a claim after a placement is two `O(log n)` set operations instead of
 //! shifting a vector of every claim.
+//!
+//! Within a signature, claims are further split by *room class*: the bit length of the CPU they
+//! have left. When NodeClaims cannot grow (a pool of one size), most of them end up nearly full,
+//! and a pod that needs a new claim would walk past every one; a pod needing `r` millicores skips
+//! the classes whose claims all have less than `r` left without looking at them (the order of
+//! the claims it does try is unchanged). A claim without room for the smallest queued pod is not
+//! in the index at all (see `Engine::claim_add`).
 
+use std::cmp::Reverse;
 use std::collections::BTreeSet;
+use std::collections::BinaryHeap;
 use std::collections::btree_set;
-use std::iter::Peekable;
 
 use super::super::intern::{FxMap, Reqs};
+
+/// The room class of `room` millicores (or any amount): its bit length, 0 for nothing left.
+pub(super) fn room_class(room: i64) -> u8 {
+    if room <= 0 {
+        0
+    } else {
+        // At most 64: fits a u8.
+        (64 - room.leading_zeros()) as u8
+    }
+}
+
+/// The lowest room class that can hold a claim with `need` left: classes below hold less.
+pub(super) fn first_class_for(need: i64) -> u8 {
+    room_class(need)
+}
 
 /// One (NodePool, requirements) combination and its claims.
 pub(super) struct Signature {
     pub pool: usize,
     pub reqs: Reqs,
-    /// (pod count, claim index): the order claims are tried in.
-    claims: BTreeSet<(u32, u32)>,
+    /// Per room class: (pod count, claim index), the order claims are tried in.
+    classes: Vec<BTreeSet<(u32, u32)>>,
 }
 
 #[derive(Default)]
@@ -30,17 +53,11 @@ pub(super) struct ClaimIndex {
     /// Per pool: requirements → signature id.
     ids: Vec<FxMap<Reqs, u32>>,
     signatures: Vec<Signature>,
-    /// Claims in the index (all signatures).
-    len: usize,
 }
 
 impl ClaimIndex {
     pub fn signatures(&self) -> &[Signature] {
         &self.signatures
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
     }
 
     /// The signature id of (`pool`, `reqs`), created on first use.
@@ -55,37 +72,48 @@ impl ClaimIndex {
         self.signatures.push(Signature {
             pool,
             reqs: reqs.clone(),
-            claims: BTreeSet::new(),
+            classes: Vec::new(),
         });
         self.ids[pool].insert(reqs.clone(), id);
         id
     }
 
-    pub fn insert(&mut self, signature: u32, pods: usize, claim: usize) {
-        if let Some(s) = self.signatures.get_mut(signature as usize)
-            && s.claims.insert(order_key(pods, claim))
-        {
-            self.len += 1;
+    pub fn insert(&mut self, signature: u32, class: u8, pods: usize, claim: usize) {
+        if let Some(s) = self.signatures.get_mut(signature as usize) {
+            let class = usize::from(class);
+            if s.classes.len() <= class {
+                s.classes.resize_with(class + 1, BTreeSet::new);
+            }
+            s.classes[class].insert(order_key(pods, claim));
         }
     }
 
-    pub fn remove(&mut self, signature: u32, pods: usize, claim: usize) {
-        if let Some(s) = self.signatures.get_mut(signature as usize)
-            && s.claims.remove(&order_key(pods, claim))
+    pub fn remove(&mut self, signature: u32, class: u8, pods: usize, claim: usize) {
+        if let Some(set) = self
+            .signatures
+            .get_mut(signature as usize)
+            .and_then(|s| s.classes.get_mut(usize::from(class)))
         {
-            self.len -= 1;
+            set.remove(&order_key(pods, claim));
         }
     }
 
-    /// The claims of `signatures`, fewest pods first (ties: lowest index), as one sequence.
-    pub fn in_order(&self, signatures: &[u32]) -> InOrder<'_> {
-        InOrder {
-            heads: signatures
-                .iter()
-                .filter_map(|&s| self.signatures.get(s as usize))
-                .map(|s| s.claims.iter().peekable())
-                .collect(),
-        }
+    /// The claims of `signatures` in room classes from `min_class` up, fewest pods first (ties:
+    /// lowest index), as one sequence.
+    pub fn in_order(&self, signatures: &[u32], min_class: u8) -> InOrder<'_> {
+        let mut heads: Vec<btree_set::Iter<'_, (u32, u32)>> = signatures
+            .iter()
+            .filter_map(|&s| self.signatures.get(s as usize))
+            .flat_map(|s| s.classes.iter().skip(usize::from(min_class)))
+            .filter(|set| !set.is_empty())
+            .map(|set| set.iter())
+            .collect();
+        let next = heads
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, h)| h.next().map(|&key| Reverse((key, i))))
+            .collect();
+        InOrder { heads, next }
     }
 }
 
@@ -96,22 +124,21 @@ fn order_key(pods: usize, claim: usize) -> (u32, u32) {
     )
 }
 
-/// A k-way merge of the signatures' ordered claim sets.
+/// A k-way merge of the ordered claim sets (a heap of each set's next claim).
 pub(super) struct InOrder<'a> {
-    heads: Vec<Peekable<btree_set::Iter<'a, (u32, u32)>>>,
+    heads: Vec<btree_set::Iter<'a, (u32, u32)>>,
+    next: BinaryHeap<Reverse<((u32, u32), usize)>>,
 }
 
 impl Iterator for InOrder<'_> {
     type Item = usize;
 
     fn next(&mut self) -> Option<usize> {
-        let (head, _) = self
-            .heads
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, h)| h.peek().map(|&&key| (i, key)))
-            .min_by_key(|&(_, key)| key)?;
-        self.heads[head].next().map(|&(_, claim)| claim as usize)
+        let Reverse(((_, claim), head)) = self.next.pop()?;
+        if let Some(&key) = self.heads[head].next() {
+            self.next.push(Reverse((key, head)));
+        }
+        Some(claim as usize)
     }
 }
 
@@ -138,20 +165,36 @@ mod tests {
             "same requirements, same signature"
         );
         assert_ne!(a, b);
-        index.insert(a, 2, 0);
-        index.insert(b, 1, 1);
-        index.insert(a, 1, 2);
-        index.insert(b, 3, 3);
-        assert_eq!(index.len(), 4);
-        let all: Vec<usize> = index.in_order(&[a, b]).collect();
+        index.insert(a, 3, 2, 0);
+        index.insert(b, 3, 1, 1);
+        index.insert(a, 5, 1, 2);
+        index.insert(b, 3, 3, 3);
+        let all: Vec<usize> = index.in_order(&[a, b], 0).collect();
         assert_eq!(all, vec![1, 2, 0, 3]);
-        let only_b: Vec<usize> = index.in_order(&[b]).collect();
+        let only_b: Vec<usize> = index.in_order(&[b], 0).collect();
         assert_eq!(only_b, vec![1, 3]);
-        // A placement moves claim 2 from (1 pod) to (2 pods) in another signature.
-        index.remove(a, 1, 2);
-        index.insert(b, 2, 2);
-        let all: Vec<usize> = index.in_order(&[a, b]).collect();
+        // A placement moves claim 2 from (1 pod) to (2 pods) in another signature and class.
+        index.remove(a, 5, 1, 2);
+        index.insert(b, 4, 2, 2);
+        let all: Vec<usize> = index.in_order(&[a, b], 0).collect();
         assert_eq!(all, vec![1, 0, 2, 3]);
-        assert_eq!(index.len(), 4);
+        // Claims in classes below the pod's need are skipped, the others keep their order.
+        let roomy: Vec<usize> = index.in_order(&[a, b], 4).collect();
+        assert_eq!(roomy, vec![2]);
+    }
+
+    #[test]
+    fn a_class_below_the_need_never_has_room_for_it() {
+        for need in [1_i64, 2, 3, 100, 1000, 1500, 4096, 8000] {
+            let first = first_class_for(need);
+            for room in 0..need.saturating_mul(3) {
+                if room_class(room) < first {
+                    assert!(room < need, "room {room} skipped for need {need}");
+                }
+            }
+            assert_eq!(room_class(need / 2), first - 1, "half the need is skipped");
+        }
+        assert_eq!(first_class_for(0), 0);
+        assert_eq!(room_class(-5), 0);
     }
 }

@@ -22,9 +22,10 @@ impl Engine {
 
     /// Per-claim checks that need no allocation (the fast rejections within a signature).
     pub(super) fn claim_precheck(&self, claim: &Claim, pod: &PendingPod, d: &Derived) -> bool {
-        d.hostname_groups
-            .iter()
-            .all(|&(g, sel)| self.topology.hostname_allows(g, sel, claim.hostname))
+        claim.capacity.fits_sum(&claim.requests, &pod.requests)
+            && d.hostname_groups
+                .iter()
+                .all(|&(g, sel)| self.topology.hostname_allows(g, sel, claim.hostname))
             && (pod.host_ports.is_empty()
                 || ports_conflict(&pod.host_ports, &claim.host_ports).is_none())
     }
@@ -161,7 +162,7 @@ impl Engine {
     pub(super) fn claim_add(&mut self, ci: usize, pod: &PendingPod, placement: Placement) {
         let claim = &self.claims[ci];
         self.claim_index
-            .remove(claim.signature, claim.pods.len(), ci);
+            .remove(claim.signature, claim.room_class, claim.pods.len(), ci);
         let signature = self.claim_index.signature(claim.pool, &placement.reqs);
         let claim = &mut self.claims[ci];
         claim.reqs = placement.reqs;
@@ -171,7 +172,33 @@ impl Engine {
         claim.host_ports.extend(pod.host_ports.iter().cloned());
         claim.min_values_relaxed |= placement.min_values_relaxed;
         claim.signature = signature;
-        self.claim_index.insert(signature, claim.pods.len(), ci);
+        let pool = &self.pools[claim.pool];
+        claim.capacity = ResVec::default();
+        for t in claim.types.iter() {
+            let ty = &pool.types[t];
+            let overhead = &pool.daemon_groups[ty.daemon_group].overhead;
+            let slots = ty.allocatable.0.len().max(overhead.0.len());
+            for r in 0..slots {
+                let room = ty.allocatable.get(r).saturating_sub(overhead.get(r));
+                if room > claim.capacity.get(r) {
+                    claim.capacity.set(r, room);
+                }
+            }
+        }
+        // Full for the smallest queued pod: full for every pod (claims only grow and narrow).
+        claim.room_class = claim_index::room_class(
+            claim
+                .capacity
+                .get(CPU)
+                .saturating_sub(claim.requests.get(CPU)),
+        );
+        if claim
+            .capacity
+            .fits_sum(&claim.requests, &self.smallest_request)
+        {
+            self.claim_index
+                .insert(signature, claim.room_class, claim.pods.len(), ci);
+        }
         self.reserve_limits(ci);
         let claim = &self.claims[ci];
         Self::record_topology(
@@ -249,6 +276,8 @@ impl Engine {
             min_values_relaxed: false,
             signature: u32::MAX,
             reserved: None,
+            capacity: ResVec::default(),
+            room_class: 0,
         });
         self.claim_add(ci, pod, placement);
         let pool = &mut self.pools[pi];

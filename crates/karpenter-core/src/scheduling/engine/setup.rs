@@ -311,6 +311,7 @@ impl Engine {
             topology,
             groups_of: Vec::new(),
             any_prefer_no_schedule,
+            smallest_request: ResVec::default(),
             next_hostname: None,
             hostname_counter: 0,
             keys,
@@ -495,11 +496,10 @@ impl Engine {
             }
         }
         // Which groups select each pod.
+        let index = SelectingIndex::new(&self.topology.groups);
         for (pi, pod) in pods.iter().enumerate() {
-            for (gid, g) in self.topology.groups.iter().enumerate() {
-                if !g.selects(pod.ns, &pod.labels) {
-                    continue;
-                }
+            for gid in index.selecting(&self.topology.groups, pod.ns, &pod.labels) {
+                let g = &self.topology.groups[gid];
                 if g.kind == GroupKind::InverseAntiAffinity {
                     groups_of[pi].inverse_selecting.push(gid);
                 } else {

@@ -17,7 +17,7 @@ impl Engine {
         // that already counts every claim rules them all out without looking.
         let all_blocked = d.hostname_groups.iter().any(|&(g, _)| {
             let g = &self.topology.groups[g];
-            g.is_exclusive() && g.claims_counted >= self.claim_index.len()
+            g.is_exclusive() && g.claims_counted >= self.claims.len()
         });
         let signatures: Vec<u32> = if all_blocked {
             Vec::new()
@@ -30,25 +30,29 @@ impl Engine {
                 .map(|s| s as u32)
                 .collect()
         };
-        let found = self.claim_index.in_order(&signatures).find_map(|ci| {
-            let c = &self.claims[ci];
-            if !self.claim_precheck(c, pod, d) {
-                return None;
-            }
-            self.claim_check(
-                c.pool,
-                &c.reqs,
-                &c.types,
-                c.reserved,
-                &c.requests,
-                c.hostname,
-                &c.hostname_req,
-                pod,
-                d,
-            )
-            .ok()
-            .map(|p| (ci, p))
-        });
+        let min_class = claim_index::first_class_for(pod.requests.get(CPU));
+        let found = self
+            .claim_index
+            .in_order(&signatures, min_class)
+            .find_map(|ci| {
+                let c = &self.claims[ci];
+                if !self.claim_precheck(c, pod, d) {
+                    return None;
+                }
+                self.claim_check(
+                    c.pool,
+                    &c.reqs,
+                    &c.types,
+                    c.reserved,
+                    &c.requests,
+                    c.hostname,
+                    &c.hostname_req,
+                    pod,
+                    d,
+                )
+                .ok()
+                .map(|p| (ci, p))
+            });
         if let Some((ci, placement)) = found {
             self.claim_add(ci, pod, placement);
             return Ok(());
@@ -122,6 +126,13 @@ pub(crate) fn solve<P: std::borrow::Borrow<Pod>>(
             .then_with(|| pb.memory().cmp(&pa.memory()))
             .then_with(|| a.cmp(&b))
     });
+    if let Some((&first, rest)) = queue_pods.split_first() {
+        let mut smallest = infos[first].requests.clone();
+        for &p in rest {
+            smallest.min_with(&infos[p].requests);
+        }
+        engine.smallest_request = smallest;
+    }
     let mut queue: std::collections::VecDeque<usize> = queue_pods.into();
     let mut last_len: HashMap<usize, usize> = HashMap::new();
     let mut failures: HashMap<usize, (Attempt, Vec<(usize, Reject)>)> = HashMap::new();
