@@ -24,6 +24,9 @@ pub mod expiration;
 pub mod simulate;
 pub mod validate;
 
+#[cfg(test)]
+pub(crate) mod testkit;
+
 pub use budgets::{BudgetAllowance, BudgetMapping, DisruptionReason, PoolNodeCount};
 pub use command::{
     Command, Decision, DisruptedNode, DisruptionInput, DisruptionOptions, Method, Pass,
