@@ -211,6 +211,9 @@ pub enum BlockReason {
     SpotToSpotDisabled,
     /// Single-node spot-to-spot needs at least 15 cheaper spot options.
     SpotToSpotTooFewOptions(usize),
+    /// Drift: an earlier command of the same pass moves pods onto this node; it waits for the
+    /// next pass.
+    DestinationOfAnotherCommand,
     /// Validation: the node is no longer a candidate (with the reason it is not).
     NoLongerCandidate(Box<BlockReason>),
     /// Validation: a fresh simulation decides differently.
@@ -296,6 +299,10 @@ impl fmt::Display for BlockReason {
             Self::SpotToSpotTooFewOptions(n) => write!(
                 f,
                 "SpotToSpotConsolidation requires 15 cheaper instance type options than the current candidate to consolidate, got {n}"
+            ),
+            Self::DestinationOfAnotherCommand => write!(
+                f,
+                "another command of this pass moves pods onto the node; it waits for the next pass"
             ),
             Self::NoLongerCandidate(reason) => write!(f, "no longer a candidate: {reason}"),
             Self::DecisionChanged(what) => {

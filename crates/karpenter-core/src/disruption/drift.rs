@@ -212,6 +212,11 @@ pub fn drift(
             blocked.insert(candidate.name(), reject(candidate, budget_block(candidate)));
             continue;
         }
+        if simulator.is_destination(&candidate.name()) {
+            let rejection = reject(candidate, BlockReason::DestinationOfAnotherCommand);
+            blocked.insert(candidate.name(), rejection);
+            continue;
+        }
         let simulation = simulator.run(&[candidate]);
         if let Some(first) = simulation.first_unplaced_candidate_pod() {
             let rejection = reject(candidate, BlockReason::PodsWouldNotFit(first));

@@ -27,6 +27,9 @@ pub mod validate;
 #[cfg(test)]
 pub(crate) mod testkit;
 
+#[cfg(test)]
+mod properties;
+
 pub use budgets::{BudgetAllowance, BudgetMapping, DisruptionReason, PoolNodeCount};
 pub use command::{
     Command, Decision, DisruptedNode, DisruptionInput, DisruptionOptions, Method, Pass,

@@ -33,6 +33,8 @@ pub struct Simulator<'a> {
     pdbs: Vec<&'a PodDisruptionBudget>,
     /// Nodes removed by committed commands.
     committed: BTreeSet<String>,
+    /// Nodes that received pods in a committed simulation.
+    destinations: BTreeSet<String>,
 }
 
 /// The outcome of one simulation.
@@ -97,6 +99,7 @@ impl<'a> Simulator<'a> {
             base_pods,
             pdbs: input.state.pdbs().collect(),
             committed: BTreeSet::new(),
+            destinations: BTreeSet::new(),
         }
     }
 
@@ -115,6 +118,12 @@ impl<'a> Simulator<'a> {
                     .is_none()
             })
             .collect()
+    }
+
+    /// Whether a committed command counts on this node (by Node name) to take pods: it must
+    /// not go away in the same pass.
+    pub fn is_destination(&self, node: &str) -> bool {
+        self.destinations.contains(node)
     }
 
     /// Simulates the cluster without `candidates` (and without the committed ones).
@@ -155,9 +164,10 @@ impl<'a> Simulator<'a> {
         }
     }
 
-    /// Records a command: its candidates' nodes are gone for later simulations, and the pods the
-    /// simulation put on existing nodes now use their capacity. Pods placed on new NodeClaims
-    /// ride with the command's replacements and need nothing more.
+    /// Records a command: its candidates' nodes are gone for later simulations, and every pod
+    /// the simulation placed (the candidates' and pending ones) now has its place: on an
+    /// existing node, whose capacity it uses from now on, or on one of the command's
+    /// replacements. Later simulations place only what is still without one.
     pub fn commit(&mut self, candidates: &[&Candidate<'a>], simulation: &Simulation) {
         let removed: BTreeSet<String> = candidates
             .iter()
@@ -168,28 +178,52 @@ impl<'a> Simulator<'a> {
             .input
             .existing_nodes
             .retain(|n| !removed.contains(&n.name));
-        let placed: BTreeMap<&str, Vec<usize>> = simulation
+        let first = simulation.first_candidate_pod;
+        let pod_at = |i: usize| -> Option<Pod> {
+            if i < first {
+                self.base_pods.get(i).map(|p| (*p).clone())
+            } else {
+                simulation.candidate_pods.get(i - first).cloned()
+            }
+        };
+        let placed: BTreeMap<&str, Vec<Pod>> = simulation
             .results
             .existing_nodes
             .iter()
             .map(|p| {
-                let ours = p
-                    .pods
-                    .iter()
-                    .filter(|&&i| i >= simulation.first_candidate_pod)
-                    .map(|&i| i - simulation.first_candidate_pod)
-                    .collect();
-                (p.node.as_str(), ours)
+                (
+                    p.node.as_str(),
+                    p.pods.iter().filter_map(|&i| pod_at(i)).collect(),
+                )
             })
             .collect();
         for node in &mut self.prepared.input.existing_nodes {
-            if let Some(indices) = placed.get(node.name.as_str()) {
-                node.pods.extend(
-                    indices
-                        .iter()
-                        .filter_map(|&i| simulation.candidate_pods.get(i).cloned()),
-                );
+            if let Some(pods) = placed.get(node.name.as_str()) {
+                node.pods.extend(pods.iter().cloned());
+                if !pods.is_empty() {
+                    self.destinations.insert(node.name.clone());
+                }
             }
         }
+        let housed: BTreeSet<usize> = simulation
+            .results
+            .existing_nodes
+            .iter()
+            .flat_map(|p| p.pods.iter().copied())
+            .chain(
+                simulation
+                    .results
+                    .new_node_claims
+                    .iter()
+                    .flat_map(|c| c.pods.iter().copied()),
+            )
+            .filter(|&i| i < first)
+            .collect();
+        let mut index = 0;
+        self.base_pods.retain(|_| {
+            let keep = !housed.contains(&index);
+            index += 1;
+            keep
+        });
     }
 }

@@ -102,9 +102,8 @@ pub fn node(name: &str, size: &str, capacity_type: &str, pool: &str) -> (NodeCla
 pub fn pod(name: &str, node: &str, cpu: &str) -> Pod {
     let mut pod = fixtures::bound_pod(name, node, cpu);
     let containers = &mut pod.spec.as_mut().unwrap().containers;
-    containers[0].resources = Some(
-        serde_json::from_value(json!({"requests": {"cpu": cpu, "memory": "100Mi"}})).unwrap(),
-    );
+    containers[0].resources =
+        Some(serde_json::from_value(json!({"requests": {"cpu": cpu, "memory": "100Mi"}})).unwrap());
     pod
 }
 

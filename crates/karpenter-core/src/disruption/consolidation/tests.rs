@@ -200,8 +200,12 @@ fn multi_node_merges_nodes_into_one_cheaper_node() {
 
 #[test]
 fn budgets_cap_multi_node_and_block_single_node() {
-    let limited = pool("default", &["on-demand"], json!({"disruption": {
-        "consolidateAfter": "0s", "budgets": [{"nodes": "2"}]}}));
+    let limited = pool(
+        "default",
+        &["on-demand"],
+        json!({"disruption": {
+        "consolidateAfter": "0s", "budgets": [{"nodes": "2"}]}}),
+    );
     let world = World::new(
         vec![limited],
         vec![
@@ -219,8 +223,12 @@ fn budgets_cap_multi_node_and_block_single_node() {
     let commands = multi_node(&input, &mut BTreeMap::new());
     assert_eq!(commands[0].candidates.len(), 2, "budget nodes: 2");
 
-    let none = pool("default", &["on-demand"], json!({"disruption": {
-        "consolidateAfter": "0s", "budgets": [{"nodes": "0"}]}}));
+    let none = pool(
+        "default",
+        &["on-demand"],
+        json!({"disruption": {
+        "consolidateAfter": "0s", "budgets": [{"nodes": "0"}]}}),
+    );
     let world = World::new(
         vec![none],
         vec![node("a", "big.8x", "on-demand", "default")],
@@ -236,8 +244,12 @@ fn budgets_cap_multi_node_and_block_single_node() {
 
 #[test]
 fn consolidate_after_not_elapsed_and_when_empty_policy_are_reasons() {
-    let later = pool("default", &["on-demand"], json!({"disruption": {
-        "consolidateAfter": "2h", "budgets": [{"nodes": "100%"}]}}));
+    let later = pool(
+        "default",
+        &["on-demand"],
+        json!({"disruption": {
+        "consolidateAfter": "2h", "budgets": [{"nodes": "100%"}]}}),
+    );
     let (claim, mut n) = node("a", "big.8x", "on-demand", "default");
     n.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         crate::disruption::testkit::t0(),
@@ -249,8 +261,12 @@ fn consolidate_after_not_elapsed_and_when_empty_policy_are_reasons() {
         BlockReason::ConsolidatableAt(_)
     ));
 
-    let when_empty = pool("default", &["on-demand"], json!({"disruption": {
-        "consolidateAfter": "0s", "consolidationPolicy": "WhenEmpty"}}));
+    let when_empty = pool(
+        "default",
+        &["on-demand"],
+        json!({"disruption": {
+        "consolidateAfter": "0s", "consolidationPolicy": "WhenEmpty"}}),
+    );
     let world = World::new(
         vec![when_empty],
         vec![node("a", "big.8x", "on-demand", "default")],
@@ -278,5 +294,8 @@ fn do_not_disrupt_pods_keep_their_node() {
     );
     let (commands, blocked) = single(&world);
     assert!(commands.is_empty());
-    assert!(matches!(blocked["a"].reason, BlockReason::DoNotDisruptPod(_)));
+    assert!(matches!(
+        blocked["a"].reason,
+        BlockReason::DoNotDisruptPod(_)
+    ));
 }
