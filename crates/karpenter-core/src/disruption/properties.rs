@@ -376,6 +376,17 @@ fn check(cluster: &Cluster) -> Result<(), String> {
             serial += 1;
             let mut r = r.clone();
             r.metadata.name = Some(format!("replacement-{serial}"));
+            // Launched as its cheapest option (the first listed), with that type's capacity: a
+            // claim sized to exactly its planned pods would make the check depend on the
+            // order the scheduler packs them in.
+            let size = requirement_values(&r, INSTANCE_TYPE_LABEL)[0].clone();
+            let cpu = SIZES.iter().find(|(n, _, _)| *n == size).unwrap().1;
+            r.status = Some(
+                serde_json::from_value(json!({
+                    "capacity": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+                    "allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"}}))
+                .unwrap(),
+            );
             after.state.apply(r);
         }
     }
@@ -422,4 +433,35 @@ proptest! {
             prop_assert!(false, "{broken}\n{cluster:?}");
         }
     }
+}
+
+/// Timing of one pass over a full cluster where no node can go (every candidate is simulated):
+/// `NODES=1000 cargo test -p karpenter-core --lib pass_timing -- --ignored --nocapture`.
+#[test]
+#[ignore = "measurement, prints the time of one pass"]
+fn pass_timing_on_a_packed_cluster() {
+    let n: usize = std::env::var("NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let mut nodes = Vec::new();
+    let mut pods = Vec::new();
+    for i in 0..n {
+        let name = format!("n{i:04}");
+        nodes.push(node(&name, "medium.4x", "on-demand", "default"));
+        for j in 0..4 {
+            pods.push(pod(&format!("{name}-{j}"), &name, "1"));
+        }
+    }
+    let world = World::new(
+        vec![pool("default", &["on-demand"], json!({}))],
+        nodes,
+        pods,
+    );
+    let started = std::time::Instant::now();
+    let pass = decide(&world.input());
+    let elapsed = started.elapsed();
+    assert!(pass.commands.is_empty());
+    assert_eq!(pass.blocked.len(), n);
+    println!("{n} nodes: one pass in {elapsed:?}");
 }

@@ -299,3 +299,46 @@ fn do_not_disrupt_pods_keep_their_node() {
         BlockReason::DoNotDisruptPod(_)
     ));
 }
+
+#[test]
+fn multi_node_wont_merge_two_nodes_into_one_of_the_same_type() {
+    // 1.5 + 1.5 cpu fit one medium.4x, but that is a disguised delete; big.8x is not cheaper.
+    let world = World::new(
+        on_demand(),
+        vec![
+            node("a", "medium.4x", "on-demand", "default"),
+            node("b", "medium.4x", "on-demand", "default"),
+        ],
+        vec![pod("pa", "a", "1500m"), pod("pb", "b", "1500m")],
+    );
+    let input = world.input();
+    assert!(multi_node(&input, &mut BTreeMap::new()).is_empty());
+    // Single-node consolidation still deletes one of them: its pod fits on the other.
+    let (commands, _) = single(&world);
+    assert_eq!(commands[0].decision(), Decision::Delete);
+}
+
+#[test]
+fn pods_are_not_moved_onto_an_uninitialized_node() {
+    let (fresh_claim, mut fresh) = node("fresh", "big.8x", "on-demand", "default");
+    fresh
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .remove("karpenter.sh/initialized");
+    let world = World::new(
+        on_demand(),
+        vec![
+            (fresh_claim, fresh),
+            node("old", "small.2x", "on-demand", "default"),
+        ],
+        vec![pod("p", "old", "1")],
+    );
+    let (commands, blocked) = single(&world);
+    assert!(commands.is_empty(), "{commands:?}");
+    assert_eq!(
+        reason_of(&blocked, "old"),
+        "pods would schedule against uninitialized node fresh"
+    );
+}
