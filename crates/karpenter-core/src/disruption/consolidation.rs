@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use karpenter_api::v1::{ConsolidationPolicy, NodeSelectorRequirementWithMinValues};
 use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, ZONE_LABEL};
+use kube_core::ResourceExt;
 
 use super::budgets::{BudgetMapping, DisruptionReason};
 use super::candidates::{BlockReason, Candidate, DisruptionClass, Rejection, candidates};
@@ -24,6 +25,7 @@ use super::simulate::Simulator;
 use crate::instance_type::InstanceType;
 use crate::provisioning::nodeclaim;
 use crate::requirements::Requirements;
+use crate::resources::ResourceList;
 use crate::scheduling::{InstanceTypeOption, NewNodeClaim};
 
 /// Upstream `MinInstanceTypesForSpotToSpotConsolidation`.
@@ -110,9 +112,14 @@ pub fn single_node(
     }
     let budgets = BudgetMapping::build(input.state, DisruptionReason::Underutilized, input.now);
     let simulator = Simulator::new(input);
+    let bounds = Bounds::new(input, &simulator);
     for candidate in &found {
         if budgets.allowed(&candidate.nodepool_name()) == 0 {
             blocked.insert(candidate.name(), reject(candidate, budget_block(candidate)));
+            continue;
+        }
+        if let Some(reason) = bounds.hopeless(&simulator, candidate) {
+            blocked.insert(candidate.name(), reject(candidate, reason));
             continue;
         }
         match compute(
@@ -167,6 +174,88 @@ pub fn multi_node(
         }
     }
     best.into_iter().collect()
+}
+
+/// Cheap necessary conditions checked before simulating a single candidate, so a pass over a
+/// well-packed cluster does not simulate every node: its pods must fit in the free capacity of
+/// the other nodes (all of it together), or in one instance type other than its own whose
+/// cheapest offering its NodePool allows is cheaper than the node. Both are upper bounds (pending
+/// pods, daemonsets and pod constraints are ignored), so a candidate they reject would fail the
+/// simulation too.
+struct Bounds<'a> {
+    free: BTreeMap<String, Option<ResourceList>>,
+    total_free: Option<ResourceList>,
+    /// (instance type name, allocatable, cheapest price the pool allows), over dynamic pools.
+    offers: Vec<(&'a str, ResourceList, f64)>,
+}
+
+impl<'a> Bounds<'a> {
+    fn new(input: &'a DisruptionInput<'a>, simulator: &Simulator<'_>) -> Self {
+        let free = simulator.free_capacity();
+        let total_free = free.values().try_fold(ResourceList::new(), |mut acc, f| {
+            acc.add(f.as_ref()?);
+            Some(acc)
+        });
+        let mut offers = Vec::new();
+        for pool in input.state.nodepools() {
+            if pool.is_static() || pool.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let Some(types) = input.instance_types.get(&pool.name_any()) else {
+                continue;
+            };
+            let requirements = Requirements::from_node_selector_with_min_values(
+                &pool.spec.template.spec.requirements,
+            )
+            .unwrap_or_default();
+            let capacity_types = requirements.get(&CAPACITY_TYPE_LABEL.to_string());
+            for it in types {
+                let cheapest = it
+                    .available_offerings()
+                    .filter(|o| capacity_types.is_none_or(|r| r.has(&o.capacity_type)))
+                    .map(|o| o.price)
+                    .min_by(f64::total_cmp);
+                if let Some(price) = cheapest {
+                    offers.push((it.name.as_str(), it.allocatable(), price));
+                }
+            }
+        }
+        Bounds {
+            free,
+            total_free,
+            offers,
+        }
+    }
+
+    fn hopeless(
+        &self,
+        simulator: &Simulator<'_>,
+        candidate: &Candidate<'_>,
+    ) -> Option<BlockReason> {
+        let price = candidate.price?;
+        let mut need = ResourceList::new();
+        for p in simulator.pods_of(candidate) {
+            need.add(&crate::pod::effective_requests(p).ok()?);
+        }
+        let mut others = self.total_free.clone()?;
+        if let Some(own) = self.free.get(&candidate.name()) {
+            others.sub_floor_zero(own.as_ref()?);
+        }
+        if others.fits(&need) {
+            return None;
+        }
+        let fitting = self
+            .offers
+            .iter()
+            .filter(|(name, _, _)| Some(*name) != candidate.instance_type)
+            .filter(|(_, allocatable, _)| allocatable.fits(&need))
+            .map(|(_, _, p)| *p);
+        let cheapest = fitting.min_by(f64::total_cmp);
+        match cheapest {
+            Some(cheapest) if cheapest < price => None,
+            cheapest => Some(BlockReason::NoCheaperReplacement { cheapest, price }),
+        }
+    }
 }
 
 /// Upstream `computeConsolidation` for `candidates` together: delete when their pods fit on the

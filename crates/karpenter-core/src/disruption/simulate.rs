@@ -22,6 +22,7 @@ use super::command::DisruptionInput;
 use crate::nodepool;
 use crate::pod;
 use crate::provisioning::{Prepared, Snapshot, reschedulable::is_reschedulable, solve};
+use crate::resources::ResourceList;
 use crate::scheduling::{NewNodeClaim, SchedulingResults};
 
 /// The pass's scheduler input, built once, and what has been committed so far.
@@ -116,6 +117,31 @@ impl<'a> Simulator<'a> {
                     .state
                     .nomination(&pod::key(p), self.input.now)
                     .is_none()
+            })
+            .collect()
+    }
+
+    /// Free capacity (allocatable minus the requests of the pods already there) of every
+    /// existing node, by name; `None` for a node with a pod whose requests cannot be read. An
+    /// upper bound of where moved pods can go (uninitialized nodes included: the simulation
+    /// itself explains why they may not take pods).
+    pub fn free_capacity(&self) -> BTreeMap<String, Option<ResourceList>> {
+        self.prepared
+            .input
+            .existing_nodes
+            .iter()
+            .map(|n| {
+                let mut used = ResourceList::new();
+                let mut readable = true;
+                for p in &n.pods {
+                    match pod::effective_requests(p) {
+                        Ok(requests) => used.add(&requests),
+                        Err(_) => readable = false,
+                    }
+                }
+                let mut free = n.allocatable.clone();
+                free.sub_floor_zero(&used);
+                (n.name.clone(), readable.then_some(free))
             })
             .collect()
     }
