@@ -184,6 +184,40 @@ pub enum BlockReason {
         nodepool: String,
         reason: String,
     },
+    /// Drift: the NodeClaim matches its NodePool and the provider reports no drift.
+    NotDrifted,
+    /// Consolidation: the NodePool's policy is `WhenEmpty` and the node has pods to move.
+    WhenEmptyPolicy(String),
+    /// Consolidation needs the node's instance type, zone and capacity type labels and the
+    /// catalogue's price for them.
+    UnknownPrice,
+    /// The first of the node's pods that would have no place, with the scheduler's reason.
+    PodsWouldNotFit(String),
+    /// A pod would land on a node that has not initialized yet.
+    UninitializedDestination(String),
+    /// Consolidation replaces M nodes with at most one.
+    TooManyReplacements(usize),
+    /// No replacement option is strictly cheaper than the candidates.
+    NoCheaperReplacement {
+        cheapest: Option<f64>,
+        price: f64,
+    },
+    /// The cheaper options no longer satisfy `minValues` on the instance type.
+    MinValuesAfterPriceFilter {
+        kept: usize,
+        min_values: i32,
+    },
+    /// Spot-to-spot replacement with the feature gate off.
+    SpotToSpotDisabled,
+    /// Single-node spot-to-spot needs at least 15 cheaper spot options.
+    SpotToSpotTooFewOptions(usize),
+    /// Drift: an earlier command of the same pass moves pods onto this node; it waits for the
+    /// next pass.
+    DestinationOfAnotherCommand,
+    /// Validation: the node is no longer a candidate (with the reason it is not).
+    NoLongerCandidate(Box<BlockReason>),
+    /// Validation: a fresh simulation decides differently.
+    DecisionChanged(String),
 }
 
 impl fmt::Display for BlockReason {
@@ -228,6 +262,52 @@ impl fmt::Display for BlockReason {
                 f,
                 "disruption budget of NodePool {nodepool:?} allows no more {reason} disruptions now"
             ),
+            Self::NotDrifted => write!(f, "node is not drifted"),
+            Self::WhenEmptyPolicy(pool) => write!(
+                f,
+                "NodePool {pool:?} has consolidation policy WhenEmpty, but node is not empty"
+            ),
+            Self::UnknownPrice => write!(
+                f,
+                "node's offering (instance type, zone, capacity type) has no known price"
+            ),
+            Self::PodsWouldNotFit(first) => write!(f, "pods would not fit: {first}"),
+            Self::UninitializedDestination(node) => {
+                write!(f, "pods would schedule against uninitialized node {node}")
+            }
+            Self::TooManyReplacements(n) => {
+                write!(f, "can't remove without creating {n} replacement nodes")
+            }
+            Self::NoCheaperReplacement { cheapest, price } => match cheapest {
+                Some(cheapest) => write!(
+                    f,
+                    "no cheaper replacement: cheapest option ${cheapest:.4}/h >= ${price:.4}/h"
+                ),
+                None => write!(
+                    f,
+                    "no cheaper replacement: no option other than the current instance types (${price:.4}/h)"
+                ),
+            },
+            Self::MinValuesAfterPriceFilter { kept, min_values } => write!(
+                f,
+                "filtering by price leaves {kept} instance types, minValues needs {min_values}"
+            ),
+            Self::SpotToSpotDisabled => write!(
+                f,
+                "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node"
+            ),
+            Self::SpotToSpotTooFewOptions(n) => write!(
+                f,
+                "SpotToSpotConsolidation requires 15 cheaper instance type options than the current candidate to consolidate, got {n}"
+            ),
+            Self::DestinationOfAnotherCommand => write!(
+                f,
+                "another command of this pass moves pods onto the node; it waits for the next pass"
+            ),
+            Self::NoLongerCandidate(reason) => write!(f, "no longer a candidate: {reason}"),
+            Self::DecisionChanged(what) => {
+                write!(f, "scheduling simulation produced new results: {what}")
+            }
         }
     }
 }

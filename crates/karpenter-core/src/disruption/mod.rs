@@ -5,6 +5,10 @@
 //! - [`candidates`]: every node that could be disrupted, or the reason it cannot;
 //! - [`emptiness`]: empty candidates past `consolidateAfter`, within budgets;
 //! - [`expiration`]: when a NodeClaim's `expireAfter` runs out (forceful, no budgets);
+//! - [`drift`]: NodeClaims drifted from their NodePool or NodeClass, replaced within budgets;
+//! - [`consolidation`]: single- and multi-node consolidation (delete, or replace by one cheaper
+//!   node), over [`simulate`]'s one-conversion-per-pass scheduling simulation;
+//! - [`validate`]: re-checks a command against a fresh state before it runs;
 //! - [`command`]: the vocabulary shared with the controller's orchestration queue and
 //!   `simulate --disruption` ([`Command`], [`Pass`], [`DisruptionInput`]);
 //! - [`decide`]: one pass of the loop — the methods in upstream's order, the first that finds
@@ -13,14 +17,26 @@
 pub mod budgets;
 pub mod candidates;
 pub mod command;
+pub mod consolidation;
+pub mod drift;
 pub mod emptiness;
 pub mod expiration;
+pub mod simulate;
+pub mod validate;
+
+#[cfg(test)]
+pub(crate) mod testkit;
+
+#[cfg(test)]
+mod properties;
 
 pub use budgets::{BudgetAllowance, BudgetMapping, DisruptionReason, PoolNodeCount};
 pub use command::{
     Command, Decision, DisruptedNode, DisruptionInput, DisruptionOptions, Method, Pass,
     ProviderDrift,
 };
+pub use drift::drifted;
+pub use validate::validate;
 
 use std::collections::BTreeMap;
 
@@ -29,15 +45,18 @@ use candidates::{DisruptionClass, candidates};
 /// One pass of the disruption loop over `input`: the methods of [`Method::ORDER`] in turn; the
 /// first that produces commands ends the pass. `blocked` explains every node left alone.
 ///
-/// Today only emptiness is implemented; drift and consolidation plug in here with the same
-/// signature, so the controller and `simulate` need not change when they land.
+/// Emptiness, static drift and drift may return several commands (one per node or one for all
+/// empty nodes); consolidation returns at most one.
 pub fn decide(input: &DisruptionInput<'_>) -> Pass {
     let mut pass = Pass::default();
     let mut blocked: BTreeMap<String, candidates::Rejection> = BTreeMap::new();
     for method in Method::ORDER {
         let commands = match method {
             Method::Emptiness => run_emptiness(input, &mut blocked),
-            _ => Vec::new(),
+            Method::StaticDrift => drift::static_drift(input, &mut blocked),
+            Method::Drift => drift::drift(input, &mut blocked),
+            Method::MultiNodeConsolidation => consolidation::multi_node(input, &mut blocked),
+            Method::SingleNodeConsolidation => consolidation::single_node(input, &mut blocked),
         };
         if !commands.is_empty() {
             pass.method = Some(method);
@@ -153,8 +172,8 @@ mod tests {
             pass.blocked.iter().all(|r| r.name != "empty"),
             "a disrupted node is not also blocked"
         );
-        // No method disrupts nodes with pods yet, so `busy` gets no command; whatever explains it
-        // must not be a budget (the budget allows the one empty node).
+        // `busy` fills no node of its own but emptiness ran first, so it waits for a later pass;
+        // whatever explains other nodes must not be a budget (it allows the one empty node).
         assert!(
             pass.blocked
                 .iter()

@@ -1,0 +1,344 @@
+//! Consolidation behaviours of karpenter-core §7.6 (upstream consolidation_test.go).
+#![allow(clippy::unwrap_used)]
+
+use serde_json::json;
+
+use karpenter_api::NodePool;
+
+use super::*;
+use crate::disruption::command::Decision;
+use crate::disruption::testkit::{World, node, pod, pool};
+
+fn on_demand() -> Vec<NodePool> {
+    vec![pool("default", &["on-demand"], json!({}))]
+}
+
+fn single(world: &World) -> (Vec<Command>, BTreeMap<String, Rejection>) {
+    let input = world.input();
+    let mut blocked = BTreeMap::new();
+    let commands = single_node(&input, &mut blocked);
+    (commands, blocked)
+}
+
+fn reason_of(blocked: &BTreeMap<String, Rejection>, node: &str) -> String {
+    blocked
+        .get(node)
+        .map(|r| r.reason.to_string())
+        .unwrap_or_else(|| panic!("{node} not blocked: {blocked:?}"))
+}
+
+fn instance_types_of(claim: &karpenter_api::NodeClaim) -> Vec<String> {
+    claim
+        .spec
+        .requirements
+        .iter()
+        .filter(|r| r.key == karpenter_api::well_known::INSTANCE_TYPE_LABEL)
+        .flat_map(|r| r.values.clone())
+        .collect()
+}
+
+#[test]
+fn single_node_deletes_a_node_whose_pods_fit_on_the_others() {
+    let world = World::new(
+        on_demand(),
+        vec![
+            node("big", "big.8x", "on-demand", "default"),
+            node("small", "small.2x", "on-demand", "default"),
+        ],
+        vec![pod("a", "big", "1"), pod("b", "small", "1")],
+    );
+    let (commands, _) = single(&world);
+    assert_eq!(commands.len(), 1);
+    let command = &commands[0];
+    assert_eq!(command.decision(), Decision::Delete);
+    // Both could go; big (0.4/h) has the best savings ratio, and its 1-cpu pod fits on small.
+    assert_eq!(command.candidates[0].name, "big");
+    assert!((command.savings_per_hour - 0.4).abs() < 1e-9);
+}
+
+#[test]
+fn single_node_replaces_with_a_strictly_cheaper_other_instance_type() {
+    let world = World::new(
+        on_demand(),
+        vec![node("big", "big.8x", "on-demand", "default")],
+        vec![pod("a", "big", "1500m")],
+    );
+    let (commands, _) = single(&world);
+    assert_eq!(commands.len(), 1, "expected a replace");
+    let command = &commands[0];
+    assert_eq!(command.decision(), Decision::Replace);
+    let options = instance_types_of(&command.replacements[0]);
+    assert!(!options.contains(&"big.8x".to_string()), "{options:?}");
+    assert_eq!(options[0], "small.2x");
+    assert!((command.savings_per_hour - 0.3).abs() < 1e-9);
+}
+
+#[test]
+fn no_cheaper_replacement_is_explained_with_both_prices() {
+    // 3 cpu on medium.4x: small is too small, big costs more, medium is the same type.
+    let world = World::new(
+        on_demand(),
+        vec![node("m", "medium.4x", "on-demand", "default")],
+        vec![pod("a", "m", "3")],
+    );
+    let (commands, blocked) = single(&world);
+    assert!(commands.is_empty());
+    assert_eq!(
+        reason_of(&blocked, "m"),
+        "no cheaper replacement: cheapest option $0.4000/h >= $0.2000/h"
+    );
+}
+
+#[test]
+fn pods_that_would_not_fit_block_with_the_schedulers_reason() {
+    let mut special = pod("a", "n", "1");
+    special.spec.as_mut().unwrap().node_selector =
+        Some([("special".to_string(), "yes".to_string())].into());
+    let (claim, mut n) = node("n", "big.8x", "on-demand", "default");
+    n.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("special".into(), "yes".into());
+    let world = World::new(on_demand(), vec![(claim, n)], vec![special]);
+    let (commands, blocked) = single(&world);
+    assert!(commands.is_empty());
+    let reason = reason_of(&blocked, "n");
+    assert!(
+        reason.starts_with("pods would not fit: default/a: "),
+        "{reason}"
+    );
+}
+
+#[test]
+fn spot_to_spot_needs_the_feature_gate_then_fifteen_cheaper_options() {
+    let pools = vec![pool("default", &["spot"], json!({}))];
+    let mut world = World::new(
+        pools,
+        vec![node("s", "big.8x", "spot", "default")],
+        vec![pod("a", "s", "1")],
+    );
+    let (commands, blocked) = single(&world);
+    assert!(commands.is_empty());
+    assert!(matches!(
+        blocked["s"].reason,
+        BlockReason::SpotToSpotDisabled
+    ));
+    world.options.spot_to_spot_consolidation = true;
+    let (commands, blocked) = single(&world);
+    assert!(commands.is_empty());
+    assert_eq!(
+        blocked["s"].reason,
+        BlockReason::SpotToSpotTooFewOptions(2),
+        "small and medium are cheaper, 15 are needed"
+    );
+}
+
+#[test]
+fn multi_node_spot_to_spot_needs_no_fifteen_options() {
+    let pools = vec![pool("default", &["spot"], json!({}))];
+    let mut world = World::new(
+        pools,
+        vec![
+            node("s1", "medium.4x", "spot", "default"),
+            node("s2", "medium.4x", "spot", "default"),
+        ],
+        vec![pod("a", "s1", "500m"), pod("b", "s2", "500m")],
+    );
+    world.options.spot_to_spot_consolidation = true;
+    let input = world.input();
+    let commands = multi_node(&input, &mut BTreeMap::new());
+    assert_eq!(commands.len(), 1);
+    assert_eq!(commands[0].candidates.len(), 2);
+    assert_eq!(commands[0].decision(), Decision::Replace);
+}
+
+#[test]
+fn on_demand_is_replaced_by_spot_when_the_pool_allows_both() {
+    let pools = vec![pool("default", &["spot", "on-demand"], json!({}))];
+    let world = World::new(
+        pools,
+        vec![node("od", "big.8x", "on-demand", "default")],
+        vec![pod("a", "od", "1")],
+    );
+    let (commands, _) = single(&world);
+    assert_eq!(commands.len(), 1);
+    let capacity = commands[0].replacements[0]
+        .spec
+        .requirements
+        .iter()
+        .find(|r| r.key == CAPACITY_TYPE_LABEL)
+        .unwrap();
+    assert_eq!(capacity.values, ["spot"]);
+}
+
+#[test]
+fn multi_node_merges_nodes_into_one_cheaper_node() {
+    let world = World::new(
+        on_demand(),
+        vec![
+            node("a", "medium.4x", "on-demand", "default"),
+            node("b", "medium.4x", "on-demand", "default"),
+            node("c", "medium.4x", "on-demand", "default"),
+        ],
+        vec![
+            pod("pa", "a", "600m"),
+            pod("pb", "b", "600m"),
+            pod("pc", "c", "600m"),
+        ],
+    );
+    let input = world.input();
+    let commands = multi_node(&input, &mut BTreeMap::new());
+    assert_eq!(commands.len(), 1);
+    let command = &commands[0];
+    assert_eq!(command.candidates.len(), 3);
+    assert_eq!(command.replacements.len(), 1);
+    let options = instance_types_of(&command.replacements[0]);
+    assert!(!options.contains(&"medium.4x".to_string()), "{options:?}");
+    assert!(command.savings_per_hour > 0.0);
+}
+
+#[test]
+fn budgets_cap_multi_node_and_block_single_node() {
+    let limited = pool(
+        "default",
+        &["on-demand"],
+        json!({"disruption": {
+        "consolidateAfter": "0s", "budgets": [{"nodes": "2"}]}}),
+    );
+    let world = World::new(
+        vec![limited],
+        vec![
+            node("a", "medium.4x", "on-demand", "default"),
+            node("b", "medium.4x", "on-demand", "default"),
+            node("c", "medium.4x", "on-demand", "default"),
+        ],
+        vec![
+            pod("pa", "a", "600m"),
+            pod("pb", "b", "600m"),
+            pod("pc", "c", "600m"),
+        ],
+    );
+    let input = world.input();
+    let commands = multi_node(&input, &mut BTreeMap::new());
+    assert_eq!(commands[0].candidates.len(), 2, "budget nodes: 2");
+
+    let none = pool(
+        "default",
+        &["on-demand"],
+        json!({"disruption": {
+        "consolidateAfter": "0s", "budgets": [{"nodes": "0"}]}}),
+    );
+    let world = World::new(
+        vec![none],
+        vec![node("a", "big.8x", "on-demand", "default")],
+        vec![pod("pa", "a", "1")],
+    );
+    let (commands, blocked) = single(&world);
+    assert!(commands.is_empty());
+    assert!(matches!(
+        blocked["a"].reason,
+        BlockReason::BudgetExhausted { .. }
+    ));
+}
+
+#[test]
+fn consolidate_after_not_elapsed_and_when_empty_policy_are_reasons() {
+    let later = pool(
+        "default",
+        &["on-demand"],
+        json!({"disruption": {
+        "consolidateAfter": "2h", "budgets": [{"nodes": "100%"}]}}),
+    );
+    let (claim, mut n) = node("a", "big.8x", "on-demand", "default");
+    n.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        crate::disruption::testkit::t0(),
+    ));
+    let world = World::new(vec![later], vec![(claim, n)], vec![pod("pa", "a", "1")]);
+    let (_, blocked) = single(&world);
+    assert!(matches!(
+        blocked["a"].reason,
+        BlockReason::ConsolidatableAt(_)
+    ));
+
+    let when_empty = pool(
+        "default",
+        &["on-demand"],
+        json!({"disruption": {
+        "consolidateAfter": "0s", "consolidationPolicy": "WhenEmpty"}}),
+    );
+    let world = World::new(
+        vec![when_empty],
+        vec![node("a", "big.8x", "on-demand", "default")],
+        vec![pod("pa", "a", "1")],
+    );
+    let (_, blocked) = single(&world);
+    assert_eq!(
+        reason_of(&blocked, "a"),
+        "NodePool \"default\" has consolidation policy WhenEmpty, but node is not empty"
+    );
+}
+
+#[test]
+fn do_not_disrupt_pods_keep_their_node() {
+    let mut pinned = pod("pa", "a", "1");
+    pinned
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert("karpenter.sh/do-not-disrupt".into(), "true".into());
+    let world = World::new(
+        on_demand(),
+        vec![node("a", "big.8x", "on-demand", "default")],
+        vec![pinned],
+    );
+    let (commands, blocked) = single(&world);
+    assert!(commands.is_empty());
+    assert!(matches!(
+        blocked["a"].reason,
+        BlockReason::DoNotDisruptPod(_)
+    ));
+}
+
+#[test]
+fn multi_node_wont_merge_two_nodes_into_one_of_the_same_type() {
+    // 1.5 + 1.5 cpu fit one medium.4x, but that is a disguised delete; big.8x is not cheaper.
+    let world = World::new(
+        on_demand(),
+        vec![
+            node("a", "medium.4x", "on-demand", "default"),
+            node("b", "medium.4x", "on-demand", "default"),
+        ],
+        vec![pod("pa", "a", "1500m"), pod("pb", "b", "1500m")],
+    );
+    let input = world.input();
+    assert!(multi_node(&input, &mut BTreeMap::new()).is_empty());
+    // Single-node consolidation still deletes one of them: its pod fits on the other.
+    let (commands, _) = single(&world);
+    assert_eq!(commands[0].decision(), Decision::Delete);
+}
+
+#[test]
+fn pods_are_not_moved_onto_an_uninitialized_node() {
+    let (fresh_claim, mut fresh) = node("fresh", "big.8x", "on-demand", "default");
+    fresh
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .remove("karpenter.sh/initialized");
+    let world = World::new(
+        on_demand(),
+        vec![
+            (fresh_claim, fresh),
+            node("old", "small.2x", "on-demand", "default"),
+        ],
+        vec![pod("p", "old", "1")],
+    );
+    let (commands, blocked) = single(&world);
+    assert!(commands.is_empty(), "{commands:?}");
+    assert_eq!(
+        reason_of(&blocked, "old"),
+        "pods would schedule against uninitialized node fresh"
+    );
+}

@@ -1,0 +1,201 @@
+//! Drift behaviours of karpenter-core §7.8 (upstream drift_test.go, nodeclaim drift detection).
+#![allow(clippy::unwrap_used)]
+
+use serde_json::json;
+
+use super::*;
+use crate::disruption::command::Decision;
+use crate::disruption::decide;
+use crate::disruption::testkit::{World, node, pod, pool};
+
+fn stamped(claim: &mut NodeClaim, hash: &str, version: &str) {
+    let annotations = claim.metadata.annotations.get_or_insert_default();
+    annotations.insert(NODEPOOL_HASH_ANNOTATION.into(), hash.into());
+    annotations.insert(NODEPOOL_HASH_VERSION_ANNOTATION.into(), version.into());
+}
+
+#[test]
+fn hash_drift_needs_matching_hash_versions() {
+    let pool = pool("default", &["on-demand"], json!({}));
+    let (mut claim, _) = node("a", "big.8x", "on-demand", "default");
+    let none = ProviderDrift::new();
+    assert_eq!(drifted(&claim, &pool, &none), None, "no hash: not drifted");
+    stamped(&mut claim, &template_hash(&pool), NODEPOOL_HASH_VERSION);
+    assert_eq!(drifted(&claim, &pool, &none), None, "same hash");
+    stamped(&mut claim, "stale", NODEPOOL_HASH_VERSION);
+    assert_eq!(
+        drifted(&claim, &pool, &none).as_deref(),
+        Some(NODEPOOL_DRIFTED)
+    );
+    stamped(&mut claim, "stale", "v0");
+    assert_eq!(drifted(&claim, &pool, &none), None, "other hash version");
+}
+
+#[test]
+fn requirement_drift_comes_before_provider_drift() {
+    let pool = pool("default", &["on-demand"], json!({}));
+    let (claim, _) = node("a", "big.8x", "spot", "default");
+    let provider = ProviderDrift::from([("a-claim".to_string(), "AMIDrift".to_string())]);
+    assert_eq!(
+        drifted(&claim, &pool, &provider).as_deref(),
+        Some(REQUIREMENTS_DRIFTED)
+    );
+    let (claim, _) = node("a", "big.8x", "on-demand", "default");
+    assert_eq!(
+        drifted(&claim, &pool, &provider).as_deref(),
+        Some("AMIDrift")
+    );
+    assert_eq!(drifted(&claim, &pool, &ProviderDrift::new()), None);
+}
+
+fn drifted_world(budget: &str) -> World {
+    let pools = vec![pool(
+        "default",
+        &["on-demand"],
+        json!({"disruption": {
+        "consolidateAfter": "Never", "budgets": [{"nodes": budget}]}}),
+    )];
+    let mut world = World::new(
+        pools,
+        vec![
+            node("busy-1", "medium.4x", "on-demand", "default"),
+            node("busy-2", "medium.4x", "on-demand", "default"),
+            node("empty", "medium.4x", "on-demand", "default"),
+        ],
+        vec![pod("p1", "busy-1", "3"), pod("p2", "busy-2", "3")],
+    );
+    for name in ["busy-1", "busy-2", "empty"] {
+        world
+            .drift
+            .insert(format!("{name}-claim"), "AMIDrift".to_string());
+    }
+    world
+}
+
+#[test]
+fn drift_runs_one_command_per_node_the_budget_allows_empty_first() {
+    let world = drifted_world("2");
+    let input = world.input();
+    assert_eq!(
+        drift_order(&input)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect::<Vec<_>>(),
+        ["empty", "busy-1", "busy-2"]
+    );
+    let pass = decide(&input);
+    assert_eq!(pass.method, Some(Method::Drift));
+    let names: Vec<&str> = pass
+        .commands
+        .iter()
+        .map(|c| c.candidates[0].name.as_str())
+        .collect();
+    assert_eq!(names, ["empty", "busy-1"]);
+    assert_eq!(pass.commands[0].decision(), Decision::Delete);
+    // busy-1's 3 cpu fit nowhere else (the empty node is going): one replacement.
+    assert_eq!(pass.commands[1].decision(), Decision::Replace);
+    let budget = pass.blocked.iter().find(|r| r.name == "busy-2").unwrap();
+    assert!(matches!(budget.reason, BlockReason::BudgetExhausted { .. }));
+}
+
+#[test]
+fn later_drift_commands_do_not_count_on_capacity_an_earlier_one_took() {
+    // One spare medium node with room for one 3-cpu pod: the first drifted node's pod goes
+    // there, the second needs a replacement.
+    let pools = vec![pool(
+        "default",
+        &["on-demand"],
+        json!({"disruption": {
+        "consolidateAfter": "Never", "budgets": [{"nodes": "100%"}]}}),
+    )];
+    let mut world = World::new(
+        pools,
+        vec![
+            node("d1", "medium.4x", "on-demand", "default"),
+            node("d2", "medium.4x", "on-demand", "default"),
+            node("spare", "medium.4x", "on-demand", "default"),
+        ],
+        vec![
+            pod("p1", "d1", "3"),
+            pod("p2", "d2", "3"),
+            pod("keep", "spare", "500m"),
+        ],
+    );
+    world.drift.insert("d1-claim".into(), "AMIDrift".into());
+    world.drift.insert("d2-claim".into(), "AMIDrift".into());
+    let pass = decide(&world.input());
+    let decisions: Vec<(String, Decision)> = pass
+        .commands
+        .iter()
+        .map(|c| (c.candidates[0].name.clone(), c.decision()))
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            ("d1".to_string(), Decision::Delete),
+            ("d2".to_string(), Decision::Replace)
+        ]
+    );
+}
+
+#[test]
+fn a_drifted_node_whose_pods_cannot_move_is_explained_and_the_next_one_runs() {
+    let pools = vec![pool(
+        "default",
+        &["on-demand"],
+        json!({"disruption": {
+        "consolidateAfter": "Never", "budgets": [{"nodes": "100%"}]}}),
+    )];
+    let mut special = pod("p1", "d1", "1");
+    special.spec.as_mut().unwrap().node_selector =
+        Some([("special".to_string(), "yes".to_string())].into());
+    let (c1, mut n1) = node("d1", "medium.4x", "on-demand", "default");
+    n1.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("special".into(), "yes".into());
+    let mut world = World::new(
+        pools,
+        vec![(c1, n1), node("d2", "medium.4x", "on-demand", "default")],
+        vec![special, pod("p2", "d2", "1")],
+    );
+    world.drift.insert("d1-claim".into(), "AMIDrift".into());
+    world.drift.insert("d2-claim".into(), "AMIDrift".into());
+    let pass = decide(&world.input());
+    assert_eq!(pass.commands.len(), 1);
+    assert_eq!(pass.commands[0].candidates[0].name, "d2");
+    let d1 = pass.blocked.iter().find(|r| r.name == "d1").unwrap();
+    assert!(
+        d1.reason
+            .to_string()
+            .starts_with("pods would not fit: default/p1")
+    );
+}
+
+#[test]
+fn static_drift_replaces_one_for_one_from_the_template() {
+    let pools = vec![pool("fixed", &["on-demand"], json!({"replicas": 2}))];
+    let mut world = World::new(
+        pools,
+        vec![
+            node("s1", "medium.4x", "on-demand", "fixed"),
+            node("s2", "medium.4x", "on-demand", "fixed"),
+        ],
+        vec![pod("p1", "s1", "1")],
+    );
+    world.drift.insert("s1-claim".into(), "AMIDrift".into());
+    let pass = decide(&world.input());
+    assert_eq!(pass.method, Some(Method::StaticDrift));
+    assert_eq!(pass.commands.len(), 1);
+    let command = &pass.commands[0];
+    assert_eq!(command.candidates[0].name, "s1");
+    assert_eq!(command.replacements.len(), 1);
+    assert_eq!(
+        command.replacements[0]
+            .labels()
+            .get(NODEPOOL_LABEL)
+            .map(String::as_str),
+        Some("fixed")
+    );
+}

@@ -1,0 +1,467 @@
+//! Properties of whole passes: no churn once converged, and on random clusters no budget
+//! exceeded, no do-not-disrupt pod or blocking PDB on a disrupted node, a place for every pod
+//! (checked by solving again with the replacements in flight), consolidation never raising cost.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL};
+use karpenter_api::{NodeClaim, NodePool};
+use kube_core::ResourceExt;
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::budgets::BudgetMapping;
+use super::command::{Command, Method};
+use super::decide;
+use super::testkit::{SIZES, World, node, pod, pool};
+use crate::provisioning::{Snapshot, solve};
+use crate::requirements::Requirements;
+
+fn pending(mut pod: Pod) -> Pod {
+    pod.spec.as_mut().unwrap().node_name = None;
+    pod.status = serde_json::from_value(json!({"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}))
+    .unwrap();
+    pod
+}
+
+fn requirement_values(claim: &NodeClaim, key: &str) -> Vec<String> {
+    claim
+        .spec
+        .requirements
+        .iter()
+        .filter(|r| r.key == key)
+        .flat_map(|r| r.values.clone())
+        .collect()
+}
+
+/// Runs a command as the controller would, instantly: launch the replacements (the cheapest
+/// option), delete the candidates, then provision their pods (and any pending ones).
+fn execute(world: &mut World, command: &Command, serial: &mut usize) {
+    for replacement in &command.replacements {
+        *serial += 1;
+        let size = requirement_values(replacement, INSTANCE_TYPE_LABEL)
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "big.8x".into());
+        let capacity = requirement_values(replacement, CAPACITY_TYPE_LABEL)
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "on-demand".into());
+        let pool = replacement.labels()["karpenter.sh/nodepool"].clone();
+        let (claim, node) = node(&format!("r{serial}"), &size, &capacity, &pool);
+        world.state.apply(claim);
+        world.state.apply(node);
+    }
+    for gone in &command.candidates {
+        let pods: Vec<Pod> = world.state.pods_on_node(&gone.name).cloned().collect();
+        for p in pods {
+            world.state.delete(&p);
+            world.state.apply(pending(p));
+        }
+        let node = world.state.node(&gone.name).cloned().unwrap();
+        let claim = world.state.nodeclaim(&gone.nodeclaim).cloned().unwrap();
+        world.state.delete(&node);
+        world.state.delete(&claim);
+    }
+    provision(world, serial);
+}
+
+fn provision(world: &mut World, serial: &mut usize) {
+    let pools: Vec<NodePool> = world.state.nodepools().cloned().collect();
+    let (results, pods) = {
+        let mut snapshot = Snapshot::new(&world.state, world.scheduler.clone(), world.now);
+        for p in &pools {
+            snapshot = snapshot.offer(p, &world.types[&p.name_any()]);
+        }
+        let pods: Vec<Pod> = snapshot.pods_to_place().into_iter().cloned().collect();
+        (solve(snapshot.scheduler_input().input, &pods), pods)
+    };
+    let bind = |world: &mut World, index: usize, node: &str| {
+        let mut p = pods[index].clone();
+        p.spec.as_mut().unwrap().node_name = Some(node.to_string());
+        p.status = serde_json::from_value(json!({"phase": "Running"})).unwrap();
+        world.state.apply(p);
+    };
+    for placed in &results.existing_nodes {
+        for &i in &placed.pods {
+            bind(world, i, &placed.node);
+        }
+    }
+    for claim in &results.new_node_claims {
+        *serial += 1;
+        let name = format!("p{serial}");
+        let size = claim.instance_types[0].name.to_string();
+        let (c, n) = node(&name, &size, "on-demand", &claim.node_pool);
+        world.state.apply(c);
+        world.state.apply(n);
+        for &i in &claim.pods {
+            bind(world, i, &name);
+        }
+    }
+}
+
+#[test]
+fn a_converged_cluster_gets_no_more_commands_and_nothing_is_replaced_by_its_own_type() {
+    let mut world = World::new(
+        vec![pool("default", &["on-demand"], json!({}))],
+        vec![
+            node("a", "big.8x", "on-demand", "default"),
+            node("b", "big.8x", "on-demand", "default"),
+            node("c", "medium.4x", "on-demand", "default"),
+            node("d", "small.2x", "on-demand", "default"),
+        ],
+        vec![
+            pod("a1", "a", "1500m"),
+            pod("a2", "a", "700m"),
+            pod("b1", "b", "3"),
+            pod("c1", "c", "900m"),
+            pod("d1", "d", "1"),
+        ],
+    );
+    let mut serial = 0;
+    let mut passes = 0;
+    loop {
+        let pass = decide(&world.input());
+        if pass.commands.is_empty() {
+            break;
+        }
+        passes += 1;
+        assert!(passes < 20, "no convergence: {:?}", pass.commands);
+        for command in &pass.commands {
+            for replacement in &command.replacements {
+                let options = requirement_values(replacement, INSTANCE_TYPE_LABEL);
+                for candidate in &command.candidates {
+                    let own = candidate.instance_type.as_ref().unwrap();
+                    assert!(!options.contains(own), "{own} replaced by itself");
+                }
+            }
+            execute(&mut world, command, &mut serial);
+        }
+    }
+    assert!(passes > 0, "the starting cluster was wasteful");
+    // The same state again: still nothing (decisions depend on the state only).
+    let again = decide(&world.input());
+    assert!(again.commands.is_empty(), "{:?}", again.commands);
+    let pods = world.state.pods().count();
+    assert_eq!(pods, 5, "no pod lost");
+    assert_eq!(
+        world
+            .state
+            .pods()
+            .filter(|p| p.spec.as_ref().unwrap().node_name.is_none())
+            .count(),
+        0,
+        "every pod bound"
+    );
+}
+
+/// A generated cluster, as objects (so it can be built twice: once to decide, once to check).
+#[derive(Clone, Debug)]
+struct Cluster {
+    budget: String,
+    spot: bool,
+    spot_to_spot: bool,
+    nodes: Vec<GenNode>,
+    pending: usize,
+    pdb_allowed: Option<i32>,
+}
+
+#[derive(Clone, Debug)]
+struct GenNode {
+    size: usize,
+    spot: bool,
+    drifted: bool,
+    /// (millicores, do-not-disrupt, app=web)
+    pods: Vec<(u32, bool, bool)>,
+}
+
+fn gen_node() -> impl Strategy<Value = GenNode> {
+    (
+        0..SIZES.len(),
+        any::<bool>(),
+        prop::bool::weighted(0.3),
+        prop::collection::vec(
+            (
+                prop::sample::select(vec![100u32, 250, 500, 1000]),
+                prop::bool::weighted(0.08),
+                prop::bool::weighted(0.3),
+            ),
+            0..4,
+        ),
+    )
+        .prop_map(|(size, spot, drifted, pods)| GenNode {
+            size,
+            spot,
+            drifted,
+            pods,
+        })
+}
+
+fn gen_cluster() -> impl Strategy<Value = Cluster> {
+    (
+        prop::sample::select(vec!["0", "1", "2", "50%", "100%", "window"]),
+        any::<bool>(),
+        any::<bool>(),
+        prop::collection::vec(gen_node(), 1..6),
+        0..3usize,
+        prop::option::of(0..2i32),
+    )
+        .prop_map(
+            |(budget, spot, spot_to_spot, nodes, pending, pdb_allowed)| Cluster {
+                budget: budget.to_string(),
+                spot,
+                spot_to_spot,
+                nodes,
+                pending,
+                pdb_allowed,
+            },
+        )
+}
+
+fn build(cluster: &Cluster) -> World {
+    let budgets = if cluster.budget == "window" {
+        // Open from midnight for 2h: `now` (01:00) is inside, so nothing may be disrupted.
+        json!([{"nodes": "0", "schedule": "0 0 * * *", "duration": "2h"}, {"nodes": "100%"}])
+    } else {
+        json!([{"nodes": cluster.budget}])
+    };
+    let capacity_types: &[&str] = if cluster.spot {
+        &["spot", "on-demand"]
+    } else {
+        &["on-demand"]
+    };
+    let pools = vec![pool(
+        "default",
+        capacity_types,
+        json!({"disruption": {"consolidateAfter": "0s", "budgets": budgets}}),
+    )];
+    let mut nodes: Vec<(NodeClaim, Node)> = Vec::new();
+    let mut pods = Vec::new();
+    let mut drifted = Vec::new();
+    for (i, n) in cluster.nodes.iter().enumerate() {
+        let name = format!("n{i}");
+        let (size, cpu, _) = SIZES[n.size];
+        let ct = if n.spot && cluster.spot {
+            "spot"
+        } else {
+            "on-demand"
+        };
+        nodes.push(node(&name, size, ct, "default"));
+        if n.drifted {
+            drifted.push(format!("{name}-claim"));
+        }
+        let capacity: u32 = cpu.parse::<u32>().unwrap() * 1000;
+        let mut used = 0;
+        for (j, &(milli, dnd, web)) in n.pods.iter().enumerate() {
+            if used + milli > capacity {
+                continue;
+            }
+            used += milli;
+            let mut p = pod(&format!("{name}-p{j}"), &name, &format!("{milli}m"));
+            if dnd {
+                p.metadata
+                    .annotations
+                    .get_or_insert_default()
+                    .insert("karpenter.sh/do-not-disrupt".into(), "true".into());
+            }
+            if web {
+                p.metadata
+                    .labels
+                    .get_or_insert_default()
+                    .insert("app".into(), "web".into());
+            }
+            pods.push(p);
+        }
+    }
+    for k in 0..cluster.pending {
+        pods.push(pending(pod(&format!("pending-{k}"), "none", "500m")));
+    }
+    let mut world = World::new(pools, nodes, pods);
+    if let Some(allowed) = cluster.pdb_allowed {
+        world.state.apply(pdb(allowed));
+    }
+    for claim in drifted {
+        world.drift.insert(claim, "AMIDrift".into());
+    }
+    world.options.spot_to_spot_consolidation = cluster.spot_to_spot;
+    world
+}
+
+fn pdb(allowed: i32) -> PodDisruptionBudget {
+    serde_json::from_value(json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": allowed},
+        "status": {"disruptionsAllowed": allowed, "currentHealthy": 1, "desiredHealthy": 1,
+                   "expectedPods": 1}
+    }))
+    .unwrap()
+}
+
+/// Checks one pass's commands on `cluster`; `Err` names the broken property.
+fn check(cluster: &Cluster) -> Result<(), String> {
+    let world = build(cluster);
+    let input = world.input();
+    let pass = decide(&input);
+    let Some(method) = pass.method else {
+        return Ok(());
+    };
+    // Budgets.
+    let budgets = BudgetMapping::build(&world.state, method.reason(), world.now);
+    let mut per_pool: BTreeMap<&str, u32> = BTreeMap::new();
+    for c in pass.commands.iter().flat_map(|c| &c.candidates) {
+        *per_pool.entry(c.node_pool.as_str()).or_default() += 1;
+    }
+    for (pool, n) in per_pool {
+        if n > budgets.allowed(pool) {
+            return Err(format!("{n} {method} disruptions in {pool}: {budgets:?}"));
+        }
+    }
+    // Pod blocks.
+    let pdb_blocks = cluster.pdb_allowed == Some(0);
+    for c in pass.commands.iter().flat_map(|c| &c.candidates) {
+        for p in world.state.pods_on_node(&c.name) {
+            if crate::pod::has_do_not_disrupt(p) {
+                return Err(format!("do-not-disrupt pod on {}", c.name));
+            }
+            if pdb_blocks && p.labels().get("app").is_some_and(|v| v == "web") {
+                return Err(format!("PDB-blocked pod on {}", c.name));
+            }
+        }
+    }
+    // Cost.
+    for command in &pass.commands {
+        if !matches!(
+            command.method,
+            Method::SingleNodeConsolidation | Method::MultiNodeConsolidation
+        ) {
+            continue;
+        }
+        let price: f64 = command.candidates.iter().filter_map(|c| c.price).sum();
+        for replacement in &command.replacements {
+            let reqs =
+                Requirements::from_node_selector_with_min_values(&replacement.spec.requirements)
+                    .unwrap();
+            let cts = reqs.get(&CAPACITY_TYPE_LABEL.to_string()).unwrap();
+            for name in requirement_values(replacement, INSTANCE_TYPE_LABEL) {
+                let it = world.types["default"]
+                    .iter()
+                    .find(|t| t.name == name)
+                    .unwrap();
+                let worst = it
+                    .offerings
+                    .iter()
+                    .filter(|o| cts.has(&o.capacity_type))
+                    .map(|o| o.price)
+                    .fold(0.0, f64::max);
+                if worst >= price {
+                    return Err(format!("replacement {name} at {worst} >= {price}"));
+                }
+            }
+        }
+    }
+    // Every pod has a place: solve again with the candidates going and the replacements in
+    // flight.
+    let mut after = build(cluster);
+    let mut serial = 0;
+    for command in &pass.commands {
+        for c in &command.candidates {
+            after.state.mark_for_deletion(&c.name);
+        }
+        for r in &command.replacements {
+            serial += 1;
+            let mut r = r.clone();
+            r.metadata.name = Some(format!("replacement-{serial}"));
+            // Launched as its cheapest option (the first listed), with that type's capacity: a
+            // claim sized to exactly its planned pods would make the check depend on the
+            // order the scheduler packs them in.
+            let size = requirement_values(&r, INSTANCE_TYPE_LABEL)[0].clone();
+            let cpu = SIZES.iter().find(|(n, _, _)| *n == size).unwrap().1;
+            r.status = Some(
+                serde_json::from_value(json!({
+                    "capacity": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+                    "allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"}}))
+                .unwrap(),
+            );
+            after.state.apply(r);
+        }
+    }
+    let pools: Vec<NodePool> = after.state.nodepools().cloned().collect();
+    let mut snapshot = Snapshot::new(&after.state, after.scheduler.clone(), after.now);
+    for p in &pools {
+        snapshot = snapshot.offer(p, &after.types[&p.name_any()]);
+    }
+    let pods = snapshot.pods_to_place();
+    let first_moved = after.state.provisionable_pods(after.now).len();
+    let results = solve(snapshot.scheduler_input().input, &pods);
+    if let Some(u) = results.unschedulable.iter().find(|u| u.pod >= first_moved) {
+        return Err(format!(
+            "{}/{} has no place: {}",
+            u.namespace, u.name, u.explanation
+        ));
+    }
+    if let Some(extra) = results
+        .new_node_claims
+        .iter()
+        .find(|c| c.pods.iter().any(|&i| i >= first_moved))
+    {
+        return Err(format!(
+            "moved pods need a NodeClaim the command did not launch: {extra:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// 2,000 random clusters by default (about 10 s in a debug build); `PROPTEST_CASES=10000` for
+/// the full run.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+    #[test]
+    fn passes_keep_budgets_pod_blocks_places_and_cost(cluster in gen_cluster()) {
+        if let Err(broken) = check(&cluster) {
+            prop_assert!(false, "{broken}\n{cluster:?}");
+        }
+    }
+}
+
+/// Timing of one pass over a full cluster where no node can go (every candidate is simulated):
+/// `NODES=1000 cargo test -p karpenter-core --lib pass_timing -- --ignored --nocapture`.
+#[test]
+#[ignore = "measurement, prints the time of one pass"]
+fn pass_timing_on_a_packed_cluster() {
+    let n: usize = std::env::var("NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let mut nodes = Vec::new();
+    let mut pods = Vec::new();
+    for i in 0..n {
+        let name = format!("n{i:04}");
+        nodes.push(node(&name, "medium.4x", "on-demand", "default"));
+        for j in 0..4 {
+            pods.push(pod(&format!("{name}-{j}"), &name, "1"));
+        }
+    }
+    let world = World::new(
+        vec![pool("default", &["on-demand"], json!({}))],
+        nodes,
+        pods,
+    );
+    let started = std::time::Instant::now();
+    let pass = decide(&world.input());
+    let elapsed = started.elapsed();
+    assert!(pass.commands.is_empty());
+    assert_eq!(pass.blocked.len(), n);
+    println!("{n} nodes: one pass in {elapsed:?}");
+}

@@ -1,0 +1,255 @@
+//! "What if these nodes were gone?" (upstream `SimulateScheduling`, karpenter-core §4.10) for
+//! drift and consolidation.
+//!
+//! Upstream rebuilds the scheduler's whole view of the cluster for every simulation, which is
+//! why it evaluates only a few dozen candidates per pass on large clusters. Here the snapshot is
+//! converted to the scheduler's input **once per pass** ([`Simulator::new`]); each simulation
+//! copies that input, drops the candidates' nodes from it and re-derives only the usage of the
+//! NodePools concerned, then places the pass's pending pods plus the candidates' pods.
+//!
+//! Methods that run several commands per pass (drift) [`commit`](Simulator::commit) each one, so
+//! the next simulation no longer counts the committed nodes and sees the capacity their pods
+//! took on the remaining nodes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube_core::ResourceExt;
+
+use super::candidates::Candidate;
+use super::command::DisruptionInput;
+use crate::nodepool;
+use crate::pod;
+use crate::provisioning::{Prepared, Snapshot, reschedulable::is_reschedulable, solve};
+use crate::resources::ResourceList;
+use crate::scheduling::{NewNodeClaim, SchedulingResults};
+
+/// The pass's scheduler input, built once, and what has been committed so far.
+pub struct Simulator<'a> {
+    input: &'a DisruptionInput<'a>,
+    prepared: Prepared,
+    /// Pods every simulation places first: pending pods and pods of nodes already going away.
+    base_pods: Vec<&'a Pod>,
+    pdbs: Vec<&'a PodDisruptionBudget>,
+    /// Nodes removed by committed commands.
+    committed: BTreeSet<String>,
+    /// Nodes that received pods in a committed simulation.
+    destinations: BTreeSet<String>,
+}
+
+/// The outcome of one simulation.
+#[derive(Debug)]
+pub struct Simulation {
+    pub results: SchedulingResults,
+    /// Index of the first candidate pod in the pods given to the scheduler (pods before it are
+    /// pending or from already deleting nodes).
+    pub first_candidate_pod: usize,
+    /// Candidate pods that were simulated, in the order given to the scheduler.
+    pub candidate_pods: Vec<Pod>,
+    /// Existing nodes (by name) that are not initialized yet.
+    uninitialized: BTreeSet<String>,
+}
+
+impl Simulation {
+    /// The first candidate pod left without a place, with the scheduler's explanation.
+    pub fn first_unplaced_candidate_pod(&self) -> Option<String> {
+        self.results
+            .unschedulable
+            .iter()
+            .find(|u| u.pod >= self.first_candidate_pod)
+            .map(|u| {
+                let reason = u.explanation.lines().next().unwrap_or("no reason given");
+                format!("{}/{}: {reason}", u.namespace, u.name)
+            })
+    }
+
+    /// The first uninitialized existing node receiving a candidate pod (upstream: don't
+    /// consolidate onto capacity that is not proven yet).
+    pub fn uninitialized_destination(&self) -> Option<String> {
+        self.results
+            .existing_nodes
+            .iter()
+            .filter(|p| self.uninitialized.contains(&p.node))
+            .find(|p| p.pods.iter().any(|&i| i >= self.first_candidate_pod))
+            .map(|p| p.node.clone())
+    }
+
+    pub fn new_node_claims(&self) -> &[NewNodeClaim] {
+        &self.results.new_node_claims
+    }
+}
+
+impl<'a> Simulator<'a> {
+    /// Converts the pass's snapshot (every NodePool with instance types) once.
+    pub fn new(input: &'a DisruptionInput<'a>) -> Self {
+        let mut snapshot = Snapshot::new(input.state, input.scheduler.clone(), input.now);
+        for pool in input.state.nodepools() {
+            if pool.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            if let Some(types) = input.instance_types.get(&pool.name_any()) {
+                snapshot = snapshot.offer(pool, types);
+            }
+        }
+        let prepared = snapshot.scheduler_input();
+        let base_pods = snapshot.pods_to_place();
+        Simulator {
+            input,
+            prepared,
+            base_pods,
+            pdbs: input.state.pdbs().collect(),
+            committed: BTreeSet::new(),
+            destinations: BTreeSet::new(),
+        }
+    }
+
+    /// The pods of `candidate` the simulation must find a place for: reschedulable now (no
+    /// do-not-disrupt, no fully blocking PDB) and not already planned for by the provisioner.
+    pub fn pods_of(&self, candidate: &Candidate<'a>) -> Vec<&'a Pod> {
+        candidate
+            .pods
+            .iter()
+            .copied()
+            .filter(|p| is_reschedulable(p, &self.pdbs))
+            .filter(|p| {
+                self.input
+                    .state
+                    .nomination(&pod::key(p), self.input.now)
+                    .is_none()
+            })
+            .collect()
+    }
+
+    /// Free capacity (allocatable minus the requests of the pods already there) of every
+    /// existing node, by name; `None` for a node with a pod whose requests cannot be read. An
+    /// upper bound of where moved pods can go (uninitialized nodes included: the simulation
+    /// itself explains why they may not take pods).
+    pub fn free_capacity(&self) -> BTreeMap<String, Option<ResourceList>> {
+        self.prepared
+            .input
+            .existing_nodes
+            .iter()
+            .map(|n| {
+                let mut used = ResourceList::new();
+                let mut readable = true;
+                for p in &n.pods {
+                    match pod::effective_requests(p) {
+                        Ok(requests) => used.add(&requests),
+                        Err(_) => readable = false,
+                    }
+                }
+                let mut free = n.allocatable.clone();
+                free.sub_floor_zero(&used);
+                (n.name.clone(), readable.then_some(free))
+            })
+            .collect()
+    }
+
+    /// Whether a committed command counts on this node (by Node name) to take pods: it must
+    /// not go away in the same pass.
+    pub fn is_destination(&self, node: &str) -> bool {
+        self.destinations.contains(node)
+    }
+
+    /// Simulates the cluster without `candidates` (and without the committed ones).
+    pub fn run(&self, candidates: &[&Candidate<'a>]) -> Simulation {
+        let removed: BTreeSet<String> = candidates
+            .iter()
+            .flat_map(|c| [c.name(), c.nodeclaim.name_any()])
+            .chain(self.committed.iter().cloned())
+            .collect();
+        let mut scheduler_input = self.prepared.input.clone();
+        scheduler_input
+            .existing_nodes
+            .retain(|n| !removed.contains(&n.name));
+        let pools: BTreeSet<String> = candidates.iter().map(|c| c.nodepool_name()).collect();
+        for pool in scheduler_input
+            .node_pools
+            .iter_mut()
+            .filter(|p| pools.contains(&p.name))
+        {
+            pool.usage = nodepool::usage_without(self.input.state, &pool.name, &removed);
+        }
+        let uninitialized = scheduler_input
+            .existing_nodes
+            .iter()
+            .filter(|n| !n.initialized)
+            .map(|n| n.name.clone())
+            .collect();
+        let candidate_pods: Vec<&Pod> = candidates.iter().flat_map(|c| self.pods_of(c)).collect();
+        let mut pods: Vec<&Pod> = self.base_pods.clone();
+        let first_candidate_pod = pods.len();
+        pods.extend(candidate_pods.iter().copied());
+        let results = solve(scheduler_input, &pods);
+        Simulation {
+            results,
+            first_candidate_pod,
+            candidate_pods: candidate_pods.into_iter().cloned().collect(),
+            uninitialized,
+        }
+    }
+
+    /// Records a command: its candidates' nodes are gone for later simulations, and every pod
+    /// the simulation placed (the candidates' and pending ones) now has its place: on an
+    /// existing node, whose capacity it uses from now on, or on one of the command's
+    /// replacements. Later simulations place only what is still without one.
+    pub fn commit(&mut self, candidates: &[&Candidate<'a>], simulation: &Simulation) {
+        let removed: BTreeSet<String> = candidates
+            .iter()
+            .flat_map(|c| [c.name(), c.nodeclaim.name_any()])
+            .collect();
+        self.committed.extend(removed.iter().cloned());
+        self.prepared
+            .input
+            .existing_nodes
+            .retain(|n| !removed.contains(&n.name));
+        let first = simulation.first_candidate_pod;
+        let pod_at = |i: usize| -> Option<Pod> {
+            if i < first {
+                self.base_pods.get(i).map(|p| (*p).clone())
+            } else {
+                simulation.candidate_pods.get(i - first).cloned()
+            }
+        };
+        let placed: BTreeMap<&str, Vec<Pod>> = simulation
+            .results
+            .existing_nodes
+            .iter()
+            .map(|p| {
+                (
+                    p.node.as_str(),
+                    p.pods.iter().filter_map(|&i| pod_at(i)).collect(),
+                )
+            })
+            .collect();
+        for node in &mut self.prepared.input.existing_nodes {
+            if let Some(pods) = placed.get(node.name.as_str()) {
+                node.pods.extend(pods.iter().cloned());
+                if !pods.is_empty() {
+                    self.destinations.insert(node.name.clone());
+                }
+            }
+        }
+        let housed: BTreeSet<usize> = simulation
+            .results
+            .existing_nodes
+            .iter()
+            .flat_map(|p| p.pods.iter().copied())
+            .chain(
+                simulation
+                    .results
+                    .new_node_claims
+                    .iter()
+                    .flat_map(|c| c.pods.iter().copied()),
+            )
+            .filter(|&i| i < first)
+            .collect();
+        let mut index = 0;
+        self.base_pods.retain(|_| {
+            let keep = !housed.contains(&index);
+            index += 1;
+            keep
+        });
+    }
+}

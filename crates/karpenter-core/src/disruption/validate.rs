@@ -1,0 +1,135 @@
+//! Validation of a command against a fresh view just before it runs (upstream `validation.go`,
+//! karpenter-core §4.11). Upstream waits 15 s after deciding a consolidation; the controller
+//! does the waiting and then calls [`validate`] with the state as it is now.
+
+use std::collections::BTreeMap;
+
+use super::budgets::BudgetMapping;
+use super::candidates::{BlockReason, Candidate, DisruptionClass, candidates};
+use super::command::{Command, DisruptionInput, Method};
+use super::consolidation::{compute, consolidation_candidates};
+use super::simulate::Simulator;
+
+/// `Ok` when `command` may still run on `input`'s state: its nodes are all still candidates
+/// (none nominated, being deleted, or newly holding a do-not-disrupt pod), the budgets still
+/// admit them, and — for consolidation and drift — a fresh simulation still finds a place for
+/// every pod and decides the same way (delete stays delete; a replacement's options are a
+/// superset of the command's, since the command's list was price-filtered).
+pub fn validate(command: &Command, input: &DisruptionInput<'_>) -> Result<(), BlockReason> {
+    let class = match command.method {
+        Method::Drift | Method::StaticDrift => DisruptionClass::Eventual,
+        _ => DisruptionClass::Graceful,
+    };
+    let (found, rejected) = candidates(input.state, input.now, class, input.instance_types);
+    let mut chosen: Vec<&Candidate<'_>> = Vec::new();
+    for node in &command.candidates {
+        if let Some(rejection) = rejected.iter().find(|r| r.name == node.name) {
+            return Err(BlockReason::NoLongerCandidate(Box::new(
+                rejection.reason.clone(),
+            )));
+        }
+        match found.iter().find(|c| c.name() == node.name) {
+            Some(candidate) => chosen.push(candidate),
+            None => {
+                return Err(BlockReason::NoLongerCandidate(Box::new(
+                    BlockReason::NoNode,
+                )));
+            }
+        }
+    }
+    let mut budgets = BudgetMapping::build(input.state, command.reason, input.now);
+    for candidate in &chosen {
+        if !budgets.take(&candidate.nodepool_name()) {
+            return Err(BlockReason::BudgetExhausted {
+                nodepool: candidate.nodepool_name(),
+                reason: command.reason.to_string(),
+            });
+        }
+    }
+    match command.method {
+        Method::Emptiness | Method::StaticDrift => {
+            if command.method == Method::Emptiness
+                && let Some(busy) = chosen.iter().find(|c| !c.is_empty())
+            {
+                return Err(BlockReason::DecisionChanged(format!(
+                    "node {} is no longer empty",
+                    busy.name()
+                )));
+            }
+            Ok(())
+        }
+        Method::Drift => {
+            let simulator = Simulator::new(input);
+            let simulation = simulator.run(&chosen);
+            match simulation.first_unplaced_candidate_pod() {
+                Some(first) => Err(BlockReason::PodsWouldNotFit(first)),
+                None => Ok(()),
+            }
+        }
+        Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
+            // Re-check the consolidation filters (consolidateAfter, policy, price) too.
+            let mut blocked = BTreeMap::new();
+            let eligible = consolidation_candidates(input, &mut blocked);
+            for node in &command.candidates {
+                if let Some(rejection) = blocked.get(&node.name) {
+                    return Err(BlockReason::NoLongerCandidate(Box::new(
+                        rejection.reason.clone(),
+                    )));
+                }
+                if !eligible.iter().any(|c| c.name() == node.name) {
+                    return Err(BlockReason::DecisionChanged(format!(
+                        "node {} is empty now (emptiness will take it)",
+                        node.name
+                    )));
+                }
+            }
+            let simulator = Simulator::new(input);
+            let fresh = compute(input, &simulator, &chosen, command.method)?;
+            same_decision(command, &fresh)
+        }
+    }
+}
+
+fn same_decision(command: &Command, fresh: &Command) -> Result<(), BlockReason> {
+    match (
+        command.replacements.as_slice(),
+        fresh.replacements.as_slice(),
+    ) {
+        ([], []) => Ok(()),
+        ([], [_, ..]) => Err(BlockReason::DecisionChanged(
+            "the pods no longer fit without a replacement".to_string(),
+        )),
+        ([_, ..], []) => Err(BlockReason::DecisionChanged(
+            "the nodes can now be deleted without a replacement".to_string(),
+        )),
+        ([before], [after]) => {
+            let old = instance_types(before);
+            let new = instance_types(after);
+            match old.iter().find(|t| !new.contains(t)) {
+                None => Ok(()),
+                Some(missing) => Err(BlockReason::DecisionChanged(format!(
+                    "instance type {missing} is no longer a replacement option"
+                ))),
+            }
+        }
+        (before, after) => Err(BlockReason::DecisionChanged(format!(
+            "{} replacements instead of {}",
+            after.len(),
+            before.len()
+        ))),
+    }
+}
+
+/// The instance-type options written on a replacement NodeClaim.
+fn instance_types(claim: &karpenter_api::NodeClaim) -> Vec<String> {
+    claim
+        .spec
+        .requirements
+        .iter()
+        .filter(|r| r.key == karpenter_api::well_known::INSTANCE_TYPE_LABEL)
+        .flat_map(|r| r.values.iter().cloned())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
