@@ -72,13 +72,10 @@ fn usable_pools(state: &ClusterState) -> Vec<NodePool> {
         .collect()
 }
 
-/// The pods a pass places (see [`Snapshot::pods_to_place`]).
-fn pods_to_place(state: &ClusterState, now: jiff::Timestamp) -> Vec<Pod> {
-    Snapshot::new(state, SchedulerOptions::default(), now)
-        .pods_to_place()
-        .into_iter()
-        .cloned()
-        .collect()
+/// The pods a pass places (see [`Snapshot::pods_to_place`]), borrowed: callers that only count
+/// them or read their uids must not copy every pending pod.
+fn pods_to_place(state: &ClusterState, now: jiff::Timestamp) -> Vec<&Pod> {
+    Snapshot::new(state, SchedulerOptions::default(), now).pods_to_place()
 }
 
 /// One provisioning pass. Writes (NodeClaims, events) happen only when this replica leads.
@@ -438,7 +435,7 @@ async fn retrigger_provisionable(ctx: Arc<Context>) {
             let now = ctx.now();
             state.expire_nominations(now);
             let mut uids: Vec<String> = pods_to_place(&state, now)
-                .iter()
+                .into_iter()
                 .filter_map(|p| p.uid())
                 .collect();
             if !pipeline::static_nodeclaims(&state).is_empty() {

@@ -112,7 +112,7 @@ where
         _ => raw.name_any(),
     };
     trim(K::KIND, &mut raw.metadata, &mut raw.data);
-    let decoded = serde_json::to_value(&raw).and_then(serde_json::from_value::<K>);
+    let decoded = into_value(raw).and_then(serde_json::from_value::<K>);
     match decoded {
         Ok(obj) => Decoded::Object(obj),
         Err(err) => Decoded::Ignored(Box::new(IgnoredObject {
@@ -122,6 +122,26 @@ where
             error: err.to_string(),
         })),
     }
+}
+
+/// The object as one JSON value, built by moving its parts (serializing the whole object by
+/// reference would hold a second copy of it while decoding).
+fn into_value(raw: DynamicObject) -> serde_json::Result<Value> {
+    let DynamicObject {
+        types,
+        metadata,
+        data,
+    } = raw;
+    let mut object = match data {
+        Value::Object(map) => map,
+        _ => serde_json::Map::new(),
+    };
+    if let Some(types) = types {
+        object.insert("apiVersion".into(), Value::String(types.api_version));
+        object.insert("kind".into(), Value::String(types.kind));
+    }
+    object.insert("metadata".into(), serde_json::to_value(metadata)?);
+    Ok(Value::Object(object))
 }
 
 fn log_ignored(object: &IgnoredObject) {
@@ -159,17 +179,23 @@ where
             Ok(Event::InitDone) => {
                 let objs = std::mem::take(&mut initial);
                 let ignored = std::mem::take(&mut initial_ignored);
-                {
-                    let mut state = state.write();
-                    state.reset(objs.clone());
-                    state.reset_ignored(K::KIND, ignored.clone());
-                }
                 for object in &ignored {
                     log_ignored(object);
                 }
                 tracing::debug!(kind = ?K::KIND, count = objs.len(), ignored = ignored.len(), "listed");
-                for obj in &objs {
-                    on_change(obj);
+                // The list moves into the state (no second copy of every object); the hook then
+                // sees each object as the state holds it, one copy at a time.
+                let keys: Vec<String> = objs.iter().map(K::key).collect();
+                {
+                    let mut state = state.write();
+                    state.reset(objs);
+                    state.reset_ignored(K::KIND, ignored);
+                }
+                for key in &keys {
+                    let held = K::map(&mut state.write()).get(key).cloned();
+                    if let Some(obj) = held {
+                        on_change(&obj);
+                    }
                 }
             }
             Ok(Event::Apply(raw)) => match decode::<K>(raw, &resource) {

@@ -29,6 +29,9 @@ use tokio::task::JoinHandle;
 
 pub const EPOCH: i64 = 1_704_067_200;
 
+/// The name the sim kubelet's requests carry in the test API server's request log.
+pub const SIM_KUBELET_CLIENT: &str = "sim-kubelet";
+
 fn instance_type(name: &str, cpu: &str, memory: &str, price: f64) -> InstanceType {
     InstanceType {
         name: name.into(),
@@ -103,7 +106,13 @@ impl SimCluster {
             emulate_node_lifecycle: true,
             ..SimKubeletOptions::default()
         };
-        let kubelet = SimKubelet::new(client.clone(), provider.clone(), clock.clone(), options);
+        // Named, so tests can tell its requests from the controller's.
+        let kubelet = SimKubelet::new(
+            server.client_named(SIM_KUBELET_CLIENT),
+            provider.clone(),
+            clock.clone(),
+            options,
+        );
         let (kubelet_stop, rx) = watch::channel(false);
         let kubelet_task = Some(tokio::spawn(kubelet.clone().run(rx)));
         SimCluster {

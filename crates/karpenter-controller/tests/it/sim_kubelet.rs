@@ -14,7 +14,9 @@ use kube::Api;
 use kube::api::DeleteParams;
 use serde_json::json;
 
-use crate::sim_cluster::SimCluster;
+use karpenter_testapi::Verb;
+
+use crate::sim_cluster::{SIM_KUBELET_CLIENT, SimCluster};
 
 fn ready_status(node: &Node) -> String {
     node.status
@@ -144,6 +146,53 @@ async fn runs_pods_and_finishes_their_deletion() {
             cluster.pod("app-0").is_none().then_some(())
         })
         .await;
+    cluster.shutdown().await;
+}
+
+/// The kubelet follows the cluster through watches: once a node runs its pods, a quiet cluster
+/// costs it no LIST (it used to list every pod, Node, NodeClaim and Lease every second, holding
+/// each whole decoded list) and no pod reads, only its Lease heartbeats.
+#[tokio::test(start_paused = true)]
+async fn steady_state_needs_no_lists() {
+    let cluster = SimCluster::new().await;
+    cluster.provider.create(&claim("a")).await.unwrap();
+    let name = cluster.provider.instances()[0].node_name.clone();
+    cluster
+        .eventually("node registered", Duration::from_secs(5), || {
+            cluster.node(&name)
+        })
+        .await;
+    cluster.bound_pod("app-0", &name, json!({})).await;
+    cluster
+        .eventually("pod Running", Duration::from_secs(5), || {
+            cluster
+                .pod("app-0")
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    cluster.server.clear_requests();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let kubelet: Vec<_> = cluster
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| r.client.as_deref() == Some(SIM_KUBELET_CLIENT))
+        .collect();
+    let lists: Vec<_> = kubelet.iter().filter(|r| r.verb == Verb::List).collect();
+    assert!(lists.is_empty(), "{lists:#?}");
+    let pod_requests: Vec<_> = kubelet.iter().filter(|r| r.resource == "pods").collect();
+    assert!(pod_requests.is_empty(), "{pod_requests:#?}");
+    let heartbeats = kubelet
+        .iter()
+        .filter(|r| r.resource == "leases" && r.verb == Verb::Update)
+        .count();
+    assert!(
+        (2..=4).contains(&heartbeats),
+        "one Lease renewal per 10 s: {heartbeats}"
+    );
+    assert_eq!(ready_status(&cluster.node(&name).unwrap()), "True");
     cluster.shutdown().await;
 }
 

@@ -6,6 +6,9 @@
 //! On a real cluster the node-lifecycle controller turns a node with a stale Lease NotReady and
 //! taints it unreachable. The in-process test API server has no such controller, so
 //! [`SimKubeletOptions::emulate_node_lifecycle`] does that part too (off on real clusters).
+//!
+//! It reads the cluster through watches ([`SimKubelet::watch`], [`super::watched`]), keeping only
+//! small views, and GETs an object only before writing it: no list per pass.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -15,16 +18,16 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, PodCondition, PodStatus, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
-use karpenter_api::NodeClaim;
 use karpenter_api::well_known::{NODE_NOT_READY_TAINT_KEY, NODE_UNREACHABLE_TAINT_KEY};
 use karpenter_core::clock::Clock;
 use karpenter_core::node::{node_ready_condition as ready_condition, pod_is_ready};
 use karpenter_core::taints::{NO_EXECUTE, NO_SCHEDULE};
 use karpenter_kube::{is_conflict, is_not_found, lock, stopped, timeouts};
-use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
+use super::watched::{self, PodWork, Watched, node_view};
 use crate::{SimCloudProvider, SimInstance};
 
 /// Namespace of node heartbeat Leases.
@@ -79,6 +82,7 @@ struct Inner {
     options: SimKubeletOptions,
     stopped: Mutex<BTreeSet<String>>,
     last_heartbeat: Mutex<BTreeMap<String, Timestamp>>,
+    watched: Mutex<Watched>,
 }
 
 /// The kubelet of every sim node. Cheap to clone; clones share the heartbeat switches.
@@ -93,14 +97,6 @@ impl std::fmt::Debug for SimKubelet {
             .field("options", &self.inner.options)
             .finish_non_exhaustive()
     }
-}
-
-/// The node a pod is bound to (`spec.nodeName`, when set).
-fn pod_node_name(pod: &Pod) -> Option<&str> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .filter(|n| !n.is_empty())
 }
 
 /// The status a started pod reports: Running, every condition True.
@@ -248,6 +244,7 @@ impl SimKubelet {
                 options,
                 stopped: Mutex::default(),
                 last_heartbeat: Mutex::default(),
+                watched: Mutex::default(),
             }),
         }
     }
@@ -266,13 +263,17 @@ impl SimKubelet {
         !lock(&self.inner.stopped).contains(node)
     }
 
-    /// Runs [`SimKubelet::sync`] every `sync_period` until `shutdown` turns true.
+    /// Runs [`SimKubelet::sync`] every `sync_period`, and [`SimKubelet::watch`], until
+    /// `shutdown` turns true.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let mut ticker = tokio::time::interval(self.inner.options.sync_period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let watching = self.watch();
+        futures::pin_mut!(watching);
         loop {
             tokio::select! {
                 () = stopped(&mut shutdown) => break,
+                () = &mut watching => break,
                 _ = ticker.tick() => {
                     if let Err(err) = self.sync().await {
                         tracing::warn!(error = %err, "sim kubelet sync failed; retrying");
@@ -282,31 +283,36 @@ impl SimKubelet {
         }
     }
 
+    /// Follows the Nodes, NodeClaims, node Leases and bound pods [`SimKubelet::sync`] acts on
+    /// (see [`super::watched`]); never returns. [`SimKubelet::run`] runs it beside the syncs;
+    /// whoever calls `sync` directly must run it too.
+    pub async fn watch(&self) {
+        watched::follow_all(
+            self.inner.client.clone(),
+            NODE_LEASE_NAMESPACE,
+            &self.inner.watched,
+        )
+        .await;
+    }
+
     /// One pass: register Nodes for new instances, heartbeat, start pods, finish terminating pods
-    /// and (when emulating) update node readiness from the Leases.
+    /// and (when emulating) update node readiness from the Leases. Works from what
+    /// [`SimKubelet::watch`] has seen; does nothing until every kind has been listed once.
     pub async fn sync(&self) -> Result<(), SimKubeletError> {
         let now = self.inner.clock.now();
-        let client = self.inner.client.clone();
-        let node_api: Api<Node> = Api::all(client.clone());
+        let node_api: Api<Node> = Api::all(self.inner.client.clone());
         // Nodes first, instances last: an instance missing its Node in this order is new, never
-        // one whose Node was just released after the instance was terminated.
-        let mut nodes: BTreeMap<String, Node> =
-            timeouts::api(node_api.list(&ListParams::default()))
-                .await
-                .map_err(kube_err("list nodes"))?
-                .items
-                .into_iter()
-                .map(|n| (n.name_any(), n))
-                .collect();
-        let deleting_claims: BTreeSet<String> =
-            timeouts::api(Api::<NodeClaim>::all(client.clone()).list(&ListParams::default()))
-                .await
-                .map_err(kube_err("list nodeclaims"))?
-                .items
-                .into_iter()
-                .filter(|c| c.metadata.deletion_timestamp.is_some())
-                .map(|c| c.name_any())
-                .collect();
+        // one whose Node was just released after the instance was terminated. (The watched
+        // Nodes lag the API server, which keeps that order.)
+        let (nodes, deleting_claims) = {
+            let watched = lock(&self.inner.watched);
+            if !watched.is_synced() {
+                tracing::debug!("sim kubelet: waiting for the first lists");
+                return Ok(());
+            }
+            (watched.nodes.0.clone(), watched.deleting_claims.0.clone())
+        };
+        let mut nodes = nodes;
         let instances: BTreeMap<String, SimInstance> = self
             .inner
             .provider
@@ -329,7 +335,8 @@ impl SimKubelet {
             match timeouts::api(node_api.create(&PostParams::default(), &node)).await {
                 Ok(created) => {
                     tracing::info!(node = %name, provider_id = %instance.provider_id, "sim kubelet registered node");
-                    nodes.insert(name.clone(), created);
+                    self.remember_node(&created);
+                    nodes.insert(name.clone(), node_view(&created));
                 }
                 Err(err) if is_conflict(&err) => {}
                 Err(err) => return Err(kube_err(format!("register node {name}"))(err)),
@@ -344,8 +351,12 @@ impl SimKubelet {
             let grace = SignedDuration::try_from(self.inner.options.lease_duration)
                 .unwrap_or(SignedDuration::from_secs(40));
             for (name, node) in nodes.iter().filter(|(_, n)| self.owns(n)) {
-                if let Some(updated) = node_lifecycle(node, leases.get(name).copied(), now, grace) {
-                    self.write_node(&node_api, node, updated).await?;
+                let renewed = leases.get(name).copied();
+                if node_lifecycle(node, renewed, now, grace).is_some() {
+                    self.update_node(&node_api, name, |current| {
+                        node_lifecycle(current, renewed, now, grace)
+                    })
+                    .await?;
                 }
             }
         } else {
@@ -355,32 +366,59 @@ impl SimKubelet {
                 .filter(|(n, _)| instances.contains_key(*n) && self.is_alive(n))
             {
                 if ready_condition(node).is_none_or(|c| c.status != "True") {
-                    let mut updated = node.clone();
-                    let conditions = updated
-                        .status
-                        .get_or_insert_default()
-                        .conditions
-                        .get_or_insert_default();
-                    conditions.retain(|c| c.type_ != "Ready");
-                    conditions.push(ready_true(node, now));
-                    match timeouts::api(node_api.replace_status(
-                        name,
-                        &PostParams::default(),
-                        &updated,
-                    ))
-                    .await
-                    {
-                        Ok(_) => {}
-                        Err(err) if is_conflict(&err) || is_not_found(&err) => {}
-                        Err(err) => {
-                            return Err(kube_err(format!("post status of node {name}"))(err));
+                    self.update_node(&node_api, name, |current| {
+                        if ready_condition(current).is_some_and(|c| c.status == "True") {
+                            return None;
                         }
-                    }
+                        let mut updated = current.clone();
+                        let conditions = updated
+                            .status
+                            .get_or_insert_default()
+                            .conditions
+                            .get_or_insert_default();
+                        conditions.retain(|c| c.type_ != "Ready");
+                        conditions.push(ready_true(current, now));
+                        Some(updated)
+                    })
+                    .await?;
                 }
             }
         }
 
         self.run_pods(&instances, now).await
+    }
+
+    /// Records a Node the kubelet just wrote, so the next pass does not act on the watch's
+    /// older copy.
+    fn remember_node(&self, node: &Node) {
+        lock(&self.inner.watched)
+            .nodes
+            .0
+            .insert(node.name_any(), node_view(node));
+    }
+
+    /// Reads the whole Node (the watched view is trimmed), lets `change` decide, and writes the
+    /// result. A Node gone or changed meanwhile is left to the next pass.
+    async fn update_node(
+        &self,
+        api: &Api<Node>,
+        name: &str,
+        change: impl FnOnce(&Node) -> Option<Node>,
+    ) -> Result<(), SimKubeletError> {
+        let Some(current) = timeouts::api(api.get_opt(name))
+            .await
+            .map_err(kube_err(format!("read node {name}")))?
+        else {
+            return Ok(());
+        };
+        let Some(desired) = change(&current) else {
+            self.remember_node(&current);
+            return Ok(());
+        };
+        if let Some(written) = self.write_node(api, &current, desired).await? {
+            self.remember_node(&written);
+        }
+        Ok(())
     }
 
     /// The cloud's node controller: a Node of ours whose instance no longer exists is deleted
@@ -422,12 +460,14 @@ impl SimKubelet {
             .is_some_and(|p| p.starts_with(&prefix))
     }
 
+    /// Writes `desired`'s taints (spec) and Ready condition (status) over `before`; returns the
+    /// Node as last written, `None` when it changed or went away meanwhile.
     async fn write_node(
         &self,
         api: &Api<Node>,
         before: &Node,
         mut desired: Node,
-    ) -> Result<(), SimKubeletError> {
+    ) -> Result<Option<Node>, SimKubeletError> {
         let name = before.name_any();
         let pp = PostParams::default();
         let mut current = before.clone();
@@ -438,20 +478,20 @@ impl SimKubelet {
             spec_update.spec = desired.spec.clone();
             current = match timeouts::api(api.replace(&name, &pp, &spec_update)).await {
                 Ok(updated) => updated,
-                Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
+                Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(None),
                 Err(err) => return Err(kube_err(format!("update taints of node {name}"))(err)),
             };
         }
         if ready_condition(before) != ready_condition(&desired) {
             desired.metadata = current.metadata;
             desired.spec = current.spec;
-            match timeouts::api(api.replace_status(&name, &pp, &desired)).await {
-                Ok(_) => {}
-                Err(err) if is_conflict(&err) || is_not_found(&err) => {}
-                Err(err) => return Err(kube_err(format!("update status of node {name}"))(err)),
-            }
+            return match timeouts::api(api.replace_status(&name, &pp, &desired)).await {
+                Ok(written) => Ok(Some(written)),
+                Err(err) if is_conflict(&err) || is_not_found(&err) => Ok(None),
+                Err(err) => Err(kube_err(format!("update status of node {name}"))(err)),
+            };
         }
-        Ok(())
+        Ok(Some(current))
     }
 
     /// Renews the Lease of every live node whose last renewal is older than the heartbeat period;
@@ -465,14 +505,7 @@ impl SimKubelet {
         let api: Api<Lease> = Api::namespaced(self.inner.client.clone(), NODE_LEASE_NAMESPACE);
         let period = SignedDuration::try_from(self.inner.options.heartbeat_period)
             .unwrap_or(SignedDuration::from_secs(10));
-        let mut renewed: BTreeMap<String, Timestamp> =
-            timeouts::api(api.list(&ListParams::default()))
-                .await
-                .map_err(kube_err("list node leases"))?
-                .items
-                .into_iter()
-                .filter_map(|l| Some((l.name_any(), l.spec?.renew_time?.0)))
-                .collect();
+        let mut renewed = lock(&self.inner.watched).leases.0.clone();
         for name in instances.keys().filter(|n| self.is_alive(n)) {
             // Like a kubelet, heartbeat only once registered: the Lease is owned by the Node,
             // so the garbage collector removes it with the Node.
@@ -521,6 +554,7 @@ impl SimKubelet {
             match result {
                 Ok(()) => {
                     lock(&self.inner.last_heartbeat).insert(name.clone(), now);
+                    lock(&self.inner.watched).leases.0.insert(name.clone(), now);
                     renewed.insert(name.clone(), now);
                 }
                 Err(err) if is_conflict(&err) => {}
@@ -536,35 +570,30 @@ impl SimKubelet {
         instances: &BTreeMap<String, SimInstance>,
         now: Timestamp,
     ) -> Result<(), SimKubeletError> {
-        let all: Api<Pod> = Api::all(self.inner.client.clone());
-        let pods = all
-            .list(&ListParams::default())
-            .await
-            .map_err(kube_err("list pods"))?
-            .items;
-        for pod in pods {
-            let Some(node) = pod_node_name(&pod) else {
+        let work: Vec<(String, PodWork)> = lock(&self.inner.watched)
+            .pods
+            .0
+            .iter()
+            .filter(|(_, w)| instances.contains_key(&w.node) && self.is_alive(&w.node))
+            .map(|(key, w)| (key.clone(), w.clone()))
+            .collect();
+        for (key, pod) in work {
+            let Some(instance) = instances.get(&pod.node) else {
                 continue;
             };
-            let Some(instance) = instances.get(node) else {
-                continue;
-            };
-            if !self.is_alive(node) || karpenter_core::pod::is_terminal(&pod) {
-                continue;
-            }
-            let (namespace, name) = (pod.namespace().unwrap_or_default(), pod.name_any());
-            let api: Api<Pod> = Api::namespaced(self.inner.client.clone(), &namespace);
-            if pod.metadata.deletion_timestamp.is_some() {
+            let (namespace, name) = (&pod.namespace, &pod.name);
+            let api: Api<Pod> = Api::namespaced(self.inner.client.clone(), namespace);
+            if pod.deleting {
                 // The containers "exit" at once; the deletion completes.
                 let params = DeleteParams {
                     grace_period_seconds: Some(0),
                     preconditions: Some(Preconditions {
-                        uid: pod.uid(),
+                        uid: pod.uid.clone(),
                         resource_version: None,
                     }),
                     ..DeleteParams::default()
                 };
-                match timeouts::api(api.delete(&name, &params)).await {
+                match timeouts::api(api.delete(name, &params)).await {
                     Ok(_) => {}
                     Err(err) if is_conflict(&err) || is_not_found(&err) => {}
                     Err(err) => {
@@ -573,12 +602,30 @@ impl SimKubelet {
                         ));
                     }
                 }
+                self.forget_pod(&key, &pod);
                 continue;
             }
-            if pod_is_ready(&pod) {
+            // The watched view keeps no status: read the pod, and act only if it is still the
+            // one we saw, still waiting to start.
+            let Some(current) = timeouts::api(api.get_opt(name))
+                .await
+                .map_err(kube_err(format!("read pod {namespace}/{name}")))?
+            else {
+                self.forget_pod(&key, &pod);
+                continue;
+            };
+            if current.metadata.uid != pod.uid
+                || current.metadata.deletion_timestamp.is_some()
+                || pod_is_ready(&current)
+                || karpenter_core::pod::is_terminal(&current)
+                || current.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                    != Some(pod.node.as_str())
+            {
+                // The watch brings what changed; until then there is nothing to start.
+                self.forget_pod(&key, &pod);
                 continue;
             }
-            let mut updated = pod.clone();
+            let mut updated = current;
             let seq = lock(&self.inner.last_heartbeat).len();
             let pod_ip = format!(
                 "{}.{}",
@@ -588,14 +635,23 @@ impl SimKubelet {
                     .map_or("10.0.0", |(net, _)| net),
                 100 + seq % 100
             );
-            updated.status = Some(running_status(&pod, &instance.private_ip, &pod_ip, now));
-            match timeouts::api(api.replace_status(&name, &PostParams::default(), &updated)).await {
-                Ok(_) => {}
+            updated.status = Some(running_status(&updated, &instance.private_ip, &pod_ip, now));
+            match timeouts::api(api.replace_status(name, &PostParams::default(), &updated)).await {
+                Ok(_) => self.forget_pod(&key, &pod),
                 Err(err) if is_conflict(&err) || is_not_found(&err) => {}
                 Err(err) => return Err(kube_err(format!("start pod {namespace}/{name}"))(err)),
             }
         }
         Ok(())
+    }
+
+    /// Done with `pod` (started, deleted or no longer ours to handle). Only the entry we acted
+    /// on goes: a newer one the watch brought meanwhile stays.
+    fn forget_pod(&self, key: &str, pod: &PodWork) {
+        let mut watched = lock(&self.inner.watched);
+        if watched.pods.0.get(key) == Some(pod) {
+            watched.pods.0.remove(key);
+        }
     }
 }
 

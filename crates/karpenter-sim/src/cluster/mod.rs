@@ -8,6 +8,7 @@
 
 pub mod kubelet;
 pub mod ledger;
+mod watched;
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ use tokio::sync::watch;
 
 pub use kubelet::{NODE_LEASE_NAMESPACE, SimKubelet, SimKubeletError, SimKubeletOptions};
 pub use ledger::{LEDGER_CONFIGMAP, LedgerError, LedgerStore, PersistentSimProvider};
+pub use watched::node_view;
 
 use crate::SimCloudProvider;
 
@@ -68,13 +70,17 @@ impl SimCloud {
         self.provider.follow_leadership(leadership);
     }
 
-    /// Runs the sim kubelet while `leadership` says this replica leads, until `shutdown`.
+    /// Runs the sim kubelet while `leadership` says this replica leads, until `shutdown` (its
+    /// watches run throughout, so a new leader starts from a synced view).
     pub async fn run(self, leadership: watch::Receiver<bool>, mut shutdown: watch::Receiver<bool>) {
         let mut ticker = tokio::time::interval(self.sync_period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let watching = self.kubelet.watch();
+        futures::pin_mut!(watching);
         loop {
             tokio::select! {
                 () = stopped(&mut shutdown) => break,
+                () = &mut watching => break,
                 _ = ticker.tick() => {
                     if !*leadership.borrow() {
                         continue;
