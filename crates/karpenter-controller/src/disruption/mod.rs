@@ -16,7 +16,7 @@ pub mod expiration;
 pub mod pass;
 pub mod queue;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,11 +44,13 @@ pub struct TickOutcome {
     pub started: usize,
 }
 
-/// The commands in flight, by task, with their candidates (released if the task is aborted).
+/// The commands in flight, by task, with their candidates (released if the task is aborted),
+/// and the Nodes finished commands left marked for deletion.
 #[derive(Default)]
 struct InFlight {
-    tasks: JoinSet<()>,
+    tasks: JoinSet<Vec<String>>,
     commands: HashMap<Id, Command>,
+    deleting: BTreeSet<String>,
 }
 
 impl InFlight {
@@ -56,13 +58,31 @@ impl InFlight {
         let task_ctx = ctx.clone();
         let running = command.clone();
         let handle = self.tasks.spawn(async move {
-            let _ = queue::execute(&task_ctx, running, queue::REPLACEMENT_TIMEOUT).await;
+            queue::execute(&task_ctx, running, queue::REPLACEMENT_TIMEOUT)
+                .await
+                .unwrap_or_default()
         });
         self.commands.insert(handle.id(), command);
     }
 
     /// Stops every command (leadership lost, shutdown) and releases their candidates in the
     /// state; the next leader's clean-up untaints them.
+    /// Unmarks the Nodes of finished commands once the state no longer holds them: a later
+    /// Node with the same name (EC2 names are IP-based) starts unmarked.
+    fn forget_removed(&mut self, ctx: &Context) {
+        if self.deleting.is_empty() {
+            return;
+        }
+        let mut state = ctx.state.write();
+        self.deleting.retain(|name| {
+            let present = state.node(name).is_some();
+            if !present {
+                state.unmark_for_deletion(name);
+            }
+            present
+        });
+    }
+
     fn abort_all(&mut self, ctx: &Context) {
         self.tasks.abort_all();
         let mut state = ctx.state.write();
@@ -82,7 +102,13 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
         tokio::select! {
             () = stopped(&mut shutdown) => break,
             Some(done) = in_flight.tasks.join_next_with_id() => {
-                let id = match &done { Ok((id, ())) => *id, Err(err) => err.id() };
+                let id = match done {
+                    Ok((id, marked)) => {
+                        in_flight.deleting.extend(marked);
+                        id
+                    }
+                    Err(err) => err.id(),
+                };
                 in_flight.commands.remove(&id);
             }
             Ok(()) = leadership.changed() => {
@@ -115,6 +141,7 @@ async fn tick(
     shutdown: &mut watch::Receiver<bool>,
 ) -> (TickOutcome, Duration) {
     let mut outcome = TickOutcome::default();
+    in_flight.forget_removed(ctx);
     queue::clean_leftovers(ctx).await;
     let next_expiry = expiration::delete_expired(ctx).await;
     let mut wait = POLL_PERIOD;

@@ -50,7 +50,6 @@ pub fn busy_provisioning(ctx: &Context) -> Option<String> {
     let uninitialized = state
         .nodeclaims()
         .filter(|c| c.metadata.deletion_timestamp.is_none())
-        .filter(|c| !state.is_being_disrupted(&c.name_any()))
         .filter(|c| {
             !c.status
                 .as_ref()

@@ -53,6 +53,8 @@ pub enum CommandError {
     AlreadyInFlight,
     #[error("no candidate could be marked for disruption")]
     NothingMarked,
+    #[error("a candidate could not be marked and the command launches replacements")]
+    PartlyMarked,
     #[error("replacement nodeclaim {0} was deleted before it initialized")]
     ReplacementDeleted(String),
     #[error("replacements were not initialized within {0:?}")]
@@ -86,7 +88,7 @@ pub fn release(state: &mut ClusterState, command: &Command) {
 }
 
 /// Claims the candidates and runs the command (see [`execute`]).
-pub async fn run_command(ctx: &Context, command: Command) -> Result<(), CommandError> {
+pub async fn run_command(ctx: &Context, command: Command) -> Result<Vec<String>, CommandError> {
     if !claim(&mut ctx.state.write(), &command) {
         return Err(CommandError::AlreadyInFlight);
     }
@@ -94,17 +96,19 @@ pub async fn run_command(ctx: &Context, command: Command) -> Result<(), CommandE
 }
 
 /// Runs a command whose candidates are already [`claim`]ed, with `timeout` for the
-/// replacements to initialize. On failure everything is rolled back (untainted, condition
-/// cleared, replacements deleted, state marks released).
+/// replacements to initialize. On success, the names of the Nodes it left marked for deletion
+/// (the loop unmarks them once they are gone, since Node names can be reused). On failure
+/// everything is rolled back (untainted, condition cleared, replacements deleted, state marks
+/// released).
 pub async fn execute(
     ctx: &Context,
     mut command: Command,
     timeout: Duration,
-) -> Result<(), CommandError> {
+) -> Result<Vec<String>, CommandError> {
     tracing::info!(command = %describe(&command), "disrupting node(s)");
     let mut created: Vec<String> = Vec::new();
     let outcome = run(ctx, &mut command, &mut created, timeout).await;
-    match &outcome {
+    match outcome {
         Ok(()) => {
             // The NodeClaims are deleting: the deletion mark keeps them out of budgets' "free"
             // nodes and out of candidates until the watch shows the deletion.
@@ -112,6 +116,7 @@ pub async fn execute(
             for candidate in &command.candidates {
                 state.unmark_being_disrupted(&candidate.name);
             }
+            Ok(command.candidates.into_iter().map(|c| c.name).collect())
         }
         Err(err) => {
             tracing::warn!(command = %describe(&command), error = %err, "disruption command failed; rolling back");
@@ -120,9 +125,9 @@ pub async fn execute(
                 .get_or_create(&decision_labels(&command))
                 .inc();
             rollback(ctx, &command, &created).await;
+            Err(err)
         }
     }
-    outcome
 }
 
 async fn run(
@@ -153,7 +158,7 @@ async fn run(
     }
     if failed {
         if !command.replacements.is_empty() {
-            return Err(CommandError::NothingMarked);
+            return Err(CommandError::PartlyMarked);
         }
         // A delete-only command goes on with the nodes it could mark; release the others.
         let mut state = ctx.state.write();
