@@ -28,6 +28,13 @@ use crate::timeouts;
 pub const REASON_NOMINATED: &str = "Nominated";
 pub const REASON_FAILED_SCHEDULING: &str = "FailedScheduling";
 pub const REASON_NO_COMPATIBLE_INSTANCE_TYPES: &str = "NoCompatibleInstanceTypes";
+/// Disruption (upstream `pkg/controllers/disruption/events`), on the Node and its NodeClaim.
+pub const REASON_DISRUPTION_BLOCKED: &str = "DisruptionBlocked";
+pub const REASON_UNCONSOLIDATABLE: &str = "Unconsolidatable";
+pub const REASON_CONSOLIDATION_CANDIDATE: &str = "ConsolidationCandidate";
+pub const REASON_DISRUPTION_LAUNCHING: &str = "DisruptionLaunching";
+pub const REASON_DISRUPTION_WAITING_READINESS: &str = "DisruptionWaitingReadiness";
+pub const REASON_DISRUPTION_TERMINATING: &str = "DisruptionTerminating";
 
 const COMPONENT: &str = "karpenter";
 const KEEP_IN_MEMORY: usize = 1000;

@@ -10,6 +10,7 @@
 
 pub mod backoff;
 pub mod context;
+pub mod disruption;
 pub mod events;
 pub mod leader;
 pub mod logging;

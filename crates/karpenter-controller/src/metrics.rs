@@ -32,6 +32,29 @@ pub struct NodeClaimDisruptedLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DisruptionDecisionLabels {
+    pub decision: String,
+    pub reason: String,
+    pub consolidation_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DisruptionReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DisruptionMethodLabels {
+    pub method: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodePoolReasonLabels {
+    pub nodepool: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodePoolLabels {
     pub nodepool: String,
 }
@@ -103,6 +126,11 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Events not written because the event queue was full (slow events API).
     pub events_dropped: Counter,
+    pub disruption_decisions: Family<DisruptionDecisionLabels, Counter>,
+    pub disruption_eligible_nodes: Family<DisruptionReasonLabels, Gauge>,
+    pub disruption_evaluation_duration: Family<DisruptionMethodLabels, Histogram>,
+    pub disruption_queue_failures: Family<DisruptionDecisionLabels, Counter>,
+    pub nodepools_allowed_disruptions: Family<NodePoolReasonLabels, Gauge>,
 }
 
 fn duration_buckets() -> impl Iterator<Item = f64> {
@@ -169,6 +197,13 @@ impl Metrics {
             cluster_state_ignored_objects: Family::default(),
             leader: Gauge::default(),
             events_dropped: Counter::default(),
+            disruption_decisions: Family::default(),
+            disruption_eligible_nodes: Family::default(),
+            disruption_evaluation_duration: Family::new_with_constructor(|| {
+                Histogram::new(duration_buckets())
+            }),
+            disruption_queue_failures: Family::default(),
+            nodepools_allowed_disruptions: Family::default(),
             registry: Registry::default(),
         };
         // prometheus-client appends `_total` to counters.
@@ -281,6 +316,32 @@ impl Metrics {
             "leader",
             "1 when this replica holds the leader lease.",
             m.leader.clone(),
+        );
+        registry.register(
+            "voluntary_disruption_decisions",
+            "Disruption commands started, by decision (delete/replace), reason and method.",
+            m.disruption_decisions.clone(),
+        );
+        registry.register(
+            "voluntary_disruption_eligible_nodes",
+            "Nodes eligible for voluntary disruption in the last pass, by reason.",
+            m.disruption_eligible_nodes.clone(),
+        );
+        registry.register_with_unit(
+            "voluntary_disruption_decision_evaluation_duration",
+            "Duration of one disruption pass (every method tried), by the method that acted.",
+            prometheus_client::registry::Unit::Seconds,
+            m.disruption_evaluation_duration.clone(),
+        );
+        registry.register(
+            "voluntary_disruption_queue_failures",
+            "Disruption commands rolled back (a replacement failed or timed out).",
+            m.disruption_queue_failures.clone(),
+        );
+        registry.register(
+            "nodepools_allowed_disruptions",
+            "Nodes of a nodepool its budgets allow to be disrupted now, by reason.",
+            m.nodepools_allowed_disruptions.clone(),
         );
         Metrics { registry, ..m }
     }

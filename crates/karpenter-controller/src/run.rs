@@ -33,7 +33,7 @@ use crate::context::Context;
 use crate::provisioning::Batcher;
 use crate::state::reflector::reflect;
 use crate::state::{Tracked, pod};
-use crate::{leader, nodeclaim, nodepool, provisioning, server, termination};
+use crate::{disruption, leader, nodeclaim, nodepool, provisioning, server, termination};
 
 /// A running replica. Drop-safe, but call [`RunningController::stop`] for a graceful shutdown
 /// (the leader releases its lease so a follower takes over at once).
@@ -217,6 +217,10 @@ impl RunningController {
             (
                 "node termination",
                 tokio::spawn(termination::run(ctx.clone(), shutdown_rx.clone())),
+            ),
+            (
+                "disruption",
+                tokio::spawn(disruption::run(ctx.clone(), shutdown_rx.clone())),
             ),
             (
                 "event writer",

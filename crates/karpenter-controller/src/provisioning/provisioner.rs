@@ -58,7 +58,7 @@ pub fn scheduler_options(settings: &Settings) -> SchedulerOptions {
 }
 
 /// The NodePools this pass may add NodeClaims to: dynamic, valid, their NodeClass ready.
-fn usable_pools(state: &ClusterState) -> Vec<NodePool> {
+pub(crate) fn usable_pools(state: &ClusterState) -> Vec<NodePool> {
     pipeline::dynamic_pools(state)
         .into_iter()
         .filter(|pool| match nodepool::usable(pool, state) {
@@ -72,9 +72,32 @@ fn usable_pools(state: &ClusterState) -> Vec<NodePool> {
         .collect()
 }
 
+/// The instance types the provider offers each of `pools` (with its NodeClass); pools the
+/// provider answers nothing or an error for are left out (logged). Shared by the provisioner and
+/// the disruption loop, so both see the same catalogue.
+pub(crate) async fn resolve_instance_types(
+    ctx: &Context,
+    pools: Vec<NodePool>,
+) -> Vec<(NodePool, Vec<Arc<InstanceType>>)> {
+    let mut offered: Vec<(NodePool, Vec<Arc<InstanceType>>)> = Vec::new();
+    for pool in pools {
+        let node_class = pool_node_class(&ctx.state.read(), &pool);
+        match timeouts::cloud(ctx.cloud.instance_types(&pool, node_class.as_ref())).await {
+            Ok(types) if types.is_empty() => {
+                tracing::warn!(nodepool = %pool.name_any(), "skipping, no resolved instance types found");
+            }
+            Ok(types) => offered.push((pool, types)),
+            Err(err) => {
+                tracing::error!(nodepool = %pool.name_any(), error = %err, "skipping, unable to resolve instance types")
+            }
+        }
+    }
+    offered
+}
+
 /// The pods a pass places (see [`Snapshot::pods_to_place`]), borrowed: callers that only count
 /// them or read their uids must not copy every pending pod.
-fn pods_to_place(state: &ClusterState, now: jiff::Timestamp) -> Vec<&Pod> {
+pub(crate) fn pods_to_place(state: &ClusterState, now: jiff::Timestamp) -> Vec<&Pod> {
     Snapshot::new(state, SchedulerOptions::default(), now).pods_to_place()
 }
 
@@ -104,19 +127,7 @@ pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
         return Ok(outcome);
     }
 
-    let mut offered: Vec<(NodePool, Vec<Arc<InstanceType>>)> = Vec::new();
-    for pool in pools {
-        let node_class = pool_node_class(&ctx.state.read(), &pool);
-        match timeouts::cloud(ctx.cloud.instance_types(&pool, node_class.as_ref())).await {
-            Ok(types) if types.is_empty() => {
-                tracing::warn!(nodepool = %pool.name_any(), "skipping, no resolved instance types found");
-            }
-            Ok(types) => offered.push((pool, types)),
-            Err(err) => {
-                tracing::error!(nodepool = %pool.name_any(), error = %err, "skipping, unable to resolve instance types")
-            }
-        }
-    }
+    let offered = resolve_instance_types(ctx, pools).await;
     // Snapshot under one read lock: the nodes and the pods of the same moment.
     let (prepared, pods) = {
         let state = ctx.state.read();

@@ -1,0 +1,195 @@
+//! The disruption loop on the cluster (issue 10, karpenter-core §4): the leader, every
+//! [`POLL_PERIOD`] once the state is synced,
+//! 1. cleans what an unfinished command left (disrupted taint, `DisruptionReason` condition);
+//! 2. deletes expired NodeClaims ([`expiration`], forceful, no budgets);
+//! 3. writes the `Consolidatable` condition where it changed ([`conditions`]);
+//! 4. unless the provisioner has work (pending pods, NodeClaims not initialized), runs one pass
+//!    of the pure [`karpenter_core::disruption::decide`] ([`pass`]), publishes its events and
+//!    metrics, waits [`pass::VALIDATION_DELAY`] and re-validates consolidation commands, and
+//!    hands the commands to the orchestration [`queue`], each in its own task.
+//!
+//! Budgets bound what is in flight: the queue's candidates are "being disrupted" in the state,
+//! which the next pass's budgets count.
+
+pub mod conditions;
+pub mod expiration;
+pub mod pass;
+pub mod queue;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use karpenter_core::disruption::Command;
+use karpenter_kube::stopped;
+use tokio::sync::watch;
+use tokio::task::{Id, JoinSet};
+
+use crate::context::Context;
+
+/// How often the loop runs when no method acted (upstream `pollingPeriod`).
+pub const POLL_PERIOD: Duration = Duration::from_secs(10);
+
+/// How soon the loop runs again after a method acted (upstream requeues at once; a second
+/// lets the watch deliver the command's writes first).
+pub const AFTER_ACTION: Duration = Duration::from_secs(1);
+
+/// What one tick did (for logs and tests).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TickOutcome {
+    pub expired: bool,
+    /// Why voluntary disruption was skipped, if it was.
+    pub skipped: Option<String>,
+    /// Commands handed to the queue.
+    pub started: usize,
+}
+
+/// The commands in flight, by task, with their candidates (released if the task is aborted),
+/// and the Nodes finished commands left marked for deletion.
+#[derive(Default)]
+struct InFlight {
+    tasks: JoinSet<Vec<String>>,
+    commands: HashMap<Id, Command>,
+    deleting: BTreeSet<String>,
+}
+
+impl InFlight {
+    fn spawn(&mut self, ctx: &Arc<Context>, command: Command) {
+        let task_ctx = ctx.clone();
+        let running = command.clone();
+        let handle = self.tasks.spawn(async move {
+            queue::execute(&task_ctx, running, queue::REPLACEMENT_TIMEOUT)
+                .await
+                .unwrap_or_default()
+        });
+        self.commands.insert(handle.id(), command);
+    }
+
+    /// Stops every command (leadership lost, shutdown) and releases their candidates in the
+    /// state; the next leader's clean-up untaints them.
+    /// Unmarks the Nodes of finished commands once the state no longer holds them: a later
+    /// Node with the same name (EC2 names are IP-based) starts unmarked.
+    fn forget_removed(&mut self, ctx: &Context) {
+        if self.deleting.is_empty() {
+            return;
+        }
+        let mut state = ctx.state.write();
+        self.deleting.retain(|name| {
+            let present = state.node(name).is_some();
+            if !present {
+                state.unmark_for_deletion(name);
+            }
+            present
+        });
+    }
+
+    fn abort_all(&mut self, ctx: &Context) {
+        self.tasks.abort_all();
+        let mut state = ctx.state.write();
+        for (_, command) in self.commands.drain() {
+            queue::release(&mut state, &command);
+        }
+    }
+}
+
+/// Runs the loop until `shutdown` turns true. Only the leader acts.
+pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+    let mut in_flight = InFlight::default();
+    let mut blocked = pass::BlockedEvents::default();
+    let mut leadership = ctx.leadership();
+    let mut next = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            () = stopped(&mut shutdown) => break,
+            Some(done) = in_flight.tasks.join_next_with_id() => {
+                let id = match done {
+                    Ok((id, marked)) => {
+                        in_flight.deleting.extend(marked);
+                        id
+                    }
+                    Err(err) => err.id(),
+                };
+                in_flight.commands.remove(&id);
+            }
+            Ok(()) = leadership.changed() => {
+                if !ctx.is_leader() {
+                    in_flight.abort_all(&ctx);
+                }
+            }
+            () = tokio::time::sleep_until(next) => {
+                let wait = if ctx.is_leader() && ctx.state.read().synced() {
+                    let (outcome, wait) = tick(&ctx, &mut in_flight, &mut blocked, &mut shutdown).await;
+                    if outcome.started > 0 {
+                        tracing::debug!(?outcome, "disruption pass");
+                    }
+                    wait
+                } else {
+                    AFTER_ACTION
+                };
+                next = tokio::time::Instant::now() + wait;
+            }
+        }
+    }
+    in_flight.abort_all(&ctx);
+}
+
+/// One tick of the loop (see the module docs); returns what it did and how long to wait.
+async fn tick(
+    ctx: &Arc<Context>,
+    in_flight: &mut InFlight,
+    blocked: &mut pass::BlockedEvents,
+    shutdown: &mut watch::Receiver<bool>,
+) -> (TickOutcome, Duration) {
+    let mut outcome = TickOutcome::default();
+    in_flight.forget_removed(ctx);
+    queue::clean_leftovers(ctx).await;
+    let next_expiry = expiration::delete_expired(ctx).await;
+    let mut wait = POLL_PERIOD;
+    if let Some(at) = next_expiry {
+        let until = at.duration_since(ctx.now()).unsigned_abs();
+        wait = wait.min(until.max(Duration::from_millis(100)));
+    }
+    let types = pass::instance_types(ctx).await;
+    conditions::update_consolidatable(ctx, &types).await;
+    if let Some(why) = pass::busy_provisioning(ctx) {
+        tracing::debug!(reason = %why, "waiting for provisioning before disrupting");
+        outcome.skipped = Some(why);
+        return (outcome, wait);
+    }
+    let drift = pass::provider_drift(ctx).await;
+    let started = std::time::Instant::now();
+    let decided = pass::decide_now(ctx, &types, &drift);
+    pass::record_metrics(ctx, &decided, &types, started.elapsed());
+    blocked.publish(ctx, &decided.blocked).await;
+    let Some(method) = decided.method else {
+        return (outcome, wait);
+    };
+    let mut commands = decided.commands;
+    for command in &commands {
+        pass::publish_candidates(ctx, command).await;
+    }
+    if pass::needs_validation(method) {
+        tokio::select! {
+            () = stopped(shutdown) => return (outcome, wait),
+            () = tokio::time::sleep(pass::VALIDATION_DELAY) => {}
+        }
+        commands.retain(|command| match pass::validate_now(ctx, &types, &drift, command) {
+            Ok(()) => true,
+            Err(why) => {
+                tracing::info!(command = %queue::describe(command), reason = %why, "abandoning disruption command: no longer valid");
+                false
+            }
+        });
+    }
+    for command in commands {
+        if !queue::claim(&mut ctx.state.write(), &command) {
+            continue;
+        }
+        in_flight.spawn(ctx, command);
+        outcome.started += 1;
+    }
+    if outcome.started > 0 {
+        wait = wait.min(AFTER_ACTION);
+    }
+    (outcome, wait)
+}

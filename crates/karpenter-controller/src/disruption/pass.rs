@@ -1,0 +1,338 @@
+//! One pass of the disruption loop (karpenter-core §4.1): the instance types per NodePool (as
+//! the provisioner resolves them), the pure [`decide`] over the state, the events and metrics of
+//! the outcome, and — for consolidation — the wait and re-validation before anything runs.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_INITIALIZED};
+use karpenter_core::disruption::candidates::{BlockReason, DisruptionClass, Rejection, candidates};
+use karpenter_core::disruption::emptiness::consolidation_block;
+use karpenter_core::disruption::{
+    BudgetMapping, Command, DisruptionInput, DisruptionOptions, DisruptionReason, Method, Pass,
+    ProviderDrift, decide,
+};
+use karpenter_core::instance_type::InstanceType;
+use kube::ResourceExt;
+
+use crate::context::Context;
+use crate::events::{
+    EventRecord, EventType, REASON_CONSOLIDATION_CANDIDATE, REASON_DISRUPTION_BLOCKED,
+    REASON_UNCONSOLIDATABLE,
+};
+use crate::metrics::{DisruptionMethodLabels, DisruptionReasonLabels, NodePoolReasonLabels};
+use crate::provisioning::provisioner::scheduler_options;
+use crate::provisioning::provisioner::{resolve_instance_types, usable_pools};
+
+/// Instance types per NodePool name.
+pub type InstanceTypes = BTreeMap<String, Vec<Arc<InstanceType>>>;
+
+/// The provider's catalogue for every usable NodePool (the provisioner's helper).
+pub async fn instance_types(ctx: &Context) -> InstanceTypes {
+    let pools = usable_pools(&ctx.state.read());
+    resolve_instance_types(ctx, pools)
+        .await
+        .into_iter()
+        .map(|(pool, types)| (pool.name_any(), types))
+        .collect()
+}
+
+/// Why the loop leaves voluntary disruption alone this time (upstream waits while the
+/// provisioner has work: moving pods now would race it).
+pub fn busy_provisioning(ctx: &Context) -> Option<String> {
+    let state = ctx.state.read();
+    // Pods the provisioner nominated to a node but that are not bound yet make that node look
+    // empty; moving capacity now would race them (upstream also waits on nominations). Pods no
+    // pass could place (no nomination) do not hold disruption: one stuck pod must not stop the
+    // cluster from consolidating.
+    let now = ctx.now();
+    let in_flight = state
+        .pods()
+        .filter(|p| karpenter_core::pod::node_name(p).is_none())
+        .filter(|p| state.nomination(&karpenter_core::pod::key(p), now).is_some())
+        .count();
+    if in_flight > 0 {
+        return Some(format!("{in_flight} nominated pod(s) not bound yet"));
+    }
+    let uninitialized = state
+        .nodeclaims()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter(|c| {
+            !c.status
+                .as_ref()
+                .is_some_and(|s| s.is_condition_true(NODECLAIM_CONDITION_INITIALIZED))
+        })
+        .count();
+    (uninitialized > 0).then(|| format!("{uninitialized} nodeclaim(s) not initialized yet"))
+}
+
+/// The provider's drift answers for the managed, initialized NodeClaims not being deleted.
+pub async fn provider_drift(ctx: &Context) -> ProviderDrift {
+    let claims: Vec<karpenter_api::NodeClaim> = {
+        let state = ctx.state.read();
+        state
+            .nodeclaims()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter(|c| crate::nodeclaim::is_managed(ctx, c))
+            .filter(|c| {
+                c.status
+                    .as_ref()
+                    .is_some_and(|s| s.is_condition_true(NODECLAIM_CONDITION_INITIALIZED))
+            })
+            .cloned()
+            .collect()
+    };
+    let mut drift = ProviderDrift::new();
+    for claim in claims {
+        match crate::timeouts::cloud(ctx.cloud.is_drifted(&claim)).await {
+            Ok(Some(reason)) => {
+                drift.insert(claim.name_any(), reason);
+            }
+            Ok(None) => {}
+            Err(err) => {
+                tracing::debug!(nodeclaim = %claim.name_any(), error = %err, "cannot check drift")
+            }
+        }
+    }
+    drift
+}
+
+/// Runs [`decide`] over the state as it is now. The single place the pure decision is called,
+/// for the pass and for validation alike.
+pub fn decide_now(ctx: &Context, types: &InstanceTypes, drift: &ProviderDrift) -> Pass {
+    let state = ctx.state.read();
+    let scheduler = scheduler_options(&ctx.settings);
+    let options = DisruptionOptions::default();
+    let input = DisruptionInput {
+        state: &state,
+        instance_types: types,
+        scheduler: &scheduler,
+        options: &options,
+        provider_drift: drift,
+        now: ctx.now(),
+    };
+    decide(&input)
+}
+
+/// Whether the method's commands wait and are re-validated before they run (upstream validates
+/// consolidation after `commandValidationDelay`; emptiness and drift run at once).
+pub fn needs_validation(method: Method) -> bool {
+    matches!(
+        method,
+        Method::MultiNodeConsolidation | Method::SingleNodeConsolidation
+    )
+}
+
+/// Upstream `commandValidationDelay`.
+pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
+
+/// Re-checks a command against a fresh view after the validation delay (core's `validate`: the
+/// nodes are still candidates, budgets still allow them, a fresh simulation decides the same).
+pub fn validate_now(
+    ctx: &Context,
+    types: &InstanceTypes,
+    drift: &ProviderDrift,
+    command: &Command,
+) -> Result<(), BlockReason> {
+    let state = ctx.state.read();
+    let scheduler = scheduler_options(&ctx.settings);
+    let options = DisruptionOptions::default();
+    let input = DisruptionInput {
+        state: &state,
+        instance_types: types,
+        scheduler: &scheduler,
+        options: &options,
+        provider_drift: drift,
+        now: ctx.now(),
+    };
+    karpenter_core::disruption::validate(command, &input)
+}
+
+/// Metrics of a pass: evaluation time, eligible nodes per reason, allowed disruptions per pool.
+pub fn record_metrics(ctx: &Context, pass: &Pass, types: &InstanceTypes, elapsed: Duration) {
+    let method = pass.method.map_or("none", Method::as_str);
+    ctx.metrics
+        .disruption_evaluation_duration
+        .get_or_create(&DisruptionMethodLabels {
+            method: method.into(),
+        })
+        .observe(elapsed.as_secs_f64());
+    let now = ctx.now();
+    let state = ctx.state.read();
+    let (graceful, _) = candidates(&state, now, DisruptionClass::Graceful, types);
+    let consolidatable: Vec<_> = graceful
+        .iter()
+        .filter(|c| consolidation_block(c, now).is_none())
+        .collect();
+    let empty = consolidatable.iter().filter(|c| c.is_empty()).count();
+    for (reason, count) in [
+        (DisruptionReason::Empty, empty),
+        (DisruptionReason::Underutilized, consolidatable.len()),
+    ] {
+        ctx.metrics
+            .disruption_eligible_nodes
+            .get_or_create(&DisruptionReasonLabels {
+                reason: reason.as_str().to_lowercase(),
+            })
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+    for reason in DisruptionReason::ALL {
+        for allowance in BudgetMapping::build(&state, reason, now).iter() {
+            ctx.metrics
+                .nodepools_allowed_disruptions
+                .get_or_create(&NodePoolReasonLabels {
+                    nodepool: allowance.nodepool.clone(),
+                    reason: reason.as_str().to_lowercase(),
+                })
+                .set(i64::from(allowance.allowed.min(i32::MAX as u32)));
+        }
+    }
+}
+
+/// `ConsolidationCandidate` on the candidates of consolidation commands, with the estimated
+/// savings (upstream's message).
+pub async fn publish_candidates(ctx: &Context, command: &Command) {
+    if !needs_validation(command.method) {
+        return;
+    }
+    let message = format!(
+        "Consolidation candidate: {}: [{}] -> [{} replacement(s)] (savings: ${:.2})",
+        command.decision().as_str(),
+        command
+            .candidates
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        command.replacements.len(),
+        command.savings_per_hour
+    );
+    for record in records_for(
+        ctx,
+        command.candidates.iter().map(|c| c.name.as_str()),
+        |_| {
+            (
+                EventType::Normal,
+                REASON_CONSOLIDATION_CANDIDATE,
+                message.clone(),
+            )
+        },
+    ) {
+        ctx.events.publish(record).await;
+    }
+}
+
+/// Events on the Node and NodeClaim of each named node (those the state holds).
+fn records_for<'n>(
+    ctx: &Context,
+    names: impl Iterator<Item = &'n str>,
+    what: impl Fn(&str) -> (EventType, &'static str, String),
+) -> Vec<EventRecord> {
+    let state = ctx.state.read();
+    let mut out = Vec::new();
+    for name in names {
+        let (event_type, reason, message) = what(name);
+        let node = state.node(name);
+        let claim = state.nodeclaims().find(|c| {
+            c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name)
+                || c.name_any() == name
+        });
+        if let Some(node) = node {
+            out.push(EventRecord::new(node, event_type, reason, message.clone()));
+        }
+        if let Some(claim) = claim {
+            out.push(EventRecord::new(claim, event_type, reason, message));
+        }
+    }
+    out
+}
+
+/// `DisruptionBlocked` / `Unconsolidatable` events, once per node and reason: a node's event is
+/// published again only when its reason changes (or after it was unblocked), so a steady cluster
+/// does not spam.
+#[derive(Debug, Default)]
+pub struct BlockedEvents {
+    last: HashMap<String, String>,
+}
+
+impl BlockedEvents {
+    /// The event for a rejection, if it is one a person should read: nodes that are simply not
+    /// ready for disruption yet (not initialized, already going, waiting for
+    /// `consolidateAfter`) get none.
+    fn event_for(rejection: &Rejection) -> Option<(&'static str, String)> {
+        match &rejection.reason {
+            BlockReason::NotManaged
+            | BlockReason::NoNode
+            | BlockReason::NotInitialized
+            | BlockReason::MarkedForDeletion
+            | BlockReason::BeingDisrupted
+            | BlockReason::ConsolidatableAt(_) => None,
+            BlockReason::ConsolidationDisabled(_) | BlockReason::StaticNodePool(_) => {
+                Some((REASON_UNCONSOLIDATABLE, rejection.reason.to_string()))
+            }
+            other => Some((REASON_DISRUPTION_BLOCKED, other.to_string())),
+        }
+    }
+
+    /// Publishes what changed since the last pass.
+    pub async fn publish(&mut self, ctx: &Context, blocked: &[Rejection]) {
+        let mut now_blocked: HashMap<String, String> = HashMap::new();
+        let mut fresh: Vec<(String, &'static str, String)> = Vec::new();
+        for rejection in blocked {
+            let Some((reason, message)) = Self::event_for(rejection) else {
+                continue;
+            };
+            let key = format!("{reason}: {message}");
+            if self.last.get(&rejection.name) != Some(&key) {
+                fresh.push((rejection.name.clone(), reason, message));
+            }
+            now_blocked.insert(rejection.name.clone(), key);
+        }
+        self.last = now_blocked;
+        let by_name: HashMap<String, (&'static str, String)> = fresh
+            .into_iter()
+            .map(|(name, reason, message)| (name, (reason, message)))
+            .collect();
+        let records = records_for(ctx, by_name.keys().map(String::as_str), |name| {
+            let (reason, message) = by_name
+                .get(name)
+                .cloned()
+                .unwrap_or((REASON_DISRUPTION_BLOCKED, String::new()));
+            (EventType::Normal, reason, message)
+        });
+        for record in records {
+            ctx.events.publish(record).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_blocks_a_person_acts_on_get_events() {
+        let rejection = |reason| Rejection {
+            name: "n".into(),
+            nodepool: Some("default".into()),
+            reason,
+        };
+        assert_eq!(
+            BlockedEvents::event_for(&rejection(BlockReason::NotInitialized)),
+            None
+        );
+        let budget = BlockedEvents::event_for(&rejection(BlockReason::BudgetExhausted {
+            nodepool: "default".into(),
+            reason: "Empty".into(),
+        }))
+        .unwrap();
+        assert_eq!(budget.0, REASON_DISRUPTION_BLOCKED);
+        assert!(budget.1.contains("disruption budget"), "{}", budget.1);
+        let disabled = BlockedEvents::event_for(&rejection(BlockReason::ConsolidationDisabled(
+            "default".into(),
+        )))
+        .unwrap();
+        assert_eq!(disabled.0, REASON_UNCONSOLIDATABLE);
+    }
+}

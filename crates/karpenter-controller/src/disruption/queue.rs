@@ -1,0 +1,561 @@
+//! The orchestration queue (karpenter-core §4.12): runs one disruption [`Command`] to the end —
+//! mark the candidates, launch the replacements, wait until they are initialized, delete the
+//! candidates' NodeClaims — or rolls it back.
+//!
+//! Marking first (taint `karpenter.sh/disrupted:NoSchedule` on the Nodes, NodeClaim condition
+//! `DisruptionReason`) keeps new pods off the candidates while the replacements start. The
+//! candidates are deleted only once every replacement is initialized, so their pods always have
+//! somewhere to go; the termination controller then drains them (PDBs, do-not-disrupt pods and
+//! `terminationGracePeriod` are handled there).
+//!
+//! In the state, the candidates are "being disrupted" for the whole command: budgets count them
+//! ([`karpenter_core::disruption::BudgetMapping`]) and no other command may pick them. A crash
+//! loses that in-memory mark; the loop's [`clean_leftovers`] then untaints whatever a command
+//! left behind, as upstream's does.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Taint};
+use karpenter_api::NodeClaim;
+use karpenter_api::v1::{CONDITION_TRUE, ConditionsExt, NODECLAIM_CONDITION_DISRUPTION_REASON};
+use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, DISRUPTED_TAINT_KEY};
+use karpenter_core::disruption::{Command, Method};
+use karpenter_core::state::ClusterState;
+use karpenter_core::taints::NO_SCHEDULE;
+use karpenter_kube::is_not_found;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, ResourceExt};
+
+use crate::context::Context;
+use crate::events::{
+    EventRecord, EventType, REASON_DISRUPTION_LAUNCHING, REASON_DISRUPTION_TERMINATING,
+    REASON_DISRUPTION_WAITING_READINESS,
+};
+use crate::metrics::{DisruptionDecisionLabels, NodeClaimDisruptedLabels};
+use crate::timeouts;
+
+/// How long the replacements may take to initialize before the command is rolled back
+/// (upstream: clamp(80 ms × commands, 10 min, 1 h); a controller runs few commands at once).
+pub const REPLACEMENT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+/// How often the replacements are checked (upstream requeues the command every second).
+pub const READINESS_POLL: Duration = Duration::from_secs(1);
+
+/// Attempts of one read-modify-write against a conflicting writer.
+const CONFLICT_RETRIES: usize = 3;
+
+/// Why a command was rolled back.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error("a candidate is already being disrupted by another command")]
+    AlreadyInFlight,
+    #[error("no candidate could be marked for disruption")]
+    NothingMarked,
+    #[error("a candidate could not be marked and the command launches replacements")]
+    PartlyMarked,
+    #[error("replacement nodeclaim {0} was deleted before it initialized")]
+    ReplacementDeleted(String),
+    #[error("replacements were not initialized within {0:?}")]
+    ReplacementTimeout(Duration),
+    #[error(transparent)]
+    Controller(#[from] crate::Error),
+}
+
+/// Claims the command's candidates in the state ("being disrupted"); refuses (claiming nothing)
+/// when any of them already is. Synchronous, so the loop claims before its next pass looks.
+pub fn claim(state: &mut ClusterState, command: &Command) -> bool {
+    if command
+        .candidates
+        .iter()
+        .any(|c| state.is_being_disrupted(&c.name))
+    {
+        return false;
+    }
+    for candidate in &command.candidates {
+        state.mark_being_disrupted(&candidate.name);
+    }
+    true
+}
+
+/// Releases what [`claim`] took (and the deletion marks a command set).
+pub fn release(state: &mut ClusterState, command: &Command) {
+    for candidate in &command.candidates {
+        state.unmark_being_disrupted(&candidate.name);
+        state.unmark_for_deletion(&candidate.name);
+    }
+}
+
+/// Claims the candidates and runs the command (see [`execute`]).
+pub async fn run_command(ctx: &Context, command: Command) -> Result<Vec<String>, CommandError> {
+    if !claim(&mut ctx.state.write(), &command) {
+        return Err(CommandError::AlreadyInFlight);
+    }
+    execute(ctx, command, REPLACEMENT_TIMEOUT).await
+}
+
+/// Runs a command whose candidates are already [`claim`]ed, with `timeout` for the
+/// replacements to initialize. On success, the names of the Nodes it left marked for deletion
+/// (the loop unmarks them once they are gone, since Node names can be reused). On failure
+/// everything is rolled back (untainted, condition cleared, replacements deleted, state marks
+/// released).
+pub async fn execute(
+    ctx: &Context,
+    mut command: Command,
+    timeout: Duration,
+) -> Result<Vec<String>, CommandError> {
+    tracing::info!(command = %describe(&command), "disrupting node(s)");
+    let mut created: Vec<String> = Vec::new();
+    let outcome = run(ctx, &mut command, &mut created, timeout).await;
+    match outcome {
+        Ok(()) => {
+            // The NodeClaims are deleting: the deletion mark keeps them out of budgets' "free"
+            // nodes and out of candidates until the watch shows the deletion.
+            let mut state = ctx.state.write();
+            for candidate in &command.candidates {
+                state.unmark_being_disrupted(&candidate.name);
+            }
+            Ok(command.candidates.into_iter().map(|c| c.name).collect())
+        }
+        Err(err) => {
+            tracing::warn!(command = %describe(&command), error = %err, "disruption command failed; rolling back");
+            ctx.metrics
+                .disruption_queue_failures
+                .get_or_create(&decision_labels(&command))
+                .inc();
+            rollback(ctx, &command, &created).await;
+            Err(err)
+        }
+    }
+}
+
+async fn run(
+    ctx: &Context,
+    command: &mut Command,
+    created: &mut Vec<String>,
+    timeout: Duration,
+) -> Result<(), CommandError> {
+    // 1. Mark: taint the Nodes, set the NodeClaim condition.
+    let mut marked = Vec::new();
+    let mut failed = false;
+    for candidate in &command.candidates {
+        let result = async {
+            set_taint(ctx, &candidate.name, true).await?;
+            set_disruption_reason(ctx, &candidate.nodeclaim, Some(command.reason.as_str())).await
+        }
+        .await;
+        match result {
+            Ok(()) => marked.push(candidate.clone()),
+            Err(err) => {
+                tracing::warn!(node = %candidate.name, error = %err, "failed to mark node for disruption");
+                failed = true;
+            }
+        }
+    }
+    if marked.is_empty() {
+        return Err(CommandError::NothingMarked);
+    }
+    if failed {
+        if !command.replacements.is_empty() {
+            return Err(CommandError::PartlyMarked);
+        }
+        // A delete-only command goes on with the nodes it could mark; release the others.
+        let mut state = ctx.state.write();
+        for candidate in &command.candidates {
+            if !marked.iter().any(|m| m.name == candidate.name) {
+                state.unmark_being_disrupted(&candidate.name);
+            }
+        }
+        drop(state);
+        command.candidates = marked;
+    }
+
+    // 2. Launch the replacements.
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    for replacement in &command.replacements {
+        let claim = timeouts::api(api.create(&PostParams::default(), replacement))
+            .await
+            .map_err(|err| crate::Error::kube("create replacement nodeclaim", err))?;
+        let name = claim.name_any();
+        tracing::info!(nodeclaim = %name, nodepool = ?claim.labels().get(karpenter_api::well_known::NODEPOOL_LABEL), "created replacement nodeclaim");
+        ctx.metrics
+            .nodeclaims_created
+            .get_or_create(&crate::metrics::NodeClaimCreatedLabels {
+                reason: command.reason.as_str().to_lowercase(),
+                nodepool: claim
+                    .labels()
+                    .get(karpenter_api::well_known::NODEPOOL_LABEL)
+                    .cloned()
+                    .unwrap_or_default(),
+                min_values_relaxed: "false".into(),
+            })
+            .inc();
+        ctx.state.write().remember(claim);
+        created.push(name);
+    }
+    // 3. Only now mark for deletion, so the provisioner does not launch for the same pods twice.
+    {
+        let mut state = ctx.state.write();
+        for candidate in &command.candidates {
+            state.mark_for_deletion(&candidate.name);
+        }
+    }
+    ctx.metrics
+        .disruption_decisions
+        .get_or_create(&decision_labels(command))
+        .inc();
+
+    // 4. Wait until every replacement is initialized.
+    if !created.is_empty() {
+        publish(
+            ctx,
+            command,
+            REASON_DISRUPTION_LAUNCHING,
+            &format!("Launching NodeClaim: {}", command.reason),
+        )
+        .await;
+        wait_initialized(ctx, command, created, timeout).await?;
+    }
+
+    // 5. Delete the candidates' NodeClaims; termination drains them.
+    for candidate in &command.candidates {
+        let deleted = timeouts::api(api.delete(&candidate.nodeclaim, &DeleteParams::default()))
+            .await
+            .map(|_| true)
+            .or_else(|err| {
+                if is_not_found(&err) {
+                    Ok(false)
+                } else {
+                    Err(err)
+                }
+            })
+            .map_err(|err| {
+                crate::Error::kube(format!("delete nodeclaim {}", candidate.nodeclaim), err)
+            })?;
+        if deleted {
+            ctx.metrics
+                .nodeclaims_disrupted
+                .get_or_create(&NodeClaimDisruptedLabels {
+                    reason: command.reason.as_str().to_lowercase(),
+                    nodepool: candidate.node_pool.clone(),
+                    capacity_type: candidate.capacity_type.clone().unwrap_or_default(),
+                })
+                .inc();
+        }
+    }
+    publish(
+        ctx,
+        command,
+        REASON_DISRUPTION_TERMINATING,
+        &format!("Disrupting Node: {}", command.reason),
+    )
+    .await;
+    Ok(())
+}
+
+async fn wait_initialized(
+    ctx: &Context,
+    command: &Command,
+    created: &[String],
+    timeout: Duration,
+) -> Result<(), CommandError> {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut waiting: BTreeSet<String> = created.iter().cloned().collect();
+    loop {
+        let mut done = Vec::new();
+        for name in &waiting {
+            match timeouts::api(api.get_opt(name)).await {
+                Ok(None) => return Err(CommandError::ReplacementDeleted(name.clone())),
+                Ok(Some(claim)) if is_initialized(&claim) => done.push(name.clone()),
+                Ok(Some(claim)) if claim.metadata.deletion_timestamp.is_some() => {
+                    return Err(CommandError::ReplacementDeleted(name.clone()));
+                }
+                Ok(Some(_)) => {}
+                Err(err) => {
+                    tracing::debug!(nodeclaim = %name, error = %err, "cannot read replacement; retrying")
+                }
+            }
+        }
+        for name in done {
+            waiting.remove(&name);
+        }
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(CommandError::ReplacementTimeout(timeout));
+        }
+        publish(
+            ctx,
+            command,
+            REASON_DISRUPTION_WAITING_READINESS,
+            "Waiting on readiness to continue disruption",
+        )
+        .await;
+        tokio::time::sleep(READINESS_POLL).await;
+    }
+}
+
+fn is_initialized(claim: &NodeClaim) -> bool {
+    claim
+        .status
+        .as_ref()
+        .is_some_and(|s| s.is_condition_true(karpenter_api::v1::NODECLAIM_CONDITION_INITIALIZED))
+}
+
+/// Undoes a failed command: deletes the replacements it created (those not initialized yet:
+/// an initialized one is ordinary capacity now), untaints the candidates, clears their
+/// condition and releases the state marks. Best effort: what fails here the loop's
+/// [`clean_leftovers`] retries.
+async fn rollback(ctx: &Context, command: &Command, created: &[String]) {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    for name in created {
+        match timeouts::api(api.get_opt(name)).await {
+            Ok(Some(claim)) if !is_initialized(&claim) => {
+                if let Err(err) = timeouts::api(api.delete(name, &DeleteParams::default())).await
+                    && !is_not_found(&err)
+                {
+                    tracing::warn!(nodeclaim = %name, error = %err, "failed to delete replacement");
+                }
+            }
+            Ok(_) => {}
+            Err(err) => {
+                tracing::warn!(nodeclaim = %name, error = %err, "failed to read replacement")
+            }
+        }
+    }
+    for candidate in &command.candidates {
+        if let Err(err) = set_taint(ctx, &candidate.name, false).await {
+            tracing::warn!(node = %candidate.name, error = %err, "failed to untaint node");
+        }
+        if let Err(err) = set_disruption_reason(ctx, &candidate.nodeclaim, None).await {
+            tracing::warn!(nodeclaim = %candidate.nodeclaim, error = %err, "failed to clear disruption condition");
+        }
+    }
+    release(&mut ctx.state.write(), command);
+}
+
+/// Cleans what a crashed or failed command left behind (upstream's loop step 3): Nodes with the
+/// `karpenter.sh/disrupted:NoSchedule` taint and NodeClaims with the `DisruptionReason`
+/// condition that no command is working on and that are not being deleted.
+pub async fn clean_leftovers(ctx: &Context) {
+    let (nodes, claims) = {
+        let state = ctx.state.read();
+        let mut nodes = Vec::new();
+        let mut claims = Vec::new();
+        for state_node in state.state_nodes() {
+            let name = state_node.name();
+            let claim_deleting = state_node
+                .nodeclaim
+                .is_some_and(|c| c.metadata.deletion_timestamp.is_some());
+            if state.is_being_disrupted(&name) || state_node.marked || claim_deleting {
+                continue;
+            }
+            if let Some(node) = state_node.node
+                && node.metadata.deletion_timestamp.is_none()
+                && has_disrupted_taint(node)
+            {
+                nodes.push(name.clone());
+            }
+            if let Some(claim) = state_node.nodeclaim
+                && claim
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.condition(NODECLAIM_CONDITION_DISRUPTION_REASON).is_some())
+            {
+                claims.push(claim.name_any());
+            }
+        }
+        (nodes, claims)
+    };
+    for node in nodes {
+        tracing::info!(%node, "removing disrupted taint left by an unfinished disruption");
+        if let Err(err) = set_taint(ctx, &node, false).await {
+            tracing::warn!(%node, error = %err, "failed to untaint node");
+        }
+    }
+    for claim in claims {
+        if let Err(err) = set_disruption_reason(ctx, &claim, None).await {
+            tracing::warn!(nodeclaim = %claim, error = %err, "failed to clear disruption condition");
+        }
+    }
+}
+
+pub fn has_disrupted_taint(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|taints| {
+            taints
+                .iter()
+                .any(|t| t.key == DISRUPTED_TAINT_KEY && t.effect == NO_SCHEDULE)
+        })
+}
+
+/// Adds (`on`) or removes the disrupted taint; read-modify-write with the resourceVersion,
+/// retried on conflict. A Node that is gone needs nothing.
+async fn set_taint(ctx: &Context, node_name: &str, on: bool) -> crate::Result<()> {
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    for _ in 0..CONFLICT_RETRIES {
+        let Some(mut node) = timeouts::api(api.get_opt(node_name))
+            .await
+            .map_err(|err| crate::Error::kube(format!("get node {node_name}"), err))?
+        else {
+            return Ok(());
+        };
+        if has_disrupted_taint(&node) == on {
+            return Ok(());
+        }
+        let taints = node
+            .spec
+            .get_or_insert_with(Default::default)
+            .taints
+            .get_or_insert_with(Vec::new);
+        if on {
+            taints.push(Taint {
+                key: DISRUPTED_TAINT_KEY.into(),
+                effect: NO_SCHEDULE.into(),
+                ..Taint::default()
+            });
+        } else {
+            taints.retain(|t| !(t.key == DISRUPTED_TAINT_KEY && t.effect == NO_SCHEDULE));
+        }
+        match timeouts::api(api.replace(node_name, &PostParams::default(), &node)).await {
+            Ok(updated) => {
+                ctx.state.write().remember(updated);
+                return Ok(());
+            }
+            Err(err) if karpenter_kube::is_conflict(&err) => continue,
+            Err(err) if is_not_found(&err) => return Ok(()),
+            Err(err) => return Err(crate::Error::kube(format!("taint node {node_name}"), err)),
+        }
+    }
+    Err(crate::Error::ControllerFailed(format!(
+        "node {node_name}: conflicting writers, giving up for now"
+    )))
+}
+
+/// Sets the NodeClaim's `DisruptionReason` condition to `reason`, or clears it (`None`).
+async fn set_disruption_reason(
+    ctx: &Context,
+    claim_name: &str,
+    reason: Option<&str>,
+) -> crate::Result<()> {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    for _ in 0..CONFLICT_RETRIES {
+        let Some(mut claim) = timeouts::api(api.get_opt(claim_name))
+            .await
+            .map_err(|err| crate::Error::kube(format!("get nodeclaim {claim_name}"), err))?
+        else {
+            return Ok(());
+        };
+        let generation = claim.metadata.generation;
+        let status = claim.status.get_or_insert_with(Default::default);
+        let changed = match reason {
+            Some(reason) => status.set_condition(
+                NODECLAIM_CONDITION_DISRUPTION_REASON,
+                CONDITION_TRUE,
+                reason,
+                &format!("Disrupting NodeClaim: {reason}"),
+                &now_rfc3339(ctx.now()),
+                generation,
+            ),
+            None => status.clear_condition(NODECLAIM_CONDITION_DISRUPTION_REASON),
+        };
+        if !changed {
+            return Ok(());
+        }
+        match timeouts::api(api.replace_status(claim_name, &PostParams::default(), &claim)).await {
+            Ok(updated) => {
+                ctx.state.write().remember(updated);
+                return Ok(());
+            }
+            Err(err) if karpenter_kube::is_conflict(&err) => continue,
+            Err(err) if is_not_found(&err) => return Ok(()),
+            Err(err) => {
+                return Err(crate::Error::kube(
+                    format!("update nodeclaim {claim_name} status"),
+                    err,
+                ));
+            }
+        }
+    }
+    Err(crate::Error::ControllerFailed(format!(
+        "nodeclaim {claim_name}: conflicting writers, giving up for now"
+    )))
+}
+
+fn now_rfc3339(now: Timestamp) -> String {
+    now.to_string()
+}
+
+/// Publishes an event on every candidate's Node and NodeClaim (those the state still holds).
+async fn publish(ctx: &Context, command: &Command, reason: &str, message: &str) {
+    let records: Vec<EventRecord> = {
+        let state = ctx.state.read();
+        command
+            .candidates
+            .iter()
+            .flat_map(|c| {
+                let node = state
+                    .node(&c.name)
+                    .map(|n| EventRecord::new(n, EventType::Normal, reason, message));
+                let claim = state
+                    .nodeclaim(&c.nodeclaim)
+                    .map(|n| EventRecord::new(n, EventType::Normal, reason, message));
+                node.into_iter().chain(claim)
+            })
+            .collect()
+    };
+    for record in records {
+        ctx.events.publish(record).await;
+    }
+}
+
+pub(crate) fn decision_labels(command: &Command) -> DisruptionDecisionLabels {
+    DisruptionDecisionLabels {
+        decision: command.decision().as_str().into(),
+        reason: command.reason.as_str().to_lowercase(),
+        consolidation_type: consolidation_type(command.method).into(),
+    }
+}
+
+/// Upstream's `consolidation_type` label: `empty`, `single`, `multi`; drift has none.
+fn consolidation_type(method: Method) -> &'static str {
+    match method {
+        Method::Emptiness | Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
+            method.as_str()
+        }
+        Method::StaticDrift | Method::Drift => "",
+    }
+}
+
+/// Upstream's command string: `Empty: delete: nodepools=[default]: [node-a] -> [] (savings: $0.10)`.
+pub fn describe(command: &Command) -> String {
+    let pools: BTreeSet<&str> = command
+        .candidates
+        .iter()
+        .map(|c| c.node_pool.as_str())
+        .collect();
+    let nodes: Vec<&str> = command.candidates.iter().map(|c| c.name.as_str()).collect();
+    format!(
+        "{}: {}: nodepools=[{}]: [{}] -> [{} replacement(s)] (savings: ${:.2})",
+        command.reason,
+        command.decision().as_str(),
+        pools.into_iter().collect::<Vec<_>>().join(", "),
+        nodes.join(", "),
+        command.replacements.len(),
+        command.savings_per_hour
+    )
+}
+
+/// The capacity type label of a NodeClaim (metrics).
+pub(crate) fn capacity_type(claim: &NodeClaim) -> String {
+    claim
+        .labels()
+        .get(CAPACITY_TYPE_LABEL)
+        .cloned()
+        .unwrap_or_default()
+}
