@@ -41,6 +41,8 @@ pub struct Args {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
     pub output: Format,
+    #[command(flatten)]
+    pub disruption: super::simulate_disruption::DisruptionArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -92,6 +94,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let outcome = outcome?;
     for warning in &outcome.warnings {
         output::warning(warning);
+    }
+    if args.disruption.disruption {
+        let report =
+            super::simulate_disruption::run(&args.disruption, &manifests, &provider, &outcome)?;
+        output::render(args.output, &report, |report| {
+            let approximated = !custom
+                && Catalog::embedded().is_ok_and(|c| c.prices_are_approximated(&args.region));
+            let mut out = render_table(&report.plan, approximated);
+            out.push_str(&super::simulate_disruption::render_table(
+                &report.disruption,
+            ));
+            out
+        })?;
+        return Ok(ExitCode::SUCCESS);
     }
     output::render(args.output, &outcome.plan, |plan| {
         let approximated =
