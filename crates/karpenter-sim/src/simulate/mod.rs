@@ -2,6 +2,7 @@
 //! and prints; the controller tests and `explain` reuse this.
 
 pub mod custom_types;
+pub mod disruption;
 pub mod manifests;
 pub mod pending;
 pub mod plan;
@@ -9,6 +10,9 @@ pub mod sources;
 mod workloads;
 
 pub use custom_types::{CustomTypesError, parse_instance_types};
+pub use disruption::{
+    DisruptionSettings, DisruptionSimError, PlanWithDisruption, simulate_disruption,
+};
 pub use manifests::{IgnoredDocument, MAX_PODS, ManifestError, Manifests, Problem};
 pub use pending::PendingPod;
 pub use plan::{

@@ -27,6 +27,9 @@ pub enum Target {
     /// Print `bench controller`'s workload (Deployments, NodePool, EC2NodeClass) as YAML, for
     /// `karpenter simulate -f -`.
     Workload(WorkloadArgs),
+    /// Time one full disruption pass (`decide`) over a large simulated cluster (1,000 nodes,
+    /// 10,000 pods by default): candidates evaluated, commands found, peak memory.
+    Disruption(super::bench_disruption::DisruptionBenchArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -114,6 +117,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.target {
         Target::Scheduling(args) => run_scheduling(args),
         Target::Controller(args) => run_controller(&args),
+        Target::Disruption(args) => super::bench_disruption::run(&args),
         Target::Workload(args) => {
             print_manifests(&super::bench_controller::workload_manifests(
                 args.pods, args.seed,

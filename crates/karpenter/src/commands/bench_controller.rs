@@ -304,7 +304,7 @@ fn node_class() -> Value {
 }
 
 /// `VmHWM` and `VmRSS` (KiB) of a process, from `/proc/<pid>/status` (Linux only).
-fn memory_kib(pid: u32) -> (Option<u64>, Option<u64>) {
+pub(super) fn memory_kib(pid: u32) -> (Option<u64>, Option<u64>) {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return (None, None);
     };

@@ -3,12 +3,14 @@
 pub mod aws;
 pub mod bench;
 mod bench_controller;
+mod bench_disruption;
 pub mod controller;
 pub mod convert;
 pub mod crds;
 mod input;
 pub mod policies;
 pub mod simulate;
+mod simulate_disruption;
 pub mod validate;
 
 use std::process::ExitCode;

@@ -44,6 +44,8 @@ pub struct Args {
     pub output: Format,
     #[command(flatten)]
     pub policies: PolicyArgs,
+    #[command(flatten)]
+    pub disruption: super::simulate_disruption::DisruptionArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -95,6 +97,26 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let outcome = outcome?;
     for warning in &outcome.warnings {
         output::warning(warning);
+    }
+    if args.disruption.disruption {
+        let report =
+            super::simulate_disruption::run(
+                &args.disruption,
+                &manifests,
+                &provider,
+                args.policies.scheduler_options(),
+                &outcome,
+            )?;
+        output::render(args.output, &report, |report| {
+            let approximated = !custom
+                && Catalog::embedded().is_ok_and(|c| c.prices_are_approximated(&args.region));
+            let mut out = render_table(&report.plan, approximated);
+            out.push_str(&super::simulate_disruption::render_table(
+                &report.disruption,
+            ));
+            out
+        })?;
+        return Ok(ExitCode::SUCCESS);
     }
     output::render(args.output, &outcome.plan, |plan| {
         let approximated =

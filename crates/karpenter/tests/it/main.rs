@@ -13,3 +13,4 @@ mod controller_e2e;
 mod controller_faults;
 mod getting_started;
 mod simulate;
+mod simulate_disruption;

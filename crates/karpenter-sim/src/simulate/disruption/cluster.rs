@@ -1,0 +1,478 @@
+//! The simulated cluster `simulate --disruption` runs on: the input's Nodes, NodeClaims and bound
+//! pods plus everything the simulation launched, kept as API objects so every step builds the
+//! same [`ClusterState`] the controller would see. Pods that lose their node go through the
+//! provisioning pipeline again ([`super::super::plan_with`], the code of the first plan).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use karpenter_api::NodeClaim;
+use karpenter_api::v1::{
+    CONDITION_TRUE, ConditionsExt, NODECLAIM_CONDITION_INITIALIZED, NODECLAIM_CONDITION_LAUNCHED,
+    NODECLAIM_CONDITION_REGISTERED, NodeClaimStatus,
+};
+use karpenter_api::well_known as wk;
+use karpenter_core::disruption::candidates::OfferingCatalog;
+use karpenter_core::instance_type::InstanceType;
+use karpenter_core::pod::key as pod_key;
+use karpenter_core::provisioning::reschedulable::moves_with_its_node;
+use karpenter_core::scheduling::SchedulerOptions;
+use karpenter_core::state::ClusterState;
+use kube::ResourceExt;
+
+use super::super::manifests::Manifests;
+use super::super::pending::PendingPod;
+use super::super::plan::{PlanOutcome, SimulateError, plan_with};
+use super::report::{NodeReport, ReplacementReport, UnschedulableReport};
+use crate::SimCloudProvider;
+use crate::launch::LaunchChoice;
+
+/// How long a launched node takes to initialize in virtual time (issue 10).
+pub const INITIALIZATION: SignedDuration = SignedDuration::from_secs(60);
+
+/// The simulated cluster and the catalogue it is priced with.
+pub struct SimCluster<'p> {
+    /// The input without its pending pods: NodePools, NodeClasses, PDBs, DaemonSets, volumes.
+    base: Manifests,
+    provider: &'p SimCloudProvider,
+    options: SchedulerOptions,
+    pub(super) pool_types: BTreeMap<String, Vec<Arc<InstanceType>>>,
+    /// By name. A launched node's Node and NodeClaim share the name.
+    nodes: BTreeMap<String, Node>,
+    claims: BTreeMap<String, NodeClaim>,
+    /// Bound pods by `namespace/name`.
+    pods: BTreeMap<String, Pod>,
+    /// NodeClaims launched by the simulation that initialize at the given instant.
+    initializing: BTreeMap<String, Timestamp>,
+    /// Prices of what the simulation launched (input nodes are priced from the catalogue).
+    launched_prices: BTreeMap<String, f64>,
+    /// Per NodePool: the last number used in a launched NodeClaim's name.
+    counters: BTreeMap<String, usize>,
+    pub(super) unschedulable: Vec<UnschedulableReport>,
+}
+
+impl<'p> SimCluster<'p> {
+    /// The input cluster at `now`: bound pods count as bound at `now` and every NodeClaim's last
+    /// pod event is `now` (the simulation knows no history before it).
+    pub fn new(
+        manifests: &Manifests,
+        provider: &'p SimCloudProvider,
+        options: SchedulerOptions,
+        pool_types: BTreeMap<String, Vec<Arc<InstanceType>>>,
+        now: Timestamp,
+    ) -> Self {
+        let mut base = manifests.clone();
+        base.pending_pods.clear();
+        base.ignored.clear();
+        let nodes = std::mem::take(&mut base.nodes)
+            .into_iter()
+            .map(|n| (n.name_any(), n))
+            .collect();
+        let now_text = now.to_string();
+        let claims = std::mem::take(&mut base.node_claims)
+            .into_iter()
+            .map(|mut c| {
+                c.status
+                    .get_or_insert_with(Default::default)
+                    .last_pod_event_time = Some(now_text.clone());
+                (c.name_any(), c)
+            })
+            .collect();
+        let pods = std::mem::take(&mut base.bound_pods)
+            .into_iter()
+            .map(|mut p| {
+                mark_scheduled(&mut p, now);
+                (pod_key(&p), p)
+            })
+            .collect();
+        SimCluster {
+            base,
+            provider,
+            options,
+            pool_types,
+            nodes,
+            claims,
+            pods,
+            initializing: BTreeMap::new(),
+            launched_prices: BTreeMap::new(),
+            counters: BTreeMap::new(),
+            unschedulable: Vec::new(),
+        }
+    }
+
+    /// The objects as the input to another plan (or to [`ClusterState`]).
+    fn manifests(&self, pending: Vec<PendingPod>) -> Manifests {
+        let mut m = self.base.clone();
+        m.nodes = self.nodes.values().cloned().collect();
+        m.node_claims = self.claims.values().cloned().collect();
+        m.bound_pods = self.pods.values().cloned().collect();
+        m.pending_pods = pending;
+        m
+    }
+
+    /// The cluster as the controller's state would hold it.
+    pub fn state(&self) -> ClusterState {
+        self.manifests(Vec::new()).cluster_state()
+    }
+
+    pub fn scheduler_options(&self) -> &SchedulerOptions {
+        &self.options
+    }
+
+    /// Puts the first plan's NodeClaims in the cluster, initialized at `now`, with their pods.
+    pub fn apply_first_plan(
+        &mut self,
+        manifests: &Manifests,
+        outcome: &PlanOutcome,
+        now: Timestamp,
+    ) {
+        let mut pending: BTreeMap<String, Pod> = manifests
+            .pending_pods
+            .iter()
+            .map(|p| {
+                let mut pod = p.pod().clone();
+                pod.metadata.name = Some(p.name());
+                (p.key(), pod)
+            })
+            .collect();
+        self.apply_outcome(outcome, &mut pending, now, now);
+        for pod in &outcome.plan.unschedulable {
+            self.unschedulable
+                .push(unschedulable(&pod.pod, &pod.reason));
+        }
+    }
+
+    /// Launches the NodeClaims of a plan (named afresh), binds the placed pods at `now` and
+    /// records the launched nodes; the nodes initialize at `initialized_at`.
+    fn apply_outcome(
+        &mut self,
+        outcome: &PlanOutcome,
+        pending: &mut BTreeMap<String, Pod>,
+        now: Timestamp,
+        initialized_at: Timestamp,
+    ) -> Vec<ReplacementReport> {
+        let mut launched = Vec::new();
+        for (planned, claim) in outcome.plan.node_claims.iter().zip(&outcome.node_claims) {
+            let choice = LaunchChoice {
+                instance_type: planned.instance_type.clone(),
+                zone: planned.zone.clone(),
+                capacity_type: planned.capacity_type.clone(),
+                price: planned.price,
+            };
+            let name = self.launch(claim.clone(), &choice, now, initialized_at);
+            for key in &planned.pods {
+                if let Some(pod) = pending.remove(key) {
+                    self.bind(pod, &name, now);
+                }
+            }
+            launched.push(replacement_report(&name, &choice));
+        }
+        for placement in &outcome.plan.existing_nodes {
+            for key in &placement.pods {
+                if let Some(pod) = pending.remove(key) {
+                    self.bind(pod, &placement.name, now);
+                }
+            }
+        }
+        launched
+    }
+
+    /// Adds a Node and its NodeClaim for `claim` launched as `choice`; returns the name.
+    pub fn launch(
+        &mut self,
+        mut claim: NodeClaim,
+        choice: &LaunchChoice,
+        now: Timestamp,
+        initialized_at: Timestamp,
+    ) -> String {
+        let pool = claim
+            .labels()
+            .get(wk::NODEPOOL_LABEL)
+            .cloned()
+            .unwrap_or_default();
+        let name = self.fresh_name(&pool);
+        let launched_type = self
+            .pool_types
+            .get(&pool)
+            .into_iter()
+            .flatten()
+            .find(|t| t.name == choice.instance_type)
+            .cloned();
+        let mut labels = launched_type
+            .as_ref()
+            .map(|t| t.labels.clone())
+            .unwrap_or_default();
+        labels.insert(wk::ZONE_LABEL.to_string(), choice.zone.clone());
+        labels.insert(
+            wk::CAPACITY_TYPE_LABEL.to_string(),
+            choice.capacity_type.clone(),
+        );
+        labels.extend(claim.metadata.labels.clone().unwrap_or_default());
+        labels.insert(wk::HOSTNAME_LABEL.to_string(), name.clone());
+        labels.insert(wk::NODE_REGISTERED_LABEL.to_string(), "true".to_string());
+        let allocatable = launched_type
+            .as_ref()
+            .map(|t| t.allocatable().to_k8s())
+            .unwrap_or_default();
+        let capacity = launched_type
+            .as_ref()
+            .map(|t| t.capacity.to_k8s())
+            .unwrap_or_default();
+        let provider_id = format!("sim:///{}/{name}", choice.zone);
+        let created = Time(now);
+        claim.metadata.name = Some(name.clone());
+        claim.metadata.generate_name = None;
+        claim.metadata.creation_timestamp = Some(created.clone());
+        let mut claim_labels = labels.clone();
+        claim_labels.remove(wk::HOSTNAME_LABEL);
+        claim.metadata.labels = Some(claim_labels);
+        let status = claim.status.get_or_insert_with(NodeClaimStatus::default);
+        status.provider_id = Some(provider_id.clone());
+        status.node_name = Some(name.clone());
+        status.capacity = capacity.clone();
+        status.allocatable = allocatable.clone();
+        let at = now.to_string();
+        for condition in [NODECLAIM_CONDITION_LAUNCHED, NODECLAIM_CONDITION_REGISTERED] {
+            status.set_condition(condition, CONDITION_TRUE, condition, "", &at, None);
+        }
+        let node = Node {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(labels),
+                creation_timestamp: Some(created),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                provider_id: Some(provider_id),
+                taints: Some(claim.spec.taints.clone()).filter(|t| !t.is_empty()),
+                ..Default::default()
+            }),
+            status: Some(NodeStatus {
+                capacity: Some(capacity),
+                allocatable: Some(allocatable),
+                ..Default::default()
+            }),
+        };
+        self.claims.insert(name.clone(), claim);
+        self.nodes.insert(name.clone(), node);
+        self.launched_prices.insert(name.clone(), choice.price);
+        self.initializing.insert(name.clone(), initialized_at);
+        self.initialize_due(now);
+        name
+    }
+
+    /// `<pool>-NNNNN`, the next number not in use (the input may hold such names too).
+    fn fresh_name(&mut self, pool: &str) -> String {
+        let counter = self.counters.entry(pool.to_string()).or_default();
+        loop {
+            *counter = counter.saturating_add(1);
+            let name = format!("{pool}-{:05}", *counter);
+            if !self.nodes.contains_key(&name) && !self.claims.contains_key(&name) {
+                return name;
+            }
+        }
+    }
+
+    /// Initializes the launched nodes whose time has come (label on the Node, condition on the
+    /// NodeClaim, both at their own instant).
+    pub fn initialize_due(&mut self, now: Timestamp) {
+        let due: Vec<(String, Timestamp)> = self
+            .initializing
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(n, at)| (n.clone(), *at))
+            .collect();
+        for (name, at) in due {
+            self.initializing.remove(&name);
+            if let Some(node) = self.nodes.get_mut(&name) {
+                node.labels_mut()
+                    .insert(wk::NODE_INITIALIZED_LABEL.to_string(), "true".to_string());
+            }
+            if let Some(claim) = self.claims.get_mut(&name) {
+                let status = claim.status.get_or_insert_with(NodeClaimStatus::default);
+                status.set_condition(
+                    NODECLAIM_CONDITION_INITIALIZED,
+                    CONDITION_TRUE,
+                    NODECLAIM_CONDITION_INITIALIZED,
+                    "",
+                    &at.to_string(),
+                    None,
+                );
+            }
+        }
+    }
+
+    /// The next instant a launched node initializes.
+    pub fn next_initialization(&self) -> Option<Timestamp> {
+        self.initializing.values().min().copied()
+    }
+
+    fn bind(&mut self, mut pod: Pod, node: &str, now: Timestamp) {
+        pod.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
+        mark_scheduled(&mut pod, now);
+        self.pods.insert(pod_key(&pod), pod);
+    }
+
+    /// Removes the Node `node` (and its NodeClaim); returns its pods that need a new home
+    /// (DaemonSet and static pods go with the node).
+    pub fn remove_node(&mut self, node: &str) -> Vec<Pod> {
+        let provider_id = self
+            .nodes
+            .get(node)
+            .and_then(|n| n.spec.as_ref()?.provider_id.clone());
+        self.nodes.remove(node);
+        self.claims.retain(|name, claim| {
+            let same_provider = provider_id.is_some()
+                && claim.status.as_ref().and_then(|s| s.provider_id.as_ref())
+                    == provider_id.as_ref();
+            !(same_provider || name == node)
+        });
+        self.initializing.remove(node);
+        let keys: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| self.pods.remove(&k))
+            .filter(moves_with_its_node)
+            .collect()
+    }
+
+    /// The Node of NodeClaim `claim` (joined by provider ID, else `status.nodeName`).
+    pub fn node_of_claim(&self, claim: &str) -> Option<String> {
+        let claim = self.claims.get(claim)?;
+        let status = claim.status.as_ref()?;
+        if let Some(id) = status.provider_id.as_deref() {
+            if let Some((name, _)) = self
+                .nodes
+                .iter()
+                .find(|(_, n)| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
+            {
+                return Some(name.clone());
+            }
+        }
+        status.node_name.clone()
+    }
+
+    /// Removes a NodeClaim that has no Node.
+    pub fn remove_claim(&mut self, claim: &str) {
+        self.claims.remove(claim);
+        self.initializing.remove(claim);
+    }
+
+    /// Provisions `pods` (displaced at `now`) with the pipeline of the first plan: onto nodes
+    /// with room, else onto new NodeClaims that initialize [`INITIALIZATION`] later. Returns the
+    /// launched nodes.
+    pub fn reprovision(
+        &mut self,
+        pods: Vec<Pod>,
+        now: Timestamp,
+    ) -> Result<Vec<ReplacementReport>, SimulateError> {
+        if pods.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pending: BTreeMap<String, Pod> = BTreeMap::new();
+        let mut queue = Vec::new();
+        for mut pod in pods {
+            if let Some(spec) = pod.spec.as_mut() {
+                spec.node_name = None;
+            }
+            pod.status = None;
+            queue.push(PendingPod::single(pod.clone()));
+            pending.insert(pod_key(&pod), pod);
+        }
+        let outcome = plan_with(&self.manifests(queue), self.provider, self.options.clone())?;
+        let initialized_at = now.checked_add(INITIALIZATION).unwrap_or(now);
+        let launched = self.apply_outcome(&outcome, &mut pending, now, initialized_at);
+        for pod in &outcome.plan.unschedulable {
+            self.unschedulable
+                .push(unschedulable(&pod.pod, &pod.reason));
+        }
+        Ok(launched)
+    }
+
+    /// Price per hour of node `name`: what the simulation paid, else the catalogue's offering.
+    pub fn price(&self, name: &str) -> Option<f64> {
+        if let Some(price) = self.launched_prices.get(name) {
+            return Some(*price);
+        }
+        let node = self.nodes.get(name)?;
+        let labels = node.labels();
+        self.pool_types.price(
+            labels.get(wk::NODEPOOL_LABEL)?,
+            labels.get(wk::INSTANCE_TYPE_LABEL)?,
+            labels.get(wk::ZONE_LABEL)?,
+            labels.get(wk::CAPACITY_TYPE_LABEL)?,
+        )
+    }
+
+    /// Every node with its pods, by name.
+    pub fn node_reports(&self) -> Vec<NodeReport> {
+        let mut pods_by_node: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for (key, pod) in &self.pods {
+            if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                pods_by_node.entry(node).or_default().push(key.clone());
+            }
+        }
+        self.nodes
+            .iter()
+            .map(|(name, node)| {
+                let label = |key: &str| node.labels().get(key).cloned();
+                NodeReport {
+                    name: name.clone(),
+                    node_pool: label(wk::NODEPOOL_LABEL),
+                    instance_type: label(wk::INSTANCE_TYPE_LABEL),
+                    zone: label(wk::ZONE_LABEL),
+                    capacity_type: label(wk::CAPACITY_TYPE_LABEL),
+                    price: self.price(name),
+                    pods: pods_by_node.remove(name.as_str()).unwrap_or_default(),
+                }
+            })
+            .collect()
+    }
+
+    pub fn hourly_cost(&self) -> f64 {
+        self.nodes.keys().filter_map(|n| self.price(n)).sum()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+pub(super) fn replacement_report(name: &str, choice: &LaunchChoice) -> ReplacementReport {
+    ReplacementReport {
+        name: name.to_string(),
+        instance_type: choice.instance_type.clone(),
+        zone: choice.zone.clone(),
+        capacity_type: choice.capacity_type.clone(),
+        price: choice.price,
+    }
+}
+
+fn unschedulable(pod: &str, reason: &str) -> UnschedulableReport {
+    let (namespace, name) = pod.split_once('/').unwrap_or(("default", pod));
+    UnschedulableReport {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// `PodScheduled=True` at `at`: the bind emptiness and consolidation count idle time from.
+fn mark_scheduled(pod: &mut Pod, at: Timestamp) {
+    let status = pod.status.get_or_insert_with(PodStatus::default);
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    conditions.retain(|c| c.type_ != "PodScheduled");
+    conditions.push(PodCondition {
+        type_: "PodScheduled".to_string(),
+        status: CONDITION_TRUE.to_string(),
+        last_transition_time: Some(Time(at)),
+        ..Default::default()
+    });
+}

@@ -1,0 +1,117 @@
+//! The `"disruption"` object `simulate --disruption -o json` adds to the plan. The keys are the
+//! ones issue 10 fixes (documented in `docs/simulate.md`); `method` and the blocked nodes'
+//! `nodePool` are additions.
+
+use serde::{Deserialize, Serialize};
+
+use super::super::plan::Plan;
+
+/// The plan and, after it, what the disruption loop did in virtual time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanWithDisruption {
+    #[serde(flatten)]
+    pub plan: Plan,
+    pub disruption: DisruptionReport,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionReport {
+    /// The commands in the order they started.
+    pub commands: Vec<CommandReport>,
+    /// Every node left at the end that the last pass looked at and did not disrupt, with why.
+    pub blocked: Vec<BlockedNode>,
+    /// The cluster at `--now`, once the pending pods were provisioned.
+    pub before: Before,
+    /// The cluster when the loop stopped.
+    pub after: After,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandReport {
+    /// RFC 3339: when the candidates were tainted and the replacements launched.
+    pub at: String,
+    /// RFC 3339: when the candidates were gone.
+    pub completed_at: String,
+    /// `Empty`, `Underutilized`, `Drifted` or `Expired`.
+    pub reason: String,
+    /// `delete` or `replace`.
+    pub decision: String,
+    /// The method that decided (`empty`, `drift`, `multi`, `single`, `expiration`).
+    pub method: String,
+    pub candidates: Vec<CandidateReport>,
+    pub replacements: Vec<ReplacementReport>,
+    /// Σ candidate prices − Σ replacement prices, USD per hour.
+    pub savings_per_hour: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CandidateReport {
+    pub name: String,
+    pub node_pool: String,
+    pub instance_type: Option<String>,
+    pub zone: Option<String>,
+    pub capacity_type: Option<String>,
+    pub price: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplacementReport {
+    pub name: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: String,
+    pub price: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockedNode {
+    pub name: String,
+    pub node_pool: Option<String>,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Before {
+    pub nodes: usize,
+    pub hourly_cost: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct After {
+    pub nodes: Vec<NodeReport>,
+    pub hourly_cost: f64,
+    pub unschedulable: Vec<UnschedulableReport>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeReport {
+    pub name: String,
+    pub node_pool: Option<String>,
+    pub instance_type: Option<String>,
+    pub zone: Option<String>,
+    pub capacity_type: Option<String>,
+    pub price: Option<f64>,
+    /// `namespace/name` of the pods bound to it.
+    pub pods: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnschedulableReport {
+    pub namespace: String,
+    pub name: String,
+    pub reason: String,
+}
+
+/// USD amounts rounded to 6 decimals, so sums print without float noise.
+pub(crate) fn round6(value: f64) -> f64 {
+    (value * 1e6).round() / 1e6
+}

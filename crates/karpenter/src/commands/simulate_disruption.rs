@@ -1,0 +1,139 @@
+//! `karpenter simulate --disruption`: the flags, the run in virtual time
+//! (`karpenter_sim::simulate::disruption`) and the table for people.
+
+use anyhow::Context;
+use comfy_table::{Cell, CellAlignment};
+use jiff::{SignedDuration, Timestamp};
+use karpenter_api::v1::NillableDuration;
+use karpenter_core::scheduling::SchedulerOptions;
+use karpenter_sim::SimCloudProvider;
+use karpenter_sim::simulate::disruption::report::DisruptionReport;
+use karpenter_sim::simulate::{
+    DisruptionSettings, Manifests, PlanOutcome, PlanWithDisruption, simulate_disruption,
+};
+
+use crate::output;
+
+/// Flags of `simulate --disruption`.
+#[derive(Debug, clap::Args)]
+pub struct DisruptionArgs {
+    /// After provisioning the pending pods, run the disruption loop (emptiness, drift,
+    /// consolidation, expiration, budgets) in virtual time and report its commands.
+    #[arg(long)]
+    pub disruption: bool,
+    /// Virtual start time (RFC 3339); pods of the input count as last bound then. Default: now.
+    #[arg(long, value_name = "RFC3339", requires = "disruption")]
+    pub now: Option<Timestamp>,
+    /// How much virtual time to run (Go duration, e.g. 24h, 90m).
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_duration, requires = "disruption")]
+    pub until: SignedDuration,
+}
+
+fn parse_duration(raw: &str) -> Result<SignedDuration, String> {
+    NillableDuration::parse(raw)?
+        .duration()
+        .filter(|d| !d.is_negative())
+        .ok_or_else(|| format!("{raw:?} is not a duration (use e.g. 24h or 90m)"))
+}
+
+pub fn run(
+    args: &DisruptionArgs,
+    manifests: &Manifests,
+    provider: &SimCloudProvider,
+    options: SchedulerOptions,
+    outcome: &PlanOutcome,
+) -> anyhow::Result<PlanWithDisruption> {
+    let settings = DisruptionSettings {
+        // The binary is the one place allowed to read the wall clock.
+        now: args.now.unwrap_or_else(Timestamp::now),
+        until: args.until,
+        max_steps: karpenter_sim::simulate::disruption::MAX_STEPS,
+    };
+    let disruption = simulate_disruption(
+        manifests,
+        provider,
+        options,
+        outcome,
+        settings,
+    )
+    .context("simulate --disruption")?;
+    Ok(PlanWithDisruption {
+        plan: outcome.plan.clone(),
+        disruption,
+    })
+}
+
+fn price(price: Option<f64>) -> String {
+    price.map_or_else(|| "?".to_string(), |p| format!("{p:.4}"))
+}
+
+/// The commands in order, before/after, and the nodes left alone with their reasons.
+pub fn render_table(report: &DisruptionReport) -> String {
+    let mut out = String::from("\ndisruption:\n");
+    if report.commands.is_empty() {
+        out.push_str("no disruption commands\n");
+    } else {
+        let mut table = output::table([
+            "AT",
+            "REASON",
+            "DECISION",
+            "NODES",
+            "REPLACEMENTS",
+            "SAVINGS $/HOUR",
+        ]);
+        for command in &report.commands {
+            let nodes: Vec<String> = command
+                .candidates
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{} ({}, {})",
+                        c.name,
+                        c.instance_type.as_deref().unwrap_or("?"),
+                        price(c.price)
+                    )
+                })
+                .collect();
+            let replacements: Vec<String> = command
+                .replacements
+                .iter()
+                .map(|r| format!("{} ({}, {:.4})", r.name, r.instance_type, r.price))
+                .collect();
+            table.add_row(vec![
+                Cell::new(&command.at),
+                Cell::new(&command.reason),
+                Cell::new(&command.decision),
+                Cell::new(nodes.join("\n")),
+                Cell::new(replacements.join("\n")),
+                Cell::new(format!("{:.4}", command.savings_per_hour))
+                    .set_alignment(CellAlignment::Right),
+            ]);
+        }
+        out.push_str(&format!("{table}\n"));
+    }
+    out.push_str(&format!(
+        "before: {} node(s), ${:.4}/h; after: {} node(s), ${:.4}/h\n",
+        report.before.nodes,
+        report.before.hourly_cost,
+        report.after.nodes.len(),
+        report.after.hourly_cost
+    ));
+    if !report.blocked.is_empty() {
+        let mut table = output::table(["NODE NOT DISRUPTED", "REASON"]);
+        for blocked in &report.blocked {
+            table.add_row([&blocked.name, &blocked.reason]);
+        }
+        out.push_str(&format!("{table}\n"));
+    }
+    if !report.after.unschedulable.is_empty() {
+        let mut table = output::table(["UNSCHEDULABLE POD", "REASON"]);
+        for pod in &report.after.unschedulable {
+            table.add_row([
+                format!("{}/{}", pod.namespace, pod.name),
+                pod.reason.clone(),
+            ]);
+        }
+        out.push_str(&format!("{table}\n"));
+    }
+    out
+}
