@@ -4,6 +4,7 @@ pub mod aws;
 pub mod bench;
 mod bench_controller;
 pub mod controller;
+mod controller_aws;
 pub mod convert;
 pub mod crds;
 mod input;
