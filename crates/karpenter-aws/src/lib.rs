@@ -22,6 +22,7 @@ pub mod settings;
 pub mod unavailable;
 pub mod userdata;
 
+pub use aws_sdk_ec2::config::Credentials;
 pub use clients::{AwsClients, ClientOptions};
 pub use error::Error;
 pub use instance_types::{InstanceTypeProvider, InstanceTypesError};
