@@ -47,6 +47,10 @@ pub async fn moto_clients() -> Option<AwsClients> {
         region: Some("us-west-2".into()),
         endpoint_url: Some(endpoint),
         static_credentials: Some(Credentials::new("testing", "testing", None, None, "moto")),
+        // moto answers from one Python thread shared by every test of the binary; a paginated
+        // DescribeInstanceTypes alone takes seconds on a loaded machine.
+        operation_timeout: std::time::Duration::from_secs(120),
+        attempt_timeout: std::time::Duration::from_secs(60),
         ..ClientOptions::default()
     };
     Some(AwsClients::load(&options).await.expect("clients for moto"))
