@@ -28,7 +28,8 @@ use karpenter_aws::nodeclass::{
     CONDITION_INSTANCE_PROFILE_READY, CONDITION_VALIDATION_SUCCEEDED, HASH_VERSION,
     NodeClassTimings, TERMINATION_FINALIZER,
 };
-use karpenter_aws::provider::{StartOptions, start};
+use karpenter_aws::provider::{AwsCloudProvider, StartOptions, start};
+use karpenter_aws::unavailable::OfferingKey;
 use karpenter_aws::{AwsClients, Settings};
 use karpenter_controller::provisioning::CoreScheduler;
 use karpenter_controller::run::{Options, ProviderTask, RunningController};
@@ -121,7 +122,7 @@ impl AwsCluster {
     async fn start_controller(
         &self,
         wrap: impl FnOnce(Arc<dyn CloudProvider>) -> Arc<dyn CloudProvider>,
-    ) -> RunningController {
+    ) -> (RunningController, Arc<AwsCloudProvider>) {
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::wall());
         let aws = start(
             StartOptions {
@@ -157,6 +158,7 @@ impl AwsCluster {
             batch_max_duration: Duration::from_secs(2),
             ..karpenter_controller::Settings::default()
         };
+        let aws_provider = aws.provider.clone();
         let provider: Arc<dyn CloudProvider> = aws.provider;
         let (ctx, batcher) = Context::new(
             self.server.client(),
@@ -165,7 +167,7 @@ impl AwsCluster {
             Arc::new(CoreScheduler),
             clock,
         );
-        RunningController::start(
+        let running = RunningController::start(
             ctx,
             batcher,
             Options {
@@ -174,7 +176,8 @@ impl AwsCluster {
             },
         )
         .await
-        .expect("controller starts")
+        .expect("controller starts");
+        (running, aws_provider)
     }
 
     fn node_class(&self) -> EC2NodeClass {
@@ -356,7 +359,7 @@ async fn inflate_on_moto_through_the_controller() {
         return;
     };
     let clients = &cluster.clients;
-    let controller = cluster.start_controller(|p| p).await;
+    let (controller, _) = cluster.start_controller(|p| p).await;
 
     // The EC2NodeClass controller resolves everything and holds its finalizer.
     let node_class = cluster.ready_node_class().await;
@@ -572,7 +575,7 @@ async fn a_node_class_without_matching_subnets_is_not_ready_and_says_why() {
     let Some(cluster) = AwsCluster::new("e2e-notready").await else {
         return;
     };
-    let controller = cluster.start_controller(|p| p).await;
+    let (controller, _) = cluster.start_controller(|p| p).await;
     let mut node_class = cluster.node_class();
     node_class.spec.subnet_selector_terms[0].tags =
         BTreeMap::from([(DISCOVERY_TAG.to_string(), "no-such-cluster".to_string())]);
@@ -617,7 +620,7 @@ async fn insufficient_capacity_moves_the_nodeclaim_to_another_offering() {
     // Types no other test launches (the injection is global to the launcher); r5a.large is the
     // cheaper one, so the first launch goes there.
     set_ice(&cluster.clients, &["on-demand:r5a.large:*"]).await;
-    let controller = cluster.start_controller(|p| p).await;
+    let (controller, provider) = cluster.start_controller(|p| p).await;
     cluster.ready_node_class().await;
     cluster
         .server
@@ -646,6 +649,15 @@ async fn insufficient_capacity_moves_the_nodeclaim_to_another_offering() {
         .unwrap();
     assert_eq!(instances.len(), 1, "{instances:?}");
     assert_eq!(instances[0].instance_type, "r5.large");
+    // The fleet reported the cheaper type's capacity error: its offering is marked unavailable
+    // (for the scheduler too) for 3 minutes.
+    let marked = provider.unavailable_offerings().marked();
+    assert!(
+        marked
+            .iter()
+            .any(|key| *key == OfferingKey::new("on-demand", "r5a.large", "us-west-2a")),
+        "{marked:?}"
+    );
     controller.stop().await;
 }
 
@@ -701,7 +713,7 @@ async fn a_crash_between_create_fleet_and_the_status_write_launches_nothing_new(
     };
     let launched = Arc::new(AtomicBool::new(false));
     let flag = launched.clone();
-    let first = cluster
+    let (first, _) = cluster
         .start_controller(move |inner| {
             Arc::new(DiesAfterLaunch {
                 inner,
@@ -740,7 +752,7 @@ async fn a_crash_between_create_fleet_and_the_status_write_launches_nothing_new(
     assert_eq!(before.len(), 1);
 
     // A new replica (fresh provider, fresh caches) finds the instance by its NodeClaim tag.
-    let second = cluster.start_controller(|p| p).await;
+    let (second, _) = cluster.start_controller(|p| p).await;
     let claim = cluster
         .eventually(
             "the NodeClaim launched",

@@ -229,7 +229,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let result = async {
             // Region and credentials before the cluster: each missing piece is named at once.
             let aws_clients = match &aws_settings {
-                Some(_) => Some(controller_aws::clients().await?),
+                Some(_) => Some(controller_aws::clients(&args.aws).await?),
                 None => None,
             };
             let config = kube_config(args.kubeconfig.as_ref()).await?;

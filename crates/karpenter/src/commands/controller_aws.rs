@@ -2,6 +2,7 @@
 //! environment variables), its start-up checks and the one list of its background tasks.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use karpenter_aws::nodeclass::NodeClassTimings;
@@ -12,6 +13,7 @@ use karpenter_aws::settings::{
 };
 use karpenter_aws::{AwsClients, ClientOptions};
 use karpenter_controller::run::ProviderTask;
+use karpenter_controller::settings::{BATCH_DURATION_RANGE, parse_duration_in};
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::CloudProvider;
 
@@ -33,6 +35,14 @@ pub struct AwsArgs {
     /// The cluster has no route to public AWS endpoints (pricing uses embedded data).
     #[arg(long, env = "ISOLATED_VPC")]
     pub isolated_vpc: Option<String>,
+    /// Upper bound of one AWS API call and of each attempt (default: 30 s per call, 10 s per
+    /// attempt). For emulators: moto answers DescribeInstanceTypes in one slow page.
+    #[arg(long, env = "AWS_API_TIMEOUT", hide = true, value_parser = api_timeout)]
+    pub aws_api_timeout: Option<Duration>,
+}
+
+fn api_timeout(raw: &str) -> Result<Duration, String> {
+    parse_duration_in("AWS_API_TIMEOUT", raw, &BATCH_DURATION_RANGE).map_err(|e| e.to_string())
 }
 
 /// The provider settings, read and validated as upstream reads its environment; errors name the
@@ -54,8 +64,13 @@ pub fn settings(cluster_name: &str, args: &AwsArgs) -> anyhow::Result<karpenter_
 
 /// The SDK clients from the standard sources (`AWS_REGION`, credentials chain, `AWS_ENDPOINT_URL`),
 /// with the region and credentials checked now rather than at the first launch.
-pub async fn clients() -> anyhow::Result<AwsClients> {
-    let clients = AwsClients::load(&ClientOptions::default()).await?;
+pub async fn clients(args: &AwsArgs) -> anyhow::Result<AwsClients> {
+    let mut options = ClientOptions::default();
+    if let Some(timeout) = args.aws_api_timeout {
+        options.operation_timeout = timeout;
+        options.attempt_timeout = timeout;
+    }
+    let clients = AwsClients::load(&options).await?;
     clients.check_credentials().await?;
     Ok(clients)
 }

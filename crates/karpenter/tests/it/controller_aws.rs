@@ -15,16 +15,19 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Two distinct free ports (both listeners held while the second is picked).
+fn free_ports() -> (String, String) {
+    let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    (
+        a.local_addr().unwrap().port().to_string(),
+        b.local_addr().unwrap().port().to_string(),
+    )
 }
 
 /// The binary with only `env` (and free ports), expected to stop by itself.
 fn run_aws_controller(env: &[(&str, &str)]) -> Output {
+    let (metrics_port, health_port) = free_ports();
     let mut command = Command::new(env!("CARGO_BIN_EXE_karpenter"));
     command
         .args([
@@ -39,8 +42,8 @@ fn run_aws_controller(env: &[(&str, &str)]) -> Output {
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .env("AWS_CONFIG_FILE", "/nonexistent/config")
         .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
-        .env("METRICS_PORT", free_port().to_string())
-        .env("HEALTH_PROBE_PORT", free_port().to_string())
+        .env("METRICS_PORT", &metrics_port)
+        .env("HEALTH_PROBE_PORT", &health_port)
         .stdin(Stdio::null());
     for (key, value) in env {
         command.env(key, value);
@@ -168,6 +171,7 @@ async fn the_aws_controller_makes_an_ec2nodeclass_ready_on_moto() {
         .await
         .unwrap();
 
+    let (metrics_port, health_port) = free_ports();
     let log = dir.join("controller.log");
     let file = std::fs::File::create(&log).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_karpenter"))
@@ -182,15 +186,17 @@ async fn the_aws_controller_makes_an_ec2nodeclass_ready_on_moto() {
         .env("AWS_ENDPOINT_URL", &endpoint)
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .env("DISABLE_LEADER_ELECTION", "true")
-        .env("METRICS_PORT", free_port().to_string())
-        .env("HEALTH_PROBE_PORT", free_port().to_string())
+        // moto answers DescribeInstanceTypes in one page of 1,300+ types, slowly under load.
+        .env("AWS_API_TIMEOUT", "3m")
+        .env("METRICS_PORT", &metrics_port)
+        .env("HEALTH_PROBE_PORT", &health_port)
         .stdin(Stdio::null())
         .stdout(file.try_clone().unwrap())
         .stderr(file)
         .spawn()
         .unwrap();
 
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(180);
     let ready = loop {
         let current = server.get::<EC2NodeClass>(None, "default");
         if let Some(nc) = current.filter(EC2NodeClass::is_ready) {
