@@ -8,7 +8,7 @@ use std::time::Duration;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region};
-use aws_sdk_ec2::config::Credentials;
+use aws_sdk_ec2::config::{Credentials, ProvideCredentials};
 use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
 
 use crate::Error;
@@ -49,7 +49,12 @@ impl Default for ClientOptions {
 pub struct AwsClients {
     pub ec2: aws_sdk_ec2::Client,
     pub ssm: aws_sdk_ssm::Client,
+    /// Instance profiles of EC2NodeClasses with `spec.role`.
+    pub iam: aws_sdk_iam::Client,
+    /// `DescribeCluster`: endpoint, CA, service CIDR and version when the settings leave them out.
+    pub eks: aws_sdk_eks::Client,
     pub region: String,
+    config: aws_config::SdkConfig,
 }
 
 impl AwsClients {
@@ -89,7 +94,36 @@ impl AwsClients {
         Ok(Self {
             ec2: aws_sdk_ec2::Client::new(&config),
             ssm: aws_sdk_ssm::Client::new(&config),
+            iam: aws_sdk_iam::Client::new(&config),
+            eks: aws_sdk_eks::Client::new(&config),
             region,
+            config,
         })
     }
+
+    /// Resolves credentials once through the configured chain, so a controller without any
+    /// (no environment keys, profile, web identity, Pod Identity or instance role) stops at start
+    /// with a message saying so instead of failing every call later.
+    pub async fn check_credentials(&self) -> Result<(), Error> {
+        let missing = |why: String| Error::Config {
+            message: format!(
+                "no AWS credentials found ({why}): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, \
+                 AWS_PROFILE, or use IRSA / EKS Pod Identity"
+            ),
+        };
+        let Some(provider) = self.config.credentials_provider() else {
+            return Err(missing("no credentials provider configured".into()));
+        };
+        match tokio::time::timeout(CREDENTIALS_CHECK_TIMEOUT, provider.provide_credentials()).await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(err)) => Err(missing(err.to_string())),
+            Err(_) => Err(missing(format!(
+                "the credentials chain gave no answer within {CREDENTIALS_CHECK_TIMEOUT:?}"
+            ))),
+        }
+    }
 }
+
+/// How long the start-up credentials check may take (the chain ends with IMDS, which may be slow).
+pub const CREDENTIALS_CHECK_TIMEOUT: Duration = Duration::from_secs(20);

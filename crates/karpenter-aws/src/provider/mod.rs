@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use karpenter_api::v1::{EC2NodeClass, NodeClaim, NodePool};
+use karpenter_api::v1::{ConditionsExt, EC2NodeClass, NodeClaim, NodePool};
 use karpenter_api::well_known as wk;
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::{
@@ -32,7 +32,12 @@ use crate::userdata::{self, AmiFamily, BootstrapOptions};
 use crate::{AwsClients, Error};
 
 mod hydrate;
+mod setup;
 pub use hydrate::{INSTANCE_PROFILE_ANNOTATION, hydrate, node_claim_of, node_class_annotations};
+pub use setup::{
+    AwsProvider, Ec2InstanceTypes, EksCluster, StartError, StartOptions, ca_bundle_from_der,
+    minor_version, start,
+};
 
 pub const PROVIDER_NAME: &str = "aws";
 
@@ -137,7 +142,27 @@ impl AwsCloudProvider {
             CloudError::NodeClassNotReady(format!("EC2NodeClass {class_name}: {why}"))
         };
         if !node_class.is_ready() {
-            return Err(not_ready("not Ready".to_string()));
+            let why = node_class
+                .status
+                .as_ref()
+                .and_then(|s| s.condition(karpenter_api::v1::CONDITION_READY))
+                .and_then(|c| c.message.clone())
+                .filter(|m| !m.is_empty())
+                .map_or_else(|| "not Ready".to_string(), |m| format!("not Ready: {m}"));
+            return Err(not_ready(why));
+        }
+        // A status written for an older generation may not match the spec (upstream refuses too).
+        let observed = node_class
+            .status
+            .as_ref()
+            .and_then(|s| s.condition(karpenter_api::v1::CONDITION_READY))
+            .and_then(|c| c.observed_generation);
+        if let (Some(observed), Some(generation)) = (observed, node_class.metadata.generation)
+            && observed != generation
+        {
+            return Err(not_ready(format!(
+                "status is for generation {observed}, the spec is at {generation}"
+            )));
         }
         let status = node_class.status.clone().unwrap_or_default();
         if status.subnets.is_empty() || status.security_groups.is_empty() || status.amis.is_empty()

@@ -9,6 +9,25 @@ use karpenter_aws::{AwsClients, ClientOptions};
 pub const ENDPOINT_ENV: &str = "KARPENTER_TEST_AWS_ENDPOINT";
 pub const SKIP_ENV: &str = "KARPENTER_SKIP_MOTO";
 pub const DISCOVERY_TAG: &str = "karpenter.sh/discovery";
+/// The launcher's insufficient-capacity injection: a JSON list of `capacity:type:zone` patterns.
+pub const ICE_PARAMETER: &str = "/moto-karpenter/ice";
+
+/// The injection is one parameter global to the launcher: tests that set it hold this lock.
+pub static ICE_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Sets the launcher's insufficient-capacity patterns (`[]` turns the injection off).
+pub async fn set_ice(clients: &AwsClients, patterns: &[&str]) {
+    clients
+        .ssm
+        .put_parameter()
+        .name(ICE_PARAMETER)
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .overwrite(true)
+        .value(serde_json::to_string(patterns).unwrap())
+        .send()
+        .await
+        .unwrap();
+}
 
 /// Clients pointed at moto, or `None` (after saying so) when `KARPENTER_SKIP_MOTO=1`. Without the
 /// endpoint the test fails: moto tests must never pass silently.
@@ -28,6 +47,10 @@ pub async fn moto_clients() -> Option<AwsClients> {
         region: Some("us-west-2".into()),
         endpoint_url: Some(endpoint),
         static_credentials: Some(Credentials::new("testing", "testing", None, None, "moto")),
+        // moto answers from one Python thread shared by every test of the binary; a paginated
+        // DescribeInstanceTypes alone takes seconds on a loaded machine.
+        operation_timeout: std::time::Duration::from_secs(120),
+        attempt_timeout: std::time::Duration::from_secs(60),
         ..ClientOptions::default()
     };
     Some(AwsClients::load(&options).await.expect("clients for moto"))

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers may panic
 
 mod agreement;
+mod controller_e2e;
 mod harness;
 mod moto_amis;
 mod moto_instance_types;

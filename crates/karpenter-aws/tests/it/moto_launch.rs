@@ -23,10 +23,11 @@ use karpenter_core::cloud_provider::{CloudError, CloudProvider};
 use karpenter_core::instance_type::{InstanceType, Offering, Overhead};
 use karpenter_core::resources::{self, Quantity, ResourceList};
 
-use crate::harness::{DISCOVERY_TAG, moto_clients, seed_network, unique_cluster};
+use crate::harness::{
+    DISCOVERY_TAG, ICE_LOCK, ICE_PARAMETER, moto_clients, seed_network, set_ice, unique_cluster,
+};
 
 const NODE_CLASS: &str = "default";
-const ICE_PARAMETER: &str = "/moto-karpenter/ice";
 
 struct StaticNodeClasses(EC2NodeClass);
 
@@ -358,19 +359,6 @@ async fn a_crash_between_create_fleet_and_the_status_write_launches_nothing_new(
     ));
 }
 
-async fn set_ice(clients: &AwsClients, patterns: &[&str]) {
-    clients
-        .ssm
-        .put_parameter()
-        .name(ICE_PARAMETER)
-        .r#type(aws_sdk_ssm::types::ParameterType::String)
-        .overwrite(true)
-        .value(serde_json::to_string(patterns).unwrap())
-        .send()
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 async fn insufficient_capacity_moves_the_launch_to_another_offering() {
     let Some(clients) = moto_clients().await else {
@@ -378,6 +366,7 @@ async fn insufficient_capacity_moves_the_launch_to_another_offering() {
     };
     let cluster = unique_cluster("ice");
     let node_class = resolved_node_class(&clients, &cluster).await;
+    let _ice = ICE_LOCK.lock().await;
     // Types no other test launches: the launcher's injection is global.
     let provider = provider(
         &clients,

@@ -17,6 +17,7 @@ use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::CloudProvider;
 use karpenter_sim::cluster::{LedgerError, SimCloud, SimKubeletOptions};
 
+use super::controller_aws::{self, AwsArgs};
 use super::policies::{MinValuesPolicyArg, PreferencePolicyArg};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -92,6 +93,8 @@ pub struct Args {
     /// Region of the `sim` provider's embedded catalogue.
     #[arg(long, env = "SIM_REGION", default_value = "us-east-1")]
     pub sim_region: String,
+    #[command(flatten)]
+    pub aws: AwsArgs,
 }
 
 impl Args {
@@ -130,7 +133,7 @@ impl Args {
     }
 }
 
-async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+async fn kube_config(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Config> {
     let config = match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)
@@ -148,7 +151,7 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
     // watches' server-side timeout). Every call is bounded again by the controller's own
     // per-call timeouts (`karpenter_controller::timeouts`).
     config.connect_timeout = Some(Duration::from_secs(10));
-    kube::Client::try_from(config).context("building the Kubernetes client")
+    Ok(config)
 }
 
 /// The sim provider and its one background task for the controller: the ledger follows this
@@ -197,13 +200,12 @@ async fn restore_sim_cloud(
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.cloud_provider == CloudProviderArg::Aws {
-        bail!(
-            "--cloud-provider aws is not available in this build yet; use --cloud-provider sim \
-             (or `karpenter simulate` to plan offline)"
-        );
-    }
     let settings = args.settings()?;
+    // The aws settings are checked before anything starts: a missing cluster name stops here.
+    let aws_settings = match args.cloud_provider {
+        CloudProviderArg::Aws => Some(controller_aws::settings(&args.cluster_name, &args.aws)?),
+        CloudProviderArg::Sim => None,
+    };
     // The sim ledger lives in the controller's own namespace.
     let namespace = args
         .pod_namespace
@@ -228,14 +230,36 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .await?;
         tracing::info!(address = %health_address, "serving health probes");
         let result = async {
-            let client = client(args.kubeconfig.as_ref()).await?;
+            // Region and credentials before the cluster: each missing piece is named at once.
+            let aws_clients = match &aws_settings {
+                Some(_) => Some(controller_aws::clients(&args.aws).await?),
+                None => None,
+            };
+            let config = kube_config(args.kubeconfig.as_ref()).await?;
+            let ca_certificates = config.root_cert.clone();
+            let client =
+                kube::Client::try_from(config).context("building the Kubernetes client")?;
             let clock: Arc<dyn Clock> = Arc::new(TokioClock::wall());
-            let sim = karpenter_sim::SimCloudProvider::new(&args.sim_region, clock.clone())
-                .with_context(|| {
-                    format!("loading the sim catalogue for region {:?}", args.sim_region)
-                })?;
-            let sim = restore_sim_cloud(&client, sim, &namespace, &clock).await?;
-            let (provider, provider_tasks) = sim_provider(sim);
+            let (provider, provider_tasks) = match (aws_settings, aws_clients) {
+                (Some(aws_settings), Some(aws_clients)) => {
+                    controller_aws::provider(
+                        aws_settings,
+                        aws_clients,
+                        client.clone(),
+                        ca_certificates.as_deref(),
+                        clock.clone(),
+                    )
+                    .await?
+                }
+                _ => {
+                    let sim = karpenter_sim::SimCloudProvider::new(&args.sim_region, clock.clone())
+                        .with_context(|| {
+                            format!("loading the sim catalogue for region {:?}", args.sim_region)
+                        })?;
+                    let sim = restore_sim_cloud(&client, sim, &namespace, &clock).await?;
+                    sim_provider(sim)
+                }
+            };
             let (ctx, batcher) =
                 Context::new(client, settings, provider, Arc::new(CoreScheduler), clock);
             karpenter_controller::run::run_until_signal_with(

@@ -5,6 +5,7 @@ pub mod bench;
 mod bench_controller;
 mod bench_disruption;
 pub mod controller;
+mod controller_aws;
 pub mod convert;
 pub mod crds;
 mod input;

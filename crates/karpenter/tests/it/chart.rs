@@ -442,6 +442,9 @@ fn every_controller_env_var_is_rendered() {
         "LEADER_ELECTION_NAME",
         "LEADER_ELECTION_NAMESPACE",
         "SIM_REGION",
+        // Optional aws settings: rendered only when set (empty optional settings are left out).
+        "CLUSTER_ENDPOINT",
+        "INTERRUPTION_QUEUE",
     ];
     for flag in flags {
         assert!(

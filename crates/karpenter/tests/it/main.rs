@@ -9,6 +9,7 @@ mod aws_iam;
 mod bad_input;
 mod bench_controller;
 mod chart;
+mod controller_aws;
 mod controller_e2e;
 mod controller_faults;
 mod getting_started;

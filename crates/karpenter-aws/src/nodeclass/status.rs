@@ -1,0 +1,208 @@
+//! Pure parts of the EC2NodeClass controller: the instance-profile, validation and `Ready`
+//! conditions, and the NodeClass hash annotation (no I/O, unit-tested).
+
+use karpenter_api::v1::{
+    CONDITION_FALSE, CONDITION_READY, CONDITION_TRUE, ConditionsExt, EC2NodeClass,
+    EC2NodeClassSpec, EC2NodeClassStatus,
+};
+
+use crate::instance::is_restricted_tag;
+use crate::resolve::{
+    CONDITION_AMIS_READY, CONDITION_SECURITY_GROUPS_READY, CONDITION_SUBNETS_READY,
+};
+
+pub const CONDITION_INSTANCE_PROFILE_READY: &str = "InstanceProfileReady";
+pub const CONDITION_VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+pub const REASON_INSTANCE_PROFILE_NOT_FOUND: &str = "InstanceProfileNotFound";
+pub const REASON_INSTANCE_PROFILE_FAILED: &str = "InstanceProfileReconcileFailed";
+pub const REASON_TAG_VALIDATION_FAILED: &str = "TagValidationFailed";
+pub const REASON_CLUSTER_CIDR_RESOLUTION_FAILED: &str = "ClusterCIDRResolutionFailed";
+pub const REASON_NOT_READY: &str = "NotReady";
+
+/// The conditions `Ready` is the conjunction of (capacity reservations and placement groups are
+/// not modelled yet).
+pub const READY_DEPENDENCIES: [&str; 5] = [
+    CONDITION_AMIS_READY,
+    CONDITION_SUBNETS_READY,
+    CONDITION_SECURITY_GROUPS_READY,
+    CONDITION_INSTANCE_PROFILE_READY,
+    CONDITION_VALIDATION_SUCCEEDED,
+];
+
+/// Our hash version. Deliberately not upstream's (`v5`/`v6`): our hash is not Go's
+/// `hashstructure`, and a different version disables static drift against NodeClaims stamped by
+/// Go Karpenter instead of drifting them all (reference §7).
+pub const HASH_VERSION: &str = "rs-v1";
+
+/// `ValidationSucceeded`: `spec.tags` must not use Karpenter's own tag keys, and AL2023 needs the
+/// cluster's service CIDR for nodeadm. (Upstream's dry-run CreateFleet/RunInstances checks are
+/// not made.) `None` = valid, else (reason, message).
+pub fn validate(
+    node_class: &EC2NodeClass,
+    service_cidr: Option<&str>,
+) -> Option<(&'static str, String)> {
+    let restricted: Vec<&str> = node_class
+        .spec
+        .tags
+        .keys()
+        .map(String::as_str)
+        .filter(|k| is_restricted_tag(k))
+        .collect();
+    if !restricted.is_empty() {
+        return Some((
+            REASON_TAG_VALIDATION_FAILED,
+            format!(
+                "spec.tags uses keys Karpenter sets itself: {}",
+                restricted.join(", ")
+            ),
+        ));
+    }
+    if node_class.ami_family() == Some("AL2023") && service_cidr.is_none() {
+        return Some((
+            REASON_CLUSTER_CIDR_RESOLUTION_FAILED,
+            "the cluster's service CIDR is unknown (eks:DescribeCluster gave none); AL2023 nodes need it"
+                .to_string(),
+        ));
+    }
+    None
+}
+
+/// Sets `Ready` from [`READY_DEPENDENCIES`]: `True` when all are, else `False` naming each one that
+/// is not, with its message (`SubnetsReady=False: no subnet matches tags ...`).
+pub fn set_ready(status: &mut EC2NodeClassStatus, now_rfc3339: &str, generation: Option<i64>) {
+    let unready: Vec<String> = READY_DEPENDENCIES
+        .iter()
+        .filter(|type_| !status.is_condition_true(type_))
+        .map(|type_| match status.condition(type_) {
+            Some(c) => match c.message.as_deref().filter(|m| !m.is_empty()) {
+                Some(message) => format!("{type_}={}: {message}", c.status),
+                None => format!("{type_}={}", c.status),
+            },
+            None => format!("{type_}=Unknown"),
+        })
+        .collect();
+    if unready.is_empty() {
+        status.set_condition(
+            CONDITION_READY,
+            CONDITION_TRUE,
+            CONDITION_READY,
+            "",
+            now_rfc3339,
+            generation,
+        );
+    } else {
+        status.set_condition(
+            CONDITION_READY,
+            CONDITION_FALSE,
+            REASON_NOT_READY,
+            &unready.join("; "),
+            now_rfc3339,
+            generation,
+        );
+    }
+}
+
+/// The NodeClass hash (static drift): FNV-1a 64 of the spec as JSON without the selector terms
+/// and `amiFamily`, which drift through the resolved status instead (as upstream ignores them).
+pub fn node_class_hash(spec: &EC2NodeClassSpec) -> String {
+    let mut hashed = spec.clone();
+    hashed.subnet_selector_terms.clear();
+    hashed.security_group_selector_terms.clear();
+    hashed.ami_selector_terms.clear();
+    hashed.capacity_reservation_selector_terms.clear();
+    hashed.ami_family = None;
+    // Serialising plain data cannot fail; an empty string would only hash the same for all.
+    let json = serde_json::to_string(&hashed).unwrap_or_default();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in json.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use karpenter_api::v1::AmiSelectorTerm;
+
+    use super::*;
+
+    const NOW: &str = "2026-01-01T00:00:00Z";
+
+    fn al2023() -> EC2NodeClass {
+        EC2NodeClass::new(
+            "default",
+            EC2NodeClassSpec {
+                ami_selector_terms: vec![AmiSelectorTerm {
+                    alias: Some("al2023@latest".into()),
+                    ..Default::default()
+                }],
+                role: Some("KarpenterNodeRole-c".into()),
+                ..Default::default()
+            },
+        )
+    }
+
+    #[test]
+    fn restricted_tags_and_a_missing_cidr_fail_validation() {
+        let mut nc = al2023();
+        assert_eq!(validate(&nc, Some("10.100.0.0/16")), None);
+        let (reason, message) = validate(&nc, None).unwrap();
+        assert_eq!(reason, REASON_CLUSTER_CIDR_RESOLUTION_FAILED);
+        assert!(message.contains("service CIDR"), "{message}");
+        nc.spec.tags = BTreeMap::from([("karpenter.sh/nodepool".to_string(), "x".to_string())]);
+        let (reason, message) = validate(&nc, Some("10.100.0.0/16")).unwrap();
+        assert_eq!(reason, REASON_TAG_VALIDATION_FAILED);
+        assert!(message.contains("karpenter.sh/nodepool"), "{message}");
+    }
+
+    #[test]
+    fn ready_names_every_condition_that_is_not() {
+        let mut status = EC2NodeClassStatus::default();
+        for type_ in READY_DEPENDENCIES {
+            status.set_condition(type_, CONDITION_TRUE, type_, "", NOW, Some(2));
+        }
+        set_ready(&mut status, NOW, Some(2));
+        let ready = status.condition(CONDITION_READY).unwrap();
+        assert_eq!(ready.status, CONDITION_TRUE);
+        assert_eq!(ready.observed_generation, Some(2));
+
+        status.set_condition(
+            CONDITION_SUBNETS_READY,
+            CONDITION_FALSE,
+            "SubnetsNotFound",
+            "no subnet matches tags karpenter.sh/discovery=my-cluster",
+            NOW,
+            Some(2),
+        );
+        status
+            .conditions
+            .retain(|c| c.type_ != CONDITION_VALIDATION_SUCCEEDED);
+        set_ready(&mut status, NOW, Some(2));
+        let ready = status.condition(CONDITION_READY).unwrap();
+        assert_eq!(ready.status, CONDITION_FALSE);
+        assert_eq!(
+            ready.message.as_deref(),
+            Some(
+                "SubnetsReady=False: no subnet matches tags karpenter.sh/discovery=my-cluster; \
+                 ValidationSucceeded=Unknown"
+            )
+        );
+    }
+
+    #[test]
+    fn the_hash_ignores_selector_terms_but_not_the_rest_of_the_spec() {
+        let nc = al2023();
+        let mut other_terms = nc.clone();
+        other_terms.spec.ami_selector_terms[0].alias = Some("al2023@v20250101".into());
+        assert_eq!(
+            node_class_hash(&nc.spec),
+            node_class_hash(&other_terms.spec)
+        );
+        let mut other_role = nc.clone();
+        other_role.spec.role = Some("OtherRole".into());
+        assert_ne!(node_class_hash(&nc.spec), node_class_hash(&other_role.spec));
+    }
+}
