@@ -347,14 +347,13 @@ impl<'p> SimCluster<'p> {
     pub fn node_of_claim(&self, claim: &str) -> Option<String> {
         let claim = self.claims.get(claim)?;
         let status = claim.status.as_ref()?;
-        if let Some(id) = status.provider_id.as_deref() {
-            if let Some((name, _)) = self
+        if let Some(id) = status.provider_id.as_deref()
+            && let Some((name, _)) = self
                 .nodes
                 .iter()
                 .find(|(_, n)| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
-            {
-                return Some(name.clone());
-            }
+        {
+            return Some(name.clone());
         }
         status.node_name.clone()
     }
