@@ -49,6 +49,10 @@ impl Default for ClientOptions {
 pub struct AwsClients {
     pub ec2: aws_sdk_ec2::Client,
     pub ssm: aws_sdk_ssm::Client,
+    /// The interruption queue.
+    pub sqs: aws_sdk_sqs::Client,
+    /// The Price List API, pointed at its endpoint region ([`crate::pricing::pricing_region`]).
+    pub pricing: aws_sdk_pricing::Client,
     pub region: String,
 }
 
@@ -86,9 +90,14 @@ impl AwsClients {
             .ok_or_else(|| Error::Config {
                 message: "no AWS region configured: set AWS_REGION (or a profile region)".into(),
             })?;
+        let pricing = aws_sdk_pricing::config::Builder::from(&config)
+            .region(Region::new(crate::pricing::pricing_region(&region)))
+            .build();
         Ok(Self {
             ec2: aws_sdk_ec2::Client::new(&config),
             ssm: aws_sdk_ssm::Client::new(&config),
+            sqs: aws_sdk_sqs::Client::new(&config),
+            pricing: aws_sdk_pricing::Client::from_conf(pricing),
             region,
         })
     }
