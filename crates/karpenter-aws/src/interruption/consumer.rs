@@ -268,8 +268,7 @@ impl InterruptionConsumer {
         if let Some(sent_ms) = sent_ms {
             let now_ms = self.clock.now().as_millisecond();
             let waited = now_ms.saturating_sub(sent_ms).max(0);
-            // Milliseconds to seconds; the loss of precision of i64 → f64 is irrelevant here.
-            #[allow(clippy::cast_precision_loss)]
+            // Milliseconds to seconds (f64 precision is plenty for a queue wait).
             self.metrics.queue_duration.observe(waited as f64 / 1000.0);
         }
         Ok(())
