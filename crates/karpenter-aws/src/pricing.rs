@@ -505,7 +505,7 @@ mod tests {
         let embedded_spot = embedded.spot("m5.large", "us-east-1a").unwrap();
         {
             // before any update: the catalogue's prices
-            let prices = table.prices(&catalog, "us-east-1");
+            let prices = table.prices(catalog, "us-east-1");
             assert_eq!(prices.on_demand("m5.large"), Some(embedded_od));
             assert_eq!(prices.spot("m5.large", "us-east-1a"), Some(embedded_spot));
         }
@@ -519,7 +519,7 @@ mod tests {
             Timestamp::UNIX_EPOCH,
         );
         assert_ne!(table.generation(), generation);
-        let prices = table.prices(&catalog, "us-east-1");
+        let prices = table.prices(catalog, "us-east-1");
         assert_eq!(prices.on_demand("m5.large"), Some(0.5));
         // a type the live answer lacked keeps the embedded on-demand price
         assert_eq!(prices.on_demand("c5.large"), embedded.on_demand("c5.large"));

@@ -155,7 +155,7 @@ impl InterruptionConsumer {
                 message: format!("interruption queue {queue_name} has no URL"),
             })?;
         Ok(Self {
-            sqs: clients.sqs.clone(),
+            sqs: aws_sdk_sqs::Client::clone(&clients.sqs),
             queue_url,
             unavailable,
             clock,

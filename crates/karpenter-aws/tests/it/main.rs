@@ -5,6 +5,9 @@
 mod agreement;
 mod harness;
 mod moto_amis;
+mod moto_gc;
 mod moto_instance_types;
+mod moto_interruption;
 mod moto_launch;
 mod moto_network;
+mod moto_pricing;

@@ -96,6 +96,9 @@ async fn a_spot_interruption_deletes_the_node_claim_and_marks_the_offering() {
     let queue_name = unique_cluster("interruption");
     let url = queue(&clients, &queue_name).await;
     let server = TestApiServer::new();
+    server
+        .register_crd(&karpenter_api::crd::crd(karpenter_api::rules::Crd::NodeClaim).unwrap())
+        .unwrap();
     let client = server.client();
     server
         .put(&node_claim("general-spot", "i-0aaaaaaaaaaaaaaa1"))
@@ -162,6 +165,9 @@ async fn malformed_messages_are_deleted_and_the_loop_keeps_going() {
     let queue_name = unique_cluster("interruption-bad");
     let url = queue(&clients, &queue_name).await;
     let server = TestApiServer::new();
+    server
+        .register_crd(&karpenter_api::crd::crd(karpenter_api::rules::Crd::NodeClaim).unwrap())
+        .unwrap();
     server
         .put(&node_claim("general-spot", "i-0bbbbbbbbbbbbbbb1"))
         .unwrap();
