@@ -53,6 +53,10 @@ pub struct AwsClients {
     pub iam: aws_sdk_iam::Client,
     /// `DescribeCluster`: endpoint, CA, service CIDR and version when the settings leave them out.
     pub eks: aws_sdk_eks::Client,
+    /// The interruption queue.
+    pub sqs: aws_sdk_sqs::Client,
+    /// The Price List API, pointed at its endpoint region ([`crate::pricing::pricing_region`]).
+    pub pricing: aws_sdk_pricing::Client,
     pub region: String,
     config: aws_config::SdkConfig,
 }
@@ -91,11 +95,16 @@ impl AwsClients {
             .ok_or_else(|| Error::Config {
                 message: "no AWS region configured: set AWS_REGION (or a profile region)".into(),
             })?;
+        let pricing = aws_sdk_pricing::config::Builder::from(&config)
+            .region(Region::new(crate::pricing::pricing_region(&region)))
+            .build();
         Ok(Self {
             ec2: aws_sdk_ec2::Client::new(&config),
             ssm: aws_sdk_ssm::Client::new(&config),
             iam: aws_sdk_iam::Client::new(&config),
             eks: aws_sdk_eks::Client::new(&config),
+            sqs: aws_sdk_sqs::Client::new(&config),
+            pricing: aws_sdk_pricing::Client::from_conf(pricing),
             region,
             config,
         })

@@ -5,8 +5,8 @@
 //! embedded catalogue, so both agree on capacity, overhead and labels for the same EC2NodeClass.
 //!
 //! Discovery is refreshed every [`DISCOVERY_REFRESH`] (upstream: 12 h); types resolved for a
-//! NodeClass are kept [`RESOLVED_TTL`] (upstream: 5 min). Prices come from the embedded catalogue
-//! for now.
+//! NodeClass are kept [`RESOLVED_TTL`] (upstream: 5 min) or until the prices change. Prices come
+//! from the shared [`PriceTable`] (live where the pricing task fetched them, else embedded).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -24,6 +24,7 @@ use karpenter_catalog::{
 use karpenter_core::clock::Clock;
 use karpenter_core::instance_type::InstanceType;
 
+use crate::pricing::PriceTable;
 use crate::{AwsClients, Error};
 
 /// How often the EC2 descriptions are fetched again (upstream's instance-type controller).
@@ -238,6 +239,7 @@ pub struct InstanceTypeProvider {
     clients: AwsClients,
     settings: ProviderSettings,
     clock: Arc<dyn Clock>,
+    prices: PriceTable,
     cache: Mutex<Cache>,
 }
 
@@ -247,8 +249,9 @@ pub type InstanceTypes = Arc<Vec<Arc<InstanceType>>>;
 #[derive(Default)]
 struct Cache {
     discovered: Option<(Arc<Discovered>, Timestamp)>,
-    /// Per NodeClass shape (a handful: a linear search is enough); dropped on rediscovery.
-    resolved: Vec<(NodeClassShape, Timestamp, InstanceTypes)>,
+    /// Per NodeClass shape (a handful: a linear search is enough), with the price table's
+    /// generation they were priced at; dropped on rediscovery.
+    resolved: Vec<(NodeClassShape, Timestamp, u64, InstanceTypes)>,
 }
 
 impl std::fmt::Debug for InstanceTypeProvider {
@@ -266,8 +269,21 @@ impl InstanceTypeProvider {
             clients,
             settings,
             clock,
+            prices: PriceTable::new(),
             cache: Mutex::new(Cache::default()),
         }
+    }
+
+    /// Prices offerings from `prices` (shared with the pricing task) instead of a private table
+    /// that only ever holds the embedded prices.
+    pub fn with_prices(mut self, prices: PriceTable) -> Self {
+        self.prices = prices;
+        self
+    }
+
+    /// The table offerings are priced from.
+    pub fn price_table(&self) -> &PriceTable {
+        &self.prices
     }
 
     fn cache(&self) -> MutexGuard<'_, Cache> {
@@ -312,12 +328,13 @@ impl InstanceTypeProvider {
         };
         let discovered = self.discovered().await?;
         let now = self.clock.now();
+        let generation = self.prices.generation();
         {
             let mut cache = self.cache();
-            cache
-                .resolved
-                .retain(|(_, at, _)| now.duration_since(*at) < RESOLVED_TTL);
-            if let Some((_, _, types)) = cache.resolved.iter().find(|(s, _, _)| *s == shape) {
+            cache.resolved.retain(|(_, at, priced, _)| {
+                now.duration_since(*at) < RESOLVED_TTL && *priced == generation
+            });
+            if let Some((_, _, _, types)) = cache.resolved.iter().find(|(s, ..)| *s == shape) {
                 return Ok(Arc::clone(types));
             }
         }
@@ -326,14 +343,16 @@ impl InstanceTypeProvider {
             &discovered.infos,
             &self.clients.region,
             &discovered.type_zones,
-            &catalog.prices(&self.clients.region),
+            &self.prices.prices(catalog, &self.clients.region),
             &shape,
         )
         .into_iter()
         .map(Arc::new)
         .collect();
         let types = Arc::new(types);
-        self.cache().resolved.push((shape, now, Arc::clone(&types)));
+        self.cache()
+            .resolved
+            .push((shape, now, generation, Arc::clone(&types)));
         Ok(types)
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod amis;
 pub mod clients;
+pub mod drift;
 pub mod error;
 pub mod fleet;
 pub mod iam;
@@ -15,6 +16,7 @@ pub mod instance_types;
 pub mod interruption;
 pub mod launch_template;
 pub mod nodeclass;
+pub mod pricing;
 pub mod provider;
 pub mod resolve;
 pub mod selectors;

@@ -1,7 +1,9 @@
 //! Interruption messages (reference §6.1): the EventBridge events the interruption queue receives,
-//! parsed into what the controller does about them. Pure: the SQS loop (not here yet) receives,
+//! parsed into what the controller does about them. Pure: the SQS loop ([`consumer`]) receives,
 //! parses, acts and deletes; a malformed message is a typed [`ParseError`] (logged and deleted by
 //! the loop), never a panic; an event of a kind we do not act on is [`Interruption::NoAction`].
+
+pub mod consumer;
 
 use serde_json::Value;
 

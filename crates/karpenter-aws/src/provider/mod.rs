@@ -546,9 +546,26 @@ impl CloudProvider for AwsCloudProvider {
             .collect())
     }
 
-    async fn is_drifted(&self, _node_claim: &NodeClaim) -> Result<Option<DriftReason>, CloudError> {
-        // Drift (AMI, subnets, security groups, NodeClass hash) is not implemented yet.
-        Ok(None)
+    async fn is_drifted(&self, node_claim: &NodeClaim) -> Result<Option<DriftReason>, CloudError> {
+        // Not launched yet: nothing to compare.
+        let Some(provider_id) = node_claim
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+        else {
+            return Ok(None);
+        };
+        let node_class = self.node_class_of(node_claim).await?;
+        let instance = match self.clients.instance(provider_id).await {
+            Ok(Some(instance)) => instance,
+            Ok(None) | Err(Error::NotFound { .. }) => {
+                return Err(CloudError::NodeClaimNotFound(format!(
+                    "no instance with provider ID {provider_id}"
+                )));
+            }
+            Err(e) => return Err(cloud_error(e)),
+        };
+        Ok(crate::drift::drift_reason(node_claim, &node_class, &instance).map(str::to_string))
     }
 
     fn repair_policies(&self) -> Vec<RepairPolicy> {

@@ -19,6 +19,7 @@ use kube::Api;
 
 use super::{AwsCloudProvider, ClusterInfo, InstanceTypeSource};
 use crate::nodeclass::{NodeClassController, NodeClassSettings, NodeClassTimings};
+use crate::pricing::PriceTable;
 use crate::{AwsClients, Error, InstanceTypeProvider, Settings, SettingsError};
 
 #[derive(Debug, thiserror::Error)]
@@ -139,6 +140,12 @@ pub struct AwsProvider {
     pub provider: Arc<AwsCloudProvider>,
     pub node_classes: NodeClassController,
     pub instance_types: Arc<InstanceTypeProvider>,
+    /// The live prices the instance types are priced from (the pricing task updates them).
+    pub prices: PriceTable,
+    /// The clients, for the provider's other loops (pricing, interruption).
+    pub clients: AwsClients,
+    /// The settings the provider started with.
+    pub settings: Settings,
     pub cluster: ClusterInfo,
     pub kubernetes_version: String,
 }
@@ -214,14 +221,18 @@ pub async fn start(
         service_cidr: eks.service_cidr,
         dns_ip,
     };
-    let instance_types = Arc::new(InstanceTypeProvider::new(
-        clients.clone(),
-        ProviderSettings {
-            vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
-            reserved_enis: settings.reserved_enis,
-        },
-        clock.clone(),
-    ));
+    let prices = PriceTable::new();
+    let instance_types = Arc::new(
+        InstanceTypeProvider::new(
+            clients.clone(),
+            ProviderSettings {
+                vm_memory_overhead_percent: settings.vm_memory_overhead_percent,
+                reserved_enis: settings.reserved_enis,
+            },
+            clock.clone(),
+        )
+        .with_prices(prices.clone()),
+    );
     // Upstream stops when the first discovery fails: without types nothing can launch.
     instance_types
         .refresh()
@@ -240,7 +251,7 @@ pub async fn start(
         clock.clone(),
     );
     let provider = Arc::new(AwsCloudProvider::new(
-        clients,
+        clients.clone(),
         cluster.clone(),
         Arc::new(node_classes.cache()),
         Some(Arc::new(Ec2InstanceTypes(instance_types.clone()))),
@@ -257,6 +268,9 @@ pub async fn start(
         provider,
         node_classes,
         instance_types,
+        prices,
+        clients,
+        settings,
         cluster,
         kubernetes_version,
     })

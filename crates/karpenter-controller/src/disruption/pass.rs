@@ -50,7 +50,11 @@ pub fn busy_provisioning(ctx: &Context) -> Option<String> {
     let in_flight = state
         .pods()
         .filter(|p| karpenter_core::pod::node_name(p).is_none())
-        .filter(|p| state.nomination(&karpenter_core::pod::key(p), now).is_some())
+        .filter(|p| {
+            state
+                .nomination(&karpenter_core::pod::key(p), now)
+                .is_some()
+        })
         .count();
     if in_flight > 0 {
         return Some(format!("{in_flight} nominated pod(s) not bound yet"));

@@ -491,7 +491,7 @@ mod tests {
         let mut interner = Interner::new(&[]);
         let default = interner.value("default");
         let other = interner.value("other");
-        let selectors = vec![
+        let selectors = [
             Some(LabelSelector {
                 match_labels: Some([("app".to_string(), "a".to_string())].into()),
                 ..Default::default()

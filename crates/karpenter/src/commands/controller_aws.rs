@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use karpenter_aws::interruption::consumer::{InterruptionConsumer, run_interruption};
 use karpenter_aws::nodeclass::NodeClassTimings;
+use karpenter_aws::pricing::PricingUpdater;
 use karpenter_aws::provider::{StartOptions, ca_bundle_from_der};
 use karpenter_aws::settings::{
     ENV_CLUSTER_ENDPOINT, ENV_CLUSTER_NAME, ENV_INTERRUPTION_QUEUE, ENV_ISOLATED_VPC,
@@ -76,7 +78,8 @@ pub async fn clients(args: &AwsArgs) -> anyhow::Result<AwsClients> {
 }
 
 /// The aws provider and its background tasks. The one place where the provider's loops are
-/// listed: the EC2NodeClass controller (its cache is the provider's NodeClass source).
+/// listed: the EC2NodeClass controller (its cache is the provider's NodeClass source), the price
+/// updater and, with `INTERRUPTION_QUEUE`, the interruption consumer (leader only).
 pub async fn provider(
     settings: karpenter_aws::Settings,
     clients: AwsClients,
@@ -92,13 +95,43 @@ pub async fn provider(
         },
         clients,
         client,
-        clock,
+        clock.clone(),
     )
     .await
     .context("starting the aws provider")?;
     let node_classes = aws.node_classes;
-    let tasks = vec![ProviderTask::new("ec2nodeclass controller", move |cx| {
+    let mut tasks = vec![ProviderTask::new("ec2nodeclass controller", move |cx| {
         node_classes.run(cx.leadership, cx.shutdown)
     })];
+    let pricing = PricingUpdater {
+        clients: aws.clients.clone(),
+        table: aws.prices.clone(),
+        isolated_vpc: aws.settings.isolated_vpc,
+    };
+    tasks.push(ProviderTask::new("pricing", move |cx| {
+        pricing.run(cx.clock, cx.shutdown)
+    }));
+    if let Some(queue) = aws.settings.interruption_queue.as_deref() {
+        let consumer = InterruptionConsumer::new(
+            &aws.clients,
+            queue,
+            aws.provider.unavailable_offerings().clone(),
+            clock,
+        )
+        .await
+        .with_context(|| format!("INTERRUPTION_QUEUE {queue:?}"))?;
+        tasks.push(ProviderTask::new("interruption", move |cx| {
+            let mut leadership = cx.leadership;
+            let mut shutdown = cx.shutdown;
+            async move {
+                // Only the leader consumes the queue (a message is handled once).
+                tokio::select! {
+                    _ = shutdown.wait_for(|stop| *stop) => return,
+                    led = leadership.wait_for(|leading| *leading) => if led.is_err() { return },
+                }
+                run_interruption(consumer, cx.client, shutdown).await;
+            }
+        }));
+    }
     Ok((aws.provider, tasks))
 }

@@ -99,14 +99,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         output::warning(warning);
     }
     if args.disruption.disruption {
-        let report =
-            super::simulate_disruption::run(
-                &args.disruption,
-                &manifests,
-                &provider,
-                args.policies.scheduler_options(),
-                &outcome,
-            )?;
+        let report = super::simulate_disruption::run(
+            &args.disruption,
+            &manifests,
+            &provider,
+            args.policies.scheduler_options(),
+            &outcome,
+        )?;
         output::render(args.output, &report, |report| {
             let approximated = !custom
                 && Catalog::embedded().is_ok_and(|c| c.prices_are_approximated(&args.region));

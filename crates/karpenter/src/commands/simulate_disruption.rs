@@ -49,14 +49,8 @@ pub fn run(
         until: args.until,
         max_steps: karpenter_sim::simulate::disruption::MAX_STEPS,
     };
-    let disruption = simulate_disruption(
-        manifests,
-        provider,
-        options,
-        outcome,
-        settings,
-    )
-    .context("simulate --disruption")?;
+    let disruption = simulate_disruption(manifests, provider, options, outcome, settings)
+        .context("simulate --disruption")?;
     Ok(PlanWithDisruption {
         plan: outcome.plan.clone(),
         disruption,

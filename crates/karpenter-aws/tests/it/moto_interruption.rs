@@ -1,0 +1,217 @@
+//! The interruption queue's consumer on moto's SQS and the test API server: a spot interruption
+//! warning deletes the instance's NodeClaim and marks its spot offering unavailable; malformed
+//! messages are deleted and the loop keeps going.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Event;
+use karpenter_api::NodeClaim;
+use karpenter_aws::interruption::consumer::{InterruptionConsumer, Outcome, run_interruption};
+use karpenter_aws::unavailable::{OfferingKey, UnavailableOfferings};
+use karpenter_core::clock::FakeClock;
+use karpenter_testapi::TestApiServer;
+use tokio::sync::watch;
+
+use crate::harness::{moto_clients, unique_cluster};
+
+fn node_claim(name: &str, instance_id: &str) -> NodeClaim {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "karpenter.sh/nodepool": "general",
+                "node.kubernetes.io/instance-type": "m5.large",
+                "topology.kubernetes.io/zone": "us-west-2a",
+                "karpenter.sh/capacity-type": "spot"
+            }
+        },
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": []
+        },
+        "status": {"providerID": format!("aws:///us-west-2a/{instance_id}"), "nodeName": format!("ip-{name}")}
+    }))
+    .unwrap()
+}
+
+fn spot_interruption(instance_id: &str) -> String {
+    serde_json::json!({
+        "version": "0",
+        "id": "1e5527d7-bb36-4607-3370-4164db56a40e",
+        "detail-type": "EC2 Spot Instance Interruption Warning",
+        "source": "aws.ec2",
+        "account": "123456789012",
+        "time": "2026-11-23T08:00:00Z",
+        "region": "us-west-2",
+        "resources": [format!("arn:aws:ec2:us-west-2a:instance/{instance_id}")],
+        "detail": {"instance-id": instance_id, "instance-action": "terminate"}
+    })
+    .to_string()
+}
+
+async fn queue(clients: &karpenter_aws::AwsClients, name: &str) -> String {
+    clients
+        .sqs
+        .create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap()
+}
+
+async fn send(clients: &karpenter_aws::AwsClients, url: &str, body: &str) {
+    clients
+        .sqs
+        .send_message()
+        .queue_url(url)
+        .message_body(body)
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn consumer(
+    clients: &karpenter_aws::AwsClients,
+    queue_name: &str,
+    unavailable: &UnavailableOfferings,
+    clock: Arc<FakeClock>,
+) -> InterruptionConsumer {
+    let mut consumer = InterruptionConsumer::new(clients, queue_name, unavailable.clone(), clock)
+        .await
+        .unwrap();
+    consumer.wait_time_seconds = 1;
+    consumer
+}
+
+#[tokio::test]
+async fn a_spot_interruption_deletes_the_node_claim_and_marks_the_offering() {
+    let Some(clients) = moto_clients().await else {
+        return;
+    };
+    let queue_name = unique_cluster("interruption");
+    let url = queue(&clients, &queue_name).await;
+    let server = TestApiServer::new();
+    server
+        .register_crd(&karpenter_api::crd::crd(karpenter_api::rules::Crd::NodeClaim).unwrap())
+        .unwrap();
+    let client = server.client();
+    server
+        .put(&node_claim("general-spot", "i-0aaaaaaaaaaaaaaa1"))
+        .unwrap();
+    server
+        .put(&node_claim("general-other", "i-0aaaaaaaaaaaaaaa2"))
+        .unwrap();
+    let clock = Arc::new(FakeClock::default());
+    let unavailable = UnavailableOfferings::new(clock.clone());
+    let consumer = consumer(&clients, &queue_name, &unavailable, clock).await;
+    assert_eq!(consumer.queue_url(), url);
+
+    send(&clients, &url, &spot_interruption("i-0aaaaaaaaaaaaaaa1")).await;
+    let mut outcomes = Vec::new();
+    for _ in 0..5 {
+        outcomes.extend(consumer.poll_once(&client).await.unwrap());
+        if !outcomes.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(
+        outcomes,
+        vec![Outcome::Handled {
+            kind: "spot_interrupted",
+            deleted_node_claims: vec!["general-spot".to_string()]
+        }]
+    );
+    assert!(server.get::<NodeClaim>(None, "general-spot").is_none());
+    assert!(server.get::<NodeClaim>(None, "general-other").is_some());
+    assert_eq!(
+        unavailable.marked(),
+        vec![OfferingKey::new("spot", "m5.large", "us-west-2a")]
+    );
+    let reasons: Vec<(String, String)> = server
+        .list::<Event>()
+        .into_iter()
+        .map(|e| {
+            (
+                e.involved_object.kind.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+            )
+        })
+        .collect();
+    for expected in [
+        ("NodeClaim", "SpotInterrupted"),
+        ("Node", "SpotInterrupted"),
+        ("NodeClaim", "TerminatingOnInterruption"),
+    ] {
+        assert!(
+            reasons.contains(&(expected.0.to_string(), expected.1.to_string())),
+            "{expected:?} in {reasons:?}"
+        );
+    }
+    // Handled messages are deleted: nothing comes back.
+    assert!(consumer.poll_once(&client).await.unwrap().is_empty());
+    assert_eq!(consumer.metrics.deleted.get(), 1);
+}
+
+#[tokio::test]
+async fn malformed_messages_are_deleted_and_the_loop_keeps_going() {
+    let Some(clients) = moto_clients().await else {
+        return;
+    };
+    let queue_name = unique_cluster("interruption-bad");
+    let url = queue(&clients, &queue_name).await;
+    let server = TestApiServer::new();
+    server
+        .register_crd(&karpenter_api::crd::crd(karpenter_api::rules::Crd::NodeClaim).unwrap())
+        .unwrap();
+    server
+        .put(&node_claim("general-spot", "i-0bbbbbbbbbbbbbbb1"))
+        .unwrap();
+    let clock = Arc::new(FakeClock::default());
+    let unavailable = UnavailableOfferings::new(clock.clone());
+    let consumer = consumer(&clients, &queue_name, &unavailable, clock).await;
+    let metrics = consumer.metrics.clone();
+
+    for body in ["not json", "{\"source\":\"aws.ec2\"}", "[]"] {
+        send(&clients, &url, body).await;
+    }
+    let (stop, shutdown) = watch::channel(false);
+    let running = tokio::spawn(run_interruption(consumer, server.client(), shutdown));
+    send(&clients, &url, &spot_interruption("i-0bbbbbbbbbbbbbbb1")).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    // SQS does not keep order: wait for all four messages.
+    while server.get::<NodeClaim>(None, "general-spot").is_some() || metrics.deleted.get() < 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the loop did not handle the spot interruption after the malformed messages"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.send_replace(true);
+    tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("the loop stops on shutdown")
+        .unwrap();
+    let parse_errors = metrics
+        .received
+        .get_or_create(&karpenter_aws::interruption::consumer::MessageTypeLabels {
+            message_type: "parse_error".into(),
+        })
+        .get();
+    assert_eq!(parse_errors, 3);
+    assert_eq!(metrics.deleted.get(), 4);
+    // The queue is empty: malformed messages were deleted, not left to come back.
+    let left = clients
+        .sqs
+        .receive_message()
+        .queue_url(&url)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap();
+    assert!(left.messages().is_empty(), "{:?}", left.messages());
+}
