@@ -35,10 +35,9 @@ use serde_json::json;
 use tokio::sync::watch;
 
 pub use status::{
-    CONDITION_INSTANCE_PROFILE_READY, CONDITION_VALIDATION_SUCCEEDED, HASH_VERSION,
-    READY_DEPENDENCIES, REASON_CLUSTER_CIDR_RESOLUTION_FAILED, REASON_INSTANCE_PROFILE_FAILED,
-    REASON_INSTANCE_PROFILE_NOT_FOUND, REASON_TAG_VALIDATION_FAILED, node_class_hash, set_ready,
-    validate,
+    CONDITION_INSTANCE_PROFILE_READY, CONDITION_VALIDATION_SUCCEEDED, READY_DEPENDENCIES,
+    REASON_CLUSTER_CIDR_RESOLUTION_FAILED, REASON_INSTANCE_PROFILE_FAILED,
+    REASON_INSTANCE_PROFILE_NOT_FOUND, REASON_TAG_VALIDATION_FAILED, set_ready, validate,
 };
 
 use crate::instance_profile::{
@@ -495,20 +494,20 @@ async fn stamp_hash(
     api: &Api<EC2NodeClass>,
     node_class: &EC2NodeClass,
 ) -> Result<(), ReconcileError> {
-    let hash = node_class_hash(&node_class.spec);
+    let hash = crate::drift::node_class_hash(node_class);
     let annotations = node_class.annotations();
     if annotations.get(wk::EC2NODECLASS_HASH_ANNOTATION) == Some(&hash)
         && annotations
             .get(wk::EC2NODECLASS_HASH_VERSION_ANNOTATION)
             .map(String::as_str)
-            == Some(HASH_VERSION)
+            == Some(crate::drift::HASH_VERSION)
     {
         return Ok(());
     }
     let name = node_class.name_any();
     let patch = json!({"metadata": {"annotations": {
         wk::EC2NODECLASS_HASH_ANNOTATION: hash,
-        wk::EC2NODECLASS_HASH_VERSION_ANNOTATION: HASH_VERSION,
+        wk::EC2NODECLASS_HASH_VERSION_ANNOTATION: crate::drift::HASH_VERSION,
     }}});
     timeouts::api(api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)))
         .await

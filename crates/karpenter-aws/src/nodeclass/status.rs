@@ -1,9 +1,9 @@
 //! Pure parts of the EC2NodeClass controller: the instance-profile, validation and `Ready`
-//! conditions, and the NodeClass hash annotation (no I/O, unit-tested).
+//! conditions (no I/O, unit-tested). The NodeClass hash lives in [`crate::drift`].
 
 use karpenter_api::v1::{
     CONDITION_FALSE, CONDITION_READY, CONDITION_TRUE, ConditionsExt, EC2NodeClass,
-    EC2NodeClassSpec, EC2NodeClassStatus,
+    EC2NodeClassStatus,
 };
 
 use crate::instance::is_restricted_tag;
@@ -28,11 +28,6 @@ pub const READY_DEPENDENCIES: [&str; 5] = [
     CONDITION_INSTANCE_PROFILE_READY,
     CONDITION_VALIDATION_SUCCEEDED,
 ];
-
-/// Our hash version. Deliberately not upstream's (`v5`/`v6`): our hash is not Go's
-/// `hashstructure`, and a different version disables static drift against NodeClaims stamped by
-/// Go Karpenter instead of drifting them all (reference §7).
-pub const HASH_VERSION: &str = "rs-v1";
 
 /// `ValidationSucceeded`: `spec.tags` must not use Karpenter's own tag keys, and AL2023 needs the
 /// cluster's service CIDR for nodeadm. (Upstream's dry-run CreateFleet/RunInstances checks are
@@ -102,30 +97,11 @@ pub fn set_ready(status: &mut EC2NodeClassStatus, now_rfc3339: &str, generation:
     }
 }
 
-/// The NodeClass hash (static drift): FNV-1a 64 of the spec as JSON without the selector terms
-/// and `amiFamily`, which drift through the resolved status instead (as upstream ignores them).
-pub fn node_class_hash(spec: &EC2NodeClassSpec) -> String {
-    let mut hashed = spec.clone();
-    hashed.subnet_selector_terms.clear();
-    hashed.security_group_selector_terms.clear();
-    hashed.ami_selector_terms.clear();
-    hashed.capacity_reservation_selector_terms.clear();
-    hashed.ami_family = None;
-    // Serialising plain data cannot fail; an empty string would only hash the same for all.
-    let json = serde_json::to_string(&hashed).unwrap_or_default();
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in json.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash.to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
-    use karpenter_api::v1::AmiSelectorTerm;
+    use karpenter_api::v1::{AmiSelectorTerm, EC2NodeClassSpec};
 
     use super::*;
 
@@ -190,19 +166,5 @@ mod tests {
                  ValidationSucceeded=Unknown"
             )
         );
-    }
-
-    #[test]
-    fn the_hash_ignores_selector_terms_but_not_the_rest_of_the_spec() {
-        let nc = al2023();
-        let mut other_terms = nc.clone();
-        other_terms.spec.ami_selector_terms[0].alias = Some("al2023@v20250101".into());
-        assert_eq!(
-            node_class_hash(&nc.spec),
-            node_class_hash(&other_terms.spec)
-        );
-        let mut other_role = nc.clone();
-        other_role.spec.role = Some("OtherRole".into());
-        assert_ne!(node_class_hash(&nc.spec), node_class_hash(&other_role.spec));
     }
 }

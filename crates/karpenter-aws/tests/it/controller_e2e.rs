@@ -25,8 +25,8 @@ use karpenter_aws::instance::{
 };
 use karpenter_aws::instance_profile::{REGION_TAG, managed_profile_name};
 use karpenter_aws::nodeclass::{
-    CONDITION_INSTANCE_PROFILE_READY, CONDITION_VALIDATION_SUCCEEDED, HASH_VERSION,
-    NodeClassTimings, TERMINATION_FINALIZER,
+    CONDITION_INSTANCE_PROFILE_READY, CONDITION_VALIDATION_SUCCEEDED, NodeClassTimings,
+    TERMINATION_FINALIZER,
 };
 use karpenter_aws::provider::{AwsCloudProvider, StartOptions, start};
 use karpenter_aws::unavailable::OfferingKey;
@@ -419,7 +419,7 @@ async fn inflate_on_moto_through_the_controller() {
                 .cloned()
         })
         .await;
-    assert_eq!(hash_version, HASH_VERSION);
+    assert_eq!(hash_version, karpenter_aws::drift::HASH_VERSION);
 
     // 10 inflate pods → NodeClaims → instances.
     cluster

@@ -439,7 +439,6 @@ async fn inflate_ten_to_one_consolidates_to_one_node() {
 }
 
 #[tokio::test(start_paused = true)]
-#[ignore = "needs consolidation/drift from h-dcore"]
 async fn changing_the_nodepool_template_replaces_every_node_within_budget() {
     let cluster = SimCluster::new().await;
     put_pool(

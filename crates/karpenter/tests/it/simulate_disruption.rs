@@ -234,7 +234,6 @@ fn the_table_lists_commands_costs_and_blocked_nodes() {
 }
 
 #[test]
-#[ignore = "needs consolidation/drift from h-dcore"]
 fn a_drifted_node_is_replaced() {
     let json = simulate("examples/disruption-drifted", &[]);
     let commands = commands(&json);
@@ -249,7 +248,6 @@ fn a_drifted_node_is_replaced() {
 }
 
 #[test]
-#[ignore = "needs consolidation/drift from h-dcore"]
 fn underutilized_nodes_are_consolidated_then_left_alone() {
     let json = simulate("examples/disruption-underutilized", &[]);
     let commands = commands(&json);
