@@ -106,6 +106,26 @@ pub fn single_node(
     input: &DisruptionInput<'_>,
     blocked: &mut BTreeMap<String, Rejection>,
 ) -> Vec<Command> {
+    single_node_commands(input, blocked, true)
+}
+
+/// Every consolidation candidate judged on its own, as single-node consolidation would judge it,
+/// without stopping at the first that works: the command each workable candidate would get
+/// (each computed against the cluster as it is, so they are alternatives, not a plan), and
+/// every other candidate's reason in `blocked`. What `karpenter bench disruption` times as "a
+/// pass that evaluates every candidate".
+pub fn evaluate_each(
+    input: &DisruptionInput<'_>,
+    blocked: &mut BTreeMap<String, Rejection>,
+) -> Vec<Command> {
+    single_node_commands(input, blocked, false)
+}
+
+fn single_node_commands(
+    input: &DisruptionInput<'_>,
+    blocked: &mut BTreeMap<String, Rejection>,
+    first_only: bool,
+) -> Vec<Command> {
     let found = consolidation_candidates(input, blocked);
     if found.is_empty() {
         return Vec::new();
@@ -113,6 +133,7 @@ pub fn single_node(
     let budgets = BudgetMapping::build(input.state, DisruptionReason::Underutilized, input.now);
     let simulator = Simulator::new(input);
     let bounds = Bounds::new(input, &simulator);
+    let mut commands = Vec::new();
     for candidate in &found {
         if budgets.allowed(&candidate.nodepool_name()) == 0 {
             blocked.insert(candidate.name(), reject(candidate, budget_block(candidate)));
@@ -128,13 +149,18 @@ pub fn single_node(
             &[candidate],
             Method::SingleNodeConsolidation,
         ) {
-            Ok(command) => return vec![command],
+            Ok(command) => {
+                commands.push(command);
+                if first_only {
+                    break;
+                }
+            }
             Err(reason) => {
                 blocked.insert(candidate.name(), reject(candidate, reason));
             }
         }
     }
-    Vec::new()
+    commands
 }
 
 /// `Method::MultiNodeConsolidation`: the largest prefix of the candidates (best savings first,

@@ -12,8 +12,10 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::clock::SystemClock;
-use karpenter_core::disruption::candidates::{DisruptionClass, candidates};
-use karpenter_core::disruption::{DisruptionInput, DisruptionOptions, ProviderDrift, decide};
+use karpenter_core::disruption::candidates::{DisruptionClass, Rejection, candidates};
+use karpenter_core::disruption::{
+    Command, DisruptionInput, DisruptionOptions, ProviderDrift, consolidation, decide,
+};
 use karpenter_core::instance_type::InstanceType;
 use karpenter_core::scheduling::SchedulerOptions;
 use karpenter_core::scheduling::benchmark::Rng;
@@ -57,6 +59,18 @@ pub struct DisruptionBenchReport {
     pub candidates_seconds: f64,
     /// Seconds of one full `decide` pass (every method in order until one finds work).
     pub pass_seconds: f64,
+    /// Seconds of multi-node consolidation alone (its binary search over the best candidates).
+    pub multi_node_seconds: f64,
+    /// Seconds of single-node consolidation alone (it stops at the first candidate that works).
+    pub single_node_seconds: f64,
+    /// Seconds to judge every consolidation candidate on its own (single-node consolidation
+    /// without stopping at the first command): the "evaluates every candidate" figure.
+    pub every_candidate_seconds: f64,
+    /// Candidates judged in that run (the consolidation candidates: not empty, past
+    /// consolidateAfter, ...).
+    pub every_candidate_judged: usize,
+    /// How many of them could be deleted or replaced on their own.
+    pub every_candidate_commands: usize,
     /// The method that found work, if any.
     pub method: Option<String>,
     pub commands: usize,
@@ -98,6 +112,23 @@ pub fn run(args: &DisruptionBenchArgs) -> anyhow::Result<std::process::ExitCode>
             format!("{:.3} s", report.candidates_seconds),
         );
         line("decide pass", format!("{:.3} s", report.pass_seconds));
+        line(
+            "multi-node alone",
+            format!("{:.3} s", report.multi_node_seconds),
+        );
+        line(
+            "single-node alone",
+            format!("{:.3} s", report.single_node_seconds),
+        );
+        line(
+            "every candidate",
+            format!(
+                "{:.3} s ({} judged, {} workable)",
+                report.every_candidate_seconds,
+                report.every_candidate_judged,
+                report.every_candidate_commands
+            ),
+        );
         line(
             "method",
             report.method.clone().unwrap_or_else(|| "none".to_string()),
@@ -192,6 +223,18 @@ pub fn measure(args: &DisruptionBenchArgs) -> anyhow::Result<DisruptionBenchRepo
     let pass_start = Instant::now();
     let pass = decide(&input);
     let pass_seconds = pass_start.elapsed().as_secs_f64();
+    let timed =
+        |method: fn(&DisruptionInput<'_>, &mut BTreeMap<String, Rejection>) -> Vec<Command>| {
+            let mut blocked = BTreeMap::new();
+            let start = Instant::now();
+            let commands = method(&input, &mut blocked);
+            (start.elapsed().as_secs_f64(), commands, blocked)
+        };
+    let (multi_node_seconds, _, _) = timed(consolidation::multi_node);
+    let (single_node_seconds, _, _) = timed(consolidation::single_node);
+    let (every_candidate_seconds, workable, _) = timed(consolidation::evaluate_each);
+    let every_candidate_judged =
+        consolidation::consolidation_candidates(&input, &mut BTreeMap::new()).len();
     Ok(DisruptionBenchReport {
         nodes: args.nodes,
         pods: pod_count,
@@ -199,6 +242,11 @@ pub fn measure(args: &DisruptionBenchArgs) -> anyhow::Result<DisruptionBenchRepo
         candidates_evaluated,
         candidates_seconds,
         pass_seconds,
+        multi_node_seconds,
+        single_node_seconds,
+        every_candidate_seconds,
+        every_candidate_judged,
+        every_candidate_commands: workable.len(),
         method: pass.method.map(|m| m.as_str().to_string()),
         commands: pass.commands.len(),
         disrupted_nodes: pass.commands.iter().map(|c| c.candidates.len()).sum(),

@@ -37,7 +37,15 @@ fn bench_controller_binds_fifty_pods_and_reports_the_controllers_memory() {
     assert!(number("deployments") >= 3.0, "{report:#}");
     let nodes = number("nodes");
     assert!(nodes >= 1.0, "{report:#}");
-    assert_eq!(number("nodeClaims"), nodes, "one NodeClaim per Node");
+    // Every Node has its NodeClaim. A NodeClaim may still be launching when the last pod binds
+    // (on a loaded machine the binder can place pods on a Node that registered after the
+    // provisioner planned one more), so a few more NodeClaims than Nodes are fine; many more
+    // would mean a leak.
+    let claims = number("nodeClaims");
+    assert!(
+        claims >= nodes && claims <= nodes + 3.0,
+        "NodeClaims {claims} for {nodes} Nodes: {report:#}"
+    );
     assert!(number("secondsToAllBound") > 0.0);
     if cfg!(target_os = "linux") {
         let (idle, peak, last) = (
