@@ -131,8 +131,18 @@ fn single_node_commands(
         return Vec::new();
     }
     let budgets = BudgetMapping::build(input.state, DisruptionReason::Underutilized, input.now);
-    let simulator = Simulator::new(input);
+    let mut simulator = Simulator::new(input);
     let bounds = Bounds::new(input, &simulator);
+    // One engine for every candidate worth simulating (within budget, not ruled out by the
+    // bounds): each simulation then costs its own pods, not a rebuild of the cluster.
+    let worth: Vec<&Candidate<'_>> = found
+        .iter()
+        .filter(|c| budgets.allowed(&c.nodepool_name()) > 0)
+        .filter(|c| bounds.hopeless(&simulator, c).is_none())
+        .collect();
+    if worth.len() > 1 {
+        simulator.prepare(&worth);
+    }
     let mut commands = Vec::new();
     for candidate in &found {
         if budgets.allowed(&candidate.nodepool_name()) == 0 {
@@ -179,8 +189,9 @@ pub fn multi_node(
     if within_budget.len() < 2 {
         return Vec::new();
     }
-    let simulator = Simulator::new(input);
+    let mut simulator = Simulator::new(input);
     let max = within_budget.len().min(MAX_MULTI_CANDIDATES);
+    simulator.prepare(&within_budget[..within_budget.len().min(max + 1)]);
     let mut lo = 1;
     let mut hi = if within_budget.len() <= max {
         within_budget.len() - 1
@@ -253,10 +264,10 @@ impl<'a> Bounds<'a> {
         }
     }
 
-    fn hopeless(
+    fn hopeless<'c>(
         &self,
-        simulator: &Simulator<'_>,
-        candidate: &Candidate<'_>,
+        simulator: &Simulator<'c>,
+        candidate: &Candidate<'c>,
     ) -> Option<BlockReason> {
         let price = candidate.price?;
         let mut need = ResourceList::new();
@@ -287,10 +298,10 @@ impl<'a> Bounds<'a> {
 /// Upstream `computeConsolidation` for `candidates` together: delete when their pods fit on the
 /// remaining nodes, replace when exactly one new node strictly cheaper than them all takes the
 /// pods; otherwise the reason.
-pub fn compute(
+pub fn compute<'c>(
     input: &DisruptionInput<'_>,
-    simulator: &Simulator<'_>,
-    candidates: &[&Candidate<'_>],
+    simulator: &Simulator<'c>,
+    candidates: &[&Candidate<'c>],
     method: Method,
 ) -> Result<Command, BlockReason> {
     let simulation = simulator.run(candidates);

@@ -10,8 +10,15 @@
 //! Methods that run several commands per pass (drift) [`commit`](Simulator::commit) each one, so
 //! the next simulation no longer counts the committed nodes and sees the capacity their pods
 //! took on the remaining nodes.
+//!
+//! Consolidation asks the same question for every candidate of a pass; it first
+//! [`prepare`](Simulator::prepare)s the candidates, which builds one scheduler engine over the
+//! whole cluster and every pod that may move ([`WhatIf`]), so each simulation costs only its own
+//! placements instead of a rebuild of the cluster.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -21,14 +28,16 @@ use super::candidates::Candidate;
 use super::command::DisruptionInput;
 use crate::nodepool;
 use crate::pod;
-use crate::provisioning::{Prepared, Snapshot, reschedulable::is_reschedulable, solve};
+use crate::provisioning::{
+    Prepared as ProvisioningInput, Snapshot, reschedulable::is_reschedulable, solve,
+};
 use crate::resources::ResourceList;
-use crate::scheduling::{NewNodeClaim, SchedulingResults};
+use crate::scheduling::{NewNodeClaim, SchedulingResults, WhatIf};
 
 /// The pass's scheduler input, built once, and what has been committed so far.
 pub struct Simulator<'a> {
     input: &'a DisruptionInput<'a>,
-    prepared: Prepared,
+    prepared: ProvisioningInput,
     /// Pods every simulation places first: pending pods and pods of nodes already going away.
     base_pods: Vec<&'a Pod>,
     pdbs: Vec<&'a PodDisruptionBudget>,
@@ -36,6 +45,17 @@ pub struct Simulator<'a> {
     committed: BTreeSet<String>,
     /// Nodes that received pods in a committed simulation.
     destinations: BTreeSet<String>,
+    /// The engine built once for the prepared candidates (see [`Simulator::prepare`]).
+    prepared_candidates: Option<RefCell<Prepared<'a>>>,
+}
+
+/// One engine over the cluster and the pods of the prepared candidates: the base pods first,
+/// then each candidate's pods, in the order the candidates were prepared.
+struct Prepared<'a> {
+    what_if: WhatIf<&'a Pod>,
+    base: usize,
+    /// Candidate (Node name) → its pods' range in the engine's pods.
+    ranges: BTreeMap<String, Range<usize>>,
 }
 
 /// The outcome of one simulation.
@@ -101,7 +121,28 @@ impl<'a> Simulator<'a> {
             pdbs: input.state.pdbs().collect(),
             committed: BTreeSet::new(),
             destinations: BTreeSet::new(),
+            prepared_candidates: None,
         }
+    }
+
+    /// Builds one engine for simulations of these candidates (alone or together, in this
+    /// order): [`run`](Self::run) then places only their pods instead of rebuilding the
+    /// cluster. Simulations of other candidates, of candidates out of this order, or after a
+    /// [`commit`](Self::commit), are built from scratch as before.
+    pub fn prepare(&mut self, candidates: &[&Candidate<'a>]) {
+        let mut pods = self.base_pods.clone();
+        let base = pods.len();
+        let mut ranges = BTreeMap::new();
+        for candidate in candidates {
+            let start = pods.len();
+            pods.extend(self.pods_of(candidate));
+            ranges.insert(candidate.name(), start..pods.len());
+        }
+        self.prepared_candidates = Some(RefCell::new(Prepared {
+            what_if: WhatIf::new(&self.prepared.input, pods),
+            base,
+            ranges,
+        }));
     }
 
     /// The pods of `candidate` the simulation must find a place for: reschedulable now (no
@@ -159,6 +200,9 @@ impl<'a> Simulator<'a> {
             .flat_map(|c| [c.name(), c.nodeclaim.name_any()])
             .chain(self.committed.iter().cloned())
             .collect();
+        if let Some(simulation) = self.run_prepared(candidates, &removed) {
+            return simulation;
+        }
         let mut scheduler_input = self.prepared.input.clone();
         scheduler_input
             .existing_nodes
@@ -188,6 +232,55 @@ impl<'a> Simulator<'a> {
             candidate_pods: candidate_pods.into_iter().cloned().collect(),
             uninitialized,
         }
+    }
+
+    /// [`run`](Self::run) on the prepared engine, when the candidates were prepared (in this
+    /// order) and nothing was committed since.
+    fn run_prepared(
+        &self,
+        candidates: &[&Candidate<'a>],
+        removed: &BTreeSet<String>,
+    ) -> Option<Simulation> {
+        if !self.committed.is_empty() {
+            return None;
+        }
+        let mut prepared = self.prepared_candidates.as_ref()?.borrow_mut();
+        let mut order: Vec<usize> = (0..prepared.base).collect();
+        for candidate in candidates {
+            let range = prepared.ranges.get(&candidate.name())?;
+            if order.last().is_some_and(|&last| range.start <= last) && !range.is_empty() {
+                return None; // out of the prepared order: positions would not ascend
+            }
+            order.extend(range.clone());
+        }
+        let pools: BTreeSet<String> = candidates.iter().map(|c| c.nodepool_name()).collect();
+        let usage: Vec<(String, ResourceList)> = pools
+            .into_iter()
+            .map(|pool| {
+                let usage = nodepool::usage_without(self.input.state, &pool, removed);
+                (pool, usage)
+            })
+            .collect();
+        let results = prepared.what_if.solve(removed, &usage, &order);
+        let candidate_pods = order[prepared.base..]
+            .iter()
+            .filter_map(|&i| prepared.what_if.pods().get(i))
+            .map(|p| (*p).clone())
+            .collect();
+        let uninitialized = self
+            .prepared
+            .input
+            .existing_nodes
+            .iter()
+            .filter(|n| !n.initialized && !removed.contains(&n.name))
+            .map(|n| n.name.clone())
+            .collect();
+        Some(Simulation {
+            results,
+            first_candidate_pod: prepared.base,
+            candidate_pods,
+            uninitialized,
+        })
     }
 
     /// Records a command: its candidates' nodes are gone for later simulations, and every pod
@@ -253,3 +346,6 @@ impl<'a> Simulator<'a> {
         });
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -18,8 +18,10 @@ mod limits;
 mod node_claims;
 mod setup;
 mod solve;
+mod what_if;
 
 pub(crate) use solve::solve;
+pub use what_if::WhatIf;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -108,6 +110,8 @@ struct DaemonGroup {
 }
 
 struct Limit {
+    /// The resource's name in `spec.limits` (to re-derive `remaining` from a new usage).
+    name: String,
     resource: usize,
     limit: i64,
     remaining: i64,
@@ -142,6 +146,12 @@ struct Node {
     volumes: Vec<(String, String)>,
     volume_limits: BTreeMap<String, u32>,
     placed: Vec<usize>,
+    /// Its own entry in `Topology::taint_sets`: the provider of the domains its labels name.
+    taint_set: usize,
+    /// (group, domain) counts its bound pods contributed, so [`WhatIf`] can take the node away.
+    bound_counts: Vec<(usize, Sym)>,
+    /// Taken away for the current [`WhatIf`] solve: no pod may land here.
+    gone: bool,
 }
 
 struct Claim {
@@ -242,6 +252,9 @@ struct Engine {
     next_hostname: Option<Sym>,
     hostname_counter: usize,
     keys: WellKnownKeys,
+    /// While a [`WhatIf`] solve runs: each node's state before its first placement (index,
+    /// remaining, host ports, volumes), to take the placements back.
+    touched: Option<Vec<(usize, ResVec, usize, usize)>>,
 }
 
 struct WellKnownKeys {

@@ -3,6 +3,7 @@
 //! Build a [`Scheduler`] from a [`SchedulerInput`] (NodePools with their instance types, existing
 //! nodes, DaemonSets, volumes, options) and call [`Scheduler::solve`] with the pending pods. The
 //! [`input`] module turns API objects into the input types. See `docs/scheduling.md`.
+//! [`WhatIf`] answers many solves over one cluster without some of its nodes (consolidation).
 
 pub mod benchmark;
 mod compile;
@@ -10,6 +11,8 @@ mod engine;
 pub mod input;
 mod intern;
 mod topology;
+
+pub use engine::WhatIf;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -121,6 +121,16 @@ impl Group {
         first
     }
 
+    /// Takes back one [`record`](Self::record) of `domain`.
+    pub fn unrecord(&mut self, domain: Sym) {
+        if let Some(count) = self.counts.get_mut(&domain.id) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.nonzero.retain(|d| *d != domain);
+            }
+        }
+    }
+
     /// Whether this group forbids selected pods from every domain already counted.
     pub fn is_exclusive(&self) -> bool {
         matches!(
@@ -216,6 +226,9 @@ pub(crate) struct Topology {
     pub domains: HashMap<Key, Vec<Domain>>,
     pub taint_sets: Vec<Vec<Taint>>,
     pub hostname_key: Key,
+    /// While a [`WhatIf`](super::WhatIf) solve runs: every count [`record`](Self::record) made
+    /// (group, domain, whether it counted a claim), so the solve can be taken back.
+    pub journal: Option<Vec<(usize, Sym, bool)>>,
 }
 
 impl Topology {
@@ -254,6 +267,18 @@ impl Topology {
         }
     }
 
+    /// Takes `taint_set` away as a provider of `value` (a node taken away by a what-if solve); a
+    /// domain nothing provides any more is out of the universe until it is given back.
+    pub fn remove_provider(&mut self, key: Key, value: Sym, taint_set: usize) {
+        if let Some(d) = self
+            .domains
+            .get_mut(&key)
+            .and_then(|list| list.iter_mut().find(|d| d.value == value))
+        {
+            d.providers.retain(|&p| p != taint_set);
+        }
+    }
+
     pub fn sort_domains(&mut self, interner: &Interner) {
         for list in self.domains.values_mut() {
             list.sort_by(|a, b| interner.value_str(a.value).cmp(interner.value_str(b.value)));
@@ -270,6 +295,7 @@ impl Topology {
             .get(&key)
             .into_iter()
             .flatten()
+            .filter(|d| !d.providers.is_empty())
             .filter_map(move |d| {
                 let eligible = match tolerations {
                     None => true,
@@ -459,8 +485,26 @@ impl Topology {
         };
         let hostname = key == self.hostname_key;
         for d in domains {
-            if self.groups[gid].record(d) && hostname && on_claim {
+            let claim_counted = self.groups[gid].record(d) && hostname && on_claim;
+            if claim_counted {
                 self.groups[gid].claims_counted += 1;
+            }
+            if let Some(journal) = self.journal.as_mut() {
+                journal.push((gid, d, claim_counted));
+            }
+        }
+    }
+}
+
+impl Topology {
+    /// Takes back every count recorded since the journal was started, and stops it.
+    pub fn roll_back_journal(&mut self) {
+        for (gid, d, claim_counted) in self.journal.take().unwrap_or_default().into_iter().rev() {
+            if let Some(g) = self.groups.get_mut(gid) {
+                g.unrecord(d);
+                if claim_counted {
+                    g.claims_counted = g.claims_counted.saturating_sub(1);
+                }
             }
         }
     }

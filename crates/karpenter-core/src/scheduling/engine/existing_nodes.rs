@@ -81,6 +81,16 @@ impl Engine {
 
     pub(super) fn node_add(&mut self, ni: usize, pod: &PendingPod, reqs: Reqs) {
         let node = &mut self.nodes[ni];
+        if node.placed.is_empty()
+            && let Some(touched) = self.touched.as_mut()
+        {
+            touched.push((
+                ni,
+                node.remaining.clone(),
+                node.host_ports.len(),
+                node.volumes.len(),
+            ));
+        }
         node.remaining.sub_floor_zero(&pod.requests);
         node.host_ports.extend(pod.host_ports.iter().cloned());
         node.volumes.extend(pod.volumes.iter().cloned());

@@ -273,14 +273,14 @@ impl Engine {
         if self.pools.is_empty() {
             lines.push("no NodePool can launch nodes for it (none given)".to_string());
         }
-        if !self.nodes.is_empty() {
+        if let Some(first) = self.nodes.iter().position(|n| !n.gone) {
             // Say why the first existing node did not take it, when that is informative.
-            if let Err(e) = self.node_check(0, pod, &d) {
-                let node = self.nodes[0].name.clone();
+            if let Err(e) = self.node_check(first, pod, &d) {
+                let node = self.nodes[first].name.clone();
                 let text = match e {
                     Reject::Taint(t) => format!(
                         "taint {} not tolerated",
-                        taints::taint_to_string(&self.nodes[0].taints[t])
+                        taints::taint_to_string(&self.nodes[first].taints[t])
                     ),
                     Reject::Resources(r) => {
                         format!("not enough {} left", self.interner.resource_name(r))

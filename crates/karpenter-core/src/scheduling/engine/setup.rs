@@ -193,6 +193,7 @@ impl Engine {
                 let remaining = limit.millis().saturating_sub(used.millis());
                 if name == well_known::NODES_RESOURCE {
                     pool.nodes_limit = Some(Limit {
+                        name: name.to_string(),
                         resource: usize::MAX,
                         limit: limit.millis(),
                         remaining,
@@ -200,6 +201,7 @@ impl Engine {
                 } else {
                     let resource = interner.resource(name);
                     pool.limits.push(Limit {
+                        name: name.to_string(),
                         resource,
                         limit: limit.millis(),
                         remaining,
@@ -287,6 +289,9 @@ impl Engine {
                 volumes,
                 volume_limits: n.volume_limits.clone(),
                 placed: Vec::new(),
+                taint_set,
+                bound_counts: Vec::new(),
+                gone: false,
             });
             let _ = n.capacity.len();
         }
@@ -315,8 +320,12 @@ impl Engine {
             next_hostname: None,
             hostname_counter: 0,
             keys,
+            touched: None,
         };
-        engine.build_topology(shapes, &nodes, &bound);
+        let bound_counts = engine.build_topology(shapes, &nodes, &bound);
+        for (node, counts) in nodes.iter_mut().zip(bound_counts) {
+            node.bound_counts = counts;
+        }
         // Reorder nodes (bound pods reference node indices before reordering).
         let mut slots: Vec<Option<Node>> = nodes.into_iter().map(Some).collect();
         engine.nodes = node_order.iter().filter_map(|&i| slots[i].take()).collect();
@@ -324,7 +333,14 @@ impl Engine {
     }
 
     /// Registers the topology groups of every distinct pod shape and which groups each selects.
-    fn build_topology(&mut self, pods: &[Rc<PodInfo>], nodes: &[Node], bound: &[(usize, PodInfo)]) {
+    /// Returns, per node (in `nodes` order), the (group, domain) counts of its bound pods.
+    fn build_topology(
+        &mut self,
+        pods: &[Rc<PodInfo>],
+        nodes: &[Node],
+        bound: &[(usize, PodInfo)],
+    ) -> Vec<Vec<(usize, Sym)>> {
+        let mut bound_counts: Vec<Vec<(usize, Sym)>> = vec![Vec::new(); nodes.len()];
         let respect = self.options.preference_policy == PreferencePolicy::Respect;
         let mut used_keys: HashSet<Key> = HashSet::new();
         let mut new_groups: Vec<usize> = Vec::new();
@@ -430,6 +446,7 @@ impl Engine {
                 };
                 if let Some(d) = domain {
                     self.topology.groups[id].record(d);
+                    bound_counts[*ni].push((id, d));
                 }
             }
         }
@@ -489,10 +506,11 @@ impl Engine {
                         .get(&g.key)
                         .and_then(|r| r.values().first().copied())
                 };
-                hits.extend(domain);
+                hits.extend(domain.map(|d| (*ni, d)));
             }
-            for d in hits {
+            for (ni, d) in hits {
                 self.topology.groups[gid].record(d);
+                bound_counts[ni].push((gid, d));
             }
         }
         // Which groups select each pod.
@@ -508,5 +526,6 @@ impl Engine {
             }
         }
         self.groups_of = groups_of;
+        bound_counts
     }
 }

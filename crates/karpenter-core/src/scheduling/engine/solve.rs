@@ -8,6 +8,9 @@ impl Engine {
     /// Places the pod somewhere; on failure returns each NodePool's reason.
     fn add(&mut self, pod: &PendingPod, d: &Derived) -> Result<(), Vec<(usize, Reject)>> {
         for ni in 0..self.nodes.len() {
+            if self.nodes[ni].gone {
+                continue;
+            }
             if let Ok(reqs) = self.node_check(ni, pod, d) {
                 self.node_add(ni, pod, reqs);
                 return Ok(());
@@ -88,6 +91,16 @@ pub(crate) fn solve<P: std::borrow::Borrow<Pod>>(
     input: SchedulerInput,
     pods: &[P],
 ) -> SchedulingResults {
+    let (mut engine, infos) = build(&input, pods);
+    let order: Vec<usize> = (0..pods.len()).collect();
+    run(&mut engine, &infos, pods, &order)
+}
+
+/// Compiles `pods` and builds the engine over `input` with the topology groups they need.
+pub(super) fn build<P: std::borrow::Borrow<Pod>>(
+    input: &SchedulerInput,
+    pods: &[P],
+) -> (Engine, Vec<PendingPod>) {
     let namespaces = namespace_labels(&input.namespaces);
     let ctx = CompileContext {
         namespaces: &namespaces,
@@ -95,13 +108,23 @@ pub(crate) fn solve<P: std::borrow::Borrow<Pod>>(
     };
     let mut interner = Interner::new(&input.options.extra_well_known_labels);
     let (infos, shapes) = compile_pending(pods, &ctx, &mut interner);
-    let mut engine = Engine::new(&input, &shapes, &ctx, interner);
-    drop(shapes);
+    let engine = Engine::new(input, &shapes, &ctx, interner);
+    (engine, infos)
+}
 
+/// Places the pods at `order` (ascending indices into `pods`/`infos`, compiled by [`build`]);
+/// the results refer to pods by their position in `order`. Leaves the engine's nodes and
+/// topology as the placements made them (a [`WhatIf`] takes them back).
+pub(super) fn run<P: std::borrow::Borrow<Pod>>(
+    engine: &mut Engine,
+    infos: &[PendingPod],
+    pods: &[P],
+    order: &[usize],
+) -> SchedulingResults {
     let mut results = SchedulingResults::default();
     let mut unschedulable: BTreeMap<usize, String> = BTreeMap::new();
     let mut queue_pods: Vec<usize> = Vec::new();
-    for info in &infos {
+    for info in order.iter().filter_map(|&i| infos.get(i)) {
         if let Some(reason) = &info.invalid {
             unschedulable.insert(info.index, reason.clone());
         } else if info.ignored {
@@ -200,5 +223,33 @@ pub(crate) fn solve<P: std::borrow::Borrow<Pod>>(
             }
         })
         .collect();
+    renumber(&mut results, order, pods.len());
     results
+}
+
+/// Rewrites the results' pod indices (into all the pods) as positions in `order`.
+fn renumber(results: &mut SchedulingResults, order: &[usize], all: usize) {
+    if order.len() == all {
+        return; // every pod, ascending: positions are indices
+    }
+    let mut position = vec![usize::MAX; all];
+    for (at, &i) in order.iter().enumerate() {
+        if let Some(slot) = position.get_mut(i) {
+            *slot = at;
+        }
+    }
+    let at = |i: usize| position.get(i).copied().unwrap_or(usize::MAX);
+    for placement in &mut results.existing_nodes {
+        for p in &mut placement.pods {
+            *p = at(*p);
+        }
+    }
+    for claim in &mut results.new_node_claims {
+        for p in &mut claim.pods {
+            *p = at(*p);
+        }
+    }
+    for u in &mut results.unschedulable {
+        u.pod = at(u.pod);
+    }
 }
