@@ -11,17 +11,21 @@ use karpenter_core::clock::FakeClock;
 
 use crate::harness::moto_clients;
 
-fn al2023() -> EC2NodeClass {
+fn node_class(alias: &str) -> EC2NodeClass {
     EC2NodeClass::new(
         "default",
         EC2NodeClassSpec {
             ami_selector_terms: vec![AmiSelectorTerm {
-                alias: Some("al2023@latest".to_string()),
+                alias: Some(alias.to_string()),
                 ..Default::default()
             }],
             ..Default::default()
         },
     )
+}
+
+fn al2023() -> EC2NodeClass {
+    node_class("al2023@latest")
 }
 
 #[tokio::test]
@@ -75,4 +79,43 @@ async fn types_and_zones_come_from_ec2_with_the_catalogues_allocatable() {
     let later = provider.instance_types(Some(&node_class)).await.unwrap();
     assert!(!Arc::ptr_eq(&types, &later));
     assert_eq!(types, later);
+}
+
+#[tokio::test]
+async fn explore_all_types() {
+    let Some(clients) = moto_clients().await else {
+        return;
+    };
+    let region = clients.region.clone();
+    let clock = Arc::new(FakeClock::default());
+    let provider = InstanceTypeProvider::new(clients, ProviderSettings::default(), clock.clone());
+    let catalog = Catalog::embedded().unwrap();
+    for alias in ["al2023@latest", "al2@latest", "bottlerocket@latest"] {
+        let nc = node_class(alias);
+        let types = provider.instance_types(Some(&nc)).await.unwrap();
+        let shape = NodeClassShape::from_node_class(&nc, ProviderSettings::default()).unwrap();
+        let embedded = catalog.instance_types_for(&region, &shape).unwrap();
+        let mut compared = 0;
+        let mut bad = Vec::new();
+        for t in types.iter() {
+            let Some(e) = embedded.iter().find(|e| e.name == t.name) else { continue };
+            compared += 1;
+            if t.allocatable() != e.allocatable() || t.capacity != e.capacity {
+                let mut diffs = Vec::new();
+                for (k, v) in t.capacity.iter() {
+                    if e.capacity.get(k) != v { diffs.push(format!("cap {k}: moto {v:?} cat {:?}", e.capacity.get(k))); }
+                }
+                for (k, v) in e.capacity.iter() {
+                    if t.capacity.get(k) != v && !diffs.iter().any(|d| d.starts_with(&format!("cap {k}:"))) { diffs.push(format!("cap {k}: moto {:?} cat {v:?}", t.capacity.get(k))); }
+                }
+                let (ta, ea) = (t.allocatable(), e.allocatable());
+                for (k, v) in ta.iter() {
+                    if ea.get(k) != v { diffs.push(format!("alloc {k}: moto {v:?} cat {:?}", ea.get(k))); }
+                }
+                bad.push(format!("{} {}", t.name, diffs.join("; ")));
+            }
+        }
+        println!("{alias}: moto {} catalogue {} compared {compared} mismatched {}", types.len(), embedded.len(), bad.len());
+        for b in &bad { println!("  {b}"); }
+    }
 }
