@@ -463,10 +463,7 @@ mod tests {
         provider_counter.inc();
         let text = m.encode();
         // Prefixed like the controller's own, and still beside them.
-        assert!(
-            text.contains("karpenter_provider_things_total 1"),
-            "{text}"
-        );
+        assert!(text.contains("karpenter_provider_things_total 1"), "{text}");
         assert!(text.contains("# TYPE karpenter_leader gauge"), "{text}");
     }
 }

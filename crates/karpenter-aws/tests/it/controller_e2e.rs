@@ -745,7 +745,8 @@ async fn a_spot_interruption_on_sqs_deletes_the_nodeclaim_and_a_replacement_laun
         .await;
     let interrupted_offering = offering_of(&interrupted);
     assert_eq!(
-        interrupted_offering.capacity_type, wk::CAPACITY_TYPE_SPOT,
+        interrupted_offering.capacity_type,
+        wk::CAPACITY_TYPE_SPOT,
         "{interrupted_offering:?}"
     );
     let interrupted_instance = instance_id_of(&interrupted);
@@ -807,7 +808,11 @@ async fn a_spot_interruption_on_sqs_deletes_the_nodeclaim_and_a_replacement_laun
     assert_ne!(replacement_offering, interrupted_offering);
     let instances = clients.cluster_instances(&cluster.name).await.unwrap();
     let ids: Vec<&str> = instances.iter().map(|i| i.id.as_str()).collect();
-    assert_eq!(ids, vec![instance_id_of(&replacement)], "the interrupted instance is terminated");
+    assert_eq!(
+        ids,
+        vec![instance_id_of(&replacement)],
+        "the interrupted instance is terminated"
+    );
     // The message is gone from the queue (neither waiting nor in flight) and counted.
     let attributes = clients
         .sqs
