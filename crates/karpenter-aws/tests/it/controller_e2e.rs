@@ -776,7 +776,8 @@ async fn a_spot_interruption_on_sqs_deletes_the_nodeclaim_and_a_replacement_laun
     let replacement = cluster
         .eventually(
             "the NodeClaim replaced and the pod bound again",
-            Duration::from_secs(30),
+            // Drain, termination and a new launch: 20 s alone, more beside the other tests.
+            Duration::from_secs(60),
             async || {
                 let pods = cluster.server.list::<Pod>();
                 if pods.iter().all(|p| p.metadata.deletion_timestamp.is_some()) {
