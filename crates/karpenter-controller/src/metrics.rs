@@ -99,7 +99,9 @@ pub struct ControllerLabels {
 /// Every metric the controller exports. Cloned handles are cheap (`Arc` inside).
 #[derive(Debug)]
 pub struct Metrics {
-    registry: Registry,
+    /// Behind a lock so a cloud provider can add its own metrics after start
+    /// ([`Metrics::register_provider_metrics`]); `/metrics` encodes everything registered.
+    registry: std::sync::Mutex<Registry>,
     pub nodeclaims_created: Family<NodeClaimCreatedLabels, Counter>,
     pub nodeclaims_terminated: Family<NodeClaimLabels, Counter>,
     pub nodeclaims_disrupted: Family<NodeClaimDisruptedLabels, Counter>,
@@ -204,7 +206,7 @@ impl Metrics {
             }),
             disruption_queue_failures: Family::default(),
             nodepools_allowed_disruptions: Family::default(),
-            registry: Registry::default(),
+            registry: std::sync::Mutex::default(),
         };
         // prometheus-client appends `_total` to counters.
         registry.register(
@@ -343,15 +345,34 @@ impl Metrics {
             "Nodes of a nodepool its budgets allow to be disrupted now, by reason.",
             m.nodepools_allowed_disruptions.clone(),
         );
-        Metrics { registry, ..m }
+        Metrics {
+            registry: std::sync::Mutex::new(registry),
+            ..m
+        }
+    }
+
+    /// Lets a cloud provider add its own metrics (upstream's provider metrics, such as
+    /// `karpenter_interruption_*`) to the controller's registry: `register` gets the registry,
+    /// prefixed `karpenter` like every other metric. Provider tasks call it from
+    /// [`crate::run::ProviderTaskContext::metrics`] while the replica starts, so the metrics are
+    /// on `/metrics` from the first scrape.
+    pub fn register_provider_metrics(&self, register: impl FnOnce(&mut Registry)) {
+        register(&mut self.lock_registry());
     }
 
     /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.lock_registry());
         out
+    }
+
+    fn lock_registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        // A panic while registering or encoding leaves the registry usable: recover it.
+        self.registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -425,5 +446,24 @@ mod tests {
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }
+    }
+
+    #[test]
+    fn a_provider_registers_its_own_metrics_after_start() {
+        let m = Metrics::new();
+        let provider_counter = Counter::<u64>::default();
+        assert!(!m.encode().contains("karpenter_provider_things"));
+        m.register_provider_metrics(|registry| {
+            registry.register(
+                "provider_things",
+                "Things a provider counts.",
+                provider_counter.clone(),
+            );
+        });
+        provider_counter.inc();
+        let text = m.encode();
+        // Prefixed like the controller's own, and still beside them.
+        assert!(text.contains("karpenter_provider_things_total 1"), "{text}");
+        assert!(text.contains("# TYPE karpenter_leader gauge"), "{text}");
     }
 }

@@ -30,6 +30,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::context::Context;
+use crate::metrics::Metrics;
 use crate::provisioning::Batcher;
 use crate::state::reflector::reflect;
 use crate::state::{Tracked, pod};
@@ -50,8 +51,8 @@ pub struct RunningController {
 }
 
 /// What a provider's background task gets: the API client, this replica's leadership (only the
-/// leader may write), the shutdown signal (the task must return soon after it turns true) and the
-/// clock.
+/// leader may write), the shutdown signal (the task must return soon after it turns true), the
+/// clock and the controller's metrics (where the provider registers its own).
 #[derive(Clone)]
 pub struct ProviderTaskContext {
     pub client: kube::Client,
@@ -60,6 +61,10 @@ pub struct ProviderTaskContext {
     /// Turns `true` on shutdown ([`karpenter_kube::stopped`] waits for it).
     pub shutdown: watch::Receiver<bool>,
     pub clock: Arc<dyn Clock>,
+    /// The replica's metrics: a task registers its provider's metrics here
+    /// ([`Metrics::register_provider_metrics`]) before returning its future, so they are served
+    /// on `/metrics` from the start.
+    pub metrics: Arc<Metrics>,
 }
 
 type ProviderTaskStart = Box<dyn FnOnce(ProviderTaskContext) -> BoxFuture<'static, ()> + Send>;
@@ -168,6 +173,7 @@ impl RunningController {
                     leadership: ctx.leadership(),
                     shutdown: shutdown_rx.clone(),
                     clock: ctx.clock.clone(),
+                    metrics: ctx.metrics.clone(),
                 });
                 (task.name, tokio::spawn(future))
             })

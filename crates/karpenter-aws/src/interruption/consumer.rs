@@ -39,6 +39,24 @@ pub const VISIBILITY_TIMEOUT_SECONDS: i32 = 20;
 pub const WAIT_TIME_SECONDS: i32 = 20;
 /// Pause after a failed receive (queue gone, credentials expired) before the next one.
 pub const RECEIVE_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+/// How much longer than its wait a long-poll attempt may take (the answer's transfer).
+pub const LONG_POLL_MARGIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Timeouts of one `ReceiveMessage`: the clients' attempt timeout (10 s by default) is shorter
+/// than the 20 s long poll, which would cut every poll of an empty queue — and lose what SQS
+/// handed to the cut connection until its visibility timeout. An attempt gets the wait plus
+/// [`LONG_POLL_MARGIN`]; the call, room for one retry after a fast failure.
+fn long_poll_timeouts(wait_time_seconds: i32) -> aws_sdk_sqs::config::Builder {
+    let wait = std::time::Duration::from_secs(u64::try_from(wait_time_seconds).unwrap_or(0));
+    let attempt = wait.saturating_add(LONG_POLL_MARGIN);
+    aws_sdk_sqs::config::Builder::default().timeout_config(
+        aws_sdk_sqs::config::timeout::TimeoutConfig::builder()
+            .operation_attempt_timeout(attempt)
+            .operation_timeout(attempt.saturating_add(attempt))
+            .build(),
+    )
+}
+
 /// Where the controller writes events about cluster-scoped objects.
 pub const EVENT_NAMESPACE: &str = "default";
 
@@ -179,6 +197,8 @@ impl InterruptionConsumer {
             .wait_time_seconds(self.wait_time_seconds)
             .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
             .message_attribute_names("All")
+            .customize()
+            .config_override(long_poll_timeouts(self.wait_time_seconds))
             .send()
             .await
             .map_err(|e| Error::from_sdk("ReceiveMessage", e))?;
@@ -437,8 +457,22 @@ fn event(target: &ObjectReference, reason: &str, message: &str, now: jiff::Times
     }
 }
 
-/// Receives and handles interruption messages until `shutdown`. Entry point of the
-/// `interruption` provider task (run only while leading: the lead's wiring gates it).
+/// The `interruption` provider task: waits until this replica leads (a message is handled
+/// once, by the leader), then [`run_interruption`] until `shutdown`.
+pub async fn run_interruption_when_leading(
+    consumer: InterruptionConsumer,
+    client: kube::Client,
+    mut leadership: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    tokio::select! {
+        () = karpenter_kube::stopped(&mut shutdown) => return,
+        led = leadership.wait_for(|leading| *leading) => if led.is_err() { return },
+    }
+    run_interruption(consumer, client, shutdown).await;
+}
+
+/// Receives and handles interruption messages until `shutdown`.
 pub async fn run_interruption(
     consumer: InterruptionConsumer,
     client: kube::Client,

@@ -32,6 +32,20 @@ pub async fn set_ice(clients: &AwsClients, patterns: &[&str]) {
 /// Clients pointed at moto, or `None` (after saying so) when `KARPENTER_SKIP_MOTO=1`. Without the
 /// endpoint the test fails: moto tests must never pass silently.
 pub async fn moto_clients() -> Option<AwsClients> {
+    // moto answers from one Python thread shared by every test of the binary; a paginated
+    // DescribeInstanceTypes alone takes seconds on a loaded machine.
+    moto_clients_with_timeouts(
+        std::time::Duration::from_secs(120),
+        std::time::Duration::from_secs(60),
+    )
+    .await
+}
+
+/// [`moto_clients`] with other per-call and per-attempt timeouts.
+pub async fn moto_clients_with_timeouts(
+    operation_timeout: std::time::Duration,
+    attempt_timeout: std::time::Duration,
+) -> Option<AwsClients> {
     let endpoint = match std::env::var(ENDPOINT_ENV) {
         Ok(endpoint) if !endpoint.is_empty() => endpoint,
         _ if std::env::var(SKIP_ENV).as_deref() == Ok("1") => {
@@ -47,10 +61,8 @@ pub async fn moto_clients() -> Option<AwsClients> {
         region: Some("us-west-2".into()),
         endpoint_url: Some(endpoint),
         static_credentials: Some(Credentials::new("testing", "testing", None, None, "moto")),
-        // moto answers from one Python thread shared by every test of the binary; a paginated
-        // DescribeInstanceTypes alone takes seconds on a loaded machine.
-        operation_timeout: std::time::Duration::from_secs(120),
-        attempt_timeout: std::time::Duration::from_secs(60),
+        operation_timeout,
+        attempt_timeout,
         ..ClientOptions::default()
     };
     Some(AwsClients::load(&options).await.expect("clients for moto"))

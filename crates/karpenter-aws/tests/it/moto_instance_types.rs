@@ -11,17 +11,21 @@ use karpenter_core::clock::FakeClock;
 
 use crate::harness::moto_clients;
 
-fn al2023() -> EC2NodeClass {
+fn node_class(alias: &str) -> EC2NodeClass {
     EC2NodeClass::new(
         "default",
         EC2NodeClassSpec {
             ami_selector_terms: vec![AmiSelectorTerm {
-                alias: Some("al2023@latest".to_string()),
+                alias: Some(alias.to_string()),
                 ..Default::default()
             }],
             ..Default::default()
         },
     )
+}
+
+fn al2023() -> EC2NodeClass {
+    node_class("al2023@latest")
 }
 
 #[tokio::test]

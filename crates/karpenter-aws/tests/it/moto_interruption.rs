@@ -13,7 +13,7 @@ use karpenter_core::clock::FakeClock;
 use karpenter_testapi::TestApiServer;
 use tokio::sync::watch;
 
-use crate::harness::{moto_clients, unique_cluster};
+use crate::harness::{moto_clients, moto_clients_with_timeouts, unique_cluster};
 
 fn node_claim(name: &str, instance_id: &str) -> NodeClaim {
     serde_json::from_value(serde_json::json!({
@@ -214,4 +214,33 @@ async fn malformed_messages_are_deleted_and_the_loop_keeps_going() {
         .await
         .unwrap();
     assert!(left.messages().is_empty(), "{:?}", left.messages());
+}
+
+#[tokio::test]
+async fn an_empty_queue_long_polls_past_the_clients_attempt_timeout() {
+    // Clients whose attempts time out (1 s) before the long poll ends (2 s): as the binary's
+    // defaults (10 s per attempt, 20 s long poll), scaled down.
+    let Some(clients) =
+        moto_clients_with_timeouts(Duration::from_secs(3), Duration::from_secs(1)).await
+    else {
+        return;
+    };
+    let queue_name = unique_cluster("interruption-empty");
+    queue(&clients, &queue_name).await;
+    let server = TestApiServer::new();
+    let clock = Arc::new(FakeClock::default());
+    let unavailable = UnavailableOfferings::new(clock.clone());
+    let mut consumer = consumer(&clients, &queue_name, &unavailable, clock).await;
+    consumer.wait_time_seconds = 2;
+    let started = std::time::Instant::now();
+    let outcomes = consumer.poll_once(&server.client()).await;
+    assert!(
+        matches!(&outcomes, Ok(o) if o.is_empty()),
+        "an empty long poll is not an error: {outcomes:?}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "the poll waited for messages: {:?}",
+        started.elapsed()
+    );
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use karpenter_aws::interruption::consumer::{InterruptionConsumer, run_interruption};
+use karpenter_aws::interruption::consumer::{InterruptionConsumer, run_interruption_when_leading};
 use karpenter_aws::nodeclass::NodeClassTimings;
 use karpenter_aws::pricing::PricingUpdater;
 use karpenter_aws::provider::{StartOptions, ca_bundle_from_der};
@@ -121,16 +121,10 @@ pub async fn provider(
         .await
         .with_context(|| format!("INTERRUPTION_QUEUE {queue:?}"))?;
         tasks.push(ProviderTask::new("interruption", move |cx| {
-            let mut leadership = cx.leadership;
-            let mut shutdown = cx.shutdown;
-            async move {
-                // Only the leader consumes the queue (a message is handled once).
-                tokio::select! {
-                    _ = shutdown.wait_for(|stop| *stop) => return,
-                    led = leadership.wait_for(|leading| *leading) => if led.is_err() { return },
-                }
-                run_interruption(consumer, cx.client, shutdown).await;
-            }
+            // Upstream's karpenter_interruption_* metrics, on /metrics from the start.
+            cx.metrics
+                .register_provider_metrics(|registry| consumer.metrics.register(registry));
+            run_interruption_when_leading(consumer, cx.client, cx.leadership, cx.shutdown)
         }));
     }
     Ok((aws.provider, tasks))

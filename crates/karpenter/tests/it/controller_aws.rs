@@ -1,7 +1,8 @@
 //! `karpenter controller --cloud-provider aws`, the real binary: a clear error and a non-zero exit
 //! when the cluster name, the region or the credentials are missing; against moto (started by
 //! `./scripts/test.sh`, `KARPENTER_TEST_AWS_ENDPOINT`) and the test API server it makes an
-//! EC2NodeClass Ready, the endpoint, CIDR and version discovered through `eks:DescribeCluster`.
+//! EC2NodeClass Ready, the endpoint, CIDR and version discovered through `eks:DescribeCluster`;
+//! with `INTERRUPTION_QUEUE` it consumes the queue and serves upstream's interruption metrics.
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -120,6 +121,15 @@ async fn the_aws_controller_makes_an_ec2nodeclass_ready_on_moto() {
         .send()
         .await
         .unwrap();
+    let queue_url = clients
+        .sqs
+        .create_queue()
+        .queue_name(&cluster)
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
     let role = format!("KarpenterNodeRole-{cluster}");
     clients
         .iam
@@ -180,6 +190,7 @@ async fn the_aws_controller_makes_an_ec2nodeclass_ready_on_moto() {
         .args(["--log-format", "text"])
         .env_clear()
         .env("CLUSTER_NAME", &cluster)
+        .env("INTERRUPTION_QUEUE", &cluster)
         .env("AWS_REGION", "us-west-2")
         .env("AWS_ACCESS_KEY_ID", "testing")
         .env("AWS_SECRET_ACCESS_KEY", "testing")
@@ -207,6 +218,27 @@ async fn the_aws_controller_makes_an_ec2nodeclass_ready_on_moto() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    // The interruption task consumes the queue: a malformed message is counted and deleted, and
+    // upstream's metrics are on /metrics.
+    let metrics_port: u16 = metrics_port.parse().unwrap();
+    let mut metrics = String::new();
+    if ready.is_some() {
+        clients
+            .sqs
+            .send_message()
+            .queue_url(&queue_url)
+            .message_body("not an EventBridge event")
+            .send()
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline
+            && !metrics.contains("karpenter_interruption_deleted_messages_total 1")
+        {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            metrics = crate::controller_e2e::scrape(metrics_port).unwrap_or_default();
+        }
+    }
     let _ = child.kill();
     let _ = child.wait();
     let Some(ready) = ready else {
@@ -230,4 +262,16 @@ async fn the_aws_controller_makes_an_ec2nodeclass_ready_on_moto() {
             .unwrap_or_default()
             .contains(&"karpenter.k8s.aws/termination".to_string())
     );
+    for line in [
+        "karpenter_interruption_received_messages_total{message_type=\"parse_error\"} 1",
+        "karpenter_interruption_deleted_messages_total 1",
+        "# TYPE karpenter_interruption_message_queue_duration_seconds histogram",
+        "karpenter_interruption_message_queue_duration_seconds_count 1",
+    ] {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            metrics.contains(line),
+            "{line} not on /metrics:\n{metrics}\n--- controller log ---\n{log}"
+        );
+    }
 }

@@ -131,7 +131,7 @@ fn ledger_instances(server: &TestApiServer) -> Option<usize> {
 }
 
 /// `GET /metrics` over plain HTTP/1.0.
-fn scrape(port: u16) -> std::io::Result<String> {
+pub(crate) fn scrape(port: u16) -> std::io::Result<String> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
