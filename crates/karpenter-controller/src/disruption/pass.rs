@@ -107,7 +107,7 @@ pub async fn provider_drift(ctx: &Context) -> ProviderDrift {
 pub fn decide_now(ctx: &Context, types: &InstanceTypes, drift: &ProviderDrift) -> Pass {
     let state = ctx.state.read();
     let scheduler = scheduler_options(&ctx.settings);
-    let options = DisruptionOptions::default();
+    let options = DisruptionOptions::from_gates(&ctx.settings.feature_gates);
     let input = DisruptionInput {
         state: &state,
         instance_types: types,
@@ -141,7 +141,7 @@ pub fn validate_now(
 ) -> Result<(), BlockReason> {
     let state = ctx.state.read();
     let scheduler = scheduler_options(&ctx.settings);
-    let options = DisruptionOptions::default();
+    let options = DisruptionOptions::from_gates(&ctx.settings.feature_gates);
     let input = DisruptionInput {
         state: &state,
         instance_types: types,
