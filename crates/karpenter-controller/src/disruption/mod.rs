@@ -165,7 +165,9 @@ async fn tick(
     }
     let started = std::time::Instant::now();
     let decided = pass::decide_now(ctx, &types, &drift);
-    pass::record_metrics(ctx, &decided, &types, started.elapsed());
+    for event in pass::record_metrics(ctx, &decided, &types, started.elapsed()) {
+        ctx.events.publish(event).await;
+    }
     blocked.publish(ctx, &decided.blocked).await;
     let Some(method) = decided.method else {
         return (outcome, wait);
