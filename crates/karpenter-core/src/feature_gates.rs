@@ -162,6 +162,15 @@ mod tests {
     }
 
     #[test]
+    fn spot_to_spot_reaches_the_disruption_options() {
+        use crate::disruption::DisruptionOptions;
+        let off = DisruptionOptions::from_gates(&FeatureGates::default());
+        assert!(!off.spot_to_spot_consolidation);
+        let on = FeatureGates::parse("SpotToSpotConsolidation=true").unwrap();
+        assert!(DisruptionOptions::from_gates(&on).spot_to_spot_consolidation);
+    }
+
+    #[test]
     fn unknown_names_and_non_bools_are_errors_naming_the_gate() {
         let unknown = FeatureGates::parse("NodeRepair=true,Drift=true").unwrap_err();
         assert_eq!(

@@ -299,3 +299,57 @@ fn bench_disruption_reports_a_pass_over_a_small_cluster() {
     assert!(report["consolidatableNodes"].as_u64().unwrap() <= 20);
     assert!(report.get("peakRssKib").is_some());
 }
+
+/// The underutilized example with every node and requirement on spot instead of on-demand.
+fn spot_example() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("disruption-spot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let yaml =
+        std::fs::read_to_string(repo().join("examples/disruption-underutilized/cluster.yaml"))
+            .unwrap()
+            .replace("on-demand", "spot");
+    std::fs::write(dir.join("cluster.yaml"), yaml).unwrap();
+    dir
+}
+
+#[test]
+fn spot_to_spot_consolidation_waits_for_its_feature_gate() {
+    let example = spot_example();
+    let example = example.to_str().unwrap();
+    let without = simulate(example, &[]);
+    assert!(
+        commands(&without).iter().all(|c| c["decision"] == "delete"),
+        "no spot replaces spot without the gate: {without:#}"
+    );
+    let with = simulate(
+        example,
+        &["--feature-gates", "SpotToSpotConsolidation=true"],
+    );
+    let replaced = commands(&with)
+        .iter()
+        .find(|c| c["decision"] == "replace")
+        .unwrap_or_else(|| panic!("a spot-to-spot replace with the gate: {with:#}"));
+    for replacement in replaced["replacements"].as_array().unwrap() {
+        assert_eq!(replacement["capacityType"], "spot");
+    }
+    assert!(after_cost(&with) < after_cost(&without));
+
+    let output = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .args([
+            "simulate",
+            "--disruption",
+            "--feature-gates",
+            "Spot=true",
+            "-f",
+            example,
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("unrecognized feature gate \"Spot\""),
+        "{stderr}"
+    );
+}
