@@ -125,7 +125,13 @@ pub fn plan_repairs(state: &ClusterState, policies: &[RepairPolicy], now: Timest
     for node in state.nodes() {
         let sick = usize::from(unhealthy(node, policies));
         let pool = node.labels().get(NODEPOOL_LABEL).map(String::as_str);
-        for key in [pool, None] {
+        // Every node counts for the cluster, and for its pool when it has one.
+        let keys = if pool.is_some() {
+            vec![pool, None]
+        } else {
+            vec![None]
+        };
+        for key in keys {
             let entry = counts.entry(key).or_default();
             entry.0 = entry.0.saturating_add(1);
             entry.1 = entry.1.saturating_add(sick);
