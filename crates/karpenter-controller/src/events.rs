@@ -35,6 +35,7 @@ pub const REASON_CONSOLIDATION_CANDIDATE: &str = "ConsolidationCandidate";
 pub const REASON_DISRUPTION_LAUNCHING: &str = "DisruptionLaunching";
 pub const REASON_DISRUPTION_WAITING_READINESS: &str = "DisruptionWaitingReadiness";
 pub const REASON_DISRUPTION_TERMINATING: &str = "DisruptionTerminating";
+pub const REASON_NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
 
 const COMPONENT: &str = "karpenter";
 const KEEP_IN_MEMORY: usize = 1000;

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use karpenter_core::feature_gates::FeatureGates;
 use karpenter_core::scheduling::{MinValuesPolicy, PreferencePolicy};
 
 use crate::Error;
@@ -51,6 +52,8 @@ pub struct Settings {
     pub min_values_policy: MinValuesPolicy,
     /// How often NodePool status (resources, nodes, readiness) is recomputed.
     pub nodepool_status_period: Duration,
+    /// `FEATURE_GATES` (upstream's defaults: only `ReservedCapacity` on).
+    pub feature_gates: FeatureGates,
 }
 
 impl Default for Settings {
@@ -74,6 +77,7 @@ impl Default for Settings {
             preference_policy: PreferencePolicy::Respect,
             min_values_policy: MinValuesPolicy::Strict,
             nodepool_status_period: Duration::from_secs(5),
+            feature_gates: FeatureGates::default(),
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod clock;
 pub mod cloud_provider;
 pub mod disruption;
 pub mod drain;
+pub mod feature_gates;
 pub mod instance_type;
 pub mod node;
 pub mod nodeclaim_lifecycle;

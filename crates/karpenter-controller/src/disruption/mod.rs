@@ -1,8 +1,9 @@
 //! The disruption loop on the cluster (issue 10, karpenter-core §4): the leader, every
 //! [`POLL_PERIOD`] once the state is synced,
 //! 1. cleans what an unfinished command left (disrupted taint, `DisruptionReason` condition);
-//! 2. deletes expired NodeClaims ([`expiration`], forceful, no budgets);
-//! 3. writes the `Consolidatable` condition where it changed ([`conditions`]);
+//! 2. deletes expired NodeClaims ([`expiration`], forceful, no budgets) and, with the
+//!    `NodeRepair` gate, those of nodes unhealthy past the provider's toleration ([`repair`]);
+//! 3. writes the `Consolidatable` and `Drifted` conditions where they changed ([`conditions`]);
 //! 4. unless the provisioner has work (pending pods, NodeClaims not initialized), runs one pass
 //!    of the pure [`karpenter_core::disruption::decide`] ([`pass`]), publishes its events and
 //!    metrics, waits [`pass::VALIDATION_DELAY`] and re-validates consolidation commands, and
@@ -15,6 +16,7 @@ pub mod conditions;
 pub mod expiration;
 pub mod pass;
 pub mod queue;
+pub mod repair;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -96,6 +98,7 @@ impl InFlight {
 pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     let mut in_flight = InFlight::default();
     let mut blocked = pass::BlockedEvents::default();
+    let mut holds = repair::RepairHolds::default();
     let mut leadership = ctx.leadership();
     let mut next = tokio::time::Instant::now();
     loop {
@@ -118,7 +121,7 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
             }
             () = tokio::time::sleep_until(next) => {
                 let wait = if ctx.is_leader() && ctx.state.read().synced() {
-                    let (outcome, wait) = tick(&ctx, &mut in_flight, &mut blocked, &mut shutdown).await;
+                    let (outcome, wait) = tick(&ctx, &mut in_flight, &mut blocked, &mut holds, &mut shutdown).await;
                     if outcome.started > 0 {
                         tracing::debug!(?outcome, "disruption pass");
                     }
@@ -138,28 +141,33 @@ async fn tick(
     ctx: &Arc<Context>,
     in_flight: &mut InFlight,
     blocked: &mut pass::BlockedEvents,
+    holds: &mut repair::RepairHolds,
     shutdown: &mut watch::Receiver<bool>,
 ) -> (TickOutcome, Duration) {
     let mut outcome = TickOutcome::default();
     in_flight.forget_removed(ctx);
     queue::clean_leftovers(ctx).await;
     let next_expiry = expiration::delete_expired(ctx).await;
+    let next_repair = repair::repair_unhealthy(ctx, holds).await;
     let mut wait = POLL_PERIOD;
-    if let Some(at) = next_expiry {
+    for at in [next_expiry, next_repair].into_iter().flatten() {
         let until = at.duration_since(ctx.now()).unsigned_abs();
         wait = wait.min(until.max(Duration::from_millis(100)));
     }
     let types = pass::instance_types(ctx).await;
+    let drift = pass::provider_drift(ctx).await;
     conditions::update_consolidatable(ctx, &types).await;
+    conditions::update_drifted(ctx, &drift).await;
     if let Some(why) = pass::busy_provisioning(ctx) {
         tracing::debug!(reason = %why, "waiting for provisioning before disrupting");
         outcome.skipped = Some(why);
         return (outcome, wait);
     }
-    let drift = pass::provider_drift(ctx).await;
     let started = std::time::Instant::now();
     let decided = pass::decide_now(ctx, &types, &drift);
-    pass::record_metrics(ctx, &decided, &types, started.elapsed());
+    for event in pass::record_metrics(ctx, &decided, &types, started.elapsed()) {
+        ctx.events.publish(event).await;
+    }
     blocked.publish(ctx, &decided.blocked).await;
     let Some(method) = decided.method else {
         return (outcome, wait);

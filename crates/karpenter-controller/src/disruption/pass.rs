@@ -107,7 +107,7 @@ pub async fn provider_drift(ctx: &Context) -> ProviderDrift {
 pub fn decide_now(ctx: &Context, types: &InstanceTypes, drift: &ProviderDrift) -> Pass {
     let state = ctx.state.read();
     let scheduler = scheduler_options(&ctx.settings);
-    let options = DisruptionOptions::default();
+    let options = DisruptionOptions::from_gates(&ctx.settings.feature_gates);
     let input = DisruptionInput {
         state: &state,
         instance_types: types,
@@ -141,7 +141,7 @@ pub fn validate_now(
 ) -> Result<(), BlockReason> {
     let state = ctx.state.read();
     let scheduler = scheduler_options(&ctx.settings);
-    let options = DisruptionOptions::default();
+    let options = DisruptionOptions::from_gates(&ctx.settings.feature_gates);
     let input = DisruptionInput {
         state: &state,
         instance_types: types,
@@ -154,7 +154,14 @@ pub fn validate_now(
 }
 
 /// Metrics of a pass: evaluation time, eligible nodes per reason, allowed disruptions per pool.
-pub fn record_metrics(ctx: &Context, pass: &Pass, types: &InstanceTypes, elapsed: Duration) {
+/// Returns the NodePool `DisruptionBlocked` events of budgets that allow nothing (upstream
+/// publishes them while building the budget mapping; the events writer de-duplicates them).
+pub fn record_metrics(
+    ctx: &Context,
+    pass: &Pass,
+    types: &InstanceTypes,
+    elapsed: Duration,
+) -> Vec<EventRecord> {
     let method = pass.method.map_or("none", Method::as_str);
     ctx.metrics
         .disruption_evaluation_duration
@@ -181,6 +188,7 @@ pub fn record_metrics(ctx: &Context, pass: &Pass, types: &InstanceTypes, elapsed
             })
             .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
+    let mut events = Vec::new();
     for reason in DisruptionReason::ALL {
         for allowance in BudgetMapping::build(&state, reason, now).iter() {
             ctx.metrics
@@ -190,8 +198,22 @@ pub fn record_metrics(ctx: &Context, pass: &Pass, types: &InstanceTypes, elapsed
                     reason: reason.as_str().to_lowercase(),
                 })
                 .set(i64::from(allowance.allowed.min(i32::MAX as u32)));
+            if allowance.blocks_all()
+                && let Some(pool) = state.nodepool(&allowance.nodepool)
+            {
+                let message = format!(
+                    "No allowed disruptions for disruption reason {reason} due to blocking budget: {allowance}"
+                );
+                events.push(EventRecord::new(
+                    pool,
+                    EventType::Normal,
+                    REASON_DISRUPTION_BLOCKED,
+                    message,
+                ));
+            }
         }
     }
+    events
 }
 
 /// `ConsolidationCandidate` on the candidates of consolidation commands, with the estimated

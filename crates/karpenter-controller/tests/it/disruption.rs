@@ -140,6 +140,19 @@ async fn a_zero_budget_blocks_voluntary_disruption_and_says_so() {
             .any(|e| e.involved.kind.as_deref() == Some("NodeClaim")),
         "the NodeClaim carries it too"
     );
+    // The NodePool says why as a whole (upstream's budget-blocked event), once per reason.
+    let on_pool: Vec<_> = blocked
+        .iter()
+        .filter(|e| e.involved.kind.as_deref() == Some("NodePool"))
+        .collect();
+    for reason in ["Empty", "Drifted", "Underutilized"] {
+        assert!(
+            on_pool.iter().any(|e| e.message.starts_with(&format!(
+                "No allowed disruptions for disruption reason {reason} due to blocking budget"
+            )) && e.message.contains("nodes: 0")),
+            "{on_pool:?}"
+        );
+    }
     assert!(controller.ctx.metrics.encode().contains(
         r#"karpenter_nodepools_allowed_disruptions{nodepool="default",reason="empty"} 0"#
     ));

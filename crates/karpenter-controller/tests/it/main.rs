@@ -14,6 +14,7 @@ mod load;
 mod pipeline_parity;
 mod provisioning;
 mod provisioning_core;
+mod repair;
 mod restart;
 mod sim_cluster;
 mod sim_kubelet;

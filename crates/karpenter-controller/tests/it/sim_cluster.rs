@@ -132,9 +132,19 @@ impl SimCluster {
     }
 
     pub async fn start_controller_with(&self, solver: Arc<dyn Solver>) -> RunningController {
+        self.start_controller_with_settings(solver, Settings::default())
+            .await
+    }
+
+    /// A controller replica (leader at once) with these settings (e.g. feature gates).
+    pub async fn start_controller_with_settings(
+        &self,
+        solver: Arc<dyn Solver>,
+        settings: Settings,
+    ) -> RunningController {
         let settings = Settings {
             disable_leader_election: true,
-            ..Settings::default()
+            ..settings
         };
         let (ctx, batcher) = Context::new(
             self.client.clone(),

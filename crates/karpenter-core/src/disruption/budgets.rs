@@ -169,6 +169,14 @@ impl BudgetAllowance {
         }
     }
 
+    /// The pool has nodes but its budgets allow none of them to be disrupted for the reason,
+    /// whatever is in flight (an active `nodes: 0`-like budget, or an invalid one): upstream's
+    /// condition for the NodePool's `DisruptionBlocked` event.
+    pub fn blocks_all(&self) -> bool {
+        self.count.nodes > 0
+            && (!self.errors.is_empty() || self.binding.as_ref().is_some_and(|b| b.limit == 0))
+    }
+
     /// No active budget limits this reason and none is invalid.
     pub fn is_unlimited(&self) -> bool {
         self.errors.is_empty() && self.binding.is_none()

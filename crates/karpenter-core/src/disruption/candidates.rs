@@ -209,6 +209,15 @@ pub enum BlockReason {
     },
     /// Spot-to-spot replacement with the feature gate off.
     SpotToSpotDisabled,
+    /// The `Balanced` policy of the NodePool finds the move not worth its disruption.
+    BalancedScoreTooLow {
+        nodepool: String,
+        score: f64,
+        savings: f64,
+        pool_cost: f64,
+        move_disruption: f64,
+        pool_disruption: f64,
+    },
     /// Single-node spot-to-spot needs at least 15 cheaper spot options.
     SpotToSpotTooFewOptions(usize),
     /// Drift: an earlier command of the same pass moves pods onto this node; it waits for the
@@ -295,6 +304,18 @@ impl fmt::Display for BlockReason {
             Self::SpotToSpotDisabled => write!(
                 f,
                 "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node"
+            ),
+            Self::BalancedScoreTooLow {
+                nodepool,
+                score,
+                savings,
+                pool_cost,
+                move_disruption,
+                pool_disruption,
+            } => write!(
+                f,
+                "NodePool {nodepool:?} has consolidation policy Balanced: saving ${savings:.4}/h of ${pool_cost:.4}/h for disruption {move_disruption:.1} of {pool_disruption:.1} scores {score:.2} < {:.2}",
+                super::balanced::BALANCED_THRESHOLD
             ),
             Self::SpotToSpotTooFewOptions(n) => write!(
                 f,

@@ -155,6 +155,15 @@ pub struct DisruptionOptions {
     pub spot_to_spot_consolidation: bool,
 }
 
+impl DisruptionOptions {
+    /// The options the feature gates call for (the controller and `simulate` alike).
+    pub fn from_gates(gates: &crate::feature_gates::FeatureGates) -> Self {
+        DisruptionOptions {
+            spot_to_spot_consolidation: gates.spot_to_spot_consolidation,
+        }
+    }
+}
+
 /// Everything one pass reads. Pure: the caller brings the state, the instance types it
 /// resolved per NodePool (as the provisioner does), the policies and the instant.
 #[derive(Clone, Copy, Debug)]

@@ -7,8 +7,8 @@
 //! multi-node binary-searches prefixes of at most [`MAX_MULTI_CANDIDATES`] candidates. Each
 //! evaluation is one simulation over the pass's shared scheduler input ([`Simulator`]).
 //!
-//! The `Balanced` policy's scoring (§4.9) is not implemented: such pools consolidate like
-//! `WhenEmptyOrUnderutilized`.
+//! Moves touching a NodePool with the `Balanced` policy must also pass its score (§4.9,
+//! [`super::balanced`]).
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
@@ -319,6 +319,7 @@ pub fn compute<'c>(
     let new_claims = simulation.new_node_claims();
     let claim = match new_claims {
         [] => {
+            super::balanced::approve(input, candidates, price)?;
             return Ok(Command {
                 method,
                 reason: DisruptionReason::Underutilized,
@@ -332,6 +333,7 @@ pub fn compute<'c>(
     };
     let single = method == Method::SingleNodeConsolidation;
     let (replacement, cheapest) = cheaper_replacement(input, candidates, claim, price, single)?;
+    super::balanced::approve(input, candidates, price - cheapest)?;
     let pool = input
         .state
         .nodepool(&replacement.node_pool)

@@ -5,15 +5,18 @@
 //! - [`candidates`]: every node that could be disrupted, or the reason it cannot;
 //! - [`emptiness`]: empty candidates past `consolidateAfter`, within budgets;
 //! - [`expiration`]: when a NodeClaim's `expireAfter` runs out (forceful, no budgets);
+//! - [`repair`]: nodes unhealthy past the provider's toleration (forceful, capped at 20 %);
 //! - [`drift`]: NodeClaims drifted from their NodePool or NodeClass, replaced within budgets;
 //! - [`consolidation`]: single- and multi-node consolidation (delete, or replace by one cheaper
 //!   node), over [`simulate`]'s one-conversion-per-pass scheduling simulation;
+//! - [`balanced`]: the `Balanced` policy's score, which consolidation moves of such pools need;
 //! - [`validate`]: re-checks a command against a fresh state before it runs;
 //! - [`command`]: the vocabulary shared with the controller's orchestration queue and
 //!   `simulate --disruption` ([`Command`], [`Pass`], [`DisruptionInput`]);
 //! - [`decide`]: one pass of the loop — the methods in upstream's order, the first that finds
 //!   work wins.
 
+pub mod balanced;
 pub mod budgets;
 pub mod candidates;
 pub mod command;
@@ -21,6 +24,7 @@ pub mod consolidation;
 pub mod drift;
 pub mod emptiness;
 pub mod expiration;
+pub mod repair;
 pub mod simulate;
 pub mod validate;
 

@@ -15,6 +15,7 @@ use karpenter_controller::settings::{BATCH_DURATION_RANGE, LogFormat, parse_dura
 use karpenter_controller::{Context, Settings, TokioClock};
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::CloudProvider;
+use karpenter_core::feature_gates::FeatureGates;
 use karpenter_sim::cluster::{LedgerError, SimCloud, SimKubeletOptions};
 
 use super::controller_aws::{self, AwsArgs};
@@ -36,6 +37,11 @@ pub enum LogFormatArg {
 /// value can overflow the batcher's deadlines later. clap names the flag in the error.
 fn batch_duration(name: &'static str) -> impl Fn(&str) -> Result<Duration, String> + Clone {
     move |raw| parse_duration_in(name, raw, &BATCH_DURATION_RANGE).map_err(|e| e.to_string())
+}
+
+/// Parses `--feature-gates` / `FEATURE_GATES` at start-up; the error names the gate.
+pub fn feature_gates(raw: &str) -> Result<FeatureGates, String> {
+    FeatureGates::parse(raw).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, clap::Args)]
@@ -90,6 +96,10 @@ pub struct Args {
     /// Refuse (`Strict`) or lower (`BestEffort`) a NodeClaim's unmet `minValues`.
     #[arg(long, env = "MIN_VALUES_POLICY", value_enum, default_value = "Strict")]
     pub min_values_policy: MinValuesPolicyArg,
+    /// Upstream's feature gates, e.g. `NodeRepair=true,SpotToSpotConsolidation=true`; unnamed
+    /// gates keep their defaults.
+    #[arg(long, env = "FEATURE_GATES", default_value = "", value_parser = feature_gates)]
+    pub feature_gates: FeatureGates,
     /// Region of the `sim` provider's embedded catalogue.
     #[arg(long, env = "SIM_REGION", default_value = "us-east-1")]
     pub sim_region: String,
@@ -126,6 +136,7 @@ impl Args {
             cpu_requests: self.cpu_requests,
             preference_policy: self.preference_policy.into(),
             min_values_policy: self.min_values_policy.into(),
+            feature_gates: self.feature_gates,
             ..Settings::default()
         };
         settings.validate()?;

@@ -5,6 +5,7 @@ use anyhow::Context;
 use comfy_table::{Cell, CellAlignment};
 use jiff::{SignedDuration, Timestamp};
 use karpenter_api::v1::NillableDuration;
+use karpenter_core::feature_gates::FeatureGates;
 use karpenter_core::scheduling::SchedulerOptions;
 use karpenter_sim::SimCloudProvider;
 use karpenter_sim::simulate::disruption::report::DisruptionReport;
@@ -27,6 +28,10 @@ pub struct DisruptionArgs {
     /// How much virtual time to run (Go duration, e.g. 24h, 90m).
     #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_duration, requires = "disruption")]
     pub until: SignedDuration,
+    /// Upstream's feature gates, as `karpenter controller` takes them (e.g.
+    /// `SpotToSpotConsolidation=true`).
+    #[arg(long, default_value = "", value_parser = super::controller::feature_gates, requires = "disruption")]
+    pub feature_gates: FeatureGates,
 }
 
 fn parse_duration(raw: &str) -> Result<SignedDuration, String> {
@@ -48,6 +53,7 @@ pub fn run(
         now: args.now.unwrap_or_else(Timestamp::now),
         until: args.until,
         max_steps: karpenter_sim::simulate::disruption::MAX_STEPS,
+        feature_gates: args.feature_gates,
     };
     let disruption = simulate_disruption(manifests, provider, options, outcome, settings)
         .context("simulate --disruption")?;

@@ -54,6 +54,39 @@ fn out_of_range_batch_durations_are_rejected_with_the_flag_named() {
     assert!(stderr.contains("BATCH_MAX_DURATION"), "{stderr}");
 }
 
+#[test]
+fn unknown_or_non_bool_feature_gates_stop_the_start_naming_the_gate() {
+    for (value, why) in [
+        (
+            "NodeRepair=true,Drift=true",
+            "unrecognized feature gate \"Drift\"",
+        ),
+        ("NodeRepair=maybe", "for feature gate NodeRepair"),
+    ] {
+        let out = controller_with(&["--feature-gates", value, "--kubeconfig", "/nonexistent"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{value}: {stderr}");
+        assert!(stderr.contains("--feature-gates"), "{value}: {stderr}");
+        assert!(stderr.contains(why), "{value}: {stderr}");
+    }
+    // The chart's value (every gate spelled out) is accepted: the start goes on to the
+    // kubeconfig, which is what fails here.
+    let chart = "NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=false,\
+                 NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false";
+    let out = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .args(["controller", "--kubeconfig", "/nonexistent"])
+        .env_clear()
+        .env("FEATURE_GATES", chart)
+        .env("HEALTH_PROBE_PORT", "0")
+        .env("METRICS_PORT", "0")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("feature gate"), "{stderr}");
+    assert!(stderr.contains("/nonexistent"), "{stderr}");
+}
+
 struct Killed(Child);
 
 impl Drop for Killed {

@@ -299,3 +299,73 @@ fn bench_disruption_reports_a_pass_over_a_small_cluster() {
     assert!(report["consolidatableNodes"].as_u64().unwrap() <= 20);
     assert!(report.get("peakRssKib").is_some());
 }
+
+/// The underutilized example with every node and requirement on spot instead of on-demand.
+fn spot_example() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("disruption-spot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let yaml =
+        std::fs::read_to_string(repo().join("examples/disruption-underutilized/cluster.yaml"))
+            .unwrap()
+            .replace("on-demand", "spot");
+    std::fs::write(dir.join("cluster.yaml"), yaml).unwrap();
+    dir
+}
+
+#[test]
+fn spot_to_spot_consolidation_waits_for_its_feature_gate() {
+    // Two spot m5.2xlarge: one goes (its pods fit on the other) either way; the last one could
+    // only be replaced spot-to-spot, which needs the gate, then 15 cheaper options (the pool
+    // allows 3 types).
+    let example = spot_example();
+    let example = example.to_str().unwrap();
+    let reasons = |json: &Value| -> Vec<String> {
+        json["disruption"]["blocked"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["reason"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let without = simulate(example, &[]);
+    assert!(
+        reasons(&without)
+            .iter()
+            .any(|r| r.contains("SpotToSpotConsolidation is disabled")),
+        "{without:#}"
+    );
+    let with = simulate(
+        example,
+        &["--feature-gates", "SpotToSpotConsolidation=true"],
+    );
+    let with_reasons = reasons(&with);
+    assert!(
+        with_reasons.iter().any(
+            |r| r.contains("SpotToSpotConsolidation requires 15 cheaper instance type options")
+        ),
+        "{with:#}"
+    );
+    assert!(
+        !with_reasons.iter().any(|r| r.contains("is disabled")),
+        "{with:#}"
+    );
+
+    let output = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .args([
+            "simulate",
+            "--disruption",
+            "--feature-gates",
+            "Spot=true",
+            "-f",
+            example,
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("unrecognized feature gate \"Spot\""),
+        "{stderr}"
+    );
+}

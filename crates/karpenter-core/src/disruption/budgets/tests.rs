@@ -99,6 +99,20 @@ fn nodes_zero_blocks_every_reason() {
 }
 
 #[test]
+fn only_a_budget_allowing_nothing_for_a_pool_with_nodes_blocks_all() {
+    let evaluate = |budgets: Vec<Budget>, count: PoolNodeCount| {
+        BudgetAllowance::evaluate(&pool("p", Some(budgets)), Empty, count, at(MONDAY_NOON))
+    };
+    assert!(evaluate(vec![budget("0")], nodes(3, 0)).blocks_all());
+    assert!(evaluate(vec![budget("0%")], nodes(3, 0)).blocks_all());
+    assert!(evaluate(vec![budget("not-a-number")], nodes(3, 0)).blocks_all());
+    // Nothing to disrupt, or nodes in flight using the budget up: not a blocking budget.
+    assert!(!evaluate(vec![budget("0")], nodes(0, 0)).blocks_all());
+    assert!(!evaluate(vec![budget("1")], nodes(3, 1)).blocks_all());
+    assert!(!evaluate(vec![for_reasons(budget("0"), &[Drifted])], nodes(3, 0)).blocks_all());
+}
+
+#[test]
 fn minimum_over_active_budgets_per_reason() {
     let budgets = vec![
         budget("5"),

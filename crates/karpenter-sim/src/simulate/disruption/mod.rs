@@ -52,6 +52,8 @@ pub struct DisruptionSettings {
     pub until: SignedDuration,
     /// Step cap (see [`MAX_STEPS`]).
     pub max_steps: usize,
+    /// `--feature-gates` (`SpotToSpotConsolidation` is the one the simulated methods read).
+    pub feature_gates: karpenter_core::feature_gates::FeatureGates,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -91,7 +93,7 @@ pub fn simulate_disruption(
         nodes: cluster.node_count(),
         hourly_cost: round6(cluster.hourly_cost()),
     };
-    let disruption_options = DisruptionOptions::default();
+    let disruption_options = DisruptionOptions::from_gates(&settings.feature_gates);
     let provider_drift = ProviderDrift::new();
     let mut commands: Vec<CommandReport> = Vec::new();
     let mut blocked: Vec<BlockedNode> = Vec::new();

@@ -27,6 +27,7 @@ fn run(
             now,
             until,
             max_steps,
+            feature_gates: Default::default(),
         },
     )
 }
