@@ -253,7 +253,18 @@ impl<'a> Simulator<'a> {
             }
             order.extend(range.clone());
         }
-        let pools: BTreeSet<String> = candidates.iter().map(|c| c.nodepool_name()).collect();
+        // Usage only matters against limits; summing it walks every node of the cluster.
+        let pools: BTreeSet<String> = candidates
+            .iter()
+            .filter(|c| {
+                c.nodepool
+                    .spec
+                    .limits
+                    .as_ref()
+                    .is_some_and(|l| !l.is_empty())
+            })
+            .map(|c| c.nodepool_name())
+            .collect();
         let usage: Vec<(String, ResourceList)> = pools
             .into_iter()
             .map(|pool| {

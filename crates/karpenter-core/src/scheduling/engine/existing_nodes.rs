@@ -35,6 +35,23 @@ impl Engine {
         node.reqs
             .compatible(&d.reqs, |_| false)
             .map_err(Reject::Requirements)?;
+        // A node's label names one domain per key: when a topology group allows the pod no
+        // place there, nothing below can (volume alternatives only narrow), so say so before
+        // copying the requirements for the full check.
+        for &(gid, selected) in &d.groups {
+            let key = self.topology.groups[gid].key;
+            if key == self.keys.hostname {
+                continue; // checked above
+            }
+            if let Some(r) = node.reqs.get(&key)
+                && r.operator() == crate::requirements::Operator::In
+                && !self
+                    .topology
+                    .allows_any(gid, selected, d.strict.get(&key), r.values())
+            {
+                return Err(Reject::Topology(gid));
+            }
+        }
         // Volume limits per CSI driver.
         for (driver, limit) in &node.volume_limits {
             let mut ids: HashSet<&String> = node

@@ -485,17 +485,24 @@ impl Engine {
         }
         self.topology.sort_domains(&self.interner);
         // Count pods already bound, for the groups just created (not inverse: recorded above).
+        // Each bound pod looks up the groups selecting it (by its labels) instead of every group
+        // trying every bound pod: groups × bound pods is quadratic when every pod to place
+        // brings its own group (consolidation prepares all the cluster's pods at once).
+        let index = SelectingIndex::new(&self.topology.groups);
+        let mut counted = vec![false; self.topology.groups.len()];
         for &gid in &new_groups {
-            let g = &self.topology.groups[gid];
-            if g.kind == GroupKind::InverseAntiAffinity {
+            counted[gid] = self.topology.groups[gid].kind != GroupKind::InverseAntiAffinity;
+        }
+        for (ni, bp) in bound {
+            if bp.terminating {
                 continue;
             }
-            let mut hits = Vec::new();
-            for (ni, bp) in bound {
-                if bp.terminating || !g.selects(bp.ns, &bp.labels) {
+            let node = &nodes[*ni];
+            for gid in index.selecting(&self.topology.groups, bp.ns, &bp.labels) {
+                if !counted[gid] {
                     continue;
                 }
-                let node = &nodes[*ni];
+                let g = &self.topology.groups[gid];
                 if !g.filter.matches(&node.reqs, &node.taints, &self.interner) {
                     continue;
                 }
@@ -506,15 +513,13 @@ impl Engine {
                         .get(&g.key)
                         .and_then(|r| r.values().first().copied())
                 };
-                hits.extend(domain.map(|d| (*ni, d)));
-            }
-            for (ni, d) in hits {
-                self.topology.groups[gid].record(d);
-                bound_counts[ni].push((gid, d));
+                if let Some(d) = domain {
+                    self.topology.groups[gid].record(d);
+                    bound_counts[*ni].push((gid, d));
+                }
             }
         }
         // Which groups select each pod.
-        let index = SelectingIndex::new(&self.topology.groups);
         for (pi, pod) in pods.iter().enumerate() {
             for gid in index.selecting(&self.topology.groups, pod.ns, &pod.labels) {
                 let g = &self.topology.groups[gid];
