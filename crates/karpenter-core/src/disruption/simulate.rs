@@ -60,18 +60,18 @@ struct Prepared<'a> {
 
 /// The outcome of one simulation.
 #[derive(Debug)]
-pub struct Simulation {
+pub struct Simulation<'a> {
     pub results: SchedulingResults,
     /// Index of the first candidate pod in the pods given to the scheduler (pods before it are
     /// pending or from already deleting nodes).
     pub first_candidate_pod: usize,
     /// Candidate pods that were simulated, in the order given to the scheduler.
-    pub candidate_pods: Vec<Pod>,
+    pub candidate_pods: Vec<&'a Pod>,
     /// Existing nodes (by name) that are not initialized yet.
     uninitialized: BTreeSet<String>,
 }
 
-impl Simulation {
+impl Simulation<'_> {
     /// The first candidate pod left without a place, with the scheduler's explanation.
     pub fn first_unplaced_candidate_pod(&self) -> Option<String> {
         self.results
@@ -194,7 +194,7 @@ impl<'a> Simulator<'a> {
     }
 
     /// Simulates the cluster without `candidates` (and without the committed ones).
-    pub fn run(&self, candidates: &[&Candidate<'a>]) -> Simulation {
+    pub fn run(&self, candidates: &[&Candidate<'a>]) -> Simulation<'a> {
         let removed: BTreeSet<String> = candidates
             .iter()
             .flat_map(|c| [c.name(), c.nodeclaim.name_any()])
@@ -229,7 +229,7 @@ impl<'a> Simulator<'a> {
         Simulation {
             results,
             first_candidate_pod,
-            candidate_pods: candidate_pods.into_iter().cloned().collect(),
+            candidate_pods,
             uninitialized,
         }
     }
@@ -240,7 +240,7 @@ impl<'a> Simulator<'a> {
         &self,
         candidates: &[&Candidate<'a>],
         removed: &BTreeSet<String>,
-    ) -> Option<Simulation> {
+    ) -> Option<Simulation<'a>> {
         if !self.committed.is_empty() {
             return None;
         }
@@ -276,7 +276,7 @@ impl<'a> Simulator<'a> {
         let candidate_pods = order[prepared.base..]
             .iter()
             .filter_map(|&i| prepared.what_if.pods().get(i))
-            .map(|p| (*p).clone())
+            .copied()
             .collect();
         let uninitialized = self
             .prepared
@@ -313,7 +313,10 @@ impl<'a> Simulator<'a> {
             if i < first {
                 self.base_pods.get(i).map(|p| (*p).clone())
             } else {
-                simulation.candidate_pods.get(i - first).cloned()
+                simulation
+                    .candidate_pods
+                    .get(i - first)
+                    .map(|p| (*p).clone())
             }
         };
         let placed: BTreeMap<&str, Vec<Pod>> = simulation

@@ -16,6 +16,8 @@ mod explain;
 mod finalize;
 mod limits;
 mod node_claims;
+mod node_domains;
+mod node_room;
 mod setup;
 mod solve;
 mod what_if;
@@ -206,6 +208,9 @@ struct Derived {
     strict: Reqs,
     /// (group, pod selected by it), all keys.
     groups: Vec<(usize, bool)>,
+    /// Per entry of `groups`: a spread group's global minimum for this pod (the topology does
+    /// not change while one attempt looks for a place, so it is computed once, not per node).
+    spread_min: Vec<Option<u32>>,
     /// The subset on the hostname key (cheap pre-check).
     hostname_groups: Vec<(usize, bool)>,
     tolerations: Vec<Toleration>,
@@ -249,6 +254,10 @@ struct Engine {
     /// Per resource, the least any queued pod requests: a NodeClaim without room for it can
     /// take no more pods and leaves the claim index, so later pods do not walk past it.
     smallest_request: ResVec,
+    /// Which nodes may still have room for a pod (skips the full ones without looking).
+    room: node_room::NodeRoom,
+    /// Which nodes lie in which topology domain (skips the domains a group rules out).
+    node_domains: node_domains::NodeDomains,
     next_hostname: Option<Sym>,
     hostname_counter: usize,
     keys: WellKnownKeys,

@@ -414,14 +414,33 @@ impl Topology {
         }
     }
 
+    /// The global minimum a spread group compares a domain's count against, for a pod whose
+    /// own requirement on the group's key is `pod_domains`; `None` for other kinds of group.
+    /// It changes only when a placement is recorded, so a caller that checks many nodes for
+    /// one pod computes it once (see [`allows_any`](Self::allows_any)).
+    pub fn spread_min(&self, gid: usize, pod_domains: Option<&Req>) -> Option<u32> {
+        let g = &self.groups[gid];
+        match g.kind {
+            GroupKind::Spread { min_domains, .. } => Some(self.spread_global_min(
+                g,
+                g.filter.tolerations.as_deref(),
+                pod_domains,
+                min_domains,
+            )),
+            _ => None,
+        }
+    }
+
     /// Allocation-free `allowed(..).is_some()` for a node whose requirement on the key is the
-    /// explicit `In` list `node_values`.
+    /// explicit `In` list `node_values`. `known_min` is [`spread_min`](Self::spread_min) for
+    /// the same pod when the caller has it (computed here otherwise).
     pub fn allows_any(
         &self,
         gid: usize,
         pod_selected: bool,
         pod_domains: Option<&Req>,
         node_values: &[Sym],
+        known_min: Option<u32>,
     ) -> bool {
         let g = &self.groups[gid];
         let self_count = u32::from(pod_selected);
@@ -430,8 +449,10 @@ impl Topology {
                 max_skew,
                 min_domains,
             } => {
-                let tolerations = g.filter.tolerations.as_deref();
-                let global_min = self.spread_global_min(g, tolerations, pod_domains, min_domains);
+                let global_min = known_min.unwrap_or_else(|| {
+                    let tolerations = g.filter.tolerations.as_deref();
+                    self.spread_global_min(g, tolerations, pod_domains, min_domains)
+                });
                 node_values
                     .iter()
                     .any(|d| (g.count(*d) + self_count).saturating_sub(global_min) <= max_skew)

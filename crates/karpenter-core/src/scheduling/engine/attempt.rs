@@ -40,6 +40,17 @@ impl Engine {
             .into_iter()
             .map(|g| (g, self.topology.groups[g].selects(pod.ns, &pod.labels)))
             .collect();
+        let spread_min = groups
+            .iter()
+            .map(|&(g, _)| {
+                let key = self.topology.groups[g].key;
+                if key == self.keys.hostname {
+                    None // hostname spreads count against zero (checked per node)
+                } else {
+                    self.topology.spread_min(g, strict.get(&key))
+                }
+            })
+            .collect();
         let hostname_groups = groups
             .iter()
             .copied()
@@ -62,6 +73,7 @@ impl Engine {
             reqs,
             strict,
             groups,
+            spread_min,
             hostname_groups,
             tolerations,
             pool_taint,

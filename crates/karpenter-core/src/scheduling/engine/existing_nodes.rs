@@ -38,7 +38,7 @@ impl Engine {
         // A node's label names one domain per key: when a topology group allows the pod no
         // place there, nothing below can (volume alternatives only narrow), so say so before
         // copying the requirements for the full check.
-        for &(gid, selected) in &d.groups {
+        for (&(gid, selected), &min) in d.groups.iter().zip(&d.spread_min) {
             let key = self.topology.groups[gid].key;
             if key == self.keys.hostname {
                 continue; // checked above
@@ -47,7 +47,7 @@ impl Engine {
                 && r.operator() == crate::requirements::Operator::In
                 && !self
                     .topology
-                    .allows_any(gid, selected, d.strict.get(&key), r.values())
+                    .allows_any(gid, selected, d.strict.get(&key), r.values(), min)
             {
                 return Err(Reject::Topology(gid));
             }
@@ -109,6 +109,7 @@ impl Engine {
             ));
         }
         node.remaining.sub_floor_zero(&pod.requests);
+        self.room.set(ni, Some(&node.remaining));
         node.host_ports.extend(pod.host_ports.iter().cloned());
         node.volumes.extend(pod.volumes.iter().cloned());
         node.placed.push(pod.index);

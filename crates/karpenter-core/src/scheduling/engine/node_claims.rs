@@ -8,16 +8,20 @@ impl Engine {
     /// signature: pool taints, and topology on the keys the requirements pin.
     pub(super) fn signature_precheck(&self, pool: usize, reqs: &Reqs, d: &Derived) -> bool {
         d.pool_taint[pool].is_none()
-            && d.groups.iter().all(|&(gid, sel)| {
-                let key = self.topology.groups[gid].key;
-                match reqs.get(&key) {
-                    // The merged requirement can only be narrower than the claim's explicit list.
-                    Some(r) if key != self.keys.hostname && r.operator() == Operator::In => self
-                        .topology
-                        .allows_any(gid, sel, d.strict.get(&key), r.values()),
-                    _ => true,
-                }
-            })
+            && d.groups
+                .iter()
+                .zip(&d.spread_min)
+                .all(|(&(gid, sel), &min)| {
+                    let key = self.topology.groups[gid].key;
+                    match reqs.get(&key) {
+                        // The merged requirement can only be narrower than the claim's explicit list.
+                        Some(r) if key != self.keys.hostname && r.operator() == Operator::In => {
+                            self.topology
+                                .allows_any(gid, sel, d.strict.get(&key), r.values(), min)
+                        }
+                        _ => true,
+                    }
+                })
     }
 
     /// Per-claim checks that need no allocation (the fast rejections within a signature).

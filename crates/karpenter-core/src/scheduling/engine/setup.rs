@@ -317,6 +317,8 @@ impl Engine {
             groups_of: Vec::new(),
             any_prefer_no_schedule,
             smallest_request: ResVec::default(),
+            room: super::node_room::NodeRoom::default(),
+            node_domains: super::node_domains::NodeDomains::default(),
             next_hostname: None,
             hostname_counter: 0,
             keys,
@@ -329,6 +331,15 @@ impl Engine {
         // Reorder nodes (bound pods reference node indices before reordering).
         let mut slots: Vec<Option<Node>> = nodes.into_iter().map(Some).collect();
         engine.nodes = node_order.iter().filter_map(|&i| slots[i].take()).collect();
+        let width = engine
+            .nodes
+            .iter()
+            .map(|n| n.remaining.0.len())
+            .max()
+            .unwrap_or(0);
+        engine.room =
+            super::node_room::NodeRoom::new(engine.nodes.iter().map(|n| &n.remaining), width);
+        engine.index_node_domains();
         engine
     }
 

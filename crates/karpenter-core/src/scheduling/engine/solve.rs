@@ -7,13 +7,32 @@ use super::*;
 impl Engine {
     /// Places the pod somewhere; on failure returns each NodePool's reason.
     fn add(&mut self, pod: &PendingPod, d: &Derived) -> Result<(), Vec<(usize, Reject)>> {
-        for ni in 0..self.nodes.len() {
-            if self.nodes[ni].gone {
-                continue;
+        // First fit in node order, skipping the nodes without room (and those taken away),
+        // and looking only in the domains the pod's topology allows when that is few nodes.
+        if let Some(shortlist) = self.topology_shortlist(d) {
+            for ni in shortlist {
+                if self.nodes[ni].gone || !self.room.fits_at(ni, &pod.requests) {
+                    continue;
+                }
+                if let Ok(reqs) = self.node_check(ni, pod, d) {
+                    self.node_add(ni, pod, reqs);
+                    return Ok(());
+                }
             }
-            if let Ok(reqs) = self.node_check(ni, pod, d) {
-                self.node_add(ni, pod, reqs);
-                return Ok(());
+        } else {
+            let mut from = 0;
+            while let Some(ni) = self.room.next_fit(from, &pod.requests) {
+                if ni >= self.nodes.len() {
+                    break;
+                }
+                from = ni + 1;
+                if self.nodes[ni].gone {
+                    continue;
+                }
+                if let Ok(reqs) = self.node_check(ni, pod, d) {
+                    self.node_add(ni, pod, reqs);
+                    return Ok(());
+                }
             }
         }
         // In-flight claims, fewest pods first (ties: oldest first). An anti-affinity on hostname

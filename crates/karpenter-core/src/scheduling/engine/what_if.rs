@@ -85,6 +85,7 @@ impl<P: Borrow<Pod>> WhatIf<P> {
         for (ni, remaining, host_ports, volumes) in engine.touched.take().unwrap_or_default() {
             let node = &mut engine.nodes[ni];
             node.remaining = remaining;
+            engine.room.set(ni, Some(&node.remaining));
             node.host_ports.truncate(host_ports);
             node.volumes.truncate(volumes);
             node.placed.clear();
@@ -112,6 +113,7 @@ impl Engine {
             return;
         }
         node.gone = true;
+        self.room.set(ni, None);
         for &(gid, d) in &node.bound_counts {
             if let Some(g) = self.topology.groups.get_mut(gid) {
                 g.unrecord(d);
@@ -131,6 +133,7 @@ impl Engine {
             return;
         }
         node.gone = false;
+        self.room.set(ni, Some(&node.remaining));
         for &(gid, d) in &node.bound_counts {
             if let Some(g) = self.topology.groups.get_mut(gid) {
                 g.record(d);
