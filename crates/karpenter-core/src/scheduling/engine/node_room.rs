@@ -83,7 +83,7 @@ impl NodeRoom {
         // Up, searching each right sibling on the way. A segment's maxima may come from
         // different nodes, so a search that finds no leaf goes on climbing.
         while segment > 1 {
-            if segment % 2 == 0
+            if segment.is_multiple_of(2)
                 && let Some(found) = self.search(segment + 1, requests)
             {
                 return Some(found);
