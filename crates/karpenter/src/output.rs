@@ -4,6 +4,7 @@
 //! formats and the house table style are decided here once; tests pin the bytes.
 
 use std::fmt::Display;
+use std::io::Write;
 
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use serde::Serialize;
@@ -26,9 +27,13 @@ pub fn line(line: &str) {
     println!("{line}");
 }
 
-/// Writes `value` to stdout as pretty JSON, with a final newline.
+/// Writes `value` to stdout as pretty JSON, with a final newline. Streamed: a plan of 200,000
+/// pods is ~50 MB of JSON, which as one string would cost more memory than the solve.
 pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
-    line(&serde_json::to_string_pretty(value)?);
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    serde_json::to_writer_pretty(&mut out, value)?;
+    out.write_all(b"\n")?;
+    out.flush()?;
     Ok(())
 }
 

@@ -38,7 +38,7 @@ use super::compile::{
     CompileContext, HostPort, PendingPod, PodInfo, compile_pending, compile_pod, namespace_labels,
     ports_conflict,
 };
-use super::intern::{CPU, FxMap, Interner, Key, Req, Reqs, ResVec, Sym};
+use super::intern::{CPU, FxMap, Interner, Key, MEMORY, Req, Reqs, ResVec, Sym};
 use super::topology::{Group, GroupKind, NodeFilter, SelectingIndex, Topology};
 use super::{
     ExistingNodePlacement, InstanceTypeOption, MinValuesPolicy, NewNodeClaim, PreferencePolicy,
@@ -175,6 +175,20 @@ struct Claim {
     capacity: ResVec,
     /// Its room class in the [`ClaimIndex`] (CPU left; see `claim_index`).
     room_class: u8,
+}
+
+impl Claim {
+    /// The (CPU, memory) it has left at most, which the [`ClaimIndex`] parks it by.
+    fn room(&self) -> claim_index::Room {
+        (
+            self.capacity
+                .get(CPU)
+                .saturating_sub(self.requests.get(CPU)),
+            self.capacity
+                .get(MEMORY)
+                .saturating_sub(self.requests.get(MEMORY)),
+        )
+    }
 }
 
 /// Per-pod group membership, computed once.

@@ -17,13 +17,32 @@
 //! the classes whose claims all have less than `r` left without looking at them (the order of
 //! the claims it does try is unchanged). A claim without room for the smallest queued pod is not
 //! in the index at all (see `Engine::claim_add`).
+//!
+//! Room classes are octaves, so a pod still walked the claims of its own class that had less
+//! CPU than it needs, and every claim whose memory was used up: at 100,000 pods ~1,500 claims
+//! per pod, growing with the claims. Claims that cannot hold the current pod's CPU or memory are
+//! therefore *parked* (kept aside by their room): when filed with less room than the current
+//! need, or when a pod walks one and finds it too full. A parked claim comes back when a pod
+//! needs no more CPU and memory than it has left ([`ClaimIndex::set_need`]). A pod never sees a
+//! parked claim and every parked claim is too full for it, so what a pod tries, and in which
+//! order, is unchanged. The queue is ordered by CPU then memory, largest first, so the need
+//! changes once per distinct request (plus retries), and a claim is parked at most once per
+//! placement or change of need: the walk no longer grows with the claims.
 
 use std::cmp::Reverse;
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::collections::BinaryHeap;
 use std::collections::btree_set;
 
 use super::super::intern::{FxMap, Reqs};
+
+/// A claim's room (or a pod's need) in (CPU millicores, memory bytes).
+pub(super) type Room = (i64, i64);
+
+fn fits(room: Room, need: Room) -> bool {
+    room.0 >= need.0 && room.1 >= need.1
+}
 
 /// The room class of `room` millicores (or any amount): its bit length, 0 for nothing left.
 pub(super) fn room_class(room: i64) -> u8 {
@@ -48,11 +67,29 @@ pub(super) struct Signature {
     classes: Vec<BTreeSet<(u32, u32)>>,
 }
 
-#[derive(Default)]
 pub(super) struct ClaimIndex {
     /// Per pool: requirements → signature id.
     ids: Vec<FxMap<Reqs, u32>>,
     signatures: Vec<Signature>,
+    /// The (CPU, memory) the pod being placed needs: claims with less room are parked.
+    need: Room,
+    /// Parked claims by CPU room, then memory room: (signature, room class, order key).
+    parked: BTreeMap<i64, BTreeMap<i64, Vec<(u32, u8, (u32, u32))>>>,
+    /// Parked claim → the room it is parked under.
+    parked_room: FxMap<u32, Room>,
+}
+
+impl Default for ClaimIndex {
+    fn default() -> Self {
+        ClaimIndex {
+            ids: Vec::new(),
+            signatures: Vec::new(),
+            // Nothing is parked until a pod says what it needs.
+            need: (i64::MIN, i64::MIN),
+            parked: BTreeMap::new(),
+            parked_room: FxMap::default(),
+        }
+    }
 }
 
 impl ClaimIndex {
@@ -78,23 +115,90 @@ impl ClaimIndex {
         id
     }
 
-    pub fn insert(&mut self, signature: u32, class: u8, pods: usize, claim: usize) {
+    /// Files `claim` (with `pods` pods and `room` left, in room class `class`) under
+    /// `signature`, or parks it when it has less room than the current pod needs.
+    pub fn insert(&mut self, signature: u32, class: u8, pods: usize, claim: usize, room: Room) {
+        let key = order_key(pods, claim);
+        if fits(room, self.need) {
+            self.file(signature, class, key);
+        } else {
+            self.park_key(signature, class, key, room);
+        }
+    }
+
+    /// Parks a filed claim that turned out too full for the current pod.
+    pub fn park(&mut self, signature: u32, class: u8, pods: usize, claim: usize, room: Room) {
+        let key = order_key(pods, claim);
+        if let Some(set) = self
+            .signatures
+            .get_mut(signature as usize)
+            .and_then(|s| s.classes.get_mut(usize::from(class)))
+            && set.remove(&key)
+        {
+            self.park_key(signature, class, key, room);
+        }
+    }
+
+    fn park_key(&mut self, signature: u32, class: u8, key: (u32, u32), room: Room) {
+        self.parked
+            .entry(room.0)
+            .or_default()
+            .entry(room.1)
+            .or_default()
+            .push((signature, class, key));
+        self.parked_room.insert(key.1, room);
+    }
+
+    fn file(&mut self, signature: u32, class: u8, key: (u32, u32)) {
         if let Some(s) = self.signatures.get_mut(signature as usize) {
             let class = usize::from(class);
             if s.classes.len() <= class {
                 s.classes.resize_with(class + 1, BTreeSet::new);
             }
-            s.classes[class].insert(order_key(pods, claim));
+            s.classes[class].insert(key);
         }
     }
 
+    /// The pod about to be placed needs `need`: claims parked with at least that much room come
+    /// back; claims filed from now on with less are parked.
+    pub fn set_need(&mut self, need: Room) {
+        if need == self.need {
+            return;
+        }
+        let mut back = Vec::new();
+        for by_memory in self.parked.range_mut(need.0..).map(|(_, m)| m) {
+            back.extend(by_memory.split_off(&need.1).into_values().flatten());
+        }
+        self.parked.retain(|_, m| !m.is_empty());
+        for (signature, class, key) in back {
+            self.parked_room.remove(&key.1);
+            self.file(signature, class, key);
+        }
+        self.need = need;
+    }
+
     pub fn remove(&mut self, signature: u32, class: u8, pods: usize, claim: usize) {
+        let key = order_key(pods, claim);
+        if let Some(room) = self.parked_room.remove(&key.1) {
+            if let Some(by_memory) = self.parked.get_mut(&room.0) {
+                if let Some(list) = by_memory.get_mut(&room.1) {
+                    list.retain(|&(_, _, k)| k != key);
+                    if list.is_empty() {
+                        by_memory.remove(&room.1);
+                    }
+                }
+                if by_memory.is_empty() {
+                    self.parked.remove(&room.0);
+                }
+            }
+            return;
+        }
         if let Some(set) = self
             .signatures
             .get_mut(signature as usize)
             .and_then(|s| s.classes.get_mut(usize::from(class)))
         {
-            set.remove(&order_key(pods, claim));
+            set.remove(&key);
         }
     }
 
@@ -165,22 +269,57 @@ mod tests {
             "same requirements, same signature"
         );
         assert_ne!(a, b);
-        index.insert(a, 3, 2, 0);
-        index.insert(b, 3, 1, 1);
-        index.insert(a, 5, 1, 2);
-        index.insert(b, 3, 3, 3);
+        index.insert(a, 3, 2, 0, (5, 0));
+        index.insert(b, 3, 1, 1, (6, 0));
+        index.insert(a, 5, 1, 2, (20, 0));
+        index.insert(b, 3, 3, 3, (7, 0));
         let all: Vec<usize> = index.in_order(&[a, b], 0).collect();
         assert_eq!(all, vec![1, 2, 0, 3]);
         let only_b: Vec<usize> = index.in_order(&[b], 0).collect();
         assert_eq!(only_b, vec![1, 3]);
         // A placement moves claim 2 from (1 pod) to (2 pods) in another signature and class.
         index.remove(a, 5, 1, 2);
-        index.insert(b, 4, 2, 2);
+        index.insert(b, 4, 2, 2, (10, 0));
         let all: Vec<usize> = index.in_order(&[a, b], 0).collect();
         assert_eq!(all, vec![1, 0, 2, 3]);
         // Claims in classes below the pod's need are skipped, the others keep their order.
         let roomy: Vec<usize> = index.in_order(&[a, b], 4).collect();
         assert_eq!(roomy, vec![2]);
+    }
+
+    #[test]
+    fn claims_with_less_room_than_the_pod_needs_are_parked_until_a_smaller_pod_comes() {
+        let mut index = ClaimIndex::default();
+        let a = index.signature(0, &Reqs::new());
+        const GI: i64 = 1 << 30;
+        index.set_need((1000, GI));
+        index.insert(a, room_class(300), 4, 0, (300, 8 * GI));
+        index.insert(a, room_class(1200), 2, 1, (1200, 8 * GI));
+        index.insert(a, room_class(700), 3, 2, (700, 8 * GI));
+        index.insert(a, room_class(2000), 1, 3, (2000, GI / 2));
+        assert_eq!(index.in_order(&[a], 0).collect::<Vec<_>>(), vec![1]);
+        // A bigger pod parks nothing that is already filed; a walk that finds a claim too full
+        // parks it.
+        index.set_need((1500, GI));
+        assert_eq!(index.in_order(&[a], 0).collect::<Vec<_>>(), vec![1]);
+        index.park(a, room_class(1200), 2, 1, (1200, 8 * GI));
+        assert_eq!(index.in_order(&[a], 0).count(), 0);
+        // A 500m pod brings back the 700m and 1200m claims, not the 300m one nor the one
+        // without memory; the order is pod count.
+        index.set_need((500, GI));
+        assert_eq!(index.in_order(&[a], 0).collect::<Vec<_>>(), vec![1, 2]);
+        // Less memory brings the memory-full claim back.
+        index.set_need((500, GI / 4));
+        assert_eq!(index.in_order(&[a], 0).collect::<Vec<_>>(), vec![3, 1, 2]);
+        // A parked claim that is removed (placed elsewhere) never comes back.
+        index.remove(a, room_class(300), 4, 0);
+        index.set_need((0, 0));
+        assert_eq!(index.in_order(&[a], 0).collect::<Vec<_>>(), vec![3, 1, 2]);
+        index.insert(a, room_class(300), 5, 0, (300, GI));
+        assert_eq!(
+            index.in_order(&[a], 0).collect::<Vec<_>>(),
+            vec![3, 1, 2, 0]
+        );
     }
 
     #[test]

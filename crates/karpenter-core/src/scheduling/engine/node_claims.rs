@@ -190,18 +190,14 @@ impl Engine {
             }
         }
         // Full for the smallest queued pod: full for every pod (claims only grow and narrow).
-        claim.room_class = claim_index::room_class(
-            claim
-                .capacity
-                .get(CPU)
-                .saturating_sub(claim.requests.get(CPU)),
-        );
+        let room = claim.room();
+        claim.room_class = claim_index::room_class(room.0);
         if claim
             .capacity
             .fits_sum(&claim.requests, &self.smallest_request)
         {
             self.claim_index
-                .insert(signature, claim.room_class, claim.pods.len(), ci);
+                .insert(signature, claim.room_class, claim.pods.len(), ci, room);
         }
         self.reserve_limits(ci);
         let claim = &self.claims[ci];

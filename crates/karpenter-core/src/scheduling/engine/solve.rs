@@ -52,13 +52,21 @@ impl Engine {
                 .map(|s| s as u32)
                 .collect()
         };
+        self.claim_index
+            .set_need((pod.requests.get(CPU), pod.requests.get(MEMORY)));
         let min_class = claim_index::first_class_for(pod.requests.get(CPU));
+        // Claims found too full for this pod's CPU or memory are parked after the walk.
+        let mut too_full = Vec::new();
         let found = self
             .claim_index
             .in_order(&signatures, min_class)
             .find_map(|ci| {
                 let c = &self.claims[ci];
                 if !self.claim_precheck(c, pod, d) {
+                    let room = c.room();
+                    if room.0 < pod.requests.get(CPU) || room.1 < pod.requests.get(MEMORY) {
+                        too_full.push(ci);
+                    }
                     return None;
                 }
                 self.claim_check(
@@ -75,6 +83,11 @@ impl Engine {
                 .ok()
                 .map(|p| (ci, p))
             });
+        for ci in too_full {
+            let c = &self.claims[ci];
+            self.claim_index
+                .park(c.signature, c.room_class, c.pods.len(), ci, c.room());
+        }
         if let Some((ci, placement)) = found {
             self.claim_add(ci, pod, placement);
             return Ok(());
