@@ -37,6 +37,9 @@ use std::collections::btree_set;
 
 use super::super::intern::{FxMap, Reqs};
 
+/// A parked claim: (signature, room class, order key).
+type ParkedClaim = (u32, u8, (u32, u32));
+
 /// A claim's room (or a pod's need) in (CPU millicores, memory bytes).
 pub(super) type Room = (i64, i64);
 
@@ -74,7 +77,7 @@ pub(super) struct ClaimIndex {
     /// The (CPU, memory) the pod being placed needs: claims with less room are parked.
     need: Room,
     /// Parked claims by CPU room, then memory room: (signature, room class, order key).
-    parked: BTreeMap<i64, BTreeMap<i64, Vec<(u32, u8, (u32, u32))>>>,
+    parked: BTreeMap<i64, BTreeMap<i64, Vec<ParkedClaim>>>,
     /// Parked claim → the room it is parked under.
     parked_room: FxMap<u32, Room>,
 }
