@@ -312,6 +312,7 @@ async fn a_replacement_that_never_initializes_is_rolled_back() {
         }],
         replacements: vec![replacement_that_never_initializes()],
         savings_per_hour: 0.0,
+        balanced_scores: Vec::new(),
     };
     let ctx = controller.ctx.clone();
     let running = tokio::spawn(async move { queue::run_command(&ctx, command).await });
