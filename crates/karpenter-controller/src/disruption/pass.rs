@@ -18,10 +18,13 @@ use kube::ResourceExt;
 
 use crate::context::Context;
 use crate::events::{
-    EventRecord, EventType, REASON_CONSOLIDATION_CANDIDATE, REASON_DISRUPTION_BLOCKED,
-    REASON_UNCONSOLIDATABLE,
+    EventRecord, EventType, REASON_CONSOLIDATION_APPROVED, REASON_CONSOLIDATION_CANDIDATE,
+    REASON_CONSOLIDATION_REJECTED, REASON_DISRUPTION_BLOCKED, REASON_UNCONSOLIDATABLE,
 };
-use crate::metrics::{DisruptionMethodLabels, DisruptionReasonLabels, NodePoolReasonLabels};
+use crate::metrics::{
+    ConsolidationMoveLabels, ConsolidationTypeLabels, DisruptionMethodLabels,
+    DisruptionReasonLabels, NodePoolReasonLabels,
+};
 use crate::provisioning::provisioner::scheduler_options;
 use crate::provisioning::provisioner::{resolve_instance_types, usable_pools};
 
@@ -216,6 +219,84 @@ pub fn record_metrics(
     events
 }
 
+/// The consolidation moves the pass judged (upstream `balanced.go`): every move counts in
+/// `karpenter_consolidation_moves_total`, Balanced ones observe their score in
+/// `karpenter_consolidation_score`; approved Balanced moves return their `ConsolidationApproved`
+/// events — on the candidate's Node and NodeClaim for single-node moves, on the NodePool for
+/// multi-node ones (the score describes the move, not a node). Rejections are not events here:
+/// the blocked node's `ConsolidationRejected` event says it once ([`BlockedEvents`]).
+pub fn record_moves(ctx: &Context, pass: &Pass) -> Vec<EventRecord> {
+    let mut events = Vec::new();
+    for judged in &pass.moves {
+        let labels = ConsolidationMoveLabels {
+            decision: judged.decision().into(),
+            nodepool: judged.nodepool.clone(),
+            policy: judged.policy.as_str().into(),
+        };
+        ctx.metrics.consolidation_moves.get_or_create(&labels).inc();
+        let Some(score) = &judged.score else {
+            continue;
+        };
+        ctx.metrics
+            .consolidation_score
+            .get_or_create(&labels)
+            .observe(score.score);
+        if !score.approved() {
+            continue;
+        }
+        let message = score.summary();
+        if judged.method == Method::MultiNodeConsolidation {
+            if let Some(pool) = ctx.state.read().nodepool(&judged.nodepool) {
+                events.push(EventRecord::new(
+                    pool,
+                    EventType::Normal,
+                    REASON_CONSOLIDATION_APPROVED,
+                    message,
+                ));
+            }
+        } else {
+            events.extend(records_for(
+                ctx,
+                judged.candidates.iter().map(String::as_str),
+                |_| {
+                    (
+                        EventType::Normal,
+                        REASON_CONSOLIDATION_APPROVED,
+                        message.clone(),
+                    )
+                },
+            ));
+        }
+    }
+    events
+}
+
+/// A consolidation command the validation abandoned (upstream §4.11): counted in
+/// `voluntary_disruption_failed_validations_total`, and `ConsolidationRejected` with the reason
+/// on its candidates.
+pub async fn publish_rejected(ctx: &Context, command: &Command, why: &BlockReason) {
+    ctx.metrics
+        .disruption_failed_validations
+        .get_or_create(&ConsolidationTypeLabels {
+            consolidation_type: command.method.as_str().into(),
+        })
+        .inc();
+    let message = format!("Consolidation rejected after validation: {why}");
+    for record in records_for(
+        ctx,
+        command.candidates.iter().map(|c| c.name.as_str()),
+        |_| {
+            (
+                EventType::Normal,
+                REASON_CONSOLIDATION_REJECTED,
+                message.clone(),
+            )
+        },
+    ) {
+        ctx.events.publish(record).await;
+    }
+}
+
 /// `ConsolidationCandidate` on the candidates of consolidation commands, with the estimated
 /// savings (upstream's message).
 pub async fn publish_candidates(ctx: &Context, command: &Command) {
@@ -297,6 +378,11 @@ impl BlockedEvents {
             BlockReason::ConsolidationDisabled(_) | BlockReason::StaticNodePool(_) => {
                 Some((REASON_UNCONSOLIDATABLE, rejection.reason.to_string()))
             }
+            // Upstream's Balanced wording: `score 0.32 < threshold 0.50 (savings 25.0%, …)`.
+            BlockReason::BalancedScoreTooLow(score)
+            | BlockReason::BalancedDeleteWouldNotPass(score) => {
+                Some((REASON_CONSOLIDATION_REJECTED, score.summary()))
+            }
             other => Some((REASON_DISRUPTION_BLOCKED, other.to_string())),
         }
     }
@@ -360,5 +446,20 @@ mod tests {
         )))
         .unwrap();
         assert_eq!(disabled.0, REASON_UNCONSOLIDATABLE);
+        let score = karpenter_core::disruption::balanced::PoolScore {
+            nodepool: "default".into(),
+            score: 0.32,
+            savings: 0.2,
+            pool_cost: 0.8,
+            move_disruption: 7.0,
+            pool_disruption: 9.0,
+        };
+        let balanced =
+            BlockedEvents::event_for(&rejection(BlockReason::BalancedScoreTooLow(score))).unwrap();
+        assert_eq!(balanced.0, REASON_CONSOLIDATION_REJECTED);
+        assert_eq!(
+            balanced.1,
+            "score 0.32 < threshold 0.50 (savings 25.0%, disruption 77.8%)"
+        );
     }
 }
