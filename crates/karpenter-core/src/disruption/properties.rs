@@ -485,13 +485,22 @@ proptest! {
 const CONVERGENCE_PASSES: usize = 12;
 
 /// Runs the loop on `cluster`, executing every command, until a pass finds nothing; `Err` when
-/// it does not settle (churn) or replaces a node by its own instance type.
+/// it does not settle (churn), replaces a node by its own instance type, or leaves a node
+/// without exactly one reason.
 fn converge(cluster: &Cluster) -> Result<usize, String> {
     let mut world = build(cluster);
     let mut serial = 0;
     for passes in 0..CONVERGENCE_PASSES {
         let pass = decide(&world.input());
         if pass.commands.is_empty() {
+            // Explained: every node left has one reason a person reads.
+            for node in world.state.state_nodes() {
+                let name = node.name();
+                let reasons: Vec<_> = pass.blocked.iter().filter(|r| r.name == name).collect();
+                if reasons.len() != 1 || reasons[0].reason.to_string().is_empty() {
+                    return Err(format!("{name} left with reasons {reasons:?}"));
+                }
+            }
             return Ok(passes);
         }
         for command in &pass.commands {
