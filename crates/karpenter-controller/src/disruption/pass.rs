@@ -365,16 +365,20 @@ pub struct BlockedEvents {
 
 impl BlockedEvents {
     /// The event for a rejection, if it is one a person should read: nodes that are simply not
-    /// ready for disruption yet (not initialized, already going, waiting for
-    /// `consolidateAfter`) get none.
+    /// ready for disruption yet (not initialized, already going) get none.
     fn event_for(rejection: &Rejection) -> Option<(&'static str, String)> {
         match &rejection.reason {
             BlockReason::NotManaged
             | BlockReason::NoNode
             | BlockReason::NotInitialized
             | BlockReason::MarkedForDeletion
-            | BlockReason::BeingDisrupted
-            | BlockReason::ConsolidatableAt(_) => None,
+            | BlockReason::BeingDisrupted => None,
+            BlockReason::ConsolidatableAt(at) => Some((
+                REASON_DISRUPTION_BLOCKED,
+                format!(
+                    "not consolidatable before {at}: the NodePool's consolidateAfter has not passed since the node's last pod event (a later pod event moves it)"
+                ),
+            )),
             BlockReason::ConsolidationDisabled(_) | BlockReason::StaticNodePool(_) => {
                 Some((REASON_UNCONSOLIDATABLE, rejection.reason.to_string()))
             }
@@ -395,7 +399,12 @@ impl BlockedEvents {
             let Some((reason, message)) = Self::event_for(rejection) else {
                 continue;
             };
-            let key = format!("{reason}: {message}");
+            // Waiting for `consolidateAfter` is one state however often pod events move its
+            // end: announced when a node starts waiting, not at every move.
+            let key = match rejection.reason {
+                BlockReason::ConsolidatableAt(_) => "waiting for consolidateAfter".to_string(),
+                _ => format!("{reason}: {message}"),
+            };
             if self.last.get(&rejection.name) != Some(&key) {
                 fresh.push((rejection.name.clone(), reason, message));
             }
@@ -433,6 +442,18 @@ mod tests {
         assert_eq!(
             BlockedEvents::event_for(&rejection(BlockReason::NotInitialized)),
             None
+        );
+        let waiting = BlockedEvents::event_for(&rejection(BlockReason::ConsolidatableAt(
+            jiff::Timestamp::UNIX_EPOCH,
+        )))
+        .unwrap();
+        assert_eq!(waiting.0, REASON_DISRUPTION_BLOCKED);
+        assert!(
+            waiting
+                .1
+                .starts_with("not consolidatable before 1970-01-01T00:00:00Z"),
+            "{}",
+            waiting.1
         );
         let budget = BlockedEvents::event_for(&rejection(BlockReason::BudgetExhausted {
             nodepool: "default".into(),

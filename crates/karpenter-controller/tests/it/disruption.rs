@@ -70,9 +70,31 @@ async fn an_empty_node_is_removed_once_consolidate_after_has_passed() {
     let node = ready_node(&cluster, "empty", json!({})).await;
     let ready_at = cluster.now();
 
-    // Before consolidateAfter it stays.
+    // Before consolidateAfter it stays, and says until when (once, not every pass).
     tokio::time::sleep(Duration::from_secs(90)).await;
     assert!(exists::<NodeClaim>(&cluster, "empty"), "removed too early");
+    let blocked = controller.ctx.events.with_reason(REASON_DISRUPTION_BLOCKED);
+    let waiting = events_on(&blocked, "NodeClaim", "empty");
+    assert_eq!(waiting.len(), 1, "{blocked:?}");
+    // Two minutes after the node's initialization (just before the test saw it Ready).
+    let until: jiff::Timestamp = waiting[0]
+        .message
+        .strip_prefix("not consolidatable before ")
+        .and_then(|rest| {
+            rest.split(':')
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(":")
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("{}", waiting[0].message));
+    let after_ready = until.duration_since(ready_at);
+    assert!(
+        after_ready <= jiff::SignedDuration::from_mins(2)
+            && after_ready > jiff::SignedDuration::from_secs(100),
+        "{until} vs ready at {ready_at}"
+    );
     cluster
         .eventually("empty node removed", Duration::from_secs(120), || {
             (!exists::<NodeClaim>(&cluster, "empty") && !exists::<Node>(&cluster, &node))
