@@ -201,9 +201,9 @@ pub fn balanced_pool_totals(
             continue;
         }
         let pool = candidate.nodepool_name();
-        if !totals.contains_key(&pool) {
-            let pool_total = pool_totals(input, &pool);
-            totals.insert(pool, pool_total);
+        if let std::collections::btree_map::Entry::Vacant(slot) = totals.entry(pool) {
+            let pool_total = pool_totals(input, slot.key());
+            slot.insert(pool_total);
         }
     }
     totals

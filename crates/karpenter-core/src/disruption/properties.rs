@@ -3,8 +3,6 @@
 //! (checked by solving again with the replacements in flight), consolidation never raising cost.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL};
