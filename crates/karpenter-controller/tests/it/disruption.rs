@@ -686,3 +686,57 @@ async fn a_balanced_pool_rejects_a_node_too_disruptive_to_move_and_says_so() {
     controller.stop().await;
     cluster.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_balanced_multi_node_move_is_announced_on_the_nodepool() {
+    let cluster = SimCluster::new().await;
+    put_pool(
+        &cluster,
+        json!({"consolidationPolicy": "Balanced", "consolidateAfter": "0s",
+               "budgets": [{"nodes": "100%"}]}),
+    );
+    let controller = cluster.start_controller().await;
+    // Three equal nodes with one small pod each: deleting two (their pods fit on the third)
+    // saves two thirds of the cost for two thirds of the disruption: score 1.00. Replacing all
+    // three by one larger node would save only a third for all of it (0.33, refused).
+    let mut nodes = Vec::new();
+    for name in ["a", "b", "c"] {
+        let node = ready_node(&cluster, name, json!({})).await;
+        small_pod(&cluster, &format!("web-{name}"), &node, "100m", false).await;
+        nodes.push(node);
+    }
+    cluster
+        .eventually(
+            "two nodes consolidated away",
+            Duration::from_secs(5 * 60),
+            || {
+                let left = ["a", "b", "c"]
+                    .iter()
+                    .filter(|n| exists::<NodeClaim>(&cluster, n))
+                    .count();
+                (left == 1).then_some(())
+            },
+        )
+        .await;
+    let approved = controller
+        .ctx
+        .events
+        .with_reason(REASON_CONSOLIDATION_APPROVED);
+    let on_pool = events_on(&approved, "NodePool", "default");
+    assert_eq!(on_pool.len(), 1, "{approved:?}");
+    assert_eq!(
+        on_pool[0].message,
+        "score 1.00 >= threshold 0.50 (savings 66.7%, disruption 66.7%)"
+    );
+    for node in &nodes {
+        assert!(
+            events_on(&approved, "Node", node).is_empty(),
+            "a multi-node move is the pool's, not a node's"
+        );
+    }
+    let metrics = controller.ctx.metrics.encode();
+    let line = r#"karpenter_consolidation_moves_total{decision="approved",nodepool="default",policy="Balanced"} 1"#;
+    assert!(metrics.contains(line), "{metrics}");
+    controller.stop().await;
+    cluster.shutdown().await;
+}
