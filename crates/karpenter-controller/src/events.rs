@@ -32,6 +32,11 @@ pub const REASON_NO_COMPATIBLE_INSTANCE_TYPES: &str = "NoCompatibleInstanceTypes
 pub const REASON_DISRUPTION_BLOCKED: &str = "DisruptionBlocked";
 pub const REASON_UNCONSOLIDATABLE: &str = "Unconsolidatable";
 pub const REASON_CONSOLIDATION_CANDIDATE: &str = "ConsolidationCandidate";
+/// A Balanced score approved a move (on the candidate's Node and NodeClaim; on the NodePool for
+/// multi-node moves).
+pub const REASON_CONSOLIDATION_APPROVED: &str = "ConsolidationApproved";
+/// A move was refused: its Balanced score, or the validation before it runs.
+pub const REASON_CONSOLIDATION_REJECTED: &str = "ConsolidationRejected";
 pub const REASON_DISRUPTION_LAUNCHING: &str = "DisruptionLaunching";
 pub const REASON_DISRUPTION_WAITING_READINESS: &str = "DisruptionWaitingReadiness";
 pub const REASON_DISRUPTION_TERMINATING: &str = "DisruptionTerminating";

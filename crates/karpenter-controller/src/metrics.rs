@@ -38,6 +38,20 @@ pub struct DisruptionDecisionLabels {
     pub consolidation_type: String,
 }
 
+/// Upstream's Balanced-scoring labels (`decision` is `approved` or `rejected`, `policy` the
+/// NodePool's consolidation policy).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConsolidationMoveLabels {
+    pub decision: String,
+    pub nodepool: String,
+    pub policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConsolidationTypeLabels {
+    pub consolidation_type: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DisruptionReasonLabels {
     pub reason: String,
@@ -132,8 +146,17 @@ pub struct Metrics {
     pub disruption_eligible_nodes: Family<DisruptionReasonLabels, Gauge>,
     pub disruption_evaluation_duration: Family<DisruptionMethodLabels, Histogram>,
     pub disruption_queue_failures: Family<DisruptionDecisionLabels, Counter>,
+    /// Consolidation commands abandoned by the validation after the delay.
+    pub disruption_failed_validations: Family<ConsolidationTypeLabels, Counter>,
     pub nodepools_allowed_disruptions: Family<NodePoolReasonLabels, Gauge>,
+    /// `karpenter_consolidation_score`: Balanced scores of judged moves (no subsystem).
+    pub consolidation_score: Family<ConsolidationMoveLabels, Histogram>,
+    /// `karpenter_consolidation_moves_total`: judged consolidation moves (no subsystem).
+    pub consolidation_moves: Family<ConsolidationMoveLabels, Counter>,
 }
+
+/// Upstream's `karpenter_consolidation_score` buckets (around the 0.5 threshold).
+pub const CONSOLIDATION_SCORE_BUCKETS: [f64; 8] = [0.1, 0.25, 0.33, 0.5, 1.0, 2.0, 5.0, 10.0];
 
 fn duration_buckets() -> impl Iterator<Item = f64> {
     // 1 ms .. ~65 s, doubling; scheduling passes span that range.
@@ -205,7 +228,12 @@ impl Metrics {
                 Histogram::new(duration_buckets())
             }),
             disruption_queue_failures: Family::default(),
+            disruption_failed_validations: Family::default(),
             nodepools_allowed_disruptions: Family::default(),
+            consolidation_score: Family::new_with_constructor(|| {
+                Histogram::new(CONSOLIDATION_SCORE_BUCKETS)
+            }),
+            consolidation_moves: Family::default(),
             registry: std::sync::Mutex::default(),
         };
         // prometheus-client appends `_total` to counters.
@@ -341,9 +369,24 @@ impl Metrics {
             m.disruption_queue_failures.clone(),
         );
         registry.register(
+            "voluntary_disruption_failed_validations",
+            "Consolidation commands abandoned because the validation after the delay failed.",
+            m.disruption_failed_validations.clone(),
+        );
+        registry.register(
             "nodepools_allowed_disruptions",
             "Nodes of a nodepool its budgets allow to be disrupted now, by reason.",
             m.nodepools_allowed_disruptions.clone(),
+        );
+        registry.register(
+            "consolidation_score",
+            "Balanced consolidation scores of judged moves (approved at >= 0.5), by decision, nodepool and policy.",
+            m.consolidation_score.clone(),
+        );
+        registry.register(
+            "consolidation_moves",
+            "Consolidation moves judged, by decision (approved/rejected), nodepool and consolidation policy.",
+            m.consolidation_moves.clone(),
         );
         Metrics {
             registry: std::sync::Mutex::new(registry),

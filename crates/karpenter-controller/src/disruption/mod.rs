@@ -165,7 +165,9 @@ async fn tick(
     }
     let started = std::time::Instant::now();
     let decided = pass::decide_now(ctx, &types, &drift);
-    for event in pass::record_metrics(ctx, &decided, &types, started.elapsed()) {
+    let mut events = pass::record_metrics(ctx, &decided, &types, started.elapsed());
+    events.extend(pass::record_moves(ctx, &decided));
+    for event in events {
         ctx.events.publish(event).await;
     }
     blocked.publish(ctx, &decided.blocked).await;
@@ -181,13 +183,17 @@ async fn tick(
             () = stopped(shutdown) => return (outcome, wait),
             () = tokio::time::sleep(pass::VALIDATION_DELAY) => {}
         }
-        commands.retain(|command| match pass::validate_now(ctx, &types, &drift, command) {
-            Ok(()) => true,
-            Err(why) => {
-                tracing::info!(command = %queue::describe(command), reason = %why, "abandoning disruption command: no longer valid");
-                false
+        let mut valid = Vec::with_capacity(commands.len());
+        for command in commands {
+            match pass::validate_now(ctx, &types, &drift, &command) {
+                Ok(()) => valid.push(command),
+                Err(why) => {
+                    tracing::info!(command = %queue::describe(&command), reason = %why, "abandoning disruption command: no longer valid");
+                    pass::publish_rejected(ctx, &command, &why).await;
+                }
             }
-        });
+        }
+        commands = valid;
     }
     for command in commands {
         if !queue::claim(&mut ctx.state.write(), &command) {

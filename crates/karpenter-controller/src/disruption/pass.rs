@@ -18,10 +18,13 @@ use kube::ResourceExt;
 
 use crate::context::Context;
 use crate::events::{
-    EventRecord, EventType, REASON_CONSOLIDATION_CANDIDATE, REASON_DISRUPTION_BLOCKED,
-    REASON_UNCONSOLIDATABLE,
+    EventRecord, EventType, REASON_CONSOLIDATION_APPROVED, REASON_CONSOLIDATION_CANDIDATE,
+    REASON_CONSOLIDATION_REJECTED, REASON_DISRUPTION_BLOCKED, REASON_UNCONSOLIDATABLE,
 };
-use crate::metrics::{DisruptionMethodLabels, DisruptionReasonLabels, NodePoolReasonLabels};
+use crate::metrics::{
+    ConsolidationMoveLabels, ConsolidationTypeLabels, DisruptionMethodLabels,
+    DisruptionReasonLabels, NodePoolReasonLabels,
+};
 use crate::provisioning::provisioner::scheduler_options;
 use crate::provisioning::provisioner::{resolve_instance_types, usable_pools};
 
@@ -216,6 +219,84 @@ pub fn record_metrics(
     events
 }
 
+/// The consolidation moves the pass judged (upstream `balanced.go`): every move counts in
+/// `karpenter_consolidation_moves_total`, Balanced ones observe their score in
+/// `karpenter_consolidation_score`; approved Balanced moves return their `ConsolidationApproved`
+/// events — on the candidate's Node and NodeClaim for single-node moves, on the NodePool for
+/// multi-node ones (the score describes the move, not a node). Rejections are not events here:
+/// the blocked node's `ConsolidationRejected` event says it once ([`BlockedEvents`]).
+pub fn record_moves(ctx: &Context, pass: &Pass) -> Vec<EventRecord> {
+    let mut events = Vec::new();
+    for judged in &pass.moves {
+        let labels = ConsolidationMoveLabels {
+            decision: judged.decision().into(),
+            nodepool: judged.nodepool.clone(),
+            policy: judged.policy.as_str().into(),
+        };
+        ctx.metrics.consolidation_moves.get_or_create(&labels).inc();
+        let Some(score) = &judged.score else {
+            continue;
+        };
+        ctx.metrics
+            .consolidation_score
+            .get_or_create(&labels)
+            .observe(score.score);
+        if !score.approved() {
+            continue;
+        }
+        let message = score.summary();
+        if judged.method == Method::MultiNodeConsolidation {
+            if let Some(pool) = ctx.state.read().nodepool(&judged.nodepool) {
+                events.push(EventRecord::new(
+                    pool,
+                    EventType::Normal,
+                    REASON_CONSOLIDATION_APPROVED,
+                    message,
+                ));
+            }
+        } else {
+            events.extend(records_for(
+                ctx,
+                judged.candidates.iter().map(String::as_str),
+                |_| {
+                    (
+                        EventType::Normal,
+                        REASON_CONSOLIDATION_APPROVED,
+                        message.clone(),
+                    )
+                },
+            ));
+        }
+    }
+    events
+}
+
+/// A consolidation command the validation abandoned (upstream §4.11): counted in
+/// `voluntary_disruption_failed_validations_total`, and `ConsolidationRejected` with the reason
+/// on its candidates.
+pub async fn publish_rejected(ctx: &Context, command: &Command, why: &BlockReason) {
+    ctx.metrics
+        .disruption_failed_validations
+        .get_or_create(&ConsolidationTypeLabels {
+            consolidation_type: command.method.as_str().into(),
+        })
+        .inc();
+    let message = format!("Consolidation rejected after validation: {why}");
+    for record in records_for(
+        ctx,
+        command.candidates.iter().map(|c| c.name.as_str()),
+        |_| {
+            (
+                EventType::Normal,
+                REASON_CONSOLIDATION_REJECTED,
+                message.clone(),
+            )
+        },
+    ) {
+        ctx.events.publish(record).await;
+    }
+}
+
 /// `ConsolidationCandidate` on the candidates of consolidation commands, with the estimated
 /// savings (upstream's message).
 pub async fn publish_candidates(ctx: &Context, command: &Command) {
@@ -284,18 +365,27 @@ pub struct BlockedEvents {
 
 impl BlockedEvents {
     /// The event for a rejection, if it is one a person should read: nodes that are simply not
-    /// ready for disruption yet (not initialized, already going, waiting for
-    /// `consolidateAfter`) get none.
+    /// ready for disruption yet (not initialized, already going) get none.
     fn event_for(rejection: &Rejection) -> Option<(&'static str, String)> {
         match &rejection.reason {
             BlockReason::NotManaged
             | BlockReason::NoNode
             | BlockReason::NotInitialized
             | BlockReason::MarkedForDeletion
-            | BlockReason::BeingDisrupted
-            | BlockReason::ConsolidatableAt(_) => None,
+            | BlockReason::BeingDisrupted => None,
+            BlockReason::ConsolidatableAt(at) => Some((
+                REASON_DISRUPTION_BLOCKED,
+                format!(
+                    "not consolidatable before {at}: the NodePool's consolidateAfter has not passed since the node's last pod event (a later pod event moves it)"
+                ),
+            )),
             BlockReason::ConsolidationDisabled(_) | BlockReason::StaticNodePool(_) => {
                 Some((REASON_UNCONSOLIDATABLE, rejection.reason.to_string()))
+            }
+            // Upstream's Balanced wording: `score 0.32 < threshold 0.50 (savings 25.0%, …)`.
+            BlockReason::BalancedScoreTooLow(score)
+            | BlockReason::BalancedDeleteWouldNotPass(score) => {
+                Some((REASON_CONSOLIDATION_REJECTED, score.summary()))
             }
             other => Some((REASON_DISRUPTION_BLOCKED, other.to_string())),
         }
@@ -309,7 +399,12 @@ impl BlockedEvents {
             let Some((reason, message)) = Self::event_for(rejection) else {
                 continue;
             };
-            let key = format!("{reason}: {message}");
+            // Waiting for `consolidateAfter` is one state however often pod events move its
+            // end: announced when a node starts waiting, not at every move.
+            let key = match rejection.reason {
+                BlockReason::ConsolidatableAt(_) => "waiting for consolidateAfter".to_string(),
+                _ => format!("{reason}: {message}"),
+            };
             if self.last.get(&rejection.name) != Some(&key) {
                 fresh.push((rejection.name.clone(), reason, message));
             }
@@ -348,6 +443,18 @@ mod tests {
             BlockedEvents::event_for(&rejection(BlockReason::NotInitialized)),
             None
         );
+        let waiting = BlockedEvents::event_for(&rejection(BlockReason::ConsolidatableAt(
+            jiff::Timestamp::UNIX_EPOCH,
+        )))
+        .unwrap();
+        assert_eq!(waiting.0, REASON_DISRUPTION_BLOCKED);
+        assert!(
+            waiting
+                .1
+                .starts_with("not consolidatable before 1970-01-01T00:00:00Z"),
+            "{}",
+            waiting.1
+        );
         let budget = BlockedEvents::event_for(&rejection(BlockReason::BudgetExhausted {
             nodepool: "default".into(),
             reason: "Empty".into(),
@@ -360,5 +467,20 @@ mod tests {
         )))
         .unwrap();
         assert_eq!(disabled.0, REASON_UNCONSOLIDATABLE);
+        let score = karpenter_core::disruption::balanced::PoolScore {
+            nodepool: "default".into(),
+            score: 0.32,
+            savings: 0.2,
+            pool_cost: 0.8,
+            move_disruption: 7.0,
+            pool_disruption: 9.0,
+        };
+        let balanced =
+            BlockedEvents::event_for(&rejection(BlockReason::BalancedScoreTooLow(score))).unwrap();
+        assert_eq!(balanced.0, REASON_CONSOLIDATION_REJECTED);
+        assert_eq!(
+            balanced.1,
+            "score 0.32 < threshold 0.50 (savings 25.0%, disruption 77.8%)"
+        );
     }
 }

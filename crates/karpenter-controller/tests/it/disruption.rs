@@ -9,7 +9,10 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_api::NodeClaim;
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_DISRUPTION_REASON};
 use karpenter_controller::disruption::queue::{self, CommandError, has_disrupted_taint};
-use karpenter_controller::events::{REASON_DISRUPTION_BLOCKED, REASON_DISRUPTION_TERMINATING};
+use karpenter_controller::events::{
+    REASON_CONSOLIDATION_APPROVED, REASON_CONSOLIDATION_REJECTED, REASON_DISRUPTION_BLOCKED,
+    REASON_DISRUPTION_TERMINATING,
+};
 use karpenter_controller::provisioning::CoreScheduler;
 use karpenter_core::disruption::{Command, DisruptedNode, DisruptionReason, Method};
 use kube::ResourceExt;
@@ -67,9 +70,31 @@ async fn an_empty_node_is_removed_once_consolidate_after_has_passed() {
     let node = ready_node(&cluster, "empty", json!({})).await;
     let ready_at = cluster.now();
 
-    // Before consolidateAfter it stays.
+    // Before consolidateAfter it stays, and says until when (once, not every pass).
     tokio::time::sleep(Duration::from_secs(90)).await;
     assert!(exists::<NodeClaim>(&cluster, "empty"), "removed too early");
+    let blocked = controller.ctx.events.with_reason(REASON_DISRUPTION_BLOCKED);
+    let waiting = events_on(&blocked, "NodeClaim", "empty");
+    assert_eq!(waiting.len(), 1, "{blocked:?}");
+    // Two minutes after the node's initialization (just before the test saw it Ready).
+    let until: jiff::Timestamp = waiting[0]
+        .message
+        .strip_prefix("not consolidatable before ")
+        .and_then(|rest| {
+            rest.split(':')
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(":")
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("{}", waiting[0].message));
+    let after_ready = until.duration_since(ready_at);
+    assert!(
+        after_ready <= jiff::SignedDuration::from_mins(2)
+            && after_ready > jiff::SignedDuration::from_secs(100),
+        "{until} vs ready at {ready_at}"
+    );
     cluster
         .eventually("empty node removed", Duration::from_secs(120), || {
             (!exists::<NodeClaim>(&cluster, "empty") && !exists::<Node>(&cluster, &node))
@@ -312,6 +337,7 @@ async fn a_replacement_that_never_initializes_is_rolled_back() {
         }],
         replacements: vec![replacement_that_never_initializes()],
         savings_per_hour: 0.0,
+        balanced_scores: Vec::new(),
     };
     let ctx = controller.ctx.clone();
     let running = tokio::spawn(async move { queue::run_command(&ctx, command).await });
@@ -513,6 +539,204 @@ async fn changing_the_nodepool_template_replaces_every_node_within_budget() {
         })
         .await;
     assert!(most_disrupting <= 1, "budget nodes: 1 ({most_disrupting})");
+    controller.stop().await;
+    cluster.shutdown().await;
+}
+
+/// A pod of `cpu` bound to `node`, optionally do-not-disrupt.
+async fn small_pod(cluster: &SimCluster, name: &str, node: &str, cpu: &str, do_not_disrupt: bool) {
+    let annotations = if do_not_disrupt {
+        json!({"karpenter.sh/do-not-disrupt": "true"})
+    } else {
+        json!({})
+    };
+    cluster
+        .bound_pod(
+            name,
+            node,
+            json!({"metadata": {"annotations": annotations},
+                   "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]}}),
+        )
+        .await;
+}
+
+fn events_on<'e>(
+    events: &'e [karpenter_controller::events::EventRecord],
+    kind: &str,
+    name: &str,
+) -> Vec<&'e karpenter_controller::events::EventRecord> {
+    events
+        .iter()
+        .filter(|e| e.involved.kind.as_deref() == Some(kind))
+        .filter(|e| e.involved.name.as_deref() == Some(name))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_balanced_pool_scores_the_move_it_approves_in_metrics_and_events() {
+    let cluster = SimCluster::new().await;
+    put_pool(
+        &cluster,
+        json!({"consolidationPolicy": "Balanced", "consolidateAfter": "0s",
+               "budgets": [{"nodes": "100%"}]}),
+    );
+    let controller = cluster.start_controller().await;
+    // Two equal nodes with one small pod each: deleting either saves 50 % of the pool's cost
+    // for 50 % of its disruption (1 + 1 pod each): score 1.00.
+    let node_a = ready_node(&cluster, "a", json!({})).await;
+    let node_b = ready_node(&cluster, "b", json!({})).await;
+    small_pod(&cluster, "web-a", &node_a, "100m", false).await;
+    small_pod(&cluster, "web-b", &node_b, "100m", false).await;
+    cluster
+        .eventually(
+            "one node consolidated away",
+            Duration::from_secs(5 * 60),
+            || {
+                (exists::<NodeClaim>(&cluster, "a") != exists::<NodeClaim>(&cluster, "b"))
+                    .then_some(())
+            },
+        )
+        .await;
+    let (gone_claim, gone_node) = if exists::<NodeClaim>(&cluster, "a") {
+        ("b", node_b)
+    } else {
+        ("a", node_a)
+    };
+    let approved = controller
+        .ctx
+        .events
+        .with_reason(REASON_CONSOLIDATION_APPROVED);
+    let want = "score 1.00 >= threshold 0.50 (savings 50.0%, disruption 50.0%)";
+    for (kind, name) in [("Node", gone_node.as_str()), ("NodeClaim", gone_claim)] {
+        let on = events_on(&approved, kind, name);
+        assert_eq!(on.len(), 1, "{kind} {name}: {approved:?}");
+        assert_eq!(on[0].message, want);
+    }
+    let metrics = controller.ctx.metrics.encode();
+    let labels = r#"decision="approved",nodepool="default",policy="Balanced""#;
+    for line in [
+        format!("karpenter_consolidation_moves_total{{{labels}}} 1"),
+        format!("karpenter_consolidation_score_count{{{labels}}} 1"),
+        format!("karpenter_consolidation_score_sum{{{labels}}} 1.0"),
+        // 1.00 falls in the le="1.0" bucket, not in le="0.5".
+        format!(r#"karpenter_consolidation_score_bucket{{le="0.5",{labels}}} 0"#),
+        format!(r#"karpenter_consolidation_score_bucket{{le="1.0",{labels}}} 1"#),
+    ] {
+        assert!(metrics.contains(&line), "{line} in\n{metrics}");
+    }
+    assert!(
+        !metrics.contains(r#"karpenter_consolidation_moves_total{decision="rejected""#),
+        "{metrics}"
+    );
+    controller.stop().await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_balanced_pool_rejects_a_node_too_disruptive_to_move_and_says_so() {
+    let cluster = SimCluster::new().await;
+    put_pool(
+        &cluster,
+        json!({"consolidationPolicy": "Balanced", "consolidateAfter": "0s",
+               "budgets": [{"nodes": "100%"}]}),
+    );
+    let controller = cluster.start_controller().await;
+    // Three equal nodes: `busy` runs ten pods, the two others one do-not-disrupt pod each
+    // (they are no candidates, but count in the pool's totals). Deleting `busy` saves a third
+    // of the cost for 11 of the pool's 15 disruption: 0.45 < 0.5, so not even a delete passes.
+    let busy = ready_node(&cluster, "busy", json!({})).await;
+    for i in 0..10 {
+        small_pod(&cluster, &format!("web-{i}"), &busy, "10m", false).await;
+    }
+    for name in ["held-a", "held-b"] {
+        let node = ready_node(&cluster, name, json!({})).await;
+        small_pod(&cluster, &format!("{name}-pod"), &node, "10m", true).await;
+    }
+    let rejected = cluster
+        .eventually(
+            "a ConsolidationRejected event",
+            Duration::from_secs(120),
+            || {
+                let events = controller
+                    .ctx
+                    .events
+                    .with_reason(REASON_CONSOLIDATION_REJECTED);
+                (!events_on(&events, "NodeClaim", "busy").is_empty()).then_some(events)
+            },
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert!(exists::<NodeClaim>(&cluster, "busy"));
+    let on_node = events_on(&rejected, "Node", &busy);
+    assert_eq!(on_node.len(), 1, "once, not once per pass: {rejected:?}");
+    assert!(
+        on_node[0]
+            .message
+            .starts_with("score 0.45 < threshold 0.50 (savings 33.3%, disruption 73.3%)"),
+        "{}",
+        on_node[0].message
+    );
+    assert!(
+        controller
+            .ctx
+            .events
+            .with_reason(REASON_CONSOLIDATION_APPROVED)
+            .is_empty()
+    );
+    controller.stop().await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_balanced_multi_node_move_is_announced_on_the_nodepool() {
+    let cluster = SimCluster::new().await;
+    put_pool(
+        &cluster,
+        json!({"consolidationPolicy": "Balanced", "consolidateAfter": "0s",
+               "budgets": [{"nodes": "100%"}]}),
+    );
+    let controller = cluster.start_controller().await;
+    // Three equal nodes with one small pod each: deleting two (their pods fit on the third)
+    // saves two thirds of the cost for two thirds of the disruption: score 1.00. Replacing all
+    // three by one larger node would save only a third for all of it (0.33, refused).
+    let mut nodes = Vec::new();
+    for name in ["a", "b", "c"] {
+        let node = ready_node(&cluster, name, json!({})).await;
+        small_pod(&cluster, &format!("web-{name}"), &node, "100m", false).await;
+        nodes.push(node);
+    }
+    cluster
+        .eventually(
+            "two nodes consolidated away",
+            Duration::from_secs(5 * 60),
+            || {
+                let left = ["a", "b", "c"]
+                    .iter()
+                    .filter(|n| exists::<NodeClaim>(&cluster, n))
+                    .count();
+                (left == 1).then_some(())
+            },
+        )
+        .await;
+    let approved = controller
+        .ctx
+        .events
+        .with_reason(REASON_CONSOLIDATION_APPROVED);
+    let on_pool = events_on(&approved, "NodePool", "default");
+    assert_eq!(on_pool.len(), 1, "{approved:?}");
+    assert_eq!(
+        on_pool[0].message,
+        "score 1.00 >= threshold 0.50 (savings 66.7%, disruption 66.7%)"
+    );
+    for node in &nodes {
+        assert!(
+            events_on(&approved, "Node", node).is_empty(),
+            "a multi-node move is the pool's, not a node's"
+        );
+    }
+    let metrics = controller.ctx.metrics.encode();
+    let line = r#"karpenter_consolidation_moves_total{decision="approved",nodepool="default",policy="Balanced"} 1"#;
+    assert!(metrics.contains(line), "{metrics}");
     controller.stop().await;
     cluster.shutdown().await;
 }

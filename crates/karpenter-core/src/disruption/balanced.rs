@@ -23,8 +23,8 @@ use std::collections::BTreeMap;
 use karpenter_api::v1::ConsolidationPolicy;
 use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, ZONE_LABEL};
 
-use super::candidates::{BlockReason, Candidate, OfferingCatalog, eviction_cost};
-use super::command::DisruptionInput;
+use super::candidates::{BlockReason, Candidate, OfferingCatalog, Rejection, eviction_cost};
+use super::command::{Command, DisruptionInput, Method};
 use crate::provisioning::reschedulable::moves_with_its_node;
 
 /// Upstream's `k`: a move must recover at least 1/k of the cost share it disrupts.
@@ -82,13 +82,80 @@ pub fn score(savings: f64, pool_cost: f64, move_disruption: f64, pool_disruption
     (savings / pool_cost) / (move_disruption / pool_disruption)
 }
 
-/// Approves a consolidation move of `candidates` saving `savings` per hour, or says which
-/// Balanced pool rejects it and why. Moves touching no Balanced pool are always approved.
+/// One Balanced pool's verdict on a move: the score and the shares behind it (what upstream's
+/// `ConsolidationApproved` events and `consolidation_score` metric report).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolScore {
+    pub nodepool: String,
+    pub score: f64,
+    /// The move's savings attributed to this pool, per hour.
+    pub savings: f64,
+    pub pool_cost: f64,
+    pub move_disruption: f64,
+    pub pool_disruption: f64,
+}
+
+impl PoolScore {
+    fn new(
+        nodepool: String,
+        savings: f64,
+        pool_cost: f64,
+        move_disruption: f64,
+        totals: PoolTotals,
+    ) -> Self {
+        PoolScore {
+            score: score(savings, pool_cost, move_disruption, totals.disruption),
+            nodepool,
+            savings,
+            pool_cost,
+            move_disruption,
+            pool_disruption: totals.disruption,
+        }
+    }
+
+    /// Whether the score reaches [`BALANCED_THRESHOLD`].
+    pub fn approved(&self) -> bool {
+        self.score >= BALANCED_THRESHOLD
+    }
+
+    /// The share of the pool's cost the move saves, in percent.
+    pub fn savings_percent(&self) -> f64 {
+        percent(self.savings, self.pool_cost)
+    }
+
+    /// The share of the pool's disruption cost the move disrupts, in percent.
+    pub fn disruption_percent(&self) -> f64 {
+        percent(self.move_disruption, self.pool_disruption)
+    }
+
+    /// Upstream's event wording: `score 1.00 >= threshold 0.50 (savings 50.0%, disruption 50.0%)`.
+    pub fn summary(&self) -> String {
+        let relation = if self.approved() { ">=" } else { "<" };
+        format!(
+            "score {:.2} {relation} threshold {:.2} (savings {:.1}%, disruption {:.1}%)",
+            self.score,
+            BALANCED_THRESHOLD,
+            self.savings_percent(),
+            self.disruption_percent()
+        )
+    }
+}
+
+fn percent(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 {
+        part / whole * 100.0
+    } else {
+        0.0
+    }
+}
+
+/// Approves a consolidation move of `candidates` saving `savings` per hour: the scores of its
+/// Balanced pools (empty when it touches none), or the reason of the first pool that rejects it.
 pub fn approve(
     input: &DisruptionInput<'_>,
     candidates: &[&Candidate<'_>],
     savings: f64,
-) -> Result<(), BlockReason> {
+) -> Result<Vec<PoolScore>, BlockReason> {
     // (candidates' price, candidates' disruption) per Balanced pool.
     let mut balanced: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     for candidate in candidates {
@@ -99,36 +166,164 @@ pub fn approve(
         entry.0 += candidate.price.unwrap_or(0.0);
         entry.1 += candidate.reschedule_disruption_cost();
     }
-    if balanced.is_empty() {
-        return Ok(());
-    }
     let total_price: f64 = candidates.iter().filter_map(|c| c.price).sum();
+    let mut scores = Vec::with_capacity(balanced.len());
     for (pool, (price, move_disruption)) in balanced {
         let share = if total_price > 0.0 {
             price / total_price
         } else {
             1.0 / candidates.len().max(1) as f64
         };
-        let pool_savings = savings * share;
         let totals = pool_totals(input, &pool);
         let pool_cost = if totals.cost > 0.0 {
             totals.cost
         } else {
             price
         };
-        let value = score(pool_savings, pool_cost, move_disruption, totals.disruption);
-        if value < BALANCED_THRESHOLD {
-            return Err(BlockReason::BalancedScoreTooLow {
-                nodepool: pool,
-                score: value,
-                savings: pool_savings,
-                pool_cost,
-                move_disruption,
-                pool_disruption: totals.disruption,
+        let verdict = PoolScore::new(pool, savings * share, pool_cost, move_disruption, totals);
+        if !verdict.approved() {
+            return Err(BlockReason::BalancedScoreTooLow(verdict));
+        }
+        scores.push(verdict);
+    }
+    Ok(scores)
+}
+
+/// The totals of every Balanced NodePool among `candidates`, computed once per pass for
+/// [`even_a_delete_fails`].
+pub fn balanced_pool_totals(
+    input: &DisruptionInput<'_>,
+    candidates: &[Candidate<'_>],
+) -> BTreeMap<String, PoolTotals> {
+    let mut totals = BTreeMap::new();
+    for candidate in candidates {
+        if candidate.nodepool.consolidation_policy() != ConsolidationPolicy::Balanced {
+            continue;
+        }
+        let pool = candidate.nodepool_name();
+        if let std::collections::btree_map::Entry::Vacant(slot) = totals.entry(pool) {
+            let pool_total = pool_totals(input, slot.key());
+            slot.insert(pool_total);
+        }
+    }
+    totals
+}
+
+/// Upstream `CanPassThreshold` (§4.8 step 3): deleting a node outright saves its whole price
+/// for the least disruption any move of it can cause, so when even that scores below the
+/// threshold no move of the node will pass and single-node consolidation skips it without
+/// simulating. `None` for other policies, unknown totals or prices (the simulation decides).
+pub fn even_a_delete_fails(
+    candidate: &Candidate<'_>,
+    totals: &BTreeMap<String, PoolTotals>,
+) -> Option<BlockReason> {
+    if candidate.nodepool.consolidation_policy() != ConsolidationPolicy::Balanced {
+        return None;
+    }
+    let pool = candidate.nodepool_name();
+    let pool_total = *totals.get(&pool)?;
+    let price = candidate.price?;
+    if pool_total.cost <= 0.0 {
+        return None;
+    }
+    let verdict = PoolScore::new(
+        pool,
+        price,
+        pool_total.cost,
+        candidate.reschedule_disruption_cost(),
+        pool_total,
+    );
+    (!verdict.approved()).then_some(BlockReason::BalancedDeleteWouldNotPass(verdict))
+}
+
+/// One consolidation move a pass judged, for one NodePool of its candidates: what upstream
+/// counts in `karpenter_consolidation_moves_total{decision,nodepool,policy}` and, for Balanced
+/// pools, observes in `karpenter_consolidation_score` (and announces with
+/// `ConsolidationApproved`). Single-node consolidation counts every candidate it simulated to a
+/// delete or a replacement that was then scored (a Balanced rejection included); multi-node
+/// consolidation counts the command it chose.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JudgedMove {
+    pub method: Method,
+    /// The Node names of the move's candidates in this pool.
+    pub candidates: Vec<String>,
+    pub nodepool: String,
+    pub policy: ConsolidationPolicy,
+    /// The pool's score, when its policy is Balanced.
+    pub score: Option<PoolScore>,
+}
+
+impl JudgedMove {
+    /// Unscored moves (other policies) are approved by definition.
+    pub fn approved(&self) -> bool {
+        self.score.as_ref().is_none_or(PoolScore::approved)
+    }
+
+    /// Upstream's `decision` label.
+    pub fn decision(&self) -> &'static str {
+        if self.approved() {
+            "approved"
+        } else {
+            "rejected"
+        }
+    }
+}
+
+/// The moves of a pass (see [`JudgedMove`]): one per NodePool of each consolidation command,
+/// and one per node single-node consolidation rejected on its Balanced score (`blocked` holds
+/// those, and only single-node consolidation records them there).
+pub fn judged_moves<'r>(
+    input: &DisruptionInput<'_>,
+    commands: &[Command],
+    rejections: impl Iterator<Item = &'r Rejection>,
+) -> Vec<JudgedMove> {
+    let mut moves = Vec::new();
+    for command in commands {
+        if !matches!(
+            command.method,
+            Method::MultiNodeConsolidation | Method::SingleNodeConsolidation
+        ) {
+            continue;
+        }
+        let mut by_pool: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for node in &command.candidates {
+            by_pool
+                .entry(node.node_pool.as_str())
+                .or_default()
+                .push(node.name.clone());
+        }
+        for (pool, candidates) in by_pool {
+            let policy = input
+                .state
+                .nodepool(pool)
+                .map_or(ConsolidationPolicy::WhenEmptyOrUnderutilized, |p| {
+                    p.consolidation_policy()
+                });
+            moves.push(JudgedMove {
+                method: command.method,
+                candidates,
+                nodepool: pool.to_string(),
+                policy,
+                score: command
+                    .balanced_scores
+                    .iter()
+                    .find(|s| s.nodepool == pool)
+                    .cloned(),
             });
         }
     }
-    Ok(())
+    for rejection in rejections {
+        if let BlockReason::BalancedScoreTooLow(verdict) = &rejection.reason {
+            moves.push(JudgedMove {
+                method: Method::SingleNodeConsolidation,
+                candidates: vec![rejection.name.clone()],
+                nodepool: verdict.nodepool.clone(),
+                policy: ConsolidationPolicy::Balanced,
+                score: Some(verdict.clone()),
+            });
+        }
+    }
+    moves
 }
 
 #[cfg(test)]
@@ -248,5 +443,117 @@ mod tests {
         let commands = single_node(&plain.input(), &mut blocked);
         assert_eq!(commands.len(), 1, "{blocked:?}");
         assert_eq!(commands[0].decision(), Decision::Replace);
+    }
+
+    #[test]
+    fn a_node_even_a_delete_of_which_fails_is_skipped_before_simulating() {
+        // Four medium nodes ($0.2/h): `heavy` runs 20 small pods, the others one each. Pool
+        // disruption 21 + 3 × 2 = 27; deleting `heavy` saves 25 % of the cost for 78 % of the
+        // disruption: 0.32 < 0.5, so no move of it can pass — while a light node's delete
+        // (25 % for 7 %) scores 3.4.
+        let mut nodes = vec![node("heavy", "medium.4x", "on-demand", "default")];
+        let mut pods: Vec<_> = (0..20)
+            .map(|i| pod(&format!("h{i}"), "heavy", "100m"))
+            .collect();
+        for n in 0..3 {
+            let name = format!("light{n}");
+            nodes.push(node(&name, "medium.4x", "on-demand", "default"));
+            pods.push(pod(&format!("{name}-p"), &name, "100m"));
+        }
+        let world = World::new(balanced_pool(), nodes, pods);
+        let input = world.input();
+        let mut blocked = BTreeMap::new();
+        let workable = crate::disruption::consolidation::evaluate_each(&input, &mut blocked);
+        let reason = &blocked.get("heavy").unwrap().reason;
+        let BlockReason::BalancedDeleteWouldNotPass(verdict) = reason else {
+            panic!("{reason:?}");
+        };
+        assert!(
+            (verdict.score - (0.25 / (21.0 / 27.0))).abs() < 1e-9,
+            "{verdict:?}"
+        );
+        assert!(
+            reason.to_string().contains("even deleting the node"),
+            "{reason}"
+        );
+        // What the skip saves is a simulation whose delete the policy would refuse anyway.
+        let (found, _) = crate::disruption::candidates::candidates(
+            &world.state,
+            world.now,
+            crate::disruption::candidates::DisruptionClass::Graceful,
+            &world.types,
+        );
+        let heavy: Vec<&Candidate<'_>> = found.iter().filter(|c| c.name() == "heavy").collect();
+        let refused = approve(&input, &heavy, 0.2).unwrap_err();
+        assert_eq!(refused, BlockReason::BalancedScoreTooLow(verdict.clone()));
+        // The light nodes are still judged, and each can go.
+        assert_eq!(workable.len(), 3, "{blocked:?}");
+        assert!(
+            workable
+                .iter()
+                .all(|c| c.candidates[0].name.starts_with("light"))
+        );
+    }
+
+    #[test]
+    fn a_pass_returns_the_scores_of_the_moves_it_judged() {
+        // Approved: consolidation of the 3 + 3 + 3 + 1 pool; its command carries the score.
+        let world = cluster(balanced_pool(), 3);
+        let pass = crate::disruption::decide(&world.input());
+        assert!(
+            pass.method
+                .is_some_and(|m| m.reason() == crate::disruption::DisruptionReason::Underutilized)
+        );
+        let command = &pass.commands[0];
+        assert_eq!(command.balanced_scores.len(), 1);
+        assert_eq!(pass.moves.len(), 1, "one pool, one move: {:?}", pass.moves);
+        let approved = &pass.moves[0];
+        let names: Vec<String> = command.candidates.iter().map(|c| c.name.clone()).collect();
+        assert_eq!(approved.candidates, names);
+        assert_eq!(approved.method, command.method);
+        assert_eq!(approved.policy, ConsolidationPolicy::Balanced);
+        assert_eq!(approved.decision(), "approved");
+        assert_eq!(approved.score.as_ref(), Some(&command.balanced_scores[0]));
+        let summary = command.balanced_scores[0].summary();
+        assert!(
+            summary.starts_with("score ") && summary.contains(">= threshold 0.50"),
+            "{summary}"
+        );
+
+        // Rejected: the replacement of `big` (score 0.32) is counted as a rejected move.
+        let world = World::new(
+            balanced_pool(),
+            vec![
+                node("big", "big.8x", "on-demand", "default"),
+                node("full", "big.8x", "on-demand", "default"),
+            ],
+            (0..6)
+                .map(|i| pod(&format!("b{i}"), "big", "500m"))
+                .chain([pod("f0", "full", "8")])
+                .collect(),
+        );
+        let pass = crate::disruption::decide(&world.input());
+        assert!(pass.commands.is_empty(), "{:?}", pass.commands);
+        let rejected: Vec<_> = pass.moves.iter().filter(|m| !m.approved()).collect();
+        assert_eq!(rejected.len(), 1, "{:?}", pass.moves);
+        assert_eq!(rejected[0].candidates, ["big"]);
+        assert_eq!(rejected[0].decision(), "rejected");
+        let score = rejected[0].score.as_ref().unwrap();
+        assert!(score.score < BALANCED_THRESHOLD);
+        assert!(
+            score.summary().contains("< threshold 0.50"),
+            "{}",
+            score.summary()
+        );
+
+        // Other policies are counted, unscored.
+        let plain = cluster(vec![pool("default", &["on-demand"], json!({}))], 3);
+        let pass = crate::disruption::decide(&plain.input());
+        assert_eq!(pass.moves.len(), 1, "{:?}", pass.moves);
+        assert_eq!(
+            pass.moves[0].policy,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized
+        );
+        assert!(pass.moves[0].score.is_none() && pass.moves[0].approved());
     }
 }

@@ -210,14 +210,10 @@ pub enum BlockReason {
     /// Spot-to-spot replacement with the feature gate off.
     SpotToSpotDisabled,
     /// The `Balanced` policy of the NodePool finds the move not worth its disruption.
-    BalancedScoreTooLow {
-        nodepool: String,
-        score: f64,
-        savings: f64,
-        pool_cost: f64,
-        move_disruption: f64,
-        pool_disruption: f64,
-    },
+    BalancedScoreTooLow(super::balanced::PoolScore),
+    /// The `Balanced` policy would refuse even deleting the node outright (the best any move
+    /// of it can score), so single-node consolidation does not simulate it.
+    BalancedDeleteWouldNotPass(super::balanced::PoolScore),
     /// Single-node spot-to-spot needs at least 15 cheaper spot options.
     SpotToSpotTooFewOptions(usize),
     /// Drift: an earlier command of the same pass moves pods onto this node; it waits for the
@@ -305,16 +301,26 @@ impl fmt::Display for BlockReason {
                 f,
                 "SpotToSpotConsolidation is disabled, can't replace a spot node with a spot node"
             ),
-            Self::BalancedScoreTooLow {
-                nodepool,
-                score,
-                savings,
-                pool_cost,
-                move_disruption,
-                pool_disruption,
-            } => write!(
+            Self::BalancedScoreTooLow(verdict) => write!(
                 f,
-                "NodePool {nodepool:?} has consolidation policy Balanced: saving ${savings:.4}/h of ${pool_cost:.4}/h for disruption {move_disruption:.1} of {pool_disruption:.1} scores {score:.2} < {:.2}",
+                "NodePool {:?} has consolidation policy Balanced: saving ${:.4}/h of ${:.4}/h for disruption {:.1} of {:.1} scores {:.2} < {:.2}",
+                verdict.nodepool,
+                verdict.savings,
+                verdict.pool_cost,
+                verdict.move_disruption,
+                verdict.pool_disruption,
+                verdict.score,
+                super::balanced::BALANCED_THRESHOLD
+            ),
+            Self::BalancedDeleteWouldNotPass(verdict) => write!(
+                f,
+                "NodePool {:?} has consolidation policy Balanced: even deleting the node (saving ${:.4}/h of ${:.4}/h for disruption {:.1} of {:.1}) scores {:.2} < {:.2}",
+                verdict.nodepool,
+                verdict.savings,
+                verdict.pool_cost,
+                verdict.move_disruption,
+                verdict.pool_disruption,
+                verdict.score,
                 super::balanced::BALANCED_THRESHOLD
             ),
             Self::SpotToSpotTooFewOptions(n) => write!(

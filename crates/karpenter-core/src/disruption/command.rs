@@ -10,6 +10,7 @@ use jiff::Timestamp;
 use karpenter_api::NodeClaim;
 use serde::Serialize;
 
+use super::balanced::{JudgedMove, PoolScore};
 use super::budgets::DisruptionReason;
 use super::candidates::{Candidate, Rejection};
 use crate::instance_type::InstanceType;
@@ -131,6 +132,9 @@ pub struct Command {
     pub replacements: Vec<NodeClaim>,
     /// Σ candidate prices − Σ cheapest replacement option prices (≥ 0 for consolidation).
     pub savings_per_hour: f64,
+    /// The scores of the `Balanced` NodePools that approved this consolidation command (empty
+    /// for other policies and methods), for the controller's metrics and events.
+    pub balanced_scores: Vec<PoolScore>,
 }
 
 impl Command {
@@ -188,4 +192,7 @@ pub struct Pass {
     /// person reads (budget, do-not-disrupt pod, PDB, "pods would not fit", …). One entry per
     /// node: the reason from the latest method that considered it.
     pub blocked: Vec<Rejection>,
+    /// The consolidation moves this pass judged, with their Balanced scores (see
+    /// [`JudgedMove`]): approved commands and single-node Balanced rejections.
+    pub moves: Vec<JudgedMove>,
 }

@@ -17,6 +17,7 @@ use karpenter_api::v1::{ConsolidationPolicy, NodeSelectorRequirementWithMinValue
 use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, ZONE_LABEL};
 use kube_core::ResourceExt;
 
+use super::balanced;
 use super::budgets::{BudgetMapping, DisruptionReason};
 use super::candidates::{BlockReason, Candidate, DisruptionClass, Rejection, candidates};
 use super::command::{Command, DisruptedNode, DisruptionInput, Method};
@@ -131,13 +132,16 @@ fn single_node_commands(
         return Vec::new();
     }
     let budgets = BudgetMapping::build(input.state, DisruptionReason::Underutilized, input.now);
+    let balanced_totals = balanced::balanced_pool_totals(input, &found);
     let mut simulator = Simulator::new(input);
     let bounds = Bounds::new(input, &simulator);
     // One engine for every candidate worth simulating (within budget, not ruled out by the
-    // bounds): each simulation then costs its own pods, not a rebuild of the cluster.
+    // Balanced policy or the bounds): each simulation then costs its own pods, not a rebuild
+    // of the cluster.
     let worth: Vec<&Candidate<'_>> = found
         .iter()
         .filter(|c| budgets.allowed(&c.nodepool_name()) > 0)
+        .filter(|c| balanced::even_a_delete_fails(c, &balanced_totals).is_none())
         .filter(|c| bounds.hopeless(&simulator, c).is_none())
         .collect();
     if worth.len() > 1 {
@@ -147,6 +151,10 @@ fn single_node_commands(
     for candidate in &found {
         if budgets.allowed(&candidate.nodepool_name()) == 0 {
             blocked.insert(candidate.name(), reject(candidate, budget_block(candidate)));
+            continue;
+        }
+        if let Some(reason) = balanced::even_a_delete_fails(candidate, &balanced_totals) {
+            blocked.insert(candidate.name(), reject(candidate, reason));
             continue;
         }
         if let Some(reason) = bounds.hopeless(&simulator, candidate) {
@@ -319,13 +327,14 @@ pub fn compute<'c>(
     let new_claims = simulation.new_node_claims();
     let claim = match new_claims {
         [] => {
-            super::balanced::approve(input, candidates, price)?;
+            let balanced_scores = balanced::approve(input, candidates, price)?;
             return Ok(Command {
                 method,
                 reason: DisruptionReason::Underutilized,
                 candidates: nodes,
                 replacements: Vec::new(),
                 savings_per_hour: price,
+                balanced_scores,
             });
         }
         [claim] => claim,
@@ -333,7 +342,7 @@ pub fn compute<'c>(
     };
     let single = method == Method::SingleNodeConsolidation;
     let (replacement, cheapest) = cheaper_replacement(input, candidates, claim, price, single)?;
-    super::balanced::approve(input, candidates, price - cheapest)?;
+    let balanced_scores = balanced::approve(input, candidates, price - cheapest)?;
     let pool = input
         .state
         .nodepool(&replacement.node_pool)
@@ -344,6 +353,7 @@ pub fn compute<'c>(
         candidates: nodes,
         replacements: vec![nodeclaim::build(&replacement, pool)],
         savings_per_hour: price - cheapest,
+        balanced_scores,
     })
 }
 

@@ -250,6 +250,7 @@ pub fn drift(
             candidates: vec![DisruptedNode::from_candidate(candidate)],
             replacements,
             savings_per_hour: candidate.price.unwrap_or(0.0) - replacement_price,
+            balanced_scores: Vec::new(),
         });
     }
     commands
@@ -288,6 +289,7 @@ pub fn static_drift(
             candidates: vec![DisruptedNode::from_candidate(candidate)],
             replacements: vec![nodeclaim::build_static(candidate.nodepool)],
             savings_per_hour: 0.0,
+            balanced_scores: Vec::new(),
         });
     }
     commands

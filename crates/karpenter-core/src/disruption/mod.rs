@@ -73,6 +73,7 @@ pub fn decide(input: &DisruptionInput<'_>) -> Pass {
         .iter()
         .flat_map(|c| c.candidates.iter().map(|n| n.name.as_str()))
         .collect();
+    pass.moves = balanced::judged_moves(input, &pass.commands, blocked.values());
     pass.blocked = blocked
         .into_values()
         .filter(|r| !disrupted.contains(r.name.as_str()))
@@ -121,6 +122,7 @@ fn run_emptiness(
         candidates: nodes,
         replacements: Vec::new(),
         savings_per_hour,
+        balanced_scores: Vec::new(),
     }]
 }
 

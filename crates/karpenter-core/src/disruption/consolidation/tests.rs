@@ -342,3 +342,83 @@ fn pods_are_not_moved_onto_an_uninitialized_node() {
         "pods would schedule against uninitialized node fresh"
     );
 }
+
+/// A pool of `capacity_types` whose template also asks for `min_values` instance types.
+fn pool_with_min_values(capacity_types: &[&str], min_values: u32) -> Vec<NodePool> {
+    vec![pool(
+        "default",
+        capacity_types,
+        json!({"template": {"spec": {
+            "requirements": [
+                {"key": CAPACITY_TYPE_LABEL, "operator": "In", "values": capacity_types},
+                {"key": karpenter_api::well_known::INSTANCE_TYPE_LABEL, "operator": "Exists",
+                 "minValues": min_values}
+            ],
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+        }}}),
+    )]
+}
+
+#[test]
+fn a_price_filter_that_breaks_min_values_fails_the_replacement() {
+    // A lone big node: its replacement may be small or medium (big is its own type). With
+    // `minValues: 3` two cheaper options are not enough (upstream §7.6 #12); with 2 they are.
+    let nodes = || vec![node("big", "big.8x", "on-demand", "default")];
+    let pods = || vec![pod("a", "big", "1")];
+    let world = World::new(pool_with_min_values(&["on-demand"], 3), nodes(), pods());
+    let (commands, blocked) = single(&world);
+    assert!(commands.is_empty(), "{commands:?}");
+    assert_eq!(
+        blocked["big"].reason,
+        BlockReason::MinValuesAfterPriceFilter {
+            kept: 2,
+            min_values: 3
+        }
+    );
+    let world = World::new(pool_with_min_values(&["on-demand"], 2), nodes(), pods());
+    let (commands, blocked) = single(&world);
+    assert_eq!(commands.len(), 1, "{blocked:?}");
+    let mut options = instance_types_of(&commands[0].replacements[0]);
+    options.sort();
+    assert_eq!(options, ["medium.4x", "small.2x"]);
+}
+
+/// Twenty 4-cpu instance types `t00` … `t19`, each a cent dearer than the last.
+fn twenty_types() -> Vec<std::sync::Arc<InstanceType>> {
+    (0..20)
+        .map(|i| {
+            let price = 0.1 + 0.01 * f64::from(i);
+            std::sync::Arc::new(crate::disruption::testkit::instance_type(
+                &format!("t{i:02}"),
+                "4",
+                price,
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn spot_to_spot_keeps_the_fifteen_cheapest_options_or_what_min_values_needs() {
+    // A spot node of the dearest type: 19 cheaper spot options. Single-node spot-to-spot
+    // launches only among the 15 cheapest (upstream §7.6 #10–11), or max(15, minValues).
+    for (min_values, kept) in [(None, 15), (Some(17), 17)] {
+        let pools = match min_values {
+            None => vec![pool("default", &["spot"], json!({}))],
+            Some(n) => pool_with_min_values(&["spot"], n),
+        };
+        let mut world = World::new(
+            pools,
+            vec![node("s", "t19", "spot", "default")],
+            vec![pod("a", "s", "1")],
+        );
+        world.types.insert("default".into(), twenty_types());
+        world.options.spot_to_spot_consolidation = true;
+        let (commands, blocked) = single(&world);
+        assert_eq!(commands.len(), 1, "{blocked:?}");
+        let options = instance_types_of(&commands[0].replacements[0]);
+        let expected: Vec<String> = (0..kept).map(|i| format!("t{i:02}")).collect();
+        let mut sorted = options.clone();
+        sorted.sort();
+        assert_eq!(sorted, expected, "minValues {min_values:?}");
+    }
+}

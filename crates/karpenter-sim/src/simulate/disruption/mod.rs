@@ -260,6 +260,7 @@ fn execute(
             candidates,
             replacements,
             savings_per_hour: _,
+            balanced_scores: _,
         } = command;
         let decision = if replacements.is_empty() {
             "delete"
