@@ -55,13 +55,30 @@ pub fn instance_type_compatible(it: &InstanceType, requirements: &Requirements) 
 
 /// Whether the offering's zone and capacity type satisfy `requirements`.
 pub fn offering_compatible(offering: &Offering, requirements: &Requirements) -> bool {
-    let zone_ok = requirements
-        .get(&wk::ZONE_LABEL.to_string())
-        .is_none_or(|r| r.has(&offering.zone));
-    let capacity_type_ok = requirements
-        .get(&wk::CAPACITY_TYPE_LABEL.to_string())
-        .is_none_or(|r| r.has(&offering.capacity_type));
-    zone_ok && capacity_type_ok
+    OfferingFilter::new(requirements).allows(offering)
+}
+
+/// The zone and capacity-type requirements, looked up once for all offerings (a plan of
+/// thousands of NodeClaims checks hundreds of offerings each).
+struct OfferingFilter<'r> {
+    zone: Option<&'r Requirement>,
+    capacity_type: Option<&'r Requirement>,
+}
+
+impl<'r> OfferingFilter<'r> {
+    fn new(requirements: &'r Requirements) -> Self {
+        OfferingFilter {
+            zone: requirements.get(&wk::ZONE_LABEL.to_string()),
+            capacity_type: requirements.get(&wk::CAPACITY_TYPE_LABEL.to_string()),
+        }
+    }
+
+    fn allows(&self, offering: &Offering) -> bool {
+        self.zone.is_none_or(|r| r.has(&offering.zone))
+            && self
+                .capacity_type
+                .is_none_or(|r| r.has(&offering.capacity_type))
+    }
 }
 
 /// A candidate offering for a launch.
@@ -103,6 +120,7 @@ pub fn candidates<'a>(
         });
     let pool: Vec<&'a Arc<InstanceType>> = named.unwrap_or_else(|| types.values().collect());
 
+    let offerings = OfferingFilter::new(requirements);
     let mut all: Vec<Candidate<'a>> = pool
         .into_iter()
         .map(Arc::as_ref)
@@ -110,7 +128,7 @@ pub fn candidates<'a>(
         .flat_map(|it| {
             it.offerings
                 .iter()
-                .filter(|o| o.available && offering_compatible(o, requirements) && usable(it, o))
+                .filter(|o| o.available && offerings.allows(o) && usable(it, o))
                 .map(move |offering| Candidate {
                     instance_type: it,
                     offering,

@@ -342,11 +342,13 @@ impl SimCloudProvider {
         let state = self.state();
         let unavailable = &state.ledger.unavailable_offerings;
         launch::candidates(&types, &requirements, &requests, |it, o| {
-            !is_marked(
-                unavailable,
-                &offering_key(&o.capacity_type, &it.name, &o.zone),
-                now,
-            )
+            // Nothing marked (the usual case): no key to build per offering.
+            unavailable.is_empty()
+                || !is_marked(
+                    unavailable,
+                    &offering_key(&o.capacity_type, &it.name, &o.zone),
+                    now,
+                )
         })
         .first()
         .map(launch::Candidate::choice)
