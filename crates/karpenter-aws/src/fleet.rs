@@ -2,15 +2,16 @@
 //! (instance type × zone) overrides in which order, which subnet per zone, which AMI and launch
 //! template group per instance type, and which offerings a fleet's errors make unavailable.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use karpenter_api::v1::{AmiStatus, SubnetStatus};
+use karpenter_api::v1::{AmiStatus, CapacityReservationStatus, SubnetStatus};
 use karpenter_api::well_known as wk;
 use karpenter_core::instance_type::{InstanceType, Offering};
 use karpenter_core::requirements::{Requirement, Requirements};
 use karpenter_core::resources::{self, ResourceList};
 
+use crate::reservations::{self, RESERVATION_TYPE_CAPACITY_BLOCK, RESERVATION_TYPE_DEFAULT};
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
 
 /// Upstream truncates the instance types of one launch to the 60 cheapest.
@@ -38,26 +39,71 @@ fn label_allows(key: &str, requirement: &Requirement, value: Option<&String>) ->
     }
 }
 
-/// Whether `labels` satisfy every requirement except zone (and zone ID), capacity type and node
-/// pool (those are decided per offering or are the node's own).
+/// Labels an offering decides, not the instance type: zone (and zone ID), capacity type and the
+/// capacity reservation's ID, type and interruptibility.
+const OFFERING_LABELS: [&str; 6] = [
+    wk::ZONE_LABEL,
+    wk::AWS_ZONE_ID_LABEL,
+    wk::CAPACITY_TYPE_LABEL,
+    wk::AWS_CAPACITY_RESERVATION_ID_LABEL,
+    wk::AWS_CAPACITY_RESERVATION_TYPE_LABEL,
+    wk::AWS_CAPACITY_RESERVATION_INTERRUPTIBLE_LABEL,
+];
+
+/// Whether `labels` satisfy every requirement except the offering's labels and the node pool
+/// (the node's own).
 pub fn labels_compatible(labels: &BTreeMap<String, String>, requirements: &Requirements) -> bool {
     requirements.iter().all(|(key, requirement)| {
-        key == wk::ZONE_LABEL
-            || key == wk::AWS_ZONE_ID_LABEL
-            || key == wk::CAPACITY_TYPE_LABEL
+        OFFERING_LABELS.contains(&key.as_str())
             || key == wk::NODEPOOL_LABEL
             || label_allows(key, requirement, labels.get(key))
     })
 }
 
-fn offering_allowed(offering: &Offering, requirements: &Requirements) -> bool {
-    let allows = |key: &str, value: &String| {
+/// Whether the requirements allow `offering`: its zone, capacity type and, for a reserved one,
+/// its reservation's ID, type and interruptibility (an offering without a reservation has none
+/// of those labels).
+fn offering_allowed(
+    offering: &Offering,
+    requirements: &Requirements,
+    reservations: &[CapacityReservationStatus],
+) -> bool {
+    let allows = |key: &str, value: Option<&String>| {
         requirements
             .get(&key.to_string())
-            .is_none_or(|r| r.has(value))
+            .is_none_or(|r| match value {
+                Some(v) => r.has(v),
+                None => r.operator().tolerates_absence(),
+            })
     };
-    allows(wk::ZONE_LABEL, &offering.zone)
-        && allows(wk::CAPACITY_TYPE_LABEL, &offering.capacity_type)
+    let reservation = offering
+        .reservation_id
+        .as_deref()
+        .and_then(|id| reservations::reservation(reservations, id));
+    let reservation_type = reservation.map(reservation_type_of);
+    let interruptible = reservation.map(|r| r.interruptible.unwrap_or(false).to_string());
+    allows(wk::ZONE_LABEL, Some(&offering.zone))
+        && allows(wk::CAPACITY_TYPE_LABEL, Some(&offering.capacity_type))
+        && allows(
+            wk::AWS_CAPACITY_RESERVATION_ID_LABEL,
+            offering.reservation_id.as_ref(),
+        )
+        && allows(
+            wk::AWS_CAPACITY_RESERVATION_TYPE_LABEL,
+            reservation_type.as_ref(),
+        )
+        && allows(
+            wk::AWS_CAPACITY_RESERVATION_INTERRUPTIBLE_LABEL,
+            interruptible.as_ref(),
+        )
+}
+
+/// `default` unless the status says otherwise.
+pub fn reservation_type_of(reservation: &CapacityReservationStatus) -> String {
+    reservation
+        .reservation_type
+        .clone()
+        .unwrap_or_else(|| RESERVATION_TYPE_DEFAULT.to_string())
 }
 
 /// The zonal subnet of each zone: the status subnet with the most free IPs (the status is
@@ -105,12 +151,23 @@ pub struct FleetOverride {
     pub max_pods: i64,
     /// USD per hour; CreateFleet's `Priority`.
     pub price: f64,
+    /// The capacity reservation a reserved override launches into (its launch template targets it).
+    pub reservation_id: Option<String>,
+    /// Instances the reservation can still take (a reserved override).
+    pub reservation_capacity: u32,
 }
 
+/// One launch template per (AMI, max pods, capacity reservation), as upstream groups them.
+pub type TemplateGroup = (String, i64, Option<String>);
+
 impl FleetOverride {
-    /// The launch template group: one template per (AMI, max pods).
-    pub fn group(&self) -> (String, i64) {
-        (self.image_id.clone(), self.max_pods)
+    /// The launch template group of this override.
+    pub fn group(&self) -> TemplateGroup {
+        (
+            self.image_id.clone(),
+            self.max_pods,
+            self.reservation_id.clone(),
+        )
     }
 }
 
@@ -118,6 +175,9 @@ impl FleetOverride {
 #[derive(Clone, Debug, PartialEq)]
 pub struct FleetPlan {
     pub capacity_type: String,
+    /// For `reserved`: the reservations' type (`default` or `capacity-block`; one per launch, as
+    /// CreateFleet takes one market type).
+    pub reservation_type: Option<String>,
     /// Cheapest first, then instance type name, then zone: moto takes the first, EC2 uses the
     /// allocation strategy with the prices as priorities.
     pub overrides: Vec<FleetOverride>,
@@ -146,11 +206,17 @@ pub struct PlanInput<'a> {
     /// `spec.kubelet.maxPods` of the EC2NodeClass.
     pub max_pods: Option<i32>,
     pub unavailable: &'a UnavailableOfferings,
+    /// `status.capacityReservations` of the EC2NodeClass (the reserved offerings' details).
+    pub reservations: &'a [CapacityReservationStatus],
 }
 
-/// Capacity types in the order upstream prefers them. `reserved` needs capacity reservations,
-/// which this provider does not resolve yet, so it is never chosen.
-const CAPACITY_TYPE_PREFERENCE: [&str; 2] = [wk::CAPACITY_TYPE_SPOT, wk::CAPACITY_TYPE_ON_DEMAND];
+/// Capacity types in the order upstream prefers them (reference §4.2): reserved capacity is paid
+/// for already, spot is cheaper than on-demand.
+const CAPACITY_TYPE_PREFERENCE: [&str; 3] = [
+    wk::CAPACITY_TYPE_RESERVED,
+    wk::CAPACITY_TYPE_SPOT,
+    wk::CAPACITY_TYPE_ON_DEMAND,
+];
 
 /// Plans the launch of one NodeClaim.
 pub fn plan(input: &PlanInput<'_>) -> Result<FleetPlan, PlanError> {
@@ -183,7 +249,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<FleetPlan, PlanError> {
                     .filter(move |o| {
                         o.available
                             && o.capacity_type == capacity_type
-                            && offering_allowed(o, input.requirements)
+                            && offering_allowed(o, input.requirements, input.reservations)
                             && !input.unavailable.is_unavailable(&OfferingKey::new(
                                 &o.capacity_type,
                                 &it.name,
@@ -202,6 +268,8 @@ pub fn plan(input: &PlanInput<'_>) -> Result<FleetPlan, PlanError> {
                                 i64::from,
                             ),
                             price: o.price,
+                            reservation_id: o.reservation_id.clone(),
+                            reservation_capacity: o.reservation_capacity.unwrap_or(0),
                         })
                     })
             })
@@ -237,14 +305,97 @@ pub fn plan(input: &PlanInput<'_>) -> Result<FleetPlan, PlanError> {
             continue;
         }
         let overrides = candidates(capacity_type);
-        if !overrides.is_empty() {
+        if overrides.is_empty() {
+            continue;
+        }
+        if capacity_type == wk::CAPACITY_TYPE_RESERVED {
+            let (reservation_type, overrides) = reserved_overrides(overrides, input.reservations);
             return Ok(FleetPlan {
                 capacity_type: capacity_type.to_string(),
+                reservation_type: Some(reservation_type),
                 overrides,
             });
         }
+        return Ok(FleetPlan {
+            capacity_type: capacity_type.to_string(),
+            reservation_type: None,
+            overrides,
+        });
     }
     Err(PlanError::NoOffering)
+}
+
+/// Upstream's launch filters for reserved overrides (sorted cheapest first), in CreateFleet's
+/// limits: one reservation per (instance type, zone) — the one with the most room —, one
+/// reservation type (the cheapest's; `default` on a tie), and a single capacity block.
+fn reserved_overrides(
+    overrides: Vec<FleetOverride>,
+    reservations: &[CapacityReservationStatus],
+) -> (String, Vec<FleetOverride>) {
+    let type_of = |o: &FleetOverride| {
+        o.reservation_id
+            .as_deref()
+            .and_then(|id| reservations::reservation(reservations, id))
+            .map_or_else(|| RESERVATION_TYPE_DEFAULT.to_string(), reservation_type_of)
+    };
+    let mut best: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for (i, o) in overrides.iter().enumerate() {
+        let key = (o.instance_type.clone(), o.zone.clone());
+        match best.get(&key) {
+            Some(&j) if overrides[j].reservation_capacity >= o.reservation_capacity => {}
+            _ => {
+                best.insert(key, i);
+            }
+        }
+    }
+    let kept: BTreeSet<usize> = best.into_values().collect();
+    let overrides: Vec<FleetOverride> = overrides
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| kept.contains(i))
+        .map(|(_, o)| o)
+        .collect();
+    // Cheapest first: the first override's type wins; on equal prices `default` goes first.
+    let cheapest = overrides.first().map_or(f64::MAX, |o| o.price);
+    let chosen = if overrides
+        .iter()
+        .any(|o| o.price <= cheapest && type_of(o) == RESERVATION_TYPE_DEFAULT)
+    {
+        RESERVATION_TYPE_DEFAULT.to_string()
+    } else {
+        overrides
+            .first()
+            .map_or_else(|| RESERVATION_TYPE_DEFAULT.to_string(), type_of)
+    };
+    let mut overrides: Vec<FleetOverride> = overrides
+        .into_iter()
+        .filter(|o| type_of(o) == chosen)
+        .collect();
+    if chosen == RESERVATION_TYPE_CAPACITY_BLOCK {
+        overrides.truncate(1);
+    }
+    (chosen, overrides)
+}
+
+/// The reservations a reserved launch's capacity errors say are full: EC2 names the override
+/// (type and zone), the plan knows its reservation.
+pub fn full_reservations(plan: &FleetPlan, errors: &[FleetError]) -> Vec<String> {
+    let mut ids: Vec<String> = errors
+        .iter()
+        .filter(|e| INSUFFICIENT_CAPACITY_CODES.contains(&e.code.as_str()))
+        .filter_map(|e| {
+            plan.overrides
+                .iter()
+                .find(|o| {
+                    Some(&o.instance_type) == e.instance_type.as_ref()
+                        && Some(&o.zone) == e.zone.as_ref()
+                })
+                .and_then(|o| o.reservation_id.clone())
+        })
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
 }
 
 /// One entry of CreateFleet's `Errors`, reduced to what the provider acts on.
@@ -378,6 +529,7 @@ mod tests {
         subnets: Vec<SubnetStatus>,
         amis: Vec<AmiStatus>,
         unavailable: UnavailableOfferings,
+        reservations: Vec<CapacityReservationStatus>,
     }
 
     fn fixture() -> Fixture {
@@ -395,6 +547,7 @@ mod tests {
             ],
             amis: vec![ami("ami-x86", "amd64"), ami("ami-arm", "arm64")],
             unavailable: UnavailableOfferings::new(Arc::new(FakeClock::default())),
+            reservations: Vec::new(),
         }
     }
 
@@ -411,6 +564,7 @@ mod tests {
             amis: &f.amis,
             max_pods,
             unavailable: &f.unavailable,
+            reservations: &f.reservations,
         })
     }
 
@@ -443,7 +597,7 @@ mod tests {
             ]
         );
         assert_eq!(plan.overrides[4].max_pods, 58);
-        assert_eq!(plan.overrides[4].group(), ("ami-x86".to_string(), 58));
+        assert_eq!(plan.overrides[4].group(), ("ami-x86".to_string(), 58, None));
         assert_eq!(
             plan_for(&f, &Requirements::new(), Some(110))
                 .unwrap()
@@ -541,5 +695,146 @@ mod tests {
             describe_errors(&errors),
             "InsufficientInstanceCapacity: no m5.large; InvalidParameterValue: bad"
         );
+    }
+
+    /// Adds a reserved offering of `f.types[it]` in `zone` backed by reservation `id`.
+    fn reserve(f: &mut Fixture, it: usize, zone: &str, id: &str, capacity: u32, kind: &str) {
+        let t = Arc::make_mut(&mut f.types[it]);
+        let on_demand = t
+            .offerings
+            .iter()
+            .find(|o| o.capacity_type == "on-demand")
+            .unwrap()
+            .price;
+        t.offerings.push(Offering {
+            zone: zone.into(),
+            capacity_type: "reserved".into(),
+            price: on_demand / reservations::RESERVED_PRICE_DIVISOR,
+            available: capacity > 0,
+            reservation_id: Some(id.into()),
+            reservation_capacity: Some(capacity),
+        });
+        f.reservations.push(CapacityReservationStatus {
+            id: id.into(),
+            availability_zone: zone.into(),
+            instance_type: t.name.clone(),
+            reservation_type: Some(kind.into()),
+            ..CapacityReservationStatus::default()
+        });
+    }
+
+    fn reserved_summary(plan: &FleetPlan) -> Vec<(&str, &str, Option<&str>)> {
+        plan.overrides
+            .iter()
+            .map(|o| {
+                (
+                    o.instance_type.as_str(),
+                    o.zone.as_str(),
+                    o.reservation_id.as_deref(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn reserved_comes_first_with_one_reservation_per_type_and_zone() {
+        let mut f = fixture();
+        reserve(&mut f, 0, "us-west-2a", "cr-small", 1, "default");
+        reserve(&mut f, 0, "us-west-2a", "cr-big", 5, "default");
+        reserve(&mut f, 0, "us-west-2b", "cr-b", 1, "default");
+        let plan = plan_for(&f, &Requirements::new(), None).unwrap();
+        assert_eq!(plan.capacity_type, "reserved");
+        assert_eq!(plan.reservation_type.as_deref(), Some("default"));
+        assert_eq!(
+            reserved_summary(&plan),
+            vec![
+                ("m5.large", "us-west-2a", Some("cr-big")),
+                ("m5.large", "us-west-2b", Some("cr-b")),
+            ]
+        );
+        // One launch template per reservation.
+        assert_ne!(plan.overrides[0].group(), plan.overrides[1].group());
+
+        // A NodeClaim that does not allow reserved goes to spot as before.
+        let no_reserved = requirements(&[(wk::CAPACITY_TYPE_LABEL, &["spot", "on-demand"])]);
+        let plan = plan_for(&f, &no_reserved, None).unwrap();
+        assert_eq!(plan.capacity_type, "spot");
+        assert!(plan.overrides.iter().all(|o| o.reservation_id.is_none()));
+
+        // A reservation-id requirement picks its reservation.
+        let pinned = requirements(&[(wk::AWS_CAPACITY_RESERVATION_ID_LABEL, &["cr-small"])]);
+        assert_eq!(
+            reserved_summary(&plan_for(&f, &pinned, None).unwrap()),
+            vec![("m5.large", "us-west-2a", Some("cr-small"))]
+        );
+
+        // Every reservation used up: spot, then on-demand, as before.
+        for t in &mut f.types {
+            for o in &mut Arc::make_mut(t).offerings {
+                if o.capacity_type == "reserved" {
+                    o.available = false;
+                }
+            }
+        }
+        assert_eq!(
+            plan_for(&f, &Requirements::new(), None)
+                .unwrap()
+                .capacity_type,
+            "spot"
+        );
+        let reserved_or_on_demand =
+            requirements(&[(wk::CAPACITY_TYPE_LABEL, &["reserved", "on-demand"])]);
+        assert_eq!(
+            plan_for(&f, &reserved_or_on_demand, None)
+                .unwrap()
+                .capacity_type,
+            "on-demand"
+        );
+    }
+
+    #[test]
+    fn one_reservation_type_per_launch_and_a_single_capacity_block() {
+        let mut f = fixture();
+        // m6g.large is the cheapest type: its capacity blocks win over m5.large's reservation.
+        reserve(&mut f, 1, "us-west-2a", "cr-block-a", 1, "capacity-block");
+        reserve(&mut f, 1, "us-west-2b", "cr-block-b", 1, "capacity-block");
+        reserve(&mut f, 0, "us-west-2a", "cr-default", 3, "default");
+        let plan = plan_for(&f, &Requirements::new(), None).unwrap();
+        assert_eq!(plan.reservation_type.as_deref(), Some("capacity-block"));
+        assert_eq!(
+            reserved_summary(&plan),
+            vec![("m6g.large", "us-west-2a", Some("cr-block-a"))]
+        );
+        // Asking for default reservations only.
+        let defaults = requirements(&[(wk::AWS_CAPACITY_RESERVATION_TYPE_LABEL, &["default"])]);
+        let plan = plan_for(&f, &defaults, None).unwrap();
+        assert_eq!(plan.reservation_type.as_deref(), Some("default"));
+        assert_eq!(
+            reserved_summary(&plan),
+            vec![("m5.large", "us-west-2a", Some("cr-default"))]
+        );
+    }
+
+    #[test]
+    fn capacity_errors_of_a_reserved_launch_name_the_full_reservation() {
+        let mut f = fixture();
+        reserve(&mut f, 0, "us-west-2a", "cr-a", 1, "default");
+        reserve(&mut f, 0, "us-west-2b", "cr-b", 1, "default");
+        let plan = plan_for(&f, &Requirements::new(), None).unwrap();
+        let errors = vec![
+            FleetError {
+                code: "ReservationCapacityExceeded".into(),
+                message: "full".into(),
+                instance_type: Some("m5.large".into()),
+                zone: Some("us-west-2b".into()),
+            },
+            FleetError {
+                code: "InvalidParameterValue".into(),
+                message: "bad".into(),
+                instance_type: Some("m5.large".into()),
+                zone: Some("us-west-2a".into()),
+            },
+        ];
+        assert_eq!(full_reservations(&plan, &errors), vec!["cr-b".to_string()]);
     }
 }

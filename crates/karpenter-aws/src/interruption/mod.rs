@@ -55,6 +55,12 @@ impl Interruption {
         matches!(self, Self::SpotInterrupted { .. })
     }
 
+    /// Whether the instance's capacity reservation should be marked full (EC2 reclaims
+    /// interruptible reservation capacity).
+    pub fn marks_reservation_unavailable(&self) -> bool {
+        matches!(self, Self::CapacityReservationInterrupted { .. })
+    }
+
     /// The `reason` of `karpenter_nodeclaims_disrupted_total` and the events (upstream's kinds).
     pub fn kind(&self) -> &'static str {
         match self {

@@ -22,11 +22,12 @@ use karpenter_core::instance_type::InstanceType;
 use karpenter_core::requirements::Requirements;
 use karpenter_core::resources::ResourceList;
 
-use crate::fleet::{self, FleetPlan, PlanError, PlanInput};
+use crate::fleet::{self, FleetPlan, PlanError, PlanInput, TemplateGroup};
 use crate::instance::{self, Instance, LaunchError};
 use crate::launch_template::{
     KnownTemplates, LaunchTemplateOptions, default_block_devices, encode_user_data,
 };
+use crate::reservations::{self, RESERVATION_TYPE_CAPACITY_BLOCK, ReservationAvailability};
 use crate::unavailable::UnavailableOfferings;
 use crate::userdata::{self, AmiFamily, BootstrapOptions};
 use crate::{AwsClients, Error};
@@ -76,6 +77,10 @@ pub struct AwsCloudProvider {
     instance_types: Option<Arc<dyn InstanceTypeSource>>,
     unavailable: UnavailableOfferings,
     templates: KnownTemplates,
+    /// Room left in each capacity reservation (the EC2NodeClass controller syncs it).
+    reservations: ReservationAvailability,
+    /// The `ReservedCapacity` feature gate.
+    reserved_capacity: bool,
 }
 
 /// Maps provider errors onto the kinds the controllers act on.
@@ -98,7 +103,23 @@ impl AwsCloudProvider {
             instance_types,
             unavailable: UnavailableOfferings::new(clock),
             templates: KnownTemplates::default(),
+            reservations: ReservationAvailability::default(),
+            reserved_capacity: true,
         }
+    }
+
+    /// Shares `availability` with the EC2NodeClass controller that syncs it; `enabled` is the
+    /// `ReservedCapacity` feature gate (off: no reserved offerings, templates without a
+    /// capacity reservation preference).
+    pub fn with_reservations(mut self, availability: ReservationAvailability, enabled: bool) -> Self {
+        self.reservations = availability;
+        self.reserved_capacity = enabled;
+        self
+    }
+
+    /// Room left in each capacity reservation, as the provider counts it.
+    pub fn reservation_availability(&self) -> &ReservationAvailability {
+        &self.reservations
     }
 
     /// The offerings marked unavailable after capacity errors (shared with interruption handling).
@@ -127,7 +148,20 @@ impl AwsCloudProvider {
                 "the aws provider has no instance-type source yet",
             ));
         };
-        source.instance_types(node_class).await
+        let types = source.instance_types(node_class).await?;
+        if !self.reserved_capacity {
+            return Ok(types);
+        }
+        let reservations = node_class
+            .status
+            .as_ref()
+            .map(|s| s.capacity_reservations.as_slice())
+            .unwrap_or_default();
+        Ok(reservations::with_reserved_offerings(
+            types,
+            reservations,
+            &self.reservations,
+        ))
     }
 
     /// The launch for a NodeClaim that has no instance yet.
@@ -199,6 +233,7 @@ impl AwsCloudProvider {
             amis: &status.amis,
             max_pods: node_class.spec.kubelet.as_ref().and_then(|k| k.max_pods),
             unavailable: &self.unavailable,
+            reservations: &status.capacity_reservations,
         })
         .map_err(|e| match e {
             PlanError::NoAmi => not_ready(e.to_string()),
@@ -242,6 +277,9 @@ impl AwsCloudProvider {
             }
         };
         self.mark_unavailable(&plan, &errors);
+        if let Some(id) = &instance.capacity_reservation_id {
+            self.reservations.mark_launched(id);
+        }
         let instance_type = types
             .iter()
             .find(|t| t.name == instance.instance_type)
@@ -257,7 +295,16 @@ impl AwsCloudProvider {
         Ok((instance, instance_type))
     }
 
+    /// Capacity errors make offerings unavailable for a while; for a reserved launch they say
+    /// the reservation is full instead (upstream marks the reservation, not the offering).
     fn mark_unavailable(&self, plan: &FleetPlan, errors: &[fleet::FleetError]) {
+        if plan.capacity_type == wk::CAPACITY_TYPE_RESERVED {
+            for id in fleet::full_reservations(plan, errors) {
+                tracing::info!(reservation = %id, "capacity reservation is full");
+                self.reservations.mark_unavailable(&id);
+            }
+            return;
+        }
         for key in fleet::unavailable_offerings(&plan.capacity_type, errors) {
             self.unavailable.mark(key);
         }
@@ -271,21 +318,19 @@ impl AwsCloudProvider {
         family: AmiFamily,
         plan: &FleetPlan,
         tags: &BTreeMap<String, String>,
-    ) -> Result<BTreeMap<(String, i64), String>, CloudError> {
-        let mut groups: Vec<(String, i64)> = plan.overrides.iter().map(|o| o.group()).collect();
+    ) -> Result<BTreeMap<TemplateGroup, String>, CloudError> {
+        let mut groups: Vec<TemplateGroup> = plan.overrides.iter().map(|o| o.group()).collect();
         groups.sort();
         groups.dedup();
         let mut names = BTreeMap::new();
-        for (image_id, max_pods) in groups {
-            let options = self.template_options(
-                node_claim, node_class, family, plan, &image_id, max_pods, tags,
-            )?;
+        for group in groups {
+            let options = self.template_options(node_claim, node_class, family, plan, &group, tags)?;
             let name = self
                 .clients
                 .ensure_launch_template(&options, &self.templates)
                 .await
                 .map_err(cloud_error)?;
-            names.insert((image_id, max_pods), name);
+            names.insert(group, name);
         }
         Ok(names)
     }
@@ -297,10 +342,10 @@ impl AwsCloudProvider {
         node_class: &EC2NodeClass,
         family: AmiFamily,
         plan: &FleetPlan,
-        image_id: &str,
-        max_pods: i64,
+        (image_id, max_pods, reservation_id): &TemplateGroup,
         tags: &BTreeMap<String, String>,
     ) -> Result<LaunchTemplateOptions, CloudError> {
+        let max_pods = *max_pods;
         let status = node_class.status.clone().unwrap_or_default();
         let mut kubelet = node_class.spec.kubelet.clone().unwrap_or_default();
         kubelet.max_pods = Some(i32::try_from(max_pods).unwrap_or(i32::MAX));
@@ -312,6 +357,9 @@ impl AwsCloudProvider {
             wk::CAPACITY_TYPE_LABEL.to_string(),
             plan.capacity_type.clone(),
         );
+        if let Some(id) = reservation_id {
+            labels.extend(reservation_labels(id, &status.capacity_reservations));
+        }
         let mut taints = node_claim.spec.taints.clone();
         taints.extend(node_claim.spec.startup_taints.iter().cloned());
         let bootstrap = BootstrapOptions {
@@ -353,9 +401,43 @@ impl AwsCloudProvider {
             detailed_monitoring: node_class.spec.detailed_monitoring.unwrap_or(false),
             associate_public_ip_address: node_class.spec.associate_public_ip_address,
             capacity_type: plan.capacity_type.clone(),
+            capacity_reservation_preference: self.reserved_capacity.then(|| {
+                if reservation_id.is_some() {
+                    "capacity-reservations-only".to_string()
+                } else {
+                    "none".to_string()
+                }
+            }),
+            capacity_reservation_id: reservation_id.clone(),
+            market_type: (reservation_id.is_some()
+                && plan.reservation_type.as_deref() == Some(RESERVATION_TYPE_CAPACITY_BLOCK))
+            .then(|| RESERVATION_TYPE_CAPACITY_BLOCK.to_string()),
             tags: tags.clone(),
         })
     }
+}
+
+/// The labels of a node in capacity reservation `id` (reference §3.4): its ID, and its type and
+/// interruptibility when the NodeClass still lists it.
+pub fn reservation_labels(
+    id: &str,
+    reservations: &[karpenter_api::v1::CapacityReservationStatus],
+) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([(
+        wk::AWS_CAPACITY_RESERVATION_ID_LABEL.to_string(),
+        id.to_string(),
+    )]);
+    if let Some(r) = reservations::reservation(reservations, id) {
+        labels.insert(
+            wk::AWS_CAPACITY_RESERVATION_TYPE_LABEL.to_string(),
+            fleet::reservation_type_of(r),
+        );
+        labels.insert(
+            wk::AWS_CAPACITY_RESERVATION_INTERRUPTIBLE_LABEL.to_string(),
+            r.interruptible.unwrap_or(false).to_string(),
+        );
+    }
+    labels
 }
 
 fn parse_claim(node_claim: &NodeClaim) -> Result<(Requirements, ResourceList), CloudError> {
@@ -372,6 +454,22 @@ fn parse_claim(node_claim: &NodeClaim) -> Result<(Requirements, ResourceList), C
         None => ResourceList::new(),
     };
     Ok((requirements, requests))
+}
+
+fn add_reservation_labels(node_claim: &mut NodeClaim, instance: &Instance, node_class: &EC2NodeClass) {
+    let Some(id) = &instance.capacity_reservation_id else {
+        return;
+    };
+    let reservations = node_class
+        .status
+        .as_ref()
+        .map(|s| s.capacity_reservations.as_slice())
+        .unwrap_or_default();
+    node_claim
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .extend(reservation_labels(id, reservations));
 }
 
 #[async_trait]
@@ -411,12 +509,14 @@ impl CloudProvider for AwsCloudProvider {
                 Err(_) => None,
             };
             let zone_id = zone_id(&existing.zone);
-            return Ok(hydrate(
+            let mut found = hydrate(
                 node_claim.clone(),
                 &existing,
                 instance_type.as_deref(),
                 zone_id.as_deref(),
-            ));
+            );
+            add_reservation_labels(&mut found, &existing, &node_class);
+            return Ok(found);
         }
         let (instance, instance_type) = self.launch(node_claim, &name, &node_class).await?;
         let zone_id = zone_id(&instance.zone);
@@ -426,6 +526,7 @@ impl CloudProvider for AwsCloudProvider {
             instance_type.as_deref(),
             zone_id.as_deref(),
         );
+        add_reservation_labels(&mut launched, &instance, &node_class);
         launched
             .metadata
             .annotations
