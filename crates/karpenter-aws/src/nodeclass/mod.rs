@@ -573,12 +573,30 @@ async fn write_status(
     let name = node_class.name_any();
     let patch = json!({
         "metadata": {"resourceVersion": node_class.resource_version()},
-        "status": status,
+        "status": status_patch(node_class.status.as_ref(), status),
     });
     timeouts::api(api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)))
         .await
         .map_err(kube_err(&name, "write status"))?;
     Ok(())
+}
+
+/// `status` as a merge patch over `before`: empty lists are left out of the serialised status, and
+/// a merge patch keeps what it does not mention, so a field that became empty (the last capacity
+/// reservation gone) is written as `null` to remove it.
+fn status_patch(
+    before: Option<&EC2NodeClassStatus>,
+    status: &EC2NodeClassStatus,
+) -> serde_json::Value {
+    let mut patch = serde_json::to_value(status).unwrap_or_else(|_| json!({}));
+    if let (Some(serde_json::Value::Object(old)), serde_json::Value::Object(new)) =
+        (before.and_then(|b| serde_json::to_value(b).ok()), &mut patch)
+    {
+        for key in old.keys() {
+            new.entry(key.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    patch
 }
 
 /// The NodeClass hash annotations (static drift reads them from launched NodeClaims).
@@ -679,5 +697,37 @@ async fn finalize(node_class: &EC2NodeClass, inner: &Inner) -> Result<Action, Re
             Ok(Action::await_change())
         }
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use karpenter_api::v1::CapacityReservationStatus;
+
+    use super::*;
+
+    #[test]
+    fn a_list_that_became_empty_is_removed_by_the_status_patch() {
+        let before = EC2NodeClassStatus {
+            capacity_reservations: vec![CapacityReservationStatus {
+                id: "cr-1".into(),
+                ..Default::default()
+            }],
+            instance_profile: Some("profile".into()),
+            ..Default::default()
+        };
+        let after = EC2NodeClassStatus {
+            instance_profile: Some("profile".into()),
+            ..Default::default()
+        };
+        let patch = status_patch(Some(&before), &after);
+        assert_eq!(
+            patch,
+            json!({"capacityReservations": null, "instanceProfile": "profile"})
+        );
+        assert_eq!(
+            status_patch(None, &after),
+            json!({"instanceProfile": "profile"})
+        );
     }
 }

@@ -85,25 +85,30 @@ async fn pods_launch_into_a_selected_reservation_first_then_on_demand() {
     assert_eq!(reservation.reservation_type.as_deref(), Some("default"));
     assert_eq!(provider.reservation_availability().available(&id), 2);
 
-    cluster
-        .server
-        .put(&cluster.node_pool_of(
-            &[wk::CAPACITY_TYPE_RESERVED, wk::CAPACITY_TYPE_ON_DEMAND],
-            &["m5.large"],
-        ))
-        .unwrap();
+    // No disruption: moto's instances carry the VPC's default security group, so they are
+    // security-group drifted, and a replacement would blur which launch went where.
+    let mut pool = cluster.node_pool_of(
+        &[wk::CAPACITY_TYPE_RESERVED, wk::CAPACITY_TYPE_ON_DEMAND],
+        &["m5.large"],
+    );
+    pool.spec.disruption = serde_json::from_value(json!({"budgets": [{"nodes": "0"}]})).unwrap();
+    cluster.server.put(&pool).unwrap();
     for i in 0..3 {
         cluster.server.put(&pod(i)).unwrap();
     }
     let claims = cluster
         .eventually(
-            "three launched NodeClaims",
+            "three launched NodeClaims and the pods bound",
             Duration::from_secs(60),
             async || {
                 cluster.register_nodes();
                 cluster.bind_pending();
                 let claims = cluster.launched_claims();
-                (claims.len() >= 3).then_some(claims)
+                let pods = cluster.server.list::<Pod>();
+                let bound = pods
+                    .iter()
+                    .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
+                (claims.len() >= 3 && bound).then_some(claims)
             },
         )
         .await;
