@@ -10,18 +10,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_ec2::types::{
-    CapacityReservationPreference, DefaultTargetCapacityType, Filter, FleetLaunchTemplateConfigRequest,
-    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
-    FleetOnDemandAllocationStrategy, FleetType, InstanceLifecycle, InstanceLifecycleType,
-    OnDemandOptionsRequest, ResourceType, SpotAllocationStrategy, SpotOptionsRequest,
-    TagSpecification, TargetCapacitySpecificationRequest,
+    CapacityReservationPreference, DefaultTargetCapacityType, Filter,
+    FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
+    FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType,
+    InstanceLifecycle, InstanceLifecycleType, OnDemandOptionsRequest, ResourceType,
+    SpotAllocationStrategy, SpotOptionsRequest, TagSpecification,
+    TargetCapacitySpecificationRequest,
 };
 use jiff::{SignedDuration, Timestamp};
 use karpenter_api::well_known as wk;
 
 use crate::fleet::{FleetError, FleetOverride, FleetPlan, TemplateGroup};
-use crate::reservations::RESERVATION_TYPE_CAPACITY_BLOCK;
 use crate::launch_template::ec2_tags;
+use crate::reservations::RESERVATION_TYPE_CAPACITY_BLOCK;
 use crate::{AwsClients, Error};
 
 pub const NODECLAIM_TAG: &str = "karpenter.sh/nodeclaim";

@@ -9,13 +9,14 @@ use std::sync::{Mutex, MutexGuard};
 
 use aws_sdk_ec2::types::{
     CapacityReservationPreference, CapacityReservationTarget, Filter,
-    LaunchTemplateCapacityReservationSpecificationRequest,
-    LaunchTemplateInstanceMarketOptionsRequest, MarketType, LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
-    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
-    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
-    LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateInstanceMetadataTagsState,
+    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateCapacityReservationSpecificationRequest,
+    LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateInstanceMarketOptionsRequest, LaunchTemplateInstanceMetadataEndpointState,
+    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataProtocolIpv6,
+    LaunchTemplateInstanceMetadataTagsState,
     LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatesMonitoringRequest,
-    RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, VolumeType,
+    MarketType, RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, VolumeType,
 };
 use base64::Engine as _;
 use karpenter_api::v1::{BlockDevice, BlockDeviceMapping, MetadataOptions};
@@ -476,7 +477,11 @@ mod tests {
         );
         let mut other = reserved.clone();
         other.capacity_reservation_id = Some("cr-2".into());
-        assert_ne!(reserved.name(), other.name(), "one template per reservation");
+        assert_ne!(
+            reserved.name(),
+            other.name(),
+            "one template per reservation"
+        );
     }
 
     #[test]

@@ -62,7 +62,10 @@ pub fn reservation_queries(terms: &[CapacityReservationSelectorTerm]) -> Vec<Res
             }
             filters.extend(tag_filters(&term.tags));
             if let Some(criteria) = &term.instance_match_criteria {
-                filters.push(Filter::new("instance-match-criteria", vec![criteria.clone()]));
+                filters.push(Filter::new(
+                    "instance-match-criteria",
+                    vec![criteria.clone()],
+                ));
             }
             queries.push(ReservationQuery { id: None, filters });
         }
@@ -150,7 +153,14 @@ pub fn reservation_statuses(
                 owner_id: r.owner_id.clone(),
                 reservation_type: Some(r.reservation_type.clone()),
                 interruptible: Some(r.interruptible),
-                state: Some(if expiring { STATE_EXPIRING } else { STATE_ACTIVE }.to_string()),
+                state: Some(
+                    if expiring {
+                        STATE_EXPIRING
+                    } else {
+                        STATE_ACTIVE
+                    }
+                    .to_string(),
+                ),
             }
         })
         .collect()
@@ -409,7 +419,11 @@ mod tests {
                     RESERVATION_TYPE_CAPACITY_BLOCK,
                     Some("2026-01-01T12:41:00Z"),
                 ),
-                info("cr-ended", RESERVATION_TYPE_DEFAULT, Some("2026-01-01T11:00:00Z")),
+                info(
+                    "cr-ended",
+                    RESERVATION_TYPE_DEFAULT,
+                    Some("2026-01-01T11:00:00Z"),
+                ),
                 unknown,
                 open_ended,
             ],
@@ -427,7 +441,10 @@ mod tests {
                 ("cr-c", Some("active")),
             ]
         );
-        assert_eq!(statuses[0].end_time.as_deref(), Some("2026-01-01T12:39:00Z"));
+        assert_eq!(
+            statuses[0].end_time.as_deref(),
+            Some("2026-01-01T12:39:00Z")
+        );
         assert_eq!(statuses[1].instance_match_criteria, "open");
         assert_eq!(statuses[1].reservation_type.as_deref(), Some("default"));
         assert_eq!(statuses[1].interruptible, Some(false));

@@ -589,9 +589,10 @@ fn status_patch(
     status: &EC2NodeClassStatus,
 ) -> serde_json::Value {
     let mut patch = serde_json::to_value(status).unwrap_or_else(|_| json!({}));
-    if let (Some(serde_json::Value::Object(old)), serde_json::Value::Object(new)) =
-        (before.and_then(|b| serde_json::to_value(b).ok()), &mut patch)
-    {
+    if let (Some(serde_json::Value::Object(old)), serde_json::Value::Object(new)) = (
+        before.and_then(|b| serde_json::to_value(b).ok()),
+        &mut patch,
+    ) {
         for key in old.keys() {
             new.entry(key.clone()).or_insert(serde_json::Value::Null);
         }

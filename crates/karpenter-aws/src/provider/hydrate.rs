@@ -44,7 +44,10 @@ fn instance_labels(
         labels.insert(wk::AWS_ZONE_ID_LABEL.to_string(), zone_id.to_string());
     }
     if let Some(id) = &instance.capacity_reservation_id {
-        labels.insert(wk::AWS_CAPACITY_RESERVATION_ID_LABEL.to_string(), id.clone());
+        labels.insert(
+            wk::AWS_CAPACITY_RESERVATION_ID_LABEL.to_string(),
+            id.clone(),
+        );
     }
     for tag in [instance::NODEPOOL_TAG, instance::NODECLASS_TAG] {
         if let Some(value) = instance.tags.get(tag) {

@@ -111,7 +111,11 @@ impl AwsCloudProvider {
     /// Shares `availability` with the EC2NodeClass controller that syncs it; `enabled` is the
     /// `ReservedCapacity` feature gate (off: no reserved offerings, templates without a
     /// capacity reservation preference).
-    pub fn with_reservations(mut self, availability: ReservationAvailability, enabled: bool) -> Self {
+    pub fn with_reservations(
+        mut self,
+        availability: ReservationAvailability,
+        enabled: bool,
+    ) -> Self {
         self.reservations = availability;
         self.reserved_capacity = enabled;
         self
@@ -324,7 +328,8 @@ impl AwsCloudProvider {
         groups.dedup();
         let mut names = BTreeMap::new();
         for group in groups {
-            let options = self.template_options(node_claim, node_class, family, plan, &group, tags)?;
+            let options =
+                self.template_options(node_claim, node_class, family, plan, &group, tags)?;
             let name = self
                 .clients
                 .ensure_launch_template(&options, &self.templates)
@@ -456,7 +461,11 @@ fn parse_claim(node_claim: &NodeClaim) -> Result<(Requirements, ResourceList), C
     Ok((requirements, requests))
 }
 
-fn add_reservation_labels(node_claim: &mut NodeClaim, instance: &Instance, node_class: &EC2NodeClass) {
+fn add_reservation_labels(
+    node_claim: &mut NodeClaim,
+    instance: &Instance,
+    node_class: &EC2NodeClass,
+) {
     let Some(id) = &instance.capacity_reservation_id else {
         return;
     };
@@ -679,137 +688,4 @@ impl CloudProvider for AwsCloudProvider {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use karpenter_api::v1::{EC2NodeClassSpec, NodeClaimTemplate, NodePoolSpec};
-    use karpenter_core::clock::FakeClock;
-    use karpenter_core::instance_type::{Offering, Overhead};
-    use karpenter_core::resources::{self, Quantity};
-
-    use super::*;
-    use crate::ClientOptions;
-    use crate::unavailable::OfferingKey;
-
-    struct OneClass(EC2NodeClass);
-
-    #[async_trait]
-    impl NodeClassSource for OneClass {
-        async fn node_class(&self, name: &str) -> Result<Option<EC2NodeClass>, CloudError> {
-            Ok((self.0.metadata.name.as_deref() == Some(name)).then(|| self.0.clone()))
-        }
-    }
-
-    struct Types(Vec<Arc<InstanceType>>);
-
-    #[async_trait]
-    impl InstanceTypeSource for Types {
-        async fn instance_types(
-            &self,
-            _node_class: &EC2NodeClass,
-        ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
-            Ok(self.0.clone())
-        }
-    }
-
-    /// An m5.large with two spot offerings (also used by `hydrate`'s tests).
-    pub(super) fn m5_large() -> Arc<InstanceType> {
-        let mut capacity = ResourceList::new();
-        capacity.set(resources::CPU, Quantity::from_units(2));
-        capacity.set(resources::MEMORY, Quantity::from_gibibytes(8));
-        capacity.set(resources::PODS, Quantity::from_units(29));
-        capacity.set(resources::EFA, Quantity::ZERO);
-        Arc::new(InstanceType {
-            name: "m5.large".into(),
-            labels: BTreeMap::from([(wk::ARCH_LABEL.to_string(), "amd64".to_string())]),
-            capacity,
-            overhead: Overhead::default(),
-            offerings: ["us-west-2a", "us-west-2b"]
-                .iter()
-                .map(|z| Offering {
-                    zone: (*z).to_string(),
-                    capacity_type: "spot".into(),
-                    price: 0.04,
-                    available: true,
-                    ..Offering::default()
-                })
-                .collect(),
-        })
-    }
-
-    /// A provider whose clients point nowhere: these tests make no AWS call.
-    async fn offline_provider(types: Option<Vec<Arc<InstanceType>>>) -> AwsCloudProvider {
-        let clients = AwsClients::load(&ClientOptions {
-            region: Some("us-west-2".into()),
-            endpoint_url: Some("http://127.0.0.1:9".into()),
-            static_credentials: Some(aws_sdk_ec2::config::Credentials::new(
-                "a", "b", None, None, "test",
-            )),
-            ..ClientOptions::default()
-        })
-        .await
-        .unwrap();
-        AwsCloudProvider::new(
-            clients,
-            ClusterInfo::default(),
-            Arc::new(OneClass(EC2NodeClass::new(
-                "default",
-                EC2NodeClassSpec::default(),
-            ))),
-            types.map(|t| Arc::new(Types(t)) as Arc<dyn InstanceTypeSource>),
-            Arc::new(FakeClock::default()),
-        )
-    }
-
-    fn node_pool() -> NodePool {
-        NodePool::new(
-            "general",
-            NodePoolSpec {
-                template: NodeClaimTemplate {
-                    spec: karpenter_api::v1::NodeClaimTemplateSpec {
-                        node_class_ref: karpenter_api::v1::NodeClassReference {
-                            group: wk::AWS_GROUP.into(),
-                            kind: "EC2NodeClass".into(),
-                            name: "default".into(),
-                        },
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-    }
-
-    #[tokio::test]
-    async fn instance_types_report_offerings_marked_unavailable() {
-        let provider = offline_provider(Some(vec![m5_large()])).await;
-        provider
-            .unavailable_offerings()
-            .mark(OfferingKey::new("spot", "m5.large", "us-west-2a"));
-        let types = provider.instance_types(&node_pool(), None).await.unwrap();
-        let availability: Vec<(&str, bool)> = types[0]
-            .offerings
-            .iter()
-            .map(|o| (o.zone.as_str(), o.available))
-            .collect();
-        assert_eq!(
-            availability,
-            vec![("us-west-2a", false), ("us-west-2b", true)]
-        );
-    }
-
-    #[tokio::test]
-    async fn without_an_instance_type_source_the_error_says_so() {
-        let provider = offline_provider(None).await;
-        let err = provider
-            .instance_types(&node_pool(), None)
-            .await
-            .unwrap_err();
-        assert!(err.to_string().contains("no instance-type source"), "{err}");
-        let mut other = node_pool();
-        other.spec.template.spec.node_class_ref.name = "missing".into();
-        let err = provider.instance_types(&other, None).await.unwrap_err();
-        assert!(matches!(err, CloudError::NodeClassNotReady(_)), "{err}");
-    }
-}
+mod tests;

@@ -219,7 +219,11 @@ impl AwsCluster {
         self.node_pool_of(&[wk::CAPACITY_TYPE_ON_DEMAND], instance_types)
     }
 
-    pub(crate) fn node_pool_of(&self, capacity_types: &[&str], instance_types: &[&str]) -> NodePool {
+    pub(crate) fn node_pool_of(
+        &self,
+        capacity_types: &[&str],
+        instance_types: &[&str],
+    ) -> NodePool {
         serde_json::from_value(json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
             "metadata": {"name": "general"},
@@ -662,7 +666,13 @@ async fn insufficient_capacity_moves_the_nodeclaim_to_another_offering() {
         .eventually(
             "a NodeClaim launched",
             Duration::from_secs(30),
-            async || cluster.launched_claims().into_iter().next(),
+            // The launch writes the provider ID, then the labels: wait for both.
+            async || {
+                cluster
+                    .launched_claims()
+                    .into_iter()
+                    .find(|c| c.labels().contains_key(wk::INSTANCE_TYPE_LABEL))
+            },
         )
         .await;
     set_ice(&cluster.clients, &[]).await;

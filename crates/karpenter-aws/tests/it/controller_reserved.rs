@@ -108,7 +108,11 @@ async fn pods_launch_into_a_selected_reservation_first_then_on_demand() {
                 let bound = pods
                     .iter()
                     .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
-                (claims.len() >= 3 && bound).then_some(claims)
+                // The launch writes the provider ID, then the labels.
+                let labelled = claims
+                    .iter()
+                    .all(|c| c.labels().contains_key(wk::CAPACITY_TYPE_LABEL));
+                (claims.len() >= 3 && bound && labelled).then_some(claims)
             },
         )
         .await;
@@ -119,8 +123,14 @@ async fn pods_launch_into_a_selected_reservation_first_then_on_demand() {
         .collect();
     assert_eq!(reserved.len(), 2, "the reservation's two instances first");
     for claim in &reserved {
-        assert_eq!(label(claim, wk::AWS_CAPACITY_RESERVATION_ID_LABEL), Some(id.as_str()));
-        assert_eq!(label(claim, wk::AWS_CAPACITY_RESERVATION_TYPE_LABEL), Some("default"));
+        assert_eq!(
+            label(claim, wk::AWS_CAPACITY_RESERVATION_ID_LABEL),
+            Some(id.as_str())
+        );
+        assert_eq!(
+            label(claim, wk::AWS_CAPACITY_RESERVATION_TYPE_LABEL),
+            Some("default")
+        );
         assert_eq!(
             label(claim, wk::AWS_CAPACITY_RESERVATION_INTERRUPTIBLE_LABEL),
             Some("false")
@@ -132,7 +142,10 @@ async fn pods_launch_into_a_selected_reservation_first_then_on_demand() {
         .filter(|c| label(c, wk::CAPACITY_TYPE_LABEL) == Some(wk::CAPACITY_TYPE_ON_DEMAND))
         .collect();
     assert_eq!(on_demand.len(), 1, "then on-demand: {claims:#?}");
-    assert_eq!(label(on_demand[0], wk::AWS_CAPACITY_RESERVATION_ID_LABEL), None);
+    assert_eq!(
+        label(on_demand[0], wk::AWS_CAPACITY_RESERVATION_ID_LABEL),
+        None
+    );
 
     // EC2 agrees: two instances in the reservation (as `reserved`: launched only into
     // reservations), one outside; the reservation is full, and the provider knows it.
