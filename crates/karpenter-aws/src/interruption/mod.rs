@@ -292,6 +292,8 @@ mod tests {
         .unwrap();
         assert_eq!(parsed.kind(), "capacity_reservation_interrupted");
         assert_eq!(parsed.action(), Action::DeleteNodeClaims);
+        assert!(parsed.marks_reservation_unavailable());
+        assert!(!parsed.marks_spot_offering_unavailable());
     }
 
     #[test]

@@ -211,6 +211,32 @@ async fn pods_launch_into_a_selected_reservation_first_then_on_demand() {
             (Some("none".into()), None),
         ]
     );
-    controller.stop().await;
+
+    // The reservation ends (EC2 forgets it): the next reconcile (a spec change triggers one)
+    // removes it from the status, so the reserved nodes would be CapacityReservationDrift.
     set_reservations(&cluster.clients, &json!([])).await;
+    let mut changed = cluster
+        .server
+        .get::<EC2NodeClass>(None, NODE_CLASS)
+        .unwrap();
+    changed
+        .spec
+        .tags
+        .insert("reservation".into(), "ended".into());
+    cluster.server.put(&changed).unwrap();
+    let status = cluster
+        .eventually(
+            "the reservation gone from the status",
+            Duration::from_secs(30),
+            async || {
+                let status = cluster
+                    .server
+                    .get::<EC2NodeClass>(None, NODE_CLASS)?
+                    .status?;
+                status.capacity_reservations.is_empty().then_some(status)
+            },
+        )
+        .await;
+    assert!(status.is_condition_true(CONDITION_CAPACITY_RESERVATIONS_READY));
+    controller.stop().await;
 }
