@@ -164,6 +164,15 @@ impl Instance {
     }
 }
 
+/// What [`AwsClients::terminate_instance`] found and did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Termination {
+    /// The instance, `shutting-down`.
+    pub instance: Instance,
+    /// Whether this call asked EC2 to terminate it (false: it was shutting down already).
+    pub requested: bool,
+}
+
 /// Why a launch produced no instance.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
@@ -458,12 +467,12 @@ impl AwsClients {
     }
 
     /// Terminates the instance of `provider_id` if this cluster owns it. `Ok(None)`: gone
-    /// already (or terminated); `Ok(Some(state))`: termination asked for or under way.
+    /// already (or terminated); `Ok(Some(_))`: termination asked for now or under way.
     pub async fn terminate_instance(
         &self,
         cluster_name: &str,
         provider_id: &str,
-    ) -> Result<Option<String>, Error> {
+    ) -> Result<Option<Termination>, Error> {
         let Some(instance) = self.instance(provider_id).await? else {
             return Ok(None);
         };
@@ -478,7 +487,10 @@ impl AwsClients {
             });
         }
         if instance.state == "shutting-down" {
-            return Ok(Some(instance.state));
+            return Ok(Some(Termination {
+                instance,
+                requested: false,
+            }));
         }
         match self
             .ec2
@@ -489,7 +501,13 @@ impl AwsClients {
         {
             Ok(_) => {
                 tracing::info!(instance = %instance.id, "terminating instance");
-                Ok(Some("shutting-down".to_string()))
+                Ok(Some(Termination {
+                    instance: Instance {
+                        state: "shutting-down".to_string(),
+                        ..instance
+                    },
+                    requested: true,
+                }))
             }
             Err(e) => {
                 let err = Error::from_sdk("TerminateInstances", e);

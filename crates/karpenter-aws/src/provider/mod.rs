@@ -575,7 +575,15 @@ impl CloudProvider for AwsCloudProvider {
             .terminate_instance(&self.cluster.name, &provider_id)
             .await
         {
-            Ok(Some(_)) => Ok(()),
+            Ok(Some(termination)) => {
+                // Its reservation gets the slot back (EC2's next answer confirms it).
+                if termination.requested
+                    && let Some(id) = &termination.instance.capacity_reservation_id
+                {
+                    self.reservations.mark_terminated(id);
+                }
+                Ok(())
+            }
             Ok(None) => Err(CloudError::NodeClaimNotFound(format!(
                 "instance {provider_id} is terminated"
             ))),
