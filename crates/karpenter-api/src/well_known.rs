@@ -72,6 +72,9 @@ pub const AWS_INSTANCE_ACCELERATOR_COUNT_LABEL: &str =
     "karpenter.k8s.aws/instance-accelerator-count";
 pub const AWS_CAPACITY_RESERVATION_ID_LABEL: &str = "karpenter.k8s.aws/capacity-reservation-id";
 pub const AWS_CAPACITY_RESERVATION_TYPE_LABEL: &str = "karpenter.k8s.aws/capacity-reservation-type";
+/// `true`/`false`: whether EC2 may interrupt the reservation's instances.
+pub const AWS_CAPACITY_RESERVATION_INTERRUPTIBLE_LABEL: &str =
+    "karpenter.k8s.aws/capacity-reservation-interruptible";
 pub const AWS_EC2NODECLASS_LABEL: &str = "karpenter.k8s.aws/ec2nodeclass";
 
 /// Labels Karpenter understands even when a NodePool does not define them (core set; providers add

@@ -9,7 +9,10 @@
 //! 2. `AMIDrift`: the instance's image is no longer among `status.amis`;
 //! 3. `SecurityGroupDrift`: the instance's security groups differ (as a set) from
 //!    `status.securityGroups`;
-//! 4. `SubnetDrift`: the instance's subnet is not among `status.subnets`.
+//! 4. `SubnetDrift`: the instance's subnet is not among `status.subnets`;
+//! 5. `CapacityReservationDrift`: a reserved instance's reservation is no longer among
+//!    `status.capacityReservations` (read only once `CapacityReservationsReady` says the list
+//!    is resolved: with the ReservedCapacity gate off nothing drifts this way).
 //!
 //! A NodeClass without a resolved status answers "not drifted" for the status checks: an empty
 //! status means "not resolved yet", not "nothing selected".
@@ -17,16 +20,18 @@
 use std::collections::BTreeSet;
 
 use karpenter_api::NodeClaim;
-use karpenter_api::v1::EC2NodeClass;
+use karpenter_api::v1::{ConditionsExt, EC2NodeClass};
 use karpenter_api::well_known as wk;
 use serde_json::Value;
 
 use crate::instance::Instance;
+use crate::reservations::CONDITION_CAPACITY_RESERVATIONS_READY;
 
 pub const NODE_CLASS_DRIFT: &str = "NodeClassDrift";
 pub const AMI_DRIFT: &str = "AMIDrift";
 pub const SECURITY_GROUP_DRIFT: &str = "SecurityGroupDrift";
 pub const SUBNET_DRIFT: &str = "SubnetDrift";
+pub const CAPACITY_RESERVATION_DRIFT: &str = "CapacityReservationDrift";
 
 /// The version of [`node_class_hash`]'s algorithm, stamped beside it
 /// (`karpenter.k8s.aws/ec2nodeclass-hash-version`). Deliberately not Go Karpenter's `v5`/`v6`:
@@ -180,6 +185,16 @@ pub fn drift_reason(
     {
         return Some(SUBNET_DRIFT);
     }
+    if instance.capacity_type == wk::CAPACITY_TYPE_RESERVED
+        && let Some(reservation) = &instance.capacity_reservation_id
+        && status.is_condition_true(CONDITION_CAPACITY_RESERVATIONS_READY)
+        && !status
+            .capacity_reservations
+            .iter()
+            .any(|r| &r.id == reservation)
+    {
+        return Some(CAPACITY_RESERVATION_DRIFT);
+    }
     None
 }
 
@@ -275,6 +290,7 @@ mod tests {
             subnet_id: Some("subnet-a".into()),
             security_group_ids: vec!["sg-2".into(), "sg-1".into()],
             tags: BTreeMap::new(),
+            capacity_reservation_id: None,
         }
     }
 
@@ -405,5 +421,37 @@ mod tests {
             drift_reason(&node_claim(&node_class()), &class, &moved),
             None
         );
+    }
+
+    #[test]
+    fn a_reserved_instance_whose_reservation_left_the_status_drifts() {
+        let mut class = node_class();
+        let mut reserved = instance();
+        reserved.capacity_type = wk::CAPACITY_TYPE_RESERVED.into();
+        reserved.capacity_reservation_id = Some("cr-1".into());
+        let claim = node_claim(&class);
+        // Not resolved yet (no CapacityReservationsReady): no drift.
+        assert_eq!(drift_reason(&claim, &class, &reserved), None);
+        let status = class.status.as_mut().unwrap();
+        status.set_condition(
+            CONDITION_CAPACITY_RESERVATIONS_READY,
+            karpenter_api::v1::CONDITION_TRUE,
+            CONDITION_CAPACITY_RESERVATIONS_READY,
+            "",
+            "2026-01-01T00:00:00Z",
+            None,
+        );
+        status.capacity_reservations = vec![karpenter_api::v1::CapacityReservationStatus {
+            id: "cr-1".into(),
+            ..Default::default()
+        }];
+        assert_eq!(drift_reason(&claim, &class, &reserved), None);
+        class.status.as_mut().unwrap().capacity_reservations[0].id = "cr-2".into();
+        assert_eq!(
+            drift_reason(&claim, &class, &reserved),
+            Some(CAPACITY_RESERVATION_DRIFT)
+        );
+        // An on-demand instance has no reservation to lose.
+        assert_eq!(drift_reason(&claim, &class, &instance()), None);
     }
 }

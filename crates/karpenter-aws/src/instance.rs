@@ -10,17 +10,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_ec2::types::{
-    DefaultTargetCapacityType, Filter, FleetLaunchTemplateConfigRequest,
-    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
-    FleetOnDemandAllocationStrategy, FleetType, InstanceLifecycle, InstanceLifecycleType,
-    OnDemandOptionsRequest, ResourceType, SpotAllocationStrategy, SpotOptionsRequest,
-    TagSpecification, TargetCapacitySpecificationRequest,
+    CapacityReservationPreference, DefaultTargetCapacityType, Filter,
+    FleetLaunchTemplateConfigRequest, FleetLaunchTemplateOverridesRequest,
+    FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType,
+    InstanceLifecycle, InstanceLifecycleType, OnDemandOptionsRequest, ResourceType,
+    SpotAllocationStrategy, SpotOptionsRequest, TagSpecification,
+    TargetCapacitySpecificationRequest,
 };
 use jiff::{SignedDuration, Timestamp};
 use karpenter_api::well_known as wk;
 
-use crate::fleet::{FleetError, FleetOverride, FleetPlan};
+use crate::fleet::{FleetError, FleetOverride, FleetPlan, TemplateGroup};
 use crate::launch_template::ec2_tags;
+use crate::reservations::RESERVATION_TYPE_CAPACITY_BLOCK;
 use crate::{AwsClients, Error};
 
 pub const NODECLAIM_TAG: &str = "karpenter.sh/nodeclaim";
@@ -102,6 +104,8 @@ pub struct Instance {
     pub subnet_id: Option<String>,
     pub security_group_ids: Vec<String>,
     pub tags: BTreeMap<String, String>,
+    /// The capacity reservation a `reserved` instance runs in.
+    pub capacity_reservation_id: Option<String>,
 }
 
 impl Instance {
@@ -114,10 +118,20 @@ impl Instance {
     }
 
     fn from_ec2(instance: &aws_sdk_ec2::types::Instance) -> Option<Self> {
+        // Reserved as upstream decides it: in a reservation *and* launched only into
+        // reservations (an on-demand launch may land in an open reservation by chance).
+        let reservation = instance.capacity_reservation_id().filter(|_| {
+            instance
+                .capacity_reservation_specification()
+                .and_then(|s| s.capacity_reservation_preference())
+                == Some(&CapacityReservationPreference::CapacityReservationsOnly)
+        });
         let capacity_type = if instance.instance_lifecycle() == Some(&InstanceLifecycleType::Spot)
             || instance.spot_instance_request_id().is_some()
         {
             wk::CAPACITY_TYPE_SPOT
+        } else if reservation.is_some() {
+            wk::CAPACITY_TYPE_RESERVED
         } else {
             wk::CAPACITY_TYPE_ON_DEMAND
         };
@@ -145,8 +159,18 @@ impl Instance {
                 .iter()
                 .filter_map(|t| Some((t.key()?.to_string(), t.value()?.to_string())))
                 .collect(),
+            capacity_reservation_id: reservation.map(str::to_string),
         })
     }
+}
+
+/// What [`AwsClients::terminate_instance`] found and did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Termination {
+    /// The instance, `shutting-down`.
+    pub instance: Instance,
+    /// Whether this call asked EC2 to terminate it (false: it was shutting down already).
+    pub requested: bool,
 }
 
 /// Why a launch produced no instance.
@@ -216,12 +240,13 @@ impl AwsClients {
     }
 
     /// One CreateFleet (`instant`, one instance) over the plan's overrides; `templates` maps
-    /// each override group (AMI, max pods) to its launch template's name. Capacity errors are
-    /// returned alongside the instance so the caller can mark those offerings unavailable.
+    /// each override group (AMI, max pods, reservation) to its launch template's name. Capacity
+    /// errors are returned alongside the instance so the caller can mark those offerings
+    /// unavailable.
     pub async fn create_fleet(
         &self,
         plan: &FleetPlan,
-        templates: &BTreeMap<(String, i64), String>,
+        templates: &BTreeMap<TemplateGroup, String>,
         tags: &BTreeMap<String, String>,
         context: Option<&str>,
     ) -> Result<(Instance, Vec<FleetError>), LaunchError> {
@@ -239,6 +264,18 @@ impl AwsClients {
             first(&a.1).total_cmp(&first(&b.1))
         });
         let spot = plan.capacity_type == wk::CAPACITY_TYPE_SPOT;
+        let reserved = plan.capacity_type == wk::CAPACITY_TYPE_RESERVED;
+        // Reference §4.5: reserved launches are on-demand launches into the reservation their
+        // template targets; a capacity block has its own market type.
+        let target_type = if spot {
+            DefaultTargetCapacityType::Spot
+        } else if reserved
+            && plan.reservation_type.as_deref() == Some(RESERVATION_TYPE_CAPACITY_BLOCK)
+        {
+            DefaultTargetCapacityType::CapacityBlock
+        } else {
+            DefaultTargetCapacityType::OnDemand
+        };
         let tag_specs = [
             ResourceType::Instance,
             ResourceType::Volume,
@@ -259,11 +296,7 @@ impl AwsClients {
             .target_capacity_specification(
                 TargetCapacitySpecificationRequest::builder()
                     .total_target_capacity(1)
-                    .default_target_capacity_type(if spot {
-                        DefaultTargetCapacityType::Spot
-                    } else {
-                        DefaultTargetCapacityType::OnDemand
-                    })
+                    .default_target_capacity_type(target_type)
                     .build(),
             )
             .set_launch_template_configs(Some(
@@ -367,7 +400,14 @@ impl AwsClients {
                         .find(|o| o.instance_type == instance_type && o.zone == zone)
                         .map(|o| o.image_id.clone())
                 });
+            // A reserved launch is an on-demand one for EC2; its reservation is the override's.
+            let reservation = plan
+                .overrides
+                .iter()
+                .find(|o| o.instance_type == instance_type && o.zone == zone)
+                .and_then(|o| o.reservation_id.clone());
             let capacity_type = match fleet_instance.lifecycle() {
+                _ if reserved => wk::CAPACITY_TYPE_RESERVED,
                 Some(InstanceLifecycle::Spot) => wk::CAPACITY_TYPE_SPOT,
                 Some(InstanceLifecycle::OnDemand) => wk::CAPACITY_TYPE_ON_DEMAND,
                 _ => plan.capacity_type.as_str(),
@@ -383,6 +423,7 @@ impl AwsClients {
                 subnet_id: overrides.and_then(|o| o.subnet_id()).map(str::to_string),
                 security_group_ids: Vec::new(),
                 tags: tags.clone(),
+                capacity_reservation_id: reservation.filter(|_| reserved),
             })
         });
         match launched {
@@ -426,12 +467,12 @@ impl AwsClients {
     }
 
     /// Terminates the instance of `provider_id` if this cluster owns it. `Ok(None)`: gone
-    /// already (or terminated); `Ok(Some(state))`: termination asked for or under way.
+    /// already (or terminated); `Ok(Some(_))`: termination asked for now or under way.
     pub async fn terminate_instance(
         &self,
         cluster_name: &str,
         provider_id: &str,
-    ) -> Result<Option<String>, Error> {
+    ) -> Result<Option<Termination>, Error> {
         let Some(instance) = self.instance(provider_id).await? else {
             return Ok(None);
         };
@@ -446,7 +487,10 @@ impl AwsClients {
             });
         }
         if instance.state == "shutting-down" {
-            return Ok(Some(instance.state));
+            return Ok(Some(Termination {
+                instance,
+                requested: false,
+            }));
         }
         match self
             .ec2
@@ -457,7 +501,13 @@ impl AwsClients {
         {
             Ok(_) => {
                 tracing::info!(instance = %instance.id, "terminating instance");
-                Ok(Some("shutting-down".to_string()))
+                Ok(Some(Termination {
+                    instance: Instance {
+                        state: "shutting-down".to_string(),
+                        ..instance
+                    },
+                    requested: true,
+                }))
             }
             Err(e) => {
                 let err = Error::from_sdk("TerminateInstances", e);
@@ -557,6 +607,7 @@ mod tests {
             subnet_id: None,
             security_group_ids: vec![],
             tags: BTreeMap::from([(NODECLAIM_TAG.to_string(), "gone".to_string())]),
+            capacity_reservation_id: None,
         };
         let grace = SignedDuration::from_secs(30);
         let later = t0.checked_add(SignedDuration::from_secs(31)).unwrap();

@@ -8,12 +8,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
 
 use aws_sdk_ec2::types::{
-    Filter, LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
-    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
-    LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
-    LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateInstanceMetadataTagsState,
+    CapacityReservationPreference, CapacityReservationTarget, Filter,
+    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateCapacityReservationSpecificationRequest,
+    LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateInstanceMarketOptionsRequest, LaunchTemplateInstanceMetadataEndpointState,
+    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataProtocolIpv6,
+    LaunchTemplateInstanceMetadataTagsState,
     LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatesMonitoringRequest,
-    RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, VolumeType,
+    MarketType, RequestLaunchTemplateData, ResourceType, Tag, TagSpecification, VolumeType,
 };
 use base64::Engine as _;
 use karpenter_api::v1::{BlockDevice, BlockDeviceMapping, MetadataOptions};
@@ -39,6 +42,17 @@ pub struct LaunchTemplateOptions {
     pub detailed_monitoring: bool,
     pub associate_public_ip_address: Option<bool>,
     pub capacity_type: String,
+    /// `CapacityReservationSpecification` (with the ReservedCapacity gate, reference §4.4):
+    /// `capacity-reservations-only` targeting [`Self::capacity_reservation_id`] for a reserved
+    /// launch, `none` otherwise so on-demand launches never use an open reservation behind the
+    /// controller's back. `None` (gate off): EC2's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation_preference: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_reservation_id: Option<String>,
+    /// `capacity-block` for a launch into a capacity block (its own market type).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub market_type: Option<String>,
     /// Tags of the template itself and of the network interfaces it creates; include the
     /// cluster and EC2NodeClass tags `delete_for_node_class` finds them by.
     pub tags: BTreeMap<String, String>,
@@ -118,6 +132,27 @@ impl LaunchTemplateOptions {
                     .set_tags(Some(ec2_tags(&self.tags)))
                     .build(),
             );
+        if let Some(preference) = &self.capacity_reservation_preference {
+            let mut spec = LaunchTemplateCapacityReservationSpecificationRequest::builder()
+                .capacity_reservation_preference(CapacityReservationPreference::from(
+                    preference.as_str(),
+                ));
+            if let Some(id) = &self.capacity_reservation_id {
+                spec = spec.capacity_reservation_target(
+                    CapacityReservationTarget::builder()
+                        .capacity_reservation_id(id)
+                        .build(),
+                );
+            }
+            data = data.capacity_reservation_specification(spec.build());
+        }
+        if let Some(market) = &self.market_type {
+            data = data.instance_market_options(
+                LaunchTemplateInstanceMarketOptionsRequest::builder()
+                    .market_type(MarketType::from(market.as_str()))
+                    .build(),
+            );
+        }
         if let Some(profile) = &self.instance_profile {
             data = data.iam_instance_profile(
                 LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
@@ -396,8 +431,57 @@ mod tests {
             detailed_monitoring: false,
             associate_public_ip_address: None,
             capacity_type: "spot".into(),
+            capacity_reservation_preference: None,
+            capacity_reservation_id: None,
+            market_type: None,
             tags: BTreeMap::from([(NODECLASS_TAG.to_string(), "default".to_string())]),
         }
+    }
+
+    #[test]
+    fn reserved_templates_target_their_reservation_and_others_opt_out() {
+        let plain = options().request_data();
+        assert!(plain.capacity_reservation_specification().is_none());
+        assert!(plain.instance_market_options().is_none());
+
+        let mut none = options();
+        none.capacity_reservation_preference = Some("none".into());
+        let data = none.request_data();
+        let spec = data.capacity_reservation_specification().unwrap();
+        assert_eq!(
+            spec.capacity_reservation_preference(),
+            Some(&CapacityReservationPreference::None)
+        );
+        assert!(spec.capacity_reservation_target().is_none());
+        assert_ne!(none.name(), options().name());
+
+        let mut reserved = options();
+        reserved.capacity_type = "reserved".into();
+        reserved.capacity_reservation_preference = Some("capacity-reservations-only".into());
+        reserved.capacity_reservation_id = Some("cr-1".into());
+        reserved.market_type = Some("capacity-block".into());
+        let data = reserved.request_data();
+        let spec = data.capacity_reservation_specification().unwrap();
+        assert_eq!(
+            spec.capacity_reservation_preference(),
+            Some(&CapacityReservationPreference::CapacityReservationsOnly)
+        );
+        assert_eq!(
+            spec.capacity_reservation_target()
+                .and_then(|t| t.capacity_reservation_id()),
+            Some("cr-1")
+        );
+        assert_eq!(
+            data.instance_market_options().and_then(|m| m.market_type()),
+            Some(&MarketType::CapacityBlock)
+        );
+        let mut other = reserved.clone();
+        other.capacity_reservation_id = Some("cr-2".into());
+        assert_ne!(
+            reserved.name(),
+            other.name(),
+            "one template per reservation"
+        );
     }
 
     #[test]

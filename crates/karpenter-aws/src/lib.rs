@@ -18,6 +18,7 @@ pub mod launch_template;
 pub mod nodeclass;
 pub mod pricing;
 pub mod provider;
+pub mod reservations;
 pub mod resolve;
 pub mod selectors;
 pub mod settings;

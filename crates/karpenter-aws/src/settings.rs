@@ -28,6 +28,9 @@ pub struct Settings {
     pub reserved_enis: u32,
     /// `--isolated-vpc` / `ISOLATED_VPC`: no public endpoints (pricing falls back to embedded data).
     pub isolated_vpc: bool,
+    /// Core's `ReservedCapacity` feature gate (`--feature-gates`, default on): capacity
+    /// reservations are resolved and offered as the `reserved` capacity type.
+    pub reserved_capacity: bool,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -52,6 +55,7 @@ impl Settings {
             vm_memory_overhead_percent: DEFAULT_VM_MEMORY_OVERHEAD_PERCENT,
             reserved_enis: 0,
             isolated_vpc: false,
+            reserved_capacity: true,
         }
     }
 

@@ -7,7 +7,8 @@
 //! (matched by the instance ID of `status.providerID`) are deleted — gracefully: the controller's
 //! termination cordons and drains them — for spot interruptions, scheduled changes, stopping
 //! and terminating instances; a spot interruption also marks its (spot, type, zone) offering
-//! unavailable so the replacement goes elsewhere; a rebalance recommendation is an event only.
+//! unavailable so the replacement goes elsewhere, and a capacity reservation interruption
+//! marks the NodeClaim's reservation full; a rebalance recommendation is an event only.
 //! A message whose NodeClaim deletion failed (API server down) is left on the queue: SQS
 //! delivers it again after the visibility timeout.
 
@@ -30,6 +31,7 @@ use tokio::sync::watch;
 
 use super::{Action, Interruption, parse};
 use crate::instance::parse_provider_id;
+use crate::reservations::ReservationAvailability;
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
 use crate::{AwsClients, Error};
 
@@ -138,6 +140,7 @@ pub struct InterruptionConsumer {
     sqs: aws_sdk_sqs::Client,
     queue_url: String,
     unavailable: UnavailableOfferings,
+    reservations: ReservationAvailability,
     clock: Arc<dyn Clock>,
     pub metrics: InterruptionMetrics,
     /// Long-poll wait of one receive ([`WAIT_TIME_SECONDS`]; tests shorten it).
@@ -175,6 +178,7 @@ impl InterruptionConsumer {
         Ok(Self {
             sqs: aws_sdk_sqs::Client::clone(&clients.sqs),
             queue_url,
+            reservations: ReservationAvailability::default(),
             unavailable,
             clock,
             metrics: InterruptionMetrics::default(),
@@ -333,6 +337,13 @@ impl InterruptionConsumer {
                     ));
                 }
             }
+            if interruption.marks_reservation_unavailable()
+                && let Some(id) = node_claim
+                    .labels()
+                    .get(wk::AWS_CAPACITY_RESERVATION_ID_LABEL)
+            {
+                self.reservations.mark_unavailable(id);
+            }
             if interruption.action() == Action::DeleteNodeClaims
                 && node_claim.metadata.deletion_timestamp.is_none()
             {
@@ -345,6 +356,13 @@ impl InterruptionConsumer {
             }
         }
         Ok(deleted)
+    }
+
+    /// Marks the reservation of interrupted reserved instances full in `availability` (the
+    /// provider's, [`crate::provider::AwsCloudProvider::reservation_availability`]).
+    pub fn with_reservations(mut self, availability: ReservationAvailability) -> Self {
+        self.reservations = availability;
+        self
     }
 
     /// Upstream's events on the NodeClaim and its Node; best effort (a failed write is logged).

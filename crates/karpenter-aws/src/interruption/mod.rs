@@ -55,6 +55,12 @@ impl Interruption {
         matches!(self, Self::SpotInterrupted { .. })
     }
 
+    /// Whether the instance's capacity reservation should be marked full (EC2 reclaims
+    /// interruptible reservation capacity).
+    pub fn marks_reservation_unavailable(&self) -> bool {
+        matches!(self, Self::CapacityReservationInterrupted { .. })
+    }
+
     /// The `reason` of `karpenter_nodeclaims_disrupted_total` and the events (upstream's kinds).
     pub fn kind(&self) -> &'static str {
         match self {
@@ -286,6 +292,8 @@ mod tests {
         .unwrap();
         assert_eq!(parsed.kind(), "capacity_reservation_interrupted");
         assert_eq!(parsed.action(), Action::DeleteNodeClaims);
+        assert!(parsed.marks_reservation_unavailable());
+        assert!(!parsed.marks_spot_offering_unavailable());
     }
 
     #[test]

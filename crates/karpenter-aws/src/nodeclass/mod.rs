@@ -1,6 +1,7 @@
-//! The EC2NodeClass controller (reference §1.2–1.4): resolves subnets, security groups, AMIs and
-//! the instance profile of every EC2NodeClass into its status with the conditions `SubnetsReady`,
-//! `SecurityGroupsReady`, `AMIsReady`, `InstanceProfileReady`, `ValidationSucceeded` and `Ready`,
+//! The EC2NodeClass controller (reference §1.2–1.4): resolves subnets, security groups, AMIs,
+//! capacity reservations (with the ReservedCapacity gate) and the instance profile of every
+//! EC2NodeClass into its status with the conditions `SubnetsReady`, `SecurityGroupsReady`,
+//! `AMIsReady`, `CapacityReservationsReady`, `InstanceProfileReady`, `ValidationSucceeded` and `Ready`,
 //! requeued every minute (upstream's subnet interval, the shortest of its sub-reconcilers); stamps
 //! the NodeClass hash annotations; and holds the finalizer `karpenter.k8s.aws/termination`, which
 //! waits while NodeClaims use the class, then deletes its launch templates and the instance
@@ -37,13 +38,18 @@ use tokio::sync::watch;
 pub use status::{
     CONDITION_INSTANCE_PROFILE_READY, CONDITION_VALIDATION_SUCCEEDED, READY_DEPENDENCIES,
     REASON_CLUSTER_CIDR_RESOLUTION_FAILED, REASON_INSTANCE_PROFILE_FAILED,
-    REASON_INSTANCE_PROFILE_NOT_FOUND, REASON_TAG_VALIDATION_FAILED, set_ready, validate,
+    REASON_INSTANCE_PROFILE_NOT_FOUND, REASON_TAG_VALIDATION_FAILED, ready_dependencies, set_ready,
+    validate,
 };
 
 use crate::instance_profile::{
     ManagedProfile, managed_profile_name, managed_profile_path, managed_profile_tags,
 };
 use crate::provider::NodeClassSource;
+use crate::reservations::{
+    CONDITION_CAPACITY_RESERVATIONS_READY, ReservationAvailability, reservation_statuses,
+};
+use crate::resolve::REASON_RESOLUTION_FAILED;
 use crate::{AwsClients, Error};
 
 /// The EC2NodeClass finalizer: launch templates and the managed instance profile go first.
@@ -82,6 +88,9 @@ pub struct NodeClassSettings {
     pub service_cidr: Option<String>,
     /// `--isolated-vpc`: managed instance profiles are not deleted (upstream skips IAM there).
     pub isolated_vpc: bool,
+    /// The `ReservedCapacity` feature gate: resolve `capacityReservationSelectorTerms` and make
+    /// `Ready` depend on `CapacityReservationsReady`.
+    pub reserved_capacity: bool,
     pub timings: NodeClassTimings,
 }
 
@@ -149,6 +158,7 @@ struct Inner {
     settings: NodeClassSettings,
     clock: Arc<dyn Clock>,
     leadership: watch::Receiver<bool>,
+    reservations: ReservationAvailability,
     /// Consecutive failures per object, for the backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -161,6 +171,7 @@ pub struct NodeClassController {
     clients: AwsClients,
     settings: NodeClassSettings,
     clock: Arc<dyn Clock>,
+    reservations: ReservationAvailability,
 }
 
 impl NodeClassController {
@@ -180,7 +191,15 @@ impl NodeClassController {
             clients,
             settings,
             clock,
+            reservations: ReservationAvailability::default(),
         }
+    }
+
+    /// Syncs the room left in each resolved capacity reservation into `availability` (shared
+    /// with the provider, whose reserved offerings read it).
+    pub fn with_reservations(mut self, availability: ReservationAvailability) -> Self {
+        self.reservations = availability;
+        self
     }
 
     /// The EC2NodeClasses as this controller's reflector sees them (the provider's source).
@@ -197,6 +216,7 @@ impl NodeClassController {
             settings: self.settings,
             clock: self.clock,
             leadership: leadership.clone(),
+            reservations: self.reservations,
             failures: Mutex::new(HashMap::new()),
         });
         let became_leader = futures::stream::unfold(leadership, |mut rx| async move {
@@ -338,10 +358,20 @@ async fn reconcile_live(
     )
     .await?;
     resolution.apply(&mut status, &now_rfc3339, generation);
+    let reservation_error = if inner.settings.reserved_capacity {
+        reconcile_capacity_reservations(&current, inner, &mut status, now, &now_rfc3339).await?
+    } else {
+        status.capacity_reservations.clear();
+        status
+            .conditions
+            .retain(|c| c.type_ != CONDITION_CAPACITY_RESERVATIONS_READY);
+        None
+    };
     let transient = [
         resolution.subnets.as_ref().err(),
         resolution.security_groups.as_ref().err(),
         resolution.amis.as_ref().err(),
+        reservation_error.as_ref(),
     ]
     .into_iter()
     .flatten()
@@ -368,7 +398,12 @@ async fn reconcile_live(
             generation,
         ),
     };
-    set_ready(&mut status, &now_rfc3339, generation);
+    set_ready(
+        &mut status,
+        &now_rfc3339,
+        generation,
+        inner.settings.reserved_capacity,
+    );
 
     if status != before {
         write_status(&api, &current, &status).await?;
@@ -383,6 +418,63 @@ async fn reconcile_live(
         return Err(ReconcileError::Resolution { name, message });
     }
     Ok(Action::requeue(inner.settings.timings.requeue))
+}
+
+/// `status.capacityReservations` and `CapacityReservationsReady` (reference §1.2): the active
+/// reservations the terms select (none selected is Ready with no entries), their counts synced
+/// into the shared [`ReservationAvailability`]. A failed lookup keeps the last answer (entries
+/// and condition, so a throttled API neither drifts reserved nodes nor stops launches); before
+/// any answer the condition is `False` (`ResolutionFailed`). The error is returned so a
+/// retryable one backs off.
+async fn reconcile_capacity_reservations(
+    node_class: &EC2NodeClass,
+    inner: &Inner,
+    status: &mut EC2NodeClassStatus,
+    now: jiff::Timestamp,
+    now_rfc3339: &str,
+) -> Result<Option<Error>, ReconcileError> {
+    let name = node_class.name_any();
+    let generation = node_class.metadata.generation;
+    let terms = &node_class.spec.capacity_reservation_selector_terms;
+    let found = if terms.is_empty() {
+        Ok(Vec::new())
+    } else {
+        cloud(
+            &name,
+            "ec2:DescribeCapacityReservations",
+            inner.clients.describe_capacity_reservations(terms),
+        )
+        .await?
+    };
+    match found {
+        Ok(found) => {
+            inner.reservations.sync(&found);
+            status.capacity_reservations = reservation_statuses(&found, now);
+            status.set_condition(
+                CONDITION_CAPACITY_RESERVATIONS_READY,
+                CONDITION_TRUE,
+                CONDITION_CAPACITY_RESERVATIONS_READY,
+                "",
+                now_rfc3339,
+                generation,
+            );
+            Ok(None)
+        }
+        Err(err) => {
+            tracing::warn!(node_class = %name, error = %err, "resolving capacity reservations failed");
+            if !status.is_condition_true(CONDITION_CAPACITY_RESERVATIONS_READY) {
+                status.set_condition(
+                    CONDITION_CAPACITY_RESERVATIONS_READY,
+                    CONDITION_FALSE,
+                    REASON_RESOLUTION_FAILED,
+                    &err.to_string(),
+                    now_rfc3339,
+                    generation,
+                );
+            }
+            Ok(Some(err))
+        }
+    }
 }
 
 /// `InstanceProfileReady` and `status.instanceProfile`. A retryable IAM failure is returned (after
@@ -481,12 +573,31 @@ async fn write_status(
     let name = node_class.name_any();
     let patch = json!({
         "metadata": {"resourceVersion": node_class.resource_version()},
-        "status": status,
+        "status": status_patch(node_class.status.as_ref(), status),
     });
     timeouts::api(api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)))
         .await
         .map_err(kube_err(&name, "write status"))?;
     Ok(())
+}
+
+/// `status` as a merge patch over `before`: empty lists are left out of the serialised status, and
+/// a merge patch keeps what it does not mention, so a field that became empty (the last capacity
+/// reservation gone) is written as `null` to remove it.
+fn status_patch(
+    before: Option<&EC2NodeClassStatus>,
+    status: &EC2NodeClassStatus,
+) -> serde_json::Value {
+    let mut patch = serde_json::to_value(status).unwrap_or_else(|_| json!({}));
+    if let (Some(serde_json::Value::Object(old)), serde_json::Value::Object(new)) = (
+        before.and_then(|b| serde_json::to_value(b).ok()),
+        &mut patch,
+    ) {
+        for key in old.keys() {
+            new.entry(key.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    patch
 }
 
 /// The NodeClass hash annotations (static drift reads them from launched NodeClaims).
@@ -587,5 +698,37 @@ async fn finalize(node_class: &EC2NodeClass, inner: &Inner) -> Result<Action, Re
             Ok(Action::await_change())
         }
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use karpenter_api::v1::CapacityReservationStatus;
+
+    use super::*;
+
+    #[test]
+    fn a_list_that_became_empty_is_removed_by_the_status_patch() {
+        let before = EC2NodeClassStatus {
+            capacity_reservations: vec![CapacityReservationStatus {
+                id: "cr-1".into(),
+                ..Default::default()
+            }],
+            instance_profile: Some("profile".into()),
+            ..Default::default()
+        };
+        let after = EC2NodeClassStatus {
+            instance_profile: Some("profile".into()),
+            ..Default::default()
+        };
+        let patch = status_patch(Some(&before), &after);
+        assert_eq!(
+            patch,
+            json!({"capacityReservations": null, "instanceProfile": "profile"})
+        );
+        assert_eq!(
+            status_patch(None, &after),
+            json!({"instanceProfile": "profile"})
+        );
     }
 }

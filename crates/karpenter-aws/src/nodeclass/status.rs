@@ -7,6 +7,7 @@ use karpenter_api::v1::{
 };
 
 use crate::instance::is_restricted_tag;
+use crate::reservations::CONDITION_CAPACITY_RESERVATIONS_READY;
 use crate::resolve::{
     CONDITION_AMIS_READY, CONDITION_SECURITY_GROUPS_READY, CONDITION_SUBNETS_READY,
 };
@@ -19,8 +20,8 @@ pub const REASON_TAG_VALIDATION_FAILED: &str = "TagValidationFailed";
 pub const REASON_CLUSTER_CIDR_RESOLUTION_FAILED: &str = "ClusterCIDRResolutionFailed";
 pub const REASON_NOT_READY: &str = "NotReady";
 
-/// The conditions `Ready` is the conjunction of (capacity reservations and placement groups are
-/// not modelled yet).
+/// The conditions `Ready` is the conjunction of, plus `CapacityReservationsReady` with the
+/// ReservedCapacity gate ([`ready_dependencies`]; placement groups are not modelled yet).
 pub const READY_DEPENDENCIES: [&str; 5] = [
     CONDITION_AMIS_READY,
     CONDITION_SUBNETS_READY,
@@ -28,6 +29,16 @@ pub const READY_DEPENDENCIES: [&str; 5] = [
     CONDITION_INSTANCE_PROFILE_READY,
     CONDITION_VALIDATION_SUCCEEDED,
 ];
+
+/// The conditions `Ready` needs: [`READY_DEPENDENCIES`], and `CapacityReservationsReady` when
+/// the ReservedCapacity gate is on.
+pub fn ready_dependencies(reserved_capacity: bool) -> Vec<&'static str> {
+    let mut dependencies = READY_DEPENDENCIES.to_vec();
+    if reserved_capacity {
+        dependencies.push(CONDITION_CAPACITY_RESERVATIONS_READY);
+    }
+    dependencies
+}
 
 /// `ValidationSucceeded`: `spec.tags` must not use Karpenter's own tag keys, and AL2023 needs the
 /// cluster's service CIDR for nodeadm. (Upstream's dry-run CreateFleet/RunInstances checks are
@@ -62,10 +73,15 @@ pub fn validate(
     None
 }
 
-/// Sets `Ready` from [`READY_DEPENDENCIES`]: `True` when all are, else `False` naming each one that
-/// is not, with its message (`SubnetsReady=False: no subnet matches tags ...`).
-pub fn set_ready(status: &mut EC2NodeClassStatus, now_rfc3339: &str, generation: Option<i64>) {
-    let unready: Vec<String> = READY_DEPENDENCIES
+/// Sets `Ready` from [`ready_dependencies`]: `True` when all are, else `False` naming each one
+/// that is not, with its message (`SubnetsReady=False: no subnet matches tags ...`).
+pub fn set_ready(
+    status: &mut EC2NodeClassStatus,
+    now_rfc3339: &str,
+    generation: Option<i64>,
+    reserved_capacity: bool,
+) {
+    let unready: Vec<String> = ready_dependencies(reserved_capacity)
         .iter()
         .filter(|type_| !status.is_condition_true(type_))
         .map(|type_| match status.condition(type_) {
@@ -140,10 +156,28 @@ mod tests {
         for type_ in READY_DEPENDENCIES {
             status.set_condition(type_, CONDITION_TRUE, type_, "", NOW, Some(2));
         }
-        set_ready(&mut status, NOW, Some(2));
+        set_ready(&mut status, NOW, Some(2), false);
         let ready = status.condition(CONDITION_READY).unwrap();
         assert_eq!(ready.status, CONDITION_TRUE);
         assert_eq!(ready.observed_generation, Some(2));
+        // With the ReservedCapacity gate, capacity reservations must be resolved too.
+        set_ready(&mut status, NOW, Some(2), true);
+        let ready = status.condition(CONDITION_READY).unwrap();
+        assert_eq!(ready.status, CONDITION_FALSE);
+        assert_eq!(
+            ready.message.as_deref(),
+            Some("CapacityReservationsReady=Unknown")
+        );
+        status.set_condition(
+            CONDITION_CAPACITY_RESERVATIONS_READY,
+            CONDITION_TRUE,
+            CONDITION_CAPACITY_RESERVATIONS_READY,
+            "",
+            NOW,
+            Some(2),
+        );
+        set_ready(&mut status, NOW, Some(2), true);
+        assert!(status.is_condition_true(CONDITION_READY));
 
         status.set_condition(
             CONDITION_SUBNETS_READY,
@@ -156,7 +190,7 @@ mod tests {
         status
             .conditions
             .retain(|c| c.type_ != CONDITION_VALIDATION_SUCCEEDED);
-        set_ready(&mut status, NOW, Some(2));
+        set_ready(&mut status, NOW, Some(2), false);
         let ready = status.condition(CONDITION_READY).unwrap();
         assert_eq!(ready.status, CONDITION_FALSE);
         assert_eq!(

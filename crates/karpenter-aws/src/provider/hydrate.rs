@@ -43,6 +43,12 @@ fn instance_labels(
     if let Some(zone_id) = zone_id {
         labels.insert(wk::AWS_ZONE_ID_LABEL.to_string(), zone_id.to_string());
     }
+    if let Some(id) = &instance.capacity_reservation_id {
+        labels.insert(
+            wk::AWS_CAPACITY_RESERVATION_ID_LABEL.to_string(),
+            id.clone(),
+        );
+    }
     for tag in [instance::NODEPOOL_TAG, instance::NODECLASS_TAG] {
         if let Some(value) = instance.tags.get(tag) {
             labels.insert(tag.to_string(), value.clone());
@@ -164,6 +170,7 @@ mod tests {
                 (instance::NODEPOOL_TAG.to_string(), "general".to_string()),
                 (instance::NODECLASS_TAG.to_string(), "default".to_string()),
             ]),
+            capacity_reservation_id: None,
         }
     }
 

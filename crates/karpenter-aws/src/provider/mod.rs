@@ -22,11 +22,12 @@ use karpenter_core::instance_type::InstanceType;
 use karpenter_core::requirements::Requirements;
 use karpenter_core::resources::ResourceList;
 
-use crate::fleet::{self, FleetPlan, PlanError, PlanInput};
+use crate::fleet::{self, FleetPlan, PlanError, PlanInput, TemplateGroup};
 use crate::instance::{self, Instance, LaunchError};
 use crate::launch_template::{
     KnownTemplates, LaunchTemplateOptions, default_block_devices, encode_user_data,
 };
+use crate::reservations::{self, RESERVATION_TYPE_CAPACITY_BLOCK, ReservationAvailability};
 use crate::unavailable::UnavailableOfferings;
 use crate::userdata::{self, AmiFamily, BootstrapOptions};
 use crate::{AwsClients, Error};
@@ -76,6 +77,10 @@ pub struct AwsCloudProvider {
     instance_types: Option<Arc<dyn InstanceTypeSource>>,
     unavailable: UnavailableOfferings,
     templates: KnownTemplates,
+    /// Room left in each capacity reservation (the EC2NodeClass controller syncs it).
+    reservations: ReservationAvailability,
+    /// The `ReservedCapacity` feature gate.
+    reserved_capacity: bool,
 }
 
 /// Maps provider errors onto the kinds the controllers act on.
@@ -98,7 +103,27 @@ impl AwsCloudProvider {
             instance_types,
             unavailable: UnavailableOfferings::new(clock),
             templates: KnownTemplates::default(),
+            reservations: ReservationAvailability::default(),
+            reserved_capacity: true,
         }
+    }
+
+    /// Shares `availability` with the EC2NodeClass controller that syncs it; `enabled` is the
+    /// `ReservedCapacity` feature gate (off: no reserved offerings, templates without a
+    /// capacity reservation preference).
+    pub fn with_reservations(
+        mut self,
+        availability: ReservationAvailability,
+        enabled: bool,
+    ) -> Self {
+        self.reservations = availability;
+        self.reserved_capacity = enabled;
+        self
+    }
+
+    /// Room left in each capacity reservation, as the provider counts it.
+    pub fn reservation_availability(&self) -> &ReservationAvailability {
+        &self.reservations
     }
 
     /// The offerings marked unavailable after capacity errors (shared with interruption handling).
@@ -127,7 +152,20 @@ impl AwsCloudProvider {
                 "the aws provider has no instance-type source yet",
             ));
         };
-        source.instance_types(node_class).await
+        let types = source.instance_types(node_class).await?;
+        if !self.reserved_capacity {
+            return Ok(types);
+        }
+        let reservations = node_class
+            .status
+            .as_ref()
+            .map(|s| s.capacity_reservations.as_slice())
+            .unwrap_or_default();
+        Ok(reservations::with_reserved_offerings(
+            types,
+            reservations,
+            &self.reservations,
+        ))
     }
 
     /// The launch for a NodeClaim that has no instance yet.
@@ -199,6 +237,7 @@ impl AwsCloudProvider {
             amis: &status.amis,
             max_pods: node_class.spec.kubelet.as_ref().and_then(|k| k.max_pods),
             unavailable: &self.unavailable,
+            reservations: &status.capacity_reservations,
         })
         .map_err(|e| match e {
             PlanError::NoAmi => not_ready(e.to_string()),
@@ -242,6 +281,9 @@ impl AwsCloudProvider {
             }
         };
         self.mark_unavailable(&plan, &errors);
+        if let Some(id) = &instance.capacity_reservation_id {
+            self.reservations.mark_launched(id);
+        }
         let instance_type = types
             .iter()
             .find(|t| t.name == instance.instance_type)
@@ -257,7 +299,16 @@ impl AwsCloudProvider {
         Ok((instance, instance_type))
     }
 
+    /// Capacity errors make offerings unavailable for a while; for a reserved launch they say
+    /// the reservation is full instead (upstream marks the reservation, not the offering).
     fn mark_unavailable(&self, plan: &FleetPlan, errors: &[fleet::FleetError]) {
+        if plan.capacity_type == wk::CAPACITY_TYPE_RESERVED {
+            for id in fleet::full_reservations(plan, errors) {
+                tracing::info!(reservation = %id, "capacity reservation is full");
+                self.reservations.mark_unavailable(&id);
+            }
+            return;
+        }
         for key in fleet::unavailable_offerings(&plan.capacity_type, errors) {
             self.unavailable.mark(key);
         }
@@ -271,21 +322,20 @@ impl AwsCloudProvider {
         family: AmiFamily,
         plan: &FleetPlan,
         tags: &BTreeMap<String, String>,
-    ) -> Result<BTreeMap<(String, i64), String>, CloudError> {
-        let mut groups: Vec<(String, i64)> = plan.overrides.iter().map(|o| o.group()).collect();
+    ) -> Result<BTreeMap<TemplateGroup, String>, CloudError> {
+        let mut groups: Vec<TemplateGroup> = plan.overrides.iter().map(|o| o.group()).collect();
         groups.sort();
         groups.dedup();
         let mut names = BTreeMap::new();
-        for (image_id, max_pods) in groups {
-            let options = self.template_options(
-                node_claim, node_class, family, plan, &image_id, max_pods, tags,
-            )?;
+        for group in groups {
+            let options =
+                self.template_options(node_claim, node_class, family, plan, &group, tags)?;
             let name = self
                 .clients
                 .ensure_launch_template(&options, &self.templates)
                 .await
                 .map_err(cloud_error)?;
-            names.insert((image_id, max_pods), name);
+            names.insert(group, name);
         }
         Ok(names)
     }
@@ -297,10 +347,10 @@ impl AwsCloudProvider {
         node_class: &EC2NodeClass,
         family: AmiFamily,
         plan: &FleetPlan,
-        image_id: &str,
-        max_pods: i64,
+        (image_id, max_pods, reservation_id): &TemplateGroup,
         tags: &BTreeMap<String, String>,
     ) -> Result<LaunchTemplateOptions, CloudError> {
+        let max_pods = *max_pods;
         let status = node_class.status.clone().unwrap_or_default();
         let mut kubelet = node_class.spec.kubelet.clone().unwrap_or_default();
         kubelet.max_pods = Some(i32::try_from(max_pods).unwrap_or(i32::MAX));
@@ -312,6 +362,9 @@ impl AwsCloudProvider {
             wk::CAPACITY_TYPE_LABEL.to_string(),
             plan.capacity_type.clone(),
         );
+        if let Some(id) = reservation_id {
+            labels.extend(reservation_labels(id, &status.capacity_reservations));
+        }
         let mut taints = node_claim.spec.taints.clone();
         taints.extend(node_claim.spec.startup_taints.iter().cloned());
         let bootstrap = BootstrapOptions {
@@ -353,9 +406,43 @@ impl AwsCloudProvider {
             detailed_monitoring: node_class.spec.detailed_monitoring.unwrap_or(false),
             associate_public_ip_address: node_class.spec.associate_public_ip_address,
             capacity_type: plan.capacity_type.clone(),
+            capacity_reservation_preference: self.reserved_capacity.then(|| {
+                if reservation_id.is_some() {
+                    "capacity-reservations-only".to_string()
+                } else {
+                    "none".to_string()
+                }
+            }),
+            capacity_reservation_id: reservation_id.clone(),
+            market_type: (reservation_id.is_some()
+                && plan.reservation_type.as_deref() == Some(RESERVATION_TYPE_CAPACITY_BLOCK))
+            .then(|| RESERVATION_TYPE_CAPACITY_BLOCK.to_string()),
             tags: tags.clone(),
         })
     }
+}
+
+/// The labels of a node in capacity reservation `id` (reference §3.4): its ID, and its type and
+/// interruptibility when the NodeClass still lists it.
+pub fn reservation_labels(
+    id: &str,
+    reservations: &[karpenter_api::v1::CapacityReservationStatus],
+) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([(
+        wk::AWS_CAPACITY_RESERVATION_ID_LABEL.to_string(),
+        id.to_string(),
+    )]);
+    if let Some(r) = reservations::reservation(reservations, id) {
+        labels.insert(
+            wk::AWS_CAPACITY_RESERVATION_TYPE_LABEL.to_string(),
+            fleet::reservation_type_of(r),
+        );
+        labels.insert(
+            wk::AWS_CAPACITY_RESERVATION_INTERRUPTIBLE_LABEL.to_string(),
+            r.interruptible.unwrap_or(false).to_string(),
+        );
+    }
+    labels
 }
 
 fn parse_claim(node_claim: &NodeClaim) -> Result<(Requirements, ResourceList), CloudError> {
@@ -372,6 +459,26 @@ fn parse_claim(node_claim: &NodeClaim) -> Result<(Requirements, ResourceList), C
         None => ResourceList::new(),
     };
     Ok((requirements, requests))
+}
+
+fn add_reservation_labels(
+    node_claim: &mut NodeClaim,
+    instance: &Instance,
+    node_class: &EC2NodeClass,
+) {
+    let Some(id) = &instance.capacity_reservation_id else {
+        return;
+    };
+    let reservations = node_class
+        .status
+        .as_ref()
+        .map(|s| s.capacity_reservations.as_slice())
+        .unwrap_or_default();
+    node_claim
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .extend(reservation_labels(id, reservations));
 }
 
 #[async_trait]
@@ -411,12 +518,14 @@ impl CloudProvider for AwsCloudProvider {
                 Err(_) => None,
             };
             let zone_id = zone_id(&existing.zone);
-            return Ok(hydrate(
+            let mut found = hydrate(
                 node_claim.clone(),
                 &existing,
                 instance_type.as_deref(),
                 zone_id.as_deref(),
-            ));
+            );
+            add_reservation_labels(&mut found, &existing, &node_class);
+            return Ok(found);
         }
         let (instance, instance_type) = self.launch(node_claim, &name, &node_class).await?;
         let zone_id = zone_id(&instance.zone);
@@ -426,6 +535,7 @@ impl CloudProvider for AwsCloudProvider {
             instance_type.as_deref(),
             zone_id.as_deref(),
         );
+        add_reservation_labels(&mut launched, &instance, &node_class);
         launched
             .metadata
             .annotations
@@ -465,7 +575,15 @@ impl CloudProvider for AwsCloudProvider {
             .terminate_instance(&self.cluster.name, &provider_id)
             .await
         {
-            Ok(Some(_)) => Ok(()),
+            Ok(Some(termination)) => {
+                // Its reservation gets the slot back (EC2's next answer confirms it).
+                if termination.requested
+                    && let Some(id) = &termination.instance.capacity_reservation_id
+                {
+                    self.reservations.mark_terminated(id);
+                }
+                Ok(())
+            }
             Ok(None) => Err(CloudError::NodeClaimNotFound(format!(
                 "instance {provider_id} is terminated"
             ))),
@@ -578,137 +696,4 @@ impl CloudProvider for AwsCloudProvider {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use karpenter_api::v1::{EC2NodeClassSpec, NodeClaimTemplate, NodePoolSpec};
-    use karpenter_core::clock::FakeClock;
-    use karpenter_core::instance_type::{Offering, Overhead};
-    use karpenter_core::resources::{self, Quantity};
-
-    use super::*;
-    use crate::ClientOptions;
-    use crate::unavailable::OfferingKey;
-
-    struct OneClass(EC2NodeClass);
-
-    #[async_trait]
-    impl NodeClassSource for OneClass {
-        async fn node_class(&self, name: &str) -> Result<Option<EC2NodeClass>, CloudError> {
-            Ok((self.0.metadata.name.as_deref() == Some(name)).then(|| self.0.clone()))
-        }
-    }
-
-    struct Types(Vec<Arc<InstanceType>>);
-
-    #[async_trait]
-    impl InstanceTypeSource for Types {
-        async fn instance_types(
-            &self,
-            _node_class: &EC2NodeClass,
-        ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
-            Ok(self.0.clone())
-        }
-    }
-
-    /// An m5.large with two spot offerings (also used by `hydrate`'s tests).
-    pub(super) fn m5_large() -> Arc<InstanceType> {
-        let mut capacity = ResourceList::new();
-        capacity.set(resources::CPU, Quantity::from_units(2));
-        capacity.set(resources::MEMORY, Quantity::from_gibibytes(8));
-        capacity.set(resources::PODS, Quantity::from_units(29));
-        capacity.set(resources::EFA, Quantity::ZERO);
-        Arc::new(InstanceType {
-            name: "m5.large".into(),
-            labels: BTreeMap::from([(wk::ARCH_LABEL.to_string(), "amd64".to_string())]),
-            capacity,
-            overhead: Overhead::default(),
-            offerings: ["us-west-2a", "us-west-2b"]
-                .iter()
-                .map(|z| Offering {
-                    zone: (*z).to_string(),
-                    capacity_type: "spot".into(),
-                    price: 0.04,
-                    available: true,
-                    ..Offering::default()
-                })
-                .collect(),
-        })
-    }
-
-    /// A provider whose clients point nowhere: these tests make no AWS call.
-    async fn offline_provider(types: Option<Vec<Arc<InstanceType>>>) -> AwsCloudProvider {
-        let clients = AwsClients::load(&ClientOptions {
-            region: Some("us-west-2".into()),
-            endpoint_url: Some("http://127.0.0.1:9".into()),
-            static_credentials: Some(aws_sdk_ec2::config::Credentials::new(
-                "a", "b", None, None, "test",
-            )),
-            ..ClientOptions::default()
-        })
-        .await
-        .unwrap();
-        AwsCloudProvider::new(
-            clients,
-            ClusterInfo::default(),
-            Arc::new(OneClass(EC2NodeClass::new(
-                "default",
-                EC2NodeClassSpec::default(),
-            ))),
-            types.map(|t| Arc::new(Types(t)) as Arc<dyn InstanceTypeSource>),
-            Arc::new(FakeClock::default()),
-        )
-    }
-
-    fn node_pool() -> NodePool {
-        NodePool::new(
-            "general",
-            NodePoolSpec {
-                template: NodeClaimTemplate {
-                    spec: karpenter_api::v1::NodeClaimTemplateSpec {
-                        node_class_ref: karpenter_api::v1::NodeClassReference {
-                            group: wk::AWS_GROUP.into(),
-                            kind: "EC2NodeClass".into(),
-                            name: "default".into(),
-                        },
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-    }
-
-    #[tokio::test]
-    async fn instance_types_report_offerings_marked_unavailable() {
-        let provider = offline_provider(Some(vec![m5_large()])).await;
-        provider
-            .unavailable_offerings()
-            .mark(OfferingKey::new("spot", "m5.large", "us-west-2a"));
-        let types = provider.instance_types(&node_pool(), None).await.unwrap();
-        let availability: Vec<(&str, bool)> = types[0]
-            .offerings
-            .iter()
-            .map(|o| (o.zone.as_str(), o.available))
-            .collect();
-        assert_eq!(
-            availability,
-            vec![("us-west-2a", false), ("us-west-2b", true)]
-        );
-    }
-
-    #[tokio::test]
-    async fn without_an_instance_type_source_the_error_says_so() {
-        let provider = offline_provider(None).await;
-        let err = provider
-            .instance_types(&node_pool(), None)
-            .await
-            .unwrap_err();
-        assert!(err.to_string().contains("no instance-type source"), "{err}");
-        let mut other = node_pool();
-        other.spec.template.spec.node_class_ref.name = "missing".into();
-        let err = provider.instance_types(&other, None).await.unwrap_err();
-        assert!(matches!(err, CloudError::NodeClassNotReady(_)), "{err}");
-    }
-}
+mod tests;

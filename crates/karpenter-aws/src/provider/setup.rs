@@ -20,6 +20,7 @@ use kube::Api;
 use super::{AwsCloudProvider, ClusterInfo, InstanceTypeSource};
 use crate::nodeclass::{NodeClassController, NodeClassSettings, NodeClassTimings};
 use crate::pricing::PriceTable;
+use crate::reservations::ReservationAvailability;
 use crate::{AwsClients, Error, InstanceTypeProvider, Settings, SettingsError};
 
 #[derive(Debug, thiserror::Error)]
@@ -246,17 +247,25 @@ pub async fn start(
             kubernetes_version: kubernetes_version.clone(),
             service_cidr: cluster.service_cidr.clone(),
             isolated_vpc: settings.isolated_vpc,
+            reserved_capacity: settings.reserved_capacity,
             timings: options.timings,
         },
         clock.clone(),
     );
-    let provider = Arc::new(AwsCloudProvider::new(
-        clients.clone(),
-        cluster.clone(),
-        Arc::new(node_classes.cache()),
-        Some(Arc::new(Ec2InstanceTypes(instance_types.clone()))),
-        clock,
-    ));
+    // The NodeClass controller syncs each reservation's room from EC2; the provider offers it
+    // and counts its own launches against it.
+    let reservations = ReservationAvailability::default();
+    let node_classes = node_classes.with_reservations(reservations.clone());
+    let provider = Arc::new(
+        AwsCloudProvider::new(
+            clients.clone(),
+            cluster.clone(),
+            Arc::new(node_classes.cache()),
+            Some(Arc::new(Ec2InstanceTypes(instance_types.clone()))),
+            clock,
+        )
+        .with_reservations(reservations, settings.reserved_capacity),
+    );
     tracing::info!(
         cluster = %cluster.name,
         endpoint = %cluster.endpoint,

@@ -50,16 +50,16 @@ use crate::harness::{
     DISCOVERY_TAG, ICE_LOCK, moto_clients, seed_network, set_ice, unique_cluster,
 };
 
-const NODE_CLASS: &str = "default";
+pub(crate) const NODE_CLASS: &str = "default";
 const KUBERNETES_VERSION: &str = "1.32";
 /// moto's default service CIDR of `CreateCluster`.
 const MOTO_SERVICE_CIDR: &str = "172.20.0.0/16";
 
 /// A cluster in moto (network, EKS cluster, node role) and a test API server for it.
-struct AwsCluster {
-    name: String,
-    clients: AwsClients,
-    server: TestApiServer,
+pub(crate) struct AwsCluster {
+    pub(crate) name: String,
+    pub(crate) clients: AwsClients,
+    pub(crate) server: TestApiServer,
     role: String,
     /// One of these tests at a time: each discovers moto's 1,300+ instance types at start, which
     /// takes seconds of moto's single thread.
@@ -69,7 +69,7 @@ struct AwsCluster {
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 impl AwsCluster {
-    async fn new(test: &str) -> Option<Self> {
+    pub(crate) async fn new(test: &str) -> Option<Self> {
         let clients = moto_clients().await?;
         let serial = SERIAL.lock().await;
         let name = unique_cluster(test);
@@ -123,7 +123,7 @@ impl AwsCluster {
     /// controller as its provider task), around `wrap` of the provider.
     /// With `interruption_queue` (a queue in moto), the interruption consumer runs as the
     /// binary's `interruption` task: leader only, its metrics in the controller's registry.
-    async fn start_controller(
+    pub(crate) async fn start_controller(
         &self,
         wrap: impl FnOnce(Arc<dyn CloudProvider>) -> Arc<dyn CloudProvider>,
         interruption_queue: Option<&str>,
@@ -200,7 +200,7 @@ impl AwsCluster {
         (running, aws_provider)
     }
 
-    fn node_class(&self) -> EC2NodeClass {
+    pub(crate) fn node_class(&self) -> EC2NodeClass {
         serde_json::from_value(json!({
             "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
             "metadata": {"name": NODE_CLASS},
@@ -219,7 +219,11 @@ impl AwsCluster {
         self.node_pool_of(&[wk::CAPACITY_TYPE_ON_DEMAND], instance_types)
     }
 
-    fn node_pool_of(&self, capacity_types: &[&str], instance_types: &[&str]) -> NodePool {
+    pub(crate) fn node_pool_of(
+        &self,
+        capacity_types: &[&str],
+        instance_types: &[&str],
+    ) -> NodePool {
         serde_json::from_value(json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
             "metadata": {"name": "general"},
@@ -238,7 +242,7 @@ impl AwsCluster {
     }
 
     /// Polls `check` every 100 ms for up to `limit`.
-    async fn eventually<T>(
+    pub(crate) async fn eventually<T>(
         &self,
         what: &str,
         limit: Duration,
@@ -269,7 +273,7 @@ impl AwsCluster {
 
     /// The test's kubelet: a Node for each launched NodeClaim (not being deleted), registered
     /// with its provider ID, the NodeClaim's labels and resources, Ready.
-    fn register_nodes(&self) {
+    pub(crate) fn register_nodes(&self) {
         let nodes: BTreeSet<String> = self
             .server
             .list::<Node>()
@@ -312,7 +316,7 @@ impl AwsCluster {
     /// kube-scheduler's part: binds pending pods to initialized Nodes with room (by CPU) that
     /// are neither being deleted nor tainted (the pods tolerate nothing: a draining node carries
     /// `karpenter.sh/disrupted:NoSchedule`, and a pod bound to it would be lost with it).
-    fn bind_pending(&self) {
+    pub(crate) fn bind_pending(&self) {
         let cpu = |pod: &Pod| {
             karpenter_core::pod::effective_requests(pod)
                 .map(|r| r.get("cpu").millis())
@@ -363,7 +367,7 @@ impl AwsCluster {
         }
     }
 
-    fn launched_claims(&self) -> Vec<NodeClaim> {
+    pub(crate) fn launched_claims(&self) -> Vec<NodeClaim> {
         self.server
             .list::<NodeClaim>()
             .into_iter()
@@ -662,7 +666,13 @@ async fn insufficient_capacity_moves_the_nodeclaim_to_another_offering() {
         .eventually(
             "a NodeClaim launched",
             Duration::from_secs(30),
-            async || cluster.launched_claims().into_iter().next(),
+            // The launch writes the provider ID, then the labels: wait for both.
+            async || {
+                cluster
+                    .launched_claims()
+                    .into_iter()
+                    .find(|c| c.labels().contains_key(wk::INSTANCE_TYPE_LABEL))
+            },
         )
         .await;
     set_ice(&cluster.clients, &[]).await;

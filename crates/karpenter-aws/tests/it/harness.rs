@@ -29,6 +29,27 @@ pub async fn set_ice(clients: &AwsClients, patterns: &[&str]) {
         .unwrap();
 }
 
+/// The launcher's fake capacity reservations: a JSON list of EC2 `CapacityReservation`s (see
+/// `tests/moto/README.md`).
+pub const RESERVATIONS_PARAMETER: &str = "/moto-karpenter/capacity-reservations";
+
+/// The reservations are one parameter global to the launcher: tests that set it hold this lock.
+pub static RESERVATIONS_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Replaces the launcher's capacity reservations (`[]`: none).
+pub async fn set_reservations(clients: &AwsClients, reservations: &serde_json::Value) {
+    clients
+        .ssm
+        .put_parameter()
+        .name(RESERVATIONS_PARAMETER)
+        .r#type(aws_sdk_ssm::types::ParameterType::String)
+        .overwrite(true)
+        .value(reservations.to_string())
+        .send()
+        .await
+        .unwrap();
+}
+
 /// Clients pointed at moto, or `None` (after saying so) when `KARPENTER_SKIP_MOTO=1`. Without the
 /// endpoint the test fails: moto tests must never pass silently.
 pub async fn moto_clients() -> Option<AwsClients> {

@@ -119,7 +119,8 @@ pub async fn provider(
             clock,
         )
         .await
-        .with_context(|| format!("INTERRUPTION_QUEUE {queue:?}"))?;
+        .with_context(|| format!("INTERRUPTION_QUEUE {queue:?}"))?
+        .with_reservations(aws.provider.reservation_availability().clone());
         tasks.push(ProviderTask::new("interruption", move |cx| {
             // Upstream's karpenter_interruption_* metrics, on /metrics from the start.
             cx.metrics
