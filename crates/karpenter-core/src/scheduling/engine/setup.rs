@@ -82,6 +82,7 @@ impl Engine {
             );
             let reqs = interner.reqs(&reqs_s);
             let mut types = Vec::with_capacity(np.instance_types.len());
+            let mut base = Bits::new(np.instance_types.len());
             for it in &np.instance_types {
                 let mut tr = Reqs::new();
                 for (k, v) in &it.labels {
@@ -111,6 +112,26 @@ impl Engine {
                     keys.capacity_type,
                     Req::is_in(avail.iter().map(|o| o.capacity_type)),
                 );
+                // Pre-filter: compatible with the pool and some available compatible offering.
+                // A type the pool rules out is never looked at again, so it keeps only its
+                // name and index: a NodePool allowing 20 of the catalogue's 1,300 types would
+                // otherwise hold every type's compiled requirements for the whole solve.
+                let usable = tr.intersects(&reqs).is_ok()
+                    && offerings
+                        .iter()
+                        .any(|o| o.available && offering_compatible(o, &reqs, &keys));
+                if !usable {
+                    types.push(PoolType {
+                        name: Arc::from(it.name.as_str()),
+                        reqs: Reqs::new(),
+                        allocatable: ResVec::default(),
+                        capacity: ResVec::default(),
+                        offerings: Vec::new(),
+                        daemon_group: 0,
+                    });
+                    continue;
+                }
+                base.set(types.len());
                 types.push(PoolType {
                     name: Arc::from(it.name.as_str()),
                     reqs: tr,
@@ -127,7 +148,7 @@ impl Engine {
                 labels: np.labels.clone(),
                 taints: np.taints.clone(),
                 startup_taints: np.startup_taints.clone(),
-                base: Bits::new(types.len()),
+                base,
                 types,
                 daemon_groups: Vec::new(),
                 limits: Vec::new(),
@@ -136,18 +157,6 @@ impl Engine {
                 price_cache: RefCell::default(),
                 unusable,
             };
-            // Pre-filter: compatible with the pool and some available compatible offering.
-            for t in 0..pool.types.len() {
-                let ty = &pool.types[t];
-                if ty.reqs.intersects(&pool.reqs).is_ok()
-                    && ty
-                        .offerings
-                        .iter()
-                        .any(|o| o.available && offering_compatible(o, &pool.reqs, &keys))
-                {
-                    pool.base.set(t);
-                }
-            }
             if pool.unusable.is_none() && pool.base.is_empty() {
                 pool.unusable = Some(format!(
                     "its requirements filter out every instance type with an available offering ({} types offered)",
@@ -156,7 +165,8 @@ impl Engine {
             }
             // Daemon overhead groups: types with the same set of compatible daemonsets share one.
             let mut group_ids: HashMap<Vec<usize>, usize> = HashMap::new();
-            for t in 0..pool.types.len() {
+            let usable: Vec<usize> = pool.base.iter().collect();
+            for t in usable {
                 let set: Vec<usize> = daemonsets
                     .iter()
                     .enumerate()
