@@ -194,7 +194,7 @@ where
                 for key in &keys {
                     let held = K::map(&mut state.write()).get(key).cloned();
                     if let Some(obj) = held {
-                        on_change(&obj);
+                        on_change(std::borrow::Borrow::borrow(&obj));
                     }
                 }
             }

@@ -19,6 +19,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -332,7 +333,7 @@ impl<'a> Simulator<'a> {
             .collect();
         for node in &mut self.prepared.input.existing_nodes {
             if let Some(pods) = placed.get(node.name.as_str()) {
-                node.pods.extend(pods.iter().cloned());
+                node.pods.extend(pods.iter().map(|p| Arc::new(p.clone())));
                 if !pods.is_empty() {
                     self.destinations.insert(node.name.clone());
                 }

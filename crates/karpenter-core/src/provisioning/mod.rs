@@ -230,19 +230,19 @@ impl<'a> Snapshot<'a> {
                 prepared.stuck_unregistered.push(node.name());
                 continue;
             }
-            let mut pods: Vec<Pod> = node.pods.iter().map(|p| (*p).clone()).collect();
+            let mut pods: Vec<Arc<Pod>> =
+                state.pods_on_node_shared(&node.name()).cloned().collect();
             if let Some(claim) = node.nodeclaim {
                 // Pods nominated to an in-flight NodeClaim already use its capacity.
                 pods.extend(
                     state
-                        .nominated_pods(&claim.name_any(), self.now)
-                        .into_iter()
+                        .nominated_pods_shared(&claim.name_any(), self.now)
                         .cloned(),
                 );
             }
             let converted = match (node.node, node.nodeclaim) {
-                (Some(n), claim) => input::existing_node(n, claim, &pods),
-                (None, Some(claim)) => input::in_flight_node_claim(&offered_capacity(claim), &pods),
+                (Some(n), claim) => input::existing_node(n, claim, pods),
+                (None, Some(claim)) => input::in_flight_node_claim(&offered_capacity(claim), pods),
                 (None, None) => continue,
             };
             match converted {

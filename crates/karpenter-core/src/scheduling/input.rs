@@ -84,7 +84,7 @@ pub fn node_pool(
 pub fn existing_node(
     node: &Node,
     node_claim: Option<&NodeClaim>,
-    pods: &[Pod],
+    pods: Vec<Arc<Pod>>,
 ) -> Result<ExistingNode, InputError> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let labels = node.metadata.labels.clone().unwrap_or_default();
@@ -145,7 +145,7 @@ pub fn existing_node(
         taints,
         allocatable,
         capacity,
-        pods: pods.to_vec(),
+        pods,
         initialized,
         startup_taints,
         volume_limits: BTreeMap::new(),
@@ -187,7 +187,7 @@ pub fn daemonset_pod(ds: &DaemonSet) -> Pod {
 /// none and takes no further pods (as upstream: only the launched instance says what fits).
 pub fn in_flight_node_claim(
     node_claim: &NodeClaim,
-    pods: &[Pod],
+    pods: Vec<Arc<Pod>>,
 ) -> Result<ExistingNode, InputError> {
     let name = node_claim.metadata.name.clone().unwrap_or_default();
     let err = |field: &str| {
@@ -223,7 +223,7 @@ pub fn in_flight_node_claim(
         taints: node_claim.spec.taints.clone(),
         allocatable,
         capacity,
-        pods: pods.to_vec(),
+        pods,
         initialized: false,
         startup_taints: node_claim.spec.startup_taints.clone(),
         volume_limits: BTreeMap::new(),
@@ -260,7 +260,7 @@ mod tests {
         );
         claim.metadata.labels =
             Some([(well_known::NODEPOOL_LABEL.into(), "default".into())].into());
-        let node = in_flight_node_claim(&claim, &[]).unwrap();
+        let node = in_flight_node_claim(&claim, Vec::new()).unwrap();
         assert_eq!(node.name, "default-abc");
         assert_eq!(node.node_pool.as_deref(), Some("default"));
         assert_eq!(node.labels[well_known::CAPACITY_TYPE_LABEL], "spot");
@@ -275,7 +275,7 @@ mod tests {
             allocatable: [("cpu".into(), K8sQuantity("1930m".into()))].into(),
             ..Default::default()
         });
-        let node = in_flight_node_claim(&claim, &[]).unwrap();
+        let node = in_flight_node_claim(&claim, Vec::new()).unwrap();
         assert_eq!(node.allocatable.get("cpu").millis(), 1930);
     }
 }

@@ -66,8 +66,8 @@ pub struct ExistingNode {
     pub taints: Vec<Taint>,
     pub allocatable: ResourceList,
     pub capacity: ResourceList,
-    /// Pods bound to the node.
-    pub pods: Vec<Pod>,
+    /// Pods bound to the node (shared with the cluster state: the input holds no copies).
+    pub pods: Vec<Arc<Pod>>,
     /// Set for Karpenter-managed nodes.
     pub node_pool: Option<String>,
     /// `false` for in-flight/uninitialized nodes: their ephemeral and startup taints are ignored.

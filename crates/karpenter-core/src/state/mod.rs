@@ -16,7 +16,9 @@ pub mod ignored;
 pub mod node;
 pub mod version;
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -74,7 +76,7 @@ pub struct Nomination {
 /// Everything the watchers have seen, plus Karpenter's own in-flight decisions.
 #[derive(Debug, Default)]
 pub struct ClusterState {
-    pub(crate) pods: BTreeMap<String, Pod>,
+    pub(crate) pods: BTreeMap<String, Arc<Pod>>,
     pub(crate) pods_by_node: BTreeMap<String, BTreeSet<String>>,
     pub(crate) nodes: BTreeMap<String, Node>,
     pub(crate) nodeclaims: BTreeMap<String, NodeClaim>,
@@ -110,7 +112,10 @@ pub fn object_key<K: kube_core::Resource>(obj: &K) -> String {
 /// A Kubernetes kind the state keeps.
 pub trait Tracked: kube_core::Resource + Clone + Send + Sync + 'static {
     const KIND: Kind;
-    fn map(state: &mut ClusterState) -> &mut BTreeMap<String, Self>;
+    /// How the state holds it: the object itself, or (pods) shared, so the scheduler's input
+    /// takes a pointer to each bound pod instead of a copy.
+    type Stored: Borrow<Self> + Clone + From<Self> + Send + Sync;
+    fn map(state: &mut ClusterState) -> &mut BTreeMap<String, Self::Stored>;
 
     /// The object's key in [`Tracked::map`].
     fn key(obj: &Self) -> String {
@@ -119,7 +124,7 @@ pub trait Tracked: kube_core::Resource + Clone + Send + Sync + 'static {
 
     /// Inserts or replaces the object.
     fn apply(state: &mut ClusterState, obj: Self) {
-        Self::map(state).insert(object_key(&obj), obj);
+        Self::map(state).insert(object_key(&obj), obj.into());
     }
 
     fn delete(state: &mut ClusterState, obj: &Self) {
@@ -139,6 +144,7 @@ macro_rules! tracked {
     ($ty:ty, $kind:ident, $field:ident) => {
         impl Tracked for $ty {
             const KIND: Kind = Kind::$kind;
+            type Stored = Self;
             fn map(state: &mut ClusterState) -> &mut BTreeMap<String, Self> {
                 &mut state.$field
             }
@@ -159,7 +165,8 @@ tracked!(Namespace, Namespace, namespaces);
 
 impl Tracked for Pod {
     const KIND: Kind = Kind::Pod;
-    fn map(state: &mut ClusterState) -> &mut BTreeMap<String, Self> {
+    type Stored = Arc<Pod>;
+    fn map(state: &mut ClusterState) -> &mut BTreeMap<String, Arc<Pod>> {
         &mut state.pods
     }
 
@@ -179,7 +186,7 @@ impl Tracked for Pod {
             // Bound: whatever we nominated it to no longer matters.
             state.nominations.remove(&key);
         }
-        state.pods.insert(key, pod);
+        state.pods.insert(key, Arc::new(pod));
     }
 
     fn delete(state: &mut ClusterState, pod: &Pod) {
@@ -239,7 +246,9 @@ impl ClusterState {
         if self.tombstones.is_ghost(K::KIND, &key, incoming) {
             return false;
         }
-        let current = K::map(self).get(&key).map(version::resource_version);
+        let current = K::map(self)
+            .get(&key)
+            .map(|o| version::resource_version(o.borrow()));
         if !version::may_replace(current, incoming, source) {
             return false;
         }
@@ -270,7 +279,7 @@ impl ClusterState {
 
     fn forget_decoded<K: Tracked>(&mut self, key: &str) {
         if let Some(old) = K::map(self).get(key).cloned() {
-            K::delete(self, &old);
+            K::delete(self, old.borrow());
         }
     }
 
@@ -314,7 +323,7 @@ impl ClusterState {
         let old_node = self
             .pods
             .get(key)
-            .and_then(pod::node_name)
+            .and_then(|p| pod::node_name(p))
             .map(str::to_string);
         if let Some(node) = old_node
             && let Some(set) = self.pods_by_node.get_mut(&node)
@@ -327,15 +336,20 @@ impl ClusterState {
     }
 
     pub fn pods(&self) -> impl Iterator<Item = &Pod> {
-        self.pods.values()
+        self.pods.values().map(|p| &**p)
     }
 
     pub fn pod(&self, key: &str) -> Option<&Pod> {
-        self.pods.get(key)
+        self.pods.get(key).map(|p| &**p)
     }
 
     /// Pods bound to `node_name`.
     pub fn pods_on_node(&self, node_name: &str) -> impl Iterator<Item = &Pod> {
+        self.pods_on_node_shared(node_name).map(|p| &**p)
+    }
+
+    /// Pods bound to `node_name`, as the state shares them (a clone is a pointer).
+    pub fn pods_on_node_shared(&self, node_name: &str) -> impl Iterator<Item = &Arc<Pod>> {
         self.pods_by_node
             .get(node_name)
             .into_iter()
@@ -468,7 +482,7 @@ impl ClusterState {
         self.pods
             .iter()
             .filter(|(key, pod)| pod::is_provisionable(pod) && self.nomination(key, now).is_none())
-            .map(|(_, pod)| pod)
+            .map(|(_, pod)| &**pod)
             .collect()
     }
 
@@ -518,11 +532,21 @@ impl ClusterState {
 
     /// Pods nominated to `nodeclaim` and still pending.
     pub fn nominated_pods(&self, nodeclaim: &str, now: Timestamp) -> Vec<&Pod> {
+        self.nominated_pods_shared(nodeclaim, now)
+            .map(|p| &**p)
+            .collect()
+    }
+
+    /// [`nominated_pods`](Self::nominated_pods), as the state shares them.
+    pub fn nominated_pods_shared(
+        &self,
+        nodeclaim: &str,
+        now: Timestamp,
+    ) -> impl Iterator<Item = &Arc<Pod>> {
         self.nominations
             .iter()
-            .filter(|(_, n)| n.nodeclaim == nodeclaim && n.until > now)
+            .filter(move |(_, n)| n.nodeclaim == nodeclaim && n.until > now)
             .filter_map(|(key, _)| self.pods.get(key))
-            .collect()
     }
 }
 

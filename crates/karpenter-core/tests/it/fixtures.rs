@@ -550,6 +550,11 @@ pub fn pods(builders: Vec<P>) -> Vec<Pod> {
     builders.into_iter().map(P::build).collect()
 }
 
+/// Bound pods as the cluster state shares them with the scheduler's input.
+pub fn shared(pods: Vec<Pod>) -> Vec<std::sync::Arc<Pod>> {
+    pods.into_iter().map(std::sync::Arc::new).collect()
+}
+
 pub fn solve(pools: Vec<SchedulingNodePool>, pods: &[Pod]) -> SchedulingResults {
     solve_input(
         SchedulerInput {

@@ -965,7 +965,7 @@ fn balance_pods_across_zones_and_hostnames_with_in_flight_nodes() {
     );
     node.node_pool = Some("default".into());
     node.initialized = false;
-    node.pods = pods(vec![pod().labels(&[("app", "a")])]);
+    node.pods = shared(pods(vec![pod().labels(&[("app", "a")])]));
     let input = SchedulerInput {
         node_pools: vec![pool("default")],
         existing_nodes: vec![node],
@@ -1008,7 +1008,7 @@ fn track_daemonset_usage_on_existing_nodes_and_unexpected_daemonset_pods() {
         node_pools: vec![],
         existing_nodes: vec![{
             let mut n = node.clone();
-            n.pods = pods(bound);
+            n.pods = shared(pods(bound));
             n
         }],
         daemonsets: vec![pod().requests(&[("cpu", "1")]).build()],

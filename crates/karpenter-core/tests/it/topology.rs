@@ -82,7 +82,7 @@ fn topology_does_not_violate_max_skew_with_existing_pods_when_do_not_schedule() 
         &[(ZONE, "test-zone-1")],
         &[("cpu", "0"), ("pods", "10")],
     );
-    node.pods = app(2, || pod().labels(&[("app", "a")]));
+    node.pods = shared(app(2, || pod().labels(&[("app", "a")])));
     let input = SchedulerInput {
         node_pools: vec![pool("default")],
         existing_nodes: vec![node],
@@ -117,7 +117,7 @@ fn topology_schedule_anyway_spread_is_relaxed_when_unsatisfiable() {
         &[(ZONE, "test-zone-2")],
         &[("cpu", "0"), ("pods", "10")],
     );
-    node.pods = app(1, || pod().labels(&[("app", "a")]));
+    node.pods = shared(app(1, || pod().labels(&[("app", "a")])));
     // zone-1 only; skew would be violated vs zone-2's existing count of 1 after 2 pods.
     let input = SchedulerInput {
         node_pools: vec![p],
@@ -483,11 +483,11 @@ fn pod_anti_affinity_inverse_with_existing_nodes() {
         &[(ZONE, "test-zone-1")],
         &[("cpu", "0"), ("pods", "10")],
     );
-    node.pods = pods(vec![
+    node.pods = shared(pods(vec![
         pod()
             .labels(&[("app", "guard")])
             .anti_affinity_to(ZONE, &[("app", "web")]),
-    ]);
+    ]));
     let input = SchedulerInput {
         node_pools: vec![pool("default")],
         existing_nodes: vec![node],
@@ -589,20 +589,20 @@ fn topology_only_counts_running_pods_with_matching_labels_on_nodes_with_the_doma
         &[(ZONE, "test-zone-1")],
         &[("cpu", "0"), ("pods", "10")],
     );
-    z1.pods = pods(vec![
+    z1.pods = shared(pods(vec![
         pod().labels(&[("app", "a")]).phase("Succeeded"),
         pod().labels(&[("app", "a")]).phase("Failed"),
         pod().labels(&[("app", "a")]).terminating(),
         pod().labels(&[("app", "other")]),
-    ]);
+    ]));
     let mut no_zone = existing_node("no-zone", &[], &[("cpu", "0"), ("pods", "10")]);
-    no_zone.pods = pods(vec![pod().labels(&[("app", "a")])]);
+    no_zone.pods = shared(pods(vec![pod().labels(&[("app", "a")])]));
     let mut z2 = existing_node(
         "z2",
         &[(ZONE, "test-zone-2")],
         &[("cpu", "0"), ("pods", "10")],
     );
-    z2.pods = pods(vec![pod().labels(&[("app", "a")])]);
+    z2.pods = shared(pods(vec![pod().labels(&[("app", "a")])]));
     let input = SchedulerInput {
         node_pools: vec![pool("default")],
         existing_nodes: vec![z1, no_zone, z2],
@@ -854,7 +854,7 @@ fn topology_node_affinity_policy_honor_vs_ignore() {
         &[(ZONE, "test-zone-1")],
         &[("cpu", "0"), ("pods", "10")],
     );
-    node.pods = app(2, || pod().labels(&[("app", "a")]));
+    node.pods = shared(app(2, || pod().labels(&[("app", "a")])));
     let mut p = pool("default");
     p.labels.insert("tier".into(), "web".into());
     let input = SchedulerInput {
@@ -967,11 +967,11 @@ fn preferred_pod_anti_affinity_of_existing_pods_is_not_enforced_inversely() {
         &[(ZONE, "test-zone-1")],
         &[("cpu", "0"), ("pods", "10")],
     );
-    node.pods = pods(vec![
+    node.pods = shared(pods(vec![
         pod()
             .labels(&[("app", "guard")])
             .preferred_anti_affinity_to(10, ZONE, &[("app", "web")]),
-    ]);
+    ]));
     let input = SchedulerInput {
         node_pools: vec![pool("default")],
         existing_nodes: vec![node],
