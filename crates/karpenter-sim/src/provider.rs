@@ -4,7 +4,7 @@
 //! [`SimCloudProvider::restore`] it), and hands out the Node a kubelet would register.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
@@ -112,7 +112,10 @@ struct ShapedTypes {
 
 struct Inner {
     region: String,
-    types: Arc<TypeMap>,
+    /// The types without an EC2NodeClass. From the catalogue they are built on first use: a
+    /// cluster whose NodePools all name an EC2NodeClass only ever needs the shaped ones, and
+    /// the ~1,300 built types are most of the controller's resident memory.
+    types: OnceLock<Arc<TypeMap>>,
     /// Set when the types come from the embedded catalogue (then NodeClasses can shape them).
     catalog: Option<&'static Catalog>,
     shaped: Mutex<ShapedTypes>,
@@ -130,7 +133,7 @@ impl std::fmt::Debug for SimCloudProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SimCloudProvider")
             .field("region", &self.inner.region)
-            .field("instance_types", &self.inner.types.len())
+            .field("instance_types", &self.inner.types.get().map(|t| t.len()))
             .finish_non_exhaustive()
     }
 }
@@ -143,8 +146,9 @@ impl SimCloudProvider {
     /// A provider over the embedded AWS catalogue for `region`.
     pub fn new(region: &str, clock: Arc<dyn Clock>) -> Result<Self, SimError> {
         let catalog = Catalog::embedded()?;
-        let types = catalog.instance_types(region)?;
-        Ok(Self::build(region, types, Some(catalog), clock))
+        // An unknown region is an error now, not when the types are first built.
+        catalog.zones(region)?;
+        Ok(Self::build(region, None, Some(catalog), clock))
     }
 
     /// A provider over custom instance types (tests, what-if studies).
@@ -154,19 +158,19 @@ impl SimCloudProvider {
         types: Vec<InstanceType>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        Self::build(region, types, None, clock)
+        Self::build(region, Some(types), None, clock)
     }
 
     fn build(
         region: &str,
-        types: Vec<InstanceType>,
+        types: Option<Vec<InstanceType>>,
         catalog: Option<&'static Catalog>,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        let types = types
-            .into_iter()
-            .map(|t| (t.name.clone(), Arc::new(t)))
-            .collect();
+        let built = OnceLock::new();
+        if let Some(types) = types {
+            built.get_or_init(|| Arc::new(type_map(types)));
+        }
         let ledger = SimLedger {
             region: region.to_string(),
             ..Default::default()
@@ -174,7 +178,7 @@ impl SimCloudProvider {
         Self {
             inner: Arc::new(Inner {
                 region: region.to_string(),
-                types: Arc::new(types),
+                types: built,
                 catalog,
                 shaped: Mutex::new(ShapedTypes::default()),
                 clock,
@@ -244,7 +248,19 @@ impl SimCloudProvider {
 
     /// The catalogue this provider launches from, without unavailability marks.
     pub fn catalog_types(&self) -> impl Iterator<Item = &Arc<InstanceType>> {
-        self.inner.types.values()
+        self.default_types().values()
+    }
+
+    /// The types without an EC2NodeClass (built from the catalogue on first use).
+    fn default_types(&self) -> &Arc<TypeMap> {
+        self.inner.types.get_or_init(|| {
+            let types = self
+                .inner
+                .catalog
+                .and_then(|c| c.instance_types(&self.inner.region).ok())
+                .unwrap_or_default();
+            Arc::new(type_map(types))
+        })
     }
 
     fn shaped(&self) -> MutexGuard<'_, ShapedTypes> {
@@ -255,7 +271,7 @@ impl SimCloudProvider {
     /// The catalogue as `node_class` shapes it (`None`: unshaped), built once per distinct shape.
     fn types_for(&self, node_class: Option<&EC2NodeClass>) -> Result<Arc<TypeMap>, CloudError> {
         let (Some(node_class), Some(catalog)) = (node_class, self.inner.catalog) else {
-            return Ok(Arc::clone(&self.inner.types));
+            return Ok(Arc::clone(self.default_types()));
         };
         let shape = NodeClassShape::from_node_class(node_class, ProviderSettings::default())
             .map_err(|e| CloudError::NodeClassNotReady(e.to_string()))?;
@@ -281,7 +297,7 @@ impl SimCloudProvider {
             .by_node_class
             .get(&class.name)
             .filter(|_| class.kind == "EC2NodeClass")
-            .map_or_else(|| Arc::clone(&self.inner.types), Arc::clone)
+            .map_or_else(|| Arc::clone(self.default_types()), Arc::clone)
     }
 
     /// Every instance type for `node_pool`, shaped by its EC2NodeClass (kubelet, block devices,
@@ -495,6 +511,13 @@ impl SimCloudProvider {
         ledger.instances.insert(instance.id.clone(), instance);
         Ok(hydrated)
     }
+}
+
+fn type_map(types: Vec<InstanceType>) -> TypeMap {
+    types
+        .into_iter()
+        .map(|t| (t.name.clone(), Arc::new(t)))
+        .collect()
 }
 
 fn is_marked(unavailable: &BTreeMap<String, Timestamp>, key: &str, now: Timestamp) -> bool {
