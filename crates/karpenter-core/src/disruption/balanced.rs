@@ -129,6 +129,15 @@ impl PoolScore {
     }
 
     /// Upstream's event wording: `score 1.00 >= threshold 0.50 (savings 50.0%, disruption 50.0%)`.
+    /// The figures behind the score, for a rejection: `what` is the move (`saving` or `even
+    /// deleting the node (saving`), the caller closes any parenthesis it opened.
+    pub fn rejection(&self, what: &str) -> String {
+        format!(
+            "NodePool {:?} has consolidation policy Balanced: {what} ${:.4}/h of ${:.4}/h for disruption {:.1} of {:.1}",
+            self.nodepool, self.savings, self.pool_cost, self.move_disruption, self.pool_disruption,
+        )
+    }
+
     pub fn summary(&self) -> String {
         let relation = if self.approved() { ">=" } else { "<" };
         format!(

@@ -303,23 +303,15 @@ impl fmt::Display for BlockReason {
             ),
             Self::BalancedScoreTooLow(verdict) => write!(
                 f,
-                "NodePool {:?} has consolidation policy Balanced: saving ${:.4}/h of ${:.4}/h for disruption {:.1} of {:.1} scores {:.2} < {:.2}",
-                verdict.nodepool,
-                verdict.savings,
-                verdict.pool_cost,
-                verdict.move_disruption,
-                verdict.pool_disruption,
+                "{} scores {:.2} < {:.2}",
+                verdict.rejection("saving"),
                 verdict.score,
                 super::balanced::BALANCED_THRESHOLD
             ),
             Self::BalancedDeleteWouldNotPass(verdict) => write!(
                 f,
-                "NodePool {:?} has consolidation policy Balanced: even deleting the node (saving ${:.4}/h of ${:.4}/h for disruption {:.1} of {:.1}) scores {:.2} < {:.2}",
-                verdict.nodepool,
-                verdict.savings,
-                verdict.pool_cost,
-                verdict.move_disruption,
-                verdict.pool_disruption,
+                "{}) scores {:.2} < {:.2}",
+                verdict.rejection("even deleting the node (saving"),
                 verdict.score,
                 super::balanced::BALANCED_THRESHOLD
             ),
