@@ -54,7 +54,11 @@ impl<K: Eq + Hash> Backoff<K> {
     }
 
     /// Whether `key` may be tried at `now` (never failed, or its delay is over).
-    pub fn ready(&self, key: &K, now: Timestamp) -> bool {
+    pub fn ready<Q>(&self, key: &Q, now: Timestamp) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Eq + Hash + ?Sized,
+    {
         self.entries.get(key).is_none_or(|e| now >= e.next)
     }
 

@@ -60,16 +60,20 @@ impl Workers {
     /// Starts `reconcile` for `key` unless one is already running for it, it is backing off, or
     /// the loop is at its concurrency limit (it is then picked up on a later tick). Returns
     /// whether it started.
+    /// Not in flight, not backing off, and a slot is free.
+    fn startable(&self, key: &str, now: Timestamp) -> bool {
+        !self.in_flight.contains(key)
+            && self.backoff.ready(key, now)
+            && self.in_flight.len() < self.concurrency
+    }
+
     pub fn start(
         &mut self,
         key: String,
         now: Timestamp,
         reconcile: impl Future<Output = crate::Result<()>> + Send + 'static,
     ) -> bool {
-        if self.in_flight.contains(&key)
-            || !self.backoff.ready(&key, now)
-            || self.in_flight.len() >= self.concurrency
-        {
+        if !self.startable(&key, now) {
             return false;
         }
         self.turns = self.turns.saturating_add(1);
@@ -83,25 +87,36 @@ impl Workers {
     /// for each candidate (see [`Workers::start`]), the ones that waited longest for a turn
     /// first. Without that order a loop at its concurrency limit would serve the same first
     /// objects every tick and starve the rest (seen with 182 NodeClaims and 64 slots).
-    pub fn start_in_turn<F>(&mut self, now: Timestamp, candidates: Vec<(String, F)>)
-    where
+    ///
+    /// `make` builds a candidate's reconcile only when it starts (`None`: the object is gone):
+    /// a tick of a thousand objects with 64 slots builds at most 64 futures and copies at most
+    /// 64 objects, not a thousand.
+    pub fn start_in_turn<F>(
+        &mut self,
+        now: Timestamp,
+        candidates: Vec<String>,
+        mut make: impl FnMut(&str) -> Option<F>,
+    ) where
         F: Future<Output = crate::Result<()>> + Send + 'static,
     {
-        let live: HashSet<&str> = candidates.iter().map(|(key, _)| key.as_str()).collect();
+        let live: HashSet<&str> = candidates.iter().map(String::as_str).collect();
         self.backoff.retain(|key| live.contains(key.as_str()));
         self.last_turn.retain(|key, _| live.contains(key.as_str()));
         let mut candidates = candidates;
-        // Stable: objects that never had a turn keep the caller's order.
-        candidates.sort_by_key(|(key, _)| self.last_turn.get(key).copied().unwrap_or(0));
-        for (key, reconcile) in candidates {
+        candidates.sort_by_key(|key| self.last_turn.get(key).copied().unwrap_or(0));
+        for key in candidates {
             if self.in_flight.len() >= self.concurrency {
                 break;
             }
-            self.start(key, now, reconcile);
+            if !self.startable(&key, now) {
+                continue;
+            }
+            if let Some(reconcile) = make(&key) {
+                self.start(key, now, reconcile);
+            }
         }
     }
 
-    /// The next finished reconcile (pending while none is running: use it in `select!`).
     pub async fn next_finished(&mut self) -> Result<Outcome, JoinError> {
         match self.tasks.join_next().await {
             Some(done) => done,
@@ -200,11 +215,8 @@ mod tests {
         let keys = ["a", "b", "c", "d", "e"];
         let mut served = Vec::new();
         for _ in 0..3 {
-            let candidates = keys
-                .iter()
-                .map(|k| (k.to_string(), async { Ok(()) }))
-                .collect();
-            workers.start_in_turn(t0(), candidates);
+            let candidates = keys.iter().map(|k| k.to_string()).collect();
+            workers.start_in_turn(t0(), candidates, |_| Some(async { Ok(()) }));
             while workers.in_flight() > 0 {
                 let done = workers.next_finished().await;
                 if let Ok((key, _)) = &done {
@@ -219,6 +231,36 @@ mod tests {
             served, keys,
             "three ticks of two slots reach all five objects"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tick_builds_reconciles_only_for_the_objects_it_starts() {
+        let mut workers = Workers::new("nodeclaim", BackoffPolicy::RECONCILE, 3);
+        let candidates: Vec<String> = (0..100).map(|i| format!("claim-{i}")).collect();
+        let mut built = Vec::new();
+        workers.start_in_turn(t0(), candidates.clone(), |key| {
+            built.push(key.to_string());
+            Some(std::future::pending())
+        });
+        assert_eq!(
+            built.len(),
+            3,
+            "three slots, three reconciles built: {built:?}"
+        );
+        assert_eq!(workers.in_flight(), 3);
+        // The next tick: every slot busy, nothing is built.
+        built.clear();
+        workers.start_in_turn(t0(), candidates, |key| {
+            built.push(key.to_string());
+            Some(std::future::pending())
+        });
+        assert!(built.is_empty(), "{built:?}");
+        // An object gone by the time its turn comes (`None`) takes no slot.
+        let mut workers = Workers::new("nodeclaim", BackoffPolicy::RECONCILE, 2);
+        let keys = vec!["gone".to_string(), "a".to_string(), "b".to_string()];
+        workers.start_in_turn(t0(), keys, |key| (key != "gone").then(|| async { Ok(()) }));
+        assert_eq!(workers.in_flight(), 2);
+        workers.stop();
     }
 
     #[tokio::test]

@@ -136,7 +136,11 @@ pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
         for (pool, types) in &offered {
             snapshot = snapshot.offer(pool, types);
         }
-        let pods: Vec<Pod> = snapshot.pods_to_place().into_iter().cloned().collect();
+        let pods: Vec<Arc<Pod>> = snapshot
+            .pods_to_place_shared()
+            .into_iter()
+            .map(Arc::clone)
+            .collect();
         (snapshot.scheduler_input(), pods)
     };
     for node in &prepared.stuck_unregistered {
@@ -150,7 +154,7 @@ pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
     if pods.is_empty() {
         return Ok(outcome);
     }
-    let pod_names: Vec<String> = pods.iter().map(pod_key).collect();
+    let pod_names: Vec<String> = pods.iter().map(|p| pod_key(p)).collect();
     tracing::info!(
         pods = %nodeclaim::summarize(&pod_names, 5),
         duration = ?Duration::ZERO,
@@ -213,12 +217,12 @@ pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
 
 async fn record_unschedulable(
     ctx: &Context,
-    pods: &[Pod],
+    pods: &[Arc<Pod>],
     results: &SchedulingResults,
     problems: &[String],
 ) {
     for failure in &results.unschedulable {
-        let Some(pod) = pods.get(failure.pod) else {
+        let Some(pod) = pods.get(failure.pod).map(|p| &**p) else {
             continue;
         };
         let explanation = std::iter::once(failure.explanation.clone())
@@ -239,12 +243,14 @@ async fn record_unschedulable(
     }
 }
 
-async fn nominate_existing(ctx: &Context, pods: &[Pod], results: &SchedulingResults) -> usize {
+async fn nominate_existing(ctx: &Context, pods: &[Arc<Pod>], results: &SchedulingResults) -> usize {
     let until = window_end(ctx);
     let mut count = 0;
     for placement in &results.existing_nodes {
         for &i in &placement.pods {
-            let Some(pod) = pods.get(i) else { continue };
+            let Some(pod) = pods.get(i).map(|p| &**p) else {
+                continue;
+            };
             let claim = ctx
                 .state
                 .read()
@@ -287,7 +293,7 @@ fn window_end(ctx: &Context) -> jiff::Timestamp {
 /// over its limit gets nothing more, even if the simulation (pessimistic) allowed it.
 async fn within_limits(
     ctx: &Context,
-    pods: &[Pod],
+    pods: &[Arc<Pod>],
     results: &SchedulingResults,
     pools: &BTreeMap<String, NodePool>,
 ) -> Vec<(NodeClaim, Vec<usize>)> {
@@ -302,7 +308,7 @@ async fn within_limits(
         if let Some(exceeded) = nodepool::exceeded_limit(&limits, &usage) {
             tracing::warn!(nodepool = %decision.node_pool, reason = %exceeded, "not creating nodeclaim, nodepool limit exceeded");
             for &i in &decision.pods {
-                if let Some(pod) = pods.get(i) {
+                if let Some(pod) = pods.get(i).map(|p| &**p) {
                     let message = format!(
                         "Failed to schedule pod, nodepool {}: {exceeded}",
                         decision.node_pool
@@ -328,7 +334,7 @@ async fn within_limits(
 /// `reason` labels `nodeclaims_created_total` (`provisioned`, `static`).
 async fn create_nodeclaims(
     ctx: &Context,
-    pods: &[Pod],
+    pods: &[Arc<Pod>],
     accepted: Vec<(NodeClaim, Vec<usize>)>,
     reason: &str,
 ) -> Vec<String> {
@@ -389,13 +395,13 @@ async fn create_nodeclaims(
             let mut state = ctx.state.write();
             state.remember(claim.clone());
             for &i in &placed {
-                if let Some(pod) = pods.get(i) {
+                if let Some(pod) = pods.get(i).map(|p| &**p) {
                     state.nominate(&pod_key(pod), &name, until);
                 }
             }
         }
         for &i in &placed {
-            if let Some(pod) = pods.get(i) {
+            if let Some(pod) = pods.get(i).map(|p| &**p) {
                 let message = format!("Pod should schedule on: {}", kind_name(&claim));
                 ctx.events
                     .publish(EventRecord::new(

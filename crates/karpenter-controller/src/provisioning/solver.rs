@@ -3,12 +3,15 @@
 //! to a [`Solver`]; the production one ([`CoreScheduler`]) is the core's `solve`, tests may plug
 //! in their own.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_core::scheduling::{SchedulerInput, SchedulingResults, UnschedulablePod};
 
-/// A scheduling simulation. Synchronous and pure: it must not do I/O.
+/// A scheduling simulation. Synchronous and pure: it must not do I/O. The pods are the cluster
+/// state's own (shared), not copies.
 pub trait Solver: Send + Sync {
-    fn solve(&self, input: SchedulerInput, pods: &[Pod]) -> SchedulingResults;
+    fn solve(&self, input: SchedulerInput, pods: &[Arc<Pod>]) -> SchedulingResults;
 }
 
 /// Upstream's scheduler (`karpenter_core::provisioning::solve`), the provisioner's [`Solver`].
@@ -16,7 +19,7 @@ pub trait Solver: Send + Sync {
 pub struct CoreScheduler;
 
 impl Solver for CoreScheduler {
-    fn solve(&self, input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
+    fn solve(&self, input: SchedulerInput, pods: &[Arc<Pod>]) -> SchedulingResults {
         karpenter_core::provisioning::solve(input, pods)
     }
 }
@@ -27,7 +30,7 @@ impl Solver for CoreScheduler {
 pub struct NoScheduler;
 
 impl Solver for NoScheduler {
-    fn solve(&self, _input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
+    fn solve(&self, _input: SchedulerInput, pods: &[Arc<Pod>]) -> SchedulingResults {
         SchedulingResults {
             unschedulable: pods
                 .iter()

@@ -146,23 +146,18 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
 impl Terminator {
     /// Starts a reconcile for every deleting Node we own that is not in flight or backing off.
     pub fn start_reconciles(self: &Arc<Self>, ctx: &Arc<Context>, workers: &mut Workers) {
-        let nodes: Vec<Node> = ctx
+        let candidates: Vec<String> = ctx
             .state
             .read()
             .nodes()
             .filter(|n| should_finalize(n, ctx.cloud.name()))
-            .cloned()
+            .map(ResourceExt::name_any)
             .collect();
-        let candidates = nodes
-            .into_iter()
-            .map(|node| {
-                let (ctx, terminator) = (ctx.clone(), self.clone());
-                (node.name_any(), async move {
-                    terminator.reconcile(&ctx, node).await
-                })
-            })
-            .collect();
-        workers.start_in_turn(ctx.now(), candidates);
+        workers.start_in_turn(ctx.now(), candidates, |key| {
+            let node = ctx.state.read().node(key).cloned()?;
+            let (ctx, terminator) = (ctx.clone(), self.clone());
+            Some(async move { terminator.reconcile(&ctx, node).await })
+        });
     }
 
     /// One step of terminating one Node.

@@ -28,7 +28,7 @@ const PODS_PER_NODE: usize = 3;
 struct PackThree;
 
 impl Solver for PackThree {
-    fn solve(&self, input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
+    fn solve(&self, input: SchedulerInput, pods: &[Arc<Pod>]) -> SchedulingResults {
         let Some(pool) = input.node_pools.first() else {
             return SchedulingResults::default();
         };

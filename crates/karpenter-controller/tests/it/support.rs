@@ -79,7 +79,7 @@ pub fn cloud(clock: Arc<dyn Clock>) -> Arc<SimCloudProvider> {
 pub struct FirstFitSolver;
 
 impl Solver for FirstFitSolver {
-    fn solve(&self, input: SchedulerInput, pods: &[Pod]) -> SchedulingResults {
+    fn solve(&self, input: SchedulerInput, pods: &[Arc<Pod>]) -> SchedulingResults {
         let mut out = SchedulingResults::default();
         let Some(pool) = input.node_pools.first() else {
             out.unschedulable = pods

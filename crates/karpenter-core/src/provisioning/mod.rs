@@ -186,16 +186,30 @@ impl<'a> Snapshot<'a> {
     /// (or left out by [`Snapshot::without`]) that will need capacity elsewhere (upstream appends
     /// them to the pass), unless an earlier pass already planned for them (a live nomination).
     pub fn pods_to_place(&self) -> Vec<&'a Pod> {
+        self.pods_to_place_shared()
+            .into_iter()
+            .map(|p| &**p)
+            .collect()
+    }
+
+    /// [`Snapshot::pods_to_place`] as the state holds them, so a caller that keeps the pods
+    /// beyond the snapshot (the provisioner hands them to the solver on another thread) shares
+    /// them instead of copying every pending pod per pass.
+    pub fn pods_to_place_shared(&self) -> Vec<&'a Arc<Pod>> {
         let state = self.state;
         let pdbs: Vec<_> = state.pdbs().collect();
-        let mut pods = state.provisionable_pods(self.now);
+        let mut pods = state.provisionable_pods_shared(self.now);
         for node in state.state_nodes() {
             if !self.left_out(&node) {
                 continue;
             }
+            // Only a Node holds pods (an in-flight NodeClaim has none bound yet).
+            let Some(node_name) = node.node.map(ResourceExt::name_any) else {
+                continue;
+            };
             pods.extend(
-                node.pods
-                    .into_iter()
+                state
+                    .pods_on_node_shared(&node_name)
                     .filter(|p| reschedulable::is_reschedulable(p, &pdbs))
                     .filter(|p| state.nomination(&crate::pod::key(p), self.now).is_none()),
             );

@@ -479,10 +479,18 @@ impl ClusterState {
 
     /// Pods waiting for capacity that Karpenter has not already planned for.
     pub fn provisionable_pods(&self, now: Timestamp) -> Vec<&Pod> {
+        self.provisionable_pods_shared(now)
+            .into_iter()
+            .map(|pod| &**pod)
+            .collect()
+    }
+
+    /// [`ClusterState::provisionable_pods`] as the state holds them (shared, not copied).
+    pub fn provisionable_pods_shared(&self, now: Timestamp) -> Vec<&Arc<Pod>> {
         self.pods
             .iter()
             .filter(|(key, pod)| pod::is_provisionable(pod) && self.nomination(key, now).is_none())
-            .map(|(_, pod)| &**pod)
+            .map(|(_, pod)| pod)
             .collect()
     }
 

@@ -50,21 +50,18 @@ pub(super) fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) ->
 /// Starts a reconcile for every managed NodeClaim in the state that is not already in flight
 /// or backing off (the loop books the results).
 pub fn start_reconciles(ctx: &Arc<Context>, workers: &mut Workers) {
-    let claims: Vec<NodeClaim> = ctx
+    let candidates: Vec<String> = ctx
         .state
         .read()
         .nodeclaims()
         .filter(|c| is_managed(ctx, c))
-        .cloned()
+        .map(name)
         .collect();
-    let candidates = claims
-        .into_iter()
-        .map(|claim| {
-            let ctx = ctx.clone();
-            (name(&claim), async move { reconcile(&ctx, claim).await })
-        })
-        .collect();
-    workers.start_in_turn(ctx.now(), candidates);
+    workers.start_in_turn(ctx.now(), candidates, |key| {
+        let claim = ctx.state.read().nodeclaim(key).cloned()?;
+        let ctx = ctx.clone();
+        Some(async move { reconcile(&ctx, claim).await })
+    });
 }
 
 /// Makes the state see our write at once, before the watch delivers it (never over a newer
