@@ -91,17 +91,62 @@ impl EventRecord {
 /// How long an identical event is suppressed: FailedScheduling 5 min (upstream), others 1 min.
 fn dedupe_window(reason: &str) -> SignedDuration {
     if reason == REASON_FAILED_SCHEDULING {
-        SignedDuration::from_mins(5)
+        LONGEST_DEDUPE_WINDOW
     } else {
         SignedDuration::from_mins(1)
     }
 }
 
+/// When each recently sent event went out, for de-duplication. Keyed by a hash of (object,
+/// reason, message) rather than the text: a provisioning pass of 10,000 pods sends 10,000
+/// `Nominated` events, whose keys would otherwise hold megabytes for five minutes.
+#[derive(Debug, Default)]
+struct SentEvents {
+    at: HashMap<u64, Timestamp>,
+    /// Entries older than the longest window are dropped at most once a minute (a sweep per
+    /// event would make a burst quadratic).
+    next_sweep: Option<Timestamp>,
+}
+
+impl SentEvents {
+    fn key(record: &EventRecord) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        record.involved.uid.hash(&mut hasher);
+        record.involved.name.hash(&mut hasher);
+        record.reason.hash(&mut hasher);
+        record.message.hash(&mut hasher);
+        hasher.finish()
+    }
+
+    /// Whether the event may go out now (and remembers it if so).
+    fn admit(&mut self, record: &EventRecord, now: Timestamp) -> bool {
+        let key = Self::key(record);
+        if self
+            .at
+            .get(&key)
+            .is_some_and(|at| now.duration_since(*at) < dedupe_window(&record.reason))
+        {
+            return false;
+        }
+        if self.next_sweep.is_none_or(|due| now >= due) {
+            self.at
+                .retain(|_, at| now.duration_since(*at) < LONGEST_DEDUPE_WINDOW);
+            self.next_sweep = Some(now + SignedDuration::from_mins(1));
+        }
+        self.at.insert(key, now);
+        true
+    }
+}
+
+/// The longest [`dedupe_window`].
+const LONGEST_DEDUPE_WINDOW: SignedDuration = SignedDuration::from_mins(5);
+
 /// Publishes events; cheap to share.
 pub struct Events {
     clock: Arc<dyn Clock>,
     recent: Mutex<VecDeque<EventRecord>>,
-    last_sent: Mutex<HashMap<String, Timestamp>>,
+    last_sent: Mutex<SentEvents>,
     /// Where published events wait for the writer (`None`: memory only).
     queue: Option<mpsc::Sender<Event>>,
     /// The writer's end, taken by [`Events::run_writer`].
@@ -140,23 +185,8 @@ impl Events {
     /// need not change should that ever be needed); a full queue drops the event and counts it.
     pub async fn publish(&self, record: EventRecord) {
         let now = self.clock.now();
-        let key = format!(
-            "{}/{}/{}/{}",
-            record.involved.uid.as_deref().unwrap_or_default(),
-            record.involved.name.as_deref().unwrap_or_default(),
-            record.reason,
-            record.message
-        );
-        {
-            let mut last = lock(&self.last_sent);
-            if last
-                .get(&key)
-                .is_some_and(|at| now.duration_since(*at) < dedupe_window(&record.reason))
-            {
-                return;
-            }
-            last.retain(|_, at| now.duration_since(*at) < SignedDuration::from_mins(5));
-            last.insert(key, now);
+        if !lock(&self.last_sent).admit(&record, now) {
+            return;
         }
         {
             let mut recent = lock(&self.recent);
@@ -262,6 +292,33 @@ mod tests {
     use super::*;
     use crate::state::fixtures::pending_pod;
     use karpenter_core::clock::FakeClock;
+
+    #[test]
+    fn the_dedupe_table_forgets_events_past_the_longest_window() {
+        let record = |name: &str| EventRecord {
+            involved: ObjectReference {
+                name: Some(name.into()),
+                uid: Some(format!("uid-{name}")),
+                ..ObjectReference::default()
+            },
+            event_type: EventType::Normal,
+            reason: REASON_NOMINATED.into(),
+            message: "Pod should schedule on: nodeclaim/x".into(),
+        };
+        let t0 = Timestamp::from_second(1_704_067_200).unwrap();
+        let mut sent = SentEvents::default();
+        for i in 0..1000 {
+            assert!(sent.admit(&record(&format!("p{i}")), t0));
+        }
+        assert!(!sent.admit(&record("p1"), t0), "the same event again");
+        assert!(
+            sent.admit(&record("p1"), t0 + SignedDuration::from_secs(61)),
+            "Nominated: one minute"
+        );
+        let later = t0 + SignedDuration::from_mins(7);
+        assert!(sent.admit(&record("new"), later));
+        assert_eq!(sent.at.len(), 1, "older entries swept");
+    }
 
     #[tokio::test]
     async fn deduplicates_identical_events_within_the_window() {

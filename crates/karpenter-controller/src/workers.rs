@@ -258,7 +258,9 @@ mod tests {
         // An object gone by the time its turn comes (`None`) takes no slot.
         let mut workers = Workers::new("nodeclaim", BackoffPolicy::RECONCILE, 2);
         let keys = vec!["gone".to_string(), "a".to_string(), "b".to_string()];
-        workers.start_in_turn(t0(), keys, |key| (key != "gone").then(|| async { Ok(()) }));
+        workers.start_in_turn(t0(), keys, |key| {
+            (key != "gone").then_some(async { Ok(()) })
+        });
         assert_eq!(workers.in_flight(), 2);
         workers.stop();
     }

@@ -234,14 +234,70 @@ impl SimCloudProvider {
 
     /// Replaces the ledger with one written by [`Self::snapshot`].
     pub fn restore(&self, json: &str) -> Result<(), SimError> {
-        let ledger: SimLedger =
-            serde_json::from_str(json).map_err(|e| SimError::Restore(e.to_string()))?;
+        self.restore_parts(json, &[])
+    }
+
+    /// The ledger without its instances, as JSON: what a store that keeps each instance on its
+    /// own ([`Self::instance_json`]) writes besides them. A ledger's size then does not grow
+    /// with the cloud, and a launch writes one instance instead of all of them.
+    pub fn snapshot_head(&self) -> Result<String, SimError> {
+        let mut state = self.state();
+        let instances = std::mem::take(&mut state.ledger.instances);
+        let head = serde_json::to_string(&state.ledger);
+        state.ledger.instances = instances;
+        head.map_err(|e| SimError::Snapshot(e.to_string()))
+    }
+
+    /// The head of an empty ledger for this provider's region.
+    pub fn empty_head(&self) -> Result<String, SimError> {
+        let empty = SimLedger {
+            region: self.inner.region.clone(),
+            ..SimLedger::default()
+        };
+        serde_json::to_string(&empty).map_err(|e| SimError::Snapshot(e.to_string()))
+    }
+
+    /// The IDs of the running instances.
+    pub fn instance_ids(&self) -> BTreeSet<String> {
+        self.state().ledger.instances.keys().cloned().collect()
+    }
+
+    /// One running instance as JSON (`None` once it is terminated).
+    pub fn instance_json(&self, id: &str) -> Result<Option<String>, SimError> {
+        self.state()
+            .ledger
+            .instances
+            .get(id)
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| SimError::Snapshot(e.to_string()))
+    }
+
+    /// Replaces the ledger with a head (from [`Self::snapshot_head`], or a whole ledger from
+    /// [`Self::snapshot`]) plus instances each from [`Self::instance_json`]. The sequence
+    /// number never goes below an instance's own, so a head written before its instances (or
+    /// lost) cannot make a later launch reuse an ID.
+    pub fn restore_parts(&self, head: &str, instances: &[String]) -> Result<(), SimError> {
+        let mut ledger: SimLedger =
+            serde_json::from_str(head).map_err(|e| SimError::Restore(e.to_string()))?;
         if ledger.region != self.inner.region {
             return Err(SimError::RegionMismatch {
                 ledger: ledger.region,
                 provider: self.inner.region.clone(),
             });
         }
+        for json in instances {
+            let instance: SimInstance =
+                serde_json::from_str(json).map_err(|e| SimError::Restore(e.to_string()))?;
+            ledger.instances.insert(instance.id.clone(), instance);
+        }
+        let highest = ledger
+            .instances
+            .keys()
+            .filter_map(|id| instance_seq(id))
+            .max()
+            .unwrap_or(0);
+        ledger.last_instance_seq = ledger.last_instance_seq.max(highest);
         self.state().ledger = ledger;
         Ok(())
     }
@@ -571,6 +627,16 @@ fn node_resources(list: &ResourceList, requests: &ResourceList) -> ResourceList 
         .collect()
 }
 
+/// An instance's ID from its sequence number (`i-` and 17 hex digits, like EC2's).
+fn instance_id(seq: u64) -> String {
+    format!("i-{seq:017x}")
+}
+
+/// The sequence number in an ID [`instance_id`] made.
+fn instance_seq(id: &str) -> Option<u64> {
+    u64::from_str_radix(id.strip_prefix("i-")?, 16).ok()
+}
+
 #[allow(clippy::too_many_arguments)]
 fn new_instance(
     region: &str,
@@ -583,7 +649,7 @@ fn new_instance(
     requests: &ResourceList,
     now: Timestamp,
 ) -> SimInstance {
-    let id = format!("i-{seq:017x}");
+    let id = instance_id(seq);
     let ip = format!(
         "10.{}.{}.{}",
         (seq >> 16) & 0xff,

@@ -43,3 +43,4 @@ pub use patch::PatchKind;
 pub use registry::ResourceInfo;
 pub use selector::{FieldSelector, LabelSelector};
 pub use server::{Builder, RequestRecord, TcpServer, TestApiServer, Verb};
+pub use store::MAX_CONFIG_MAP_BYTES;

@@ -431,7 +431,8 @@ impl Store {
     }
 
     /// Custom objects are pruned, defaulted and validated against their CRD's schema, as the API
-    /// server does on every write (422 `Invalid` with its field errors).
+    /// server does on every write (422 `Invalid` with its field errors); a ConfigMap is held to
+    /// the API server's size limit.
     fn admit(
         &self,
         res: &ResourceInfo,
@@ -439,6 +440,9 @@ impl Store {
         object: Value,
         old: Option<&Value>,
     ) -> Result<Value, ApiError> {
+        if res.group.is_empty() && res.kind == "ConfigMap" {
+            check_config_map_size(name, &object)?;
+        }
         let Some(schema) = self.registry.schema(res) else {
             return Ok(object);
         };
@@ -966,6 +970,39 @@ fn prepare_update(
         metadata_mut(&mut result).insert("generation".into(), json!(generation + 1));
     }
     Ok(result)
+}
+
+/// The API server's limit on a ConfigMap's `data` plus `binaryData` (keys and values), in bytes
+/// (`k8s.io/kubernetes/pkg/apis/core/validation`, `MaxConfigMapSize`, etcd's request limit).
+pub const MAX_CONFIG_MAP_BYTES: usize = 1024 * 1024;
+
+/// Refuses a ConfigMap whose data is over [`MAX_CONFIG_MAP_BYTES`], with the real server's 422.
+fn check_config_map_size(name: &str, object: &Value) -> Result<(), ApiError> {
+    let mut total = 0usize;
+    for field in ["data", "binaryData"] {
+        if let Some(map) = object.get(field).and_then(Value::as_object) {
+            for (key, value) in map {
+                let text = value.as_str().map_or(0, str::len);
+                // binaryData travels base64-encoded; the limit counts the bytes.
+                let len = if field == "binaryData" {
+                    text / 4 * 3
+                } else {
+                    text
+                };
+                total = total.saturating_add(key.len()).saturating_add(len);
+            }
+        }
+    }
+    if total > MAX_CONFIG_MAP_BYTES {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            format!(
+                "ConfigMap \"{name}\" is invalid: []: Too long: must have at most {MAX_CONFIG_MAP_BYTES} bytes"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

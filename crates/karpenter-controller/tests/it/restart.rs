@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_controller::provisioning::solver::NoScheduler;
 use karpenter_controller::run::{Options, ProviderTask, RunningController};
 use karpenter_controller::{Context, Settings};
 use karpenter_sim::SimCloudProvider;
-use karpenter_sim::cluster::{LEDGER_CONFIGMAP, SimCloud, SimKubeletOptions};
+use karpenter_sim::cluster::{SimCloud, SimKubeletOptions};
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 
@@ -73,12 +73,7 @@ fn sim_kubelet_task(cloud: SimCloud) -> ProviderTask {
 }
 
 fn ledger_instances(cluster: &SimCluster) -> usize {
-    cluster
-        .server
-        .get::<ConfigMap>(Some("kube-system"), LEDGER_CONFIGMAP)
-        .and_then(|cm| cm.data)
-        .map(|d| d["ledger.json"].matches("\"providerId\"").count())
-        .unwrap_or(0)
+    crate::support::stored_sim_instances(&cluster.server, "kube-system").len()
 }
 
 #[tokio::test(start_paused = true)]

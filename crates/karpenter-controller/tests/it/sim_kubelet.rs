@@ -202,11 +202,9 @@ async fn ledger_survives_a_restart_through_the_configmap() {
     let store = LedgerStore::new(cluster.client.clone(), "kube-system");
     let provider = PersistentSimProvider::new(cluster.provider.clone(), store);
     let launched = provider.create(&claim("a")).await.unwrap();
-    let cm: ConfigMap = cluster
-        .server
-        .get(Some("kube-system"), LEDGER_CONFIGMAP)
-        .unwrap();
-    assert!(cm.data.unwrap()["ledger.json"].contains("uid-a"));
+    let stored = crate::support::stored_sim_instances(&cluster.server, "kube-system");
+    assert_eq!(stored.len(), 1, "one ConfigMap per instance");
+    assert!(stored[0].contains("uid-a"));
 
     // A new process: an empty cloud, restored from the ConfigMap.
     let restarted = SimCloudProvider::with_instance_types(
@@ -289,14 +287,127 @@ async fn a_new_leader_reloads_the_ledger_its_predecessor_wrote() {
     let second = follower.create(&claim("b")).await.unwrap();
     assert_ne!(second.status.unwrap().provider_id.unwrap(), provider_id);
     follower.delete(&claim("a")).await.unwrap();
-    let cm: ConfigMap = cluster
-        .server
-        .get(Some("kube-system"), LEDGER_CONFIGMAP)
-        .unwrap();
-    let ledger = &cm.data.unwrap()["ledger.json"];
+    let ledger = crate::support::stored_sim_instances(&cluster.server, "kube-system").join("\n");
     assert!(
         !ledger.contains("uid-a") && ledger.contains("uid-b"),
         "{ledger}"
     );
+    cluster.shutdown().await;
+}
+
+/// The ledger keeps one ConfigMap per instance besides a small head: a cloud of 400 instances
+/// (over 1 MiB of instance JSON: more than the API server takes in one ConfigMap) is
+/// stored, a launch writes only its own instance (and the head), and a restart reads it all.
+#[tokio::test(start_paused = true)]
+async fn a_large_cloud_fits_the_api_servers_configmap_limit_and_a_launch_writes_one_instance() {
+    const INSTANCES: usize = 400;
+    let cluster = SimCluster::new().await;
+    let store = LedgerStore::new(cluster.client.clone(), "kube-system");
+    let provider = PersistentSimProvider::new(cluster.provider.clone(), store);
+    for i in 0..INSTANCES {
+        // Labels as a NodePool template brings them (the instance keeps its node's labels).
+        let mut c = claim(&format!("c{i}"));
+        for l in 0..16 {
+            c.metadata.labels.get_or_insert_default().insert(
+                format!("example.com/team-label-{l}"),
+                format!("{l}-{}", "v".repeat(100)),
+            );
+        }
+        provider.create(&c).await.unwrap();
+    }
+    let stored = crate::support::stored_sim_instances(&cluster.server, "kube-system");
+    assert_eq!(stored.len(), INSTANCES);
+    let bytes: usize = stored.iter().map(String::len).sum();
+    assert!(
+        bytes > karpenter_testapi::MAX_CONFIG_MAP_BYTES,
+        "the instances ({bytes} bytes) would not fit one ConfigMap"
+    );
+
+    cluster.server.clear_requests();
+    provider.create(&claim("one-more")).await.unwrap();
+    let writes: Vec<_> = cluster
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| r.resource == "configmaps" && !matches!(r.verb, Verb::Get | Verb::List))
+        .map(|r| (r.verb, r.name))
+        .collect();
+    assert_eq!(
+        writes.len(),
+        2,
+        "the new instance's ConfigMap and the head: {writes:?}"
+    );
+
+    // Terminating deletes the instance's ConfigMap.
+    provider.delete(&claim("c0")).await.unwrap();
+    assert_eq!(
+        crate::support::stored_sim_instances(&cluster.server, "kube-system").len(),
+        INSTANCES
+    );
+
+    // A restarted process finds every instance.
+    let restarted = SimCloudProvider::with_instance_types(
+        "us-west-2",
+        cluster
+            .provider
+            .catalog_types()
+            .map(|t| (**t).clone())
+            .collect(),
+        cluster.clock.clone(),
+    );
+    let store = LedgerStore::new(cluster.client.clone(), "kube-system");
+    assert!(store.restore(&restarted).await.unwrap());
+    assert_eq!(restarted.instances(), cluster.provider.instances());
+    cluster.shutdown().await;
+}
+
+/// A ledger written by an earlier version (every instance inside the head) is read, and the next
+/// save moves its instances into their own ConfigMaps.
+#[tokio::test(start_paused = true)]
+async fn a_ledger_with_its_instances_in_the_head_is_read_and_split_on_the_next_save() {
+    let cluster = SimCluster::new().await;
+    cluster.provider.create(&claim("a")).await.unwrap();
+    cluster.provider.create(&claim("b")).await.unwrap();
+    let old_format = cluster.provider.snapshot().unwrap();
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": LEDGER_CONFIGMAP, "namespace": "kube-system"},
+        "data": {"ledger.json": old_format},
+    }))
+    .unwrap();
+    cluster.server.put(&cm).unwrap();
+
+    let restarted = SimCloudProvider::with_instance_types(
+        "us-west-2",
+        cluster
+            .provider
+            .catalog_types()
+            .map(|t| (**t).clone())
+            .collect(),
+        cluster.clock.clone(),
+    );
+    let store = LedgerStore::new(cluster.client.clone(), "kube-system");
+    assert!(store.restore(&restarted).await.unwrap());
+    assert_eq!(restarted.instances(), cluster.provider.instances());
+    assert!(crate::support::stored_sim_instances(&cluster.server, "kube-system").is_empty());
+
+    store.save(&restarted).await.unwrap();
+    assert_eq!(
+        crate::support::stored_sim_instances(&cluster.server, "kube-system").len(),
+        2
+    );
+    let head: ConfigMap = cluster
+        .server
+        .get(Some("kube-system"), LEDGER_CONFIGMAP)
+        .unwrap();
+    let head = &head.data.unwrap()["ledger.json"];
+    assert!(!head.contains("uid-a"), "{head}");
+    // A launch after the split does not reuse an ID.
+    let c = PersistentSimProvider::new(restarted.clone(), store)
+        .create(&claim("c"))
+        .await
+        .unwrap();
+    let ids: std::collections::BTreeSet<String> =
+        restarted.instances().into_iter().map(|i| i.id).collect();
+    assert_eq!(ids.len(), 3, "{ids:?} (new: {:?})", c.status);
     cluster.shutdown().await;
 }

@@ -209,3 +209,23 @@ pub fn pending_pod(name: &str, cpu: &str) -> Pod {
 pub async fn advance(by: Duration) {
     tokio::time::sleep(by).await;
 }
+
+/// The instances the sim ledger keeps in `namespace` (one ConfigMap each), as their JSON.
+pub fn stored_sim_instances(
+    server: &karpenter_testapi::TestApiServer,
+    namespace: &str,
+) -> Vec<String> {
+    use karpenter_sim::cluster::ledger::{INSTANCE_KEY, INSTANCE_LABEL};
+    server
+        .list::<k8s_openapi::api::core::v1::ConfigMap>()
+        .into_iter()
+        .filter(|cm| cm.metadata.namespace.as_deref() == Some(namespace))
+        .filter(|cm| {
+            cm.metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(INSTANCE_LABEL))
+        })
+        .filter_map(|cm| cm.data.and_then(|mut d| d.remove(INSTANCE_KEY)))
+        .collect()
+}

@@ -1,9 +1,17 @@
-//! The sim provider's ledger in a ConfigMap (`karpenter-sim-ledger` in the controller's
-//! namespace), so a restarted controller finds the instances it launched, and
-//! [`PersistentSimProvider`]: the sim provider that writes the ledger after every launch and
-//! termination, before the caller can record anything that depends on it.
+//! The sim provider's ledger in ConfigMaps of the controller's namespace, so a restarted
+//! controller finds the instances it launched, and [`PersistentSimProvider`]: the sim provider
+//! that writes the ledger after every launch and termination, before the caller can record
+//! anything that depends on it.
+//!
+//! The ledger is split like a cloud keeps it: a head (`karpenter-sim-ledger`: region, sequence
+//! number, offerings out of capacity) and one ConfigMap per running instance
+//! (`karpenter-sim-instance-<id>`, labelled `karpenter-sim/ledger=instance`). An API server
+//! refuses a ConfigMap over 1 MiB, which one ConfigMap of every instance (≈ 4 KB each) passed at
+//! about 250 nodes; and a launch now writes one small object instead of the whole cloud.
+//! A head written by an older version that still lists its instances is read as well; the next
+//! save moves them into their own ConfigMaps.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -15,17 +23,26 @@ use karpenter_core::cloud_provider::{
     CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
 };
 use karpenter_core::instance_type::InstanceType;
-use karpenter_kube::{is_conflict, is_not_found, lock, timeouts};
+use karpenter_kube::{delete_ignoring_not_found, is_conflict, is_not_found, lock, timeouts};
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{DeleteParams, ListParams, PostParams};
 use tokio::sync::watch;
 
 use crate::SimCloudProvider;
 
-/// Name of the ConfigMap holding the ledger.
+/// Name of the ConfigMap holding the ledger's head.
 pub const LEDGER_CONFIGMAP: &str = "karpenter-sim-ledger";
-/// Key of the ledger JSON inside the ConfigMap.
+/// Key of the ledger JSON inside the head ConfigMap.
 pub const LEDGER_KEY: &str = "ledger.json";
+/// Prefix of the per-instance ConfigMaps' names (the instance ID follows).
+pub const INSTANCE_CONFIGMAP_PREFIX: &str = "karpenter-sim-instance-";
+/// Key of the instance JSON inside an instance ConfigMap.
+pub const INSTANCE_KEY: &str = "instance.json";
+/// The label that marks (and lists) the per-instance ConfigMaps.
+pub const INSTANCE_LABEL: &str = "karpenter-sim/ledger";
+const INSTANCE_LABEL_VALUE: &str = "instance";
+/// Instance ConfigMaps per list page.
+const LIST_PAGE: u32 = 500;
 
 /// Errors reading or writing the ledger.
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +54,7 @@ pub enum LedgerError {
         source: Box<kube::Error>,
     },
     #[error(
-        "ConfigMap {namespace}/{LEDGER_CONFIGMAP} does not hold a sim ledger ({source}); delete it to start with an empty cloud"
+        "ConfigMaps {namespace}/{LEDGER_CONFIGMAP} and {namespace}/{INSTANCE_CONFIGMAP_PREFIX}* do not hold a sim ledger ({source}); delete them to start with an empty cloud"
     )]
     Corrupt {
         namespace: String,
@@ -48,15 +65,27 @@ pub enum LedgerError {
     Snapshot(#[source] crate::SimError),
 }
 
-/// Reads and writes the ledger ConfigMap; remembers the last JSON written so unchanged ledgers
-/// cost no request.
+/// The name of an instance's ConfigMap.
+pub fn instance_configmap(id: &str) -> String {
+    format!("{INSTANCE_CONFIGMAP_PREFIX}{id}")
+}
+
+/// What the ConfigMaps hold as far as this store knows: the head JSON last written or read,
+/// and the IDs of the instance ConfigMaps (`None` until listed once).
+#[derive(Debug, Default)]
+struct Written {
+    head: Option<String>,
+    instances: Option<BTreeSet<String>>,
+}
+
+/// Reads and writes the ledger's ConfigMaps; remembers what it wrote so a save sends only
+/// what changed (no request at all for an unchanged ledger).
 #[derive(Clone)]
 pub struct LedgerStore {
     api: Api<ConfigMap>,
     namespace: String,
-    last_written: Arc<Mutex<Option<String>>>,
+    written: Arc<Mutex<Written>>,
     /// Saves run one at a time: two concurrent saves could otherwise let an older snapshot
-    /// land last, and a restart would restore instances that were already terminated.
     saving: Arc<tokio::sync::Mutex<()>>,
 }
 
@@ -73,59 +102,158 @@ impl LedgerStore {
         LedgerStore {
             api: Api::namespaced(client, namespace),
             namespace: namespace.to_string(),
-            last_written: Arc::default(),
+            written: Arc::default(),
             saving: Arc::default(),
+        }
+    }
+
+    fn kube_error(&self, action: &str, name: &str) -> impl FnOnce(kube::Error) -> LedgerError {
+        let action = format!("{action} ConfigMap {}/{name}", self.namespace);
+        move |e| LedgerError::Kube {
+            action,
+            source: Box::new(e),
         }
     }
 
     /// Loads the persisted ledger into `provider`. Returns whether one was found.
     pub async fn restore(&self, provider: &SimCloudProvider) -> Result<bool, LedgerError> {
-        let found = timeouts::api(self.api.get_opt(LEDGER_CONFIGMAP))
+        let head = timeouts::api(self.api.get_opt(LEDGER_CONFIGMAP))
             .await
-            .map_err(|e| LedgerError::Kube {
-                action: format!("read ConfigMap {}/{LEDGER_CONFIGMAP}", self.namespace),
-                source: Box::new(e),
-            })?;
-        let Some(json) = found
+            .map_err(self.kube_error("read", LEDGER_CONFIGMAP))?
             .and_then(|cm| cm.data)
-            .and_then(|mut d| d.remove(LEDGER_KEY))
-        else {
+            .and_then(|mut d| d.remove(LEDGER_KEY));
+        let instances = self.list_instances().await?;
+        let ids: BTreeSet<String> = instances.keys().cloned().collect();
+        if head.is_none() && instances.is_empty() {
+            lock(&self.written).instances = Some(ids);
             return Ok(false);
+        }
+        // Instances without a head (it was deleted, or never written): an empty head.
+        let head_json = match &head {
+            Some(json) => json.clone(),
+            None => provider.empty_head().map_err(LedgerError::Snapshot)?,
         };
+        let jsons: Vec<String> = instances.into_values().collect();
         provider
-            .restore(&json)
+            .restore_parts(&head_json, &jsons)
             .map_err(|source| LedgerError::Corrupt {
                 namespace: self.namespace.clone(),
                 source,
             })?;
-        *lock(&self.last_written) = Some(json);
+        *lock(&self.written) = Written {
+            head,
+            instances: Some(ids),
+        };
         Ok(true)
     }
 
-    /// Writes the provider's ledger if it changed since the last write. `Ok` only when the
-    /// ConfigMap now holds this ledger: a conflict (someone wrote in between) re-reads and
-    /// retries (up to [`SAVE_ATTEMPTS`] times), and a missing namespace is an error.
+    /// The instance ConfigMaps: instance ID → its JSON (paged, so a large cloud is not one
+    /// response).
+    async fn list_instances(&self) -> Result<BTreeMap<String, String>, LedgerError> {
+        let mut params = ListParams::default()
+            .labels(&format!("{INSTANCE_LABEL}={INSTANCE_LABEL_VALUE}"))
+            .limit(LIST_PAGE);
+        let mut out = BTreeMap::new();
+        loop {
+            let page = timeouts::api(self.api.list(&params))
+                .await
+                .map_err(self.kube_error("list", &format!("{INSTANCE_CONFIGMAP_PREFIX}*")))?;
+            for cm in page.items {
+                let id = cm
+                    .metadata
+                    .name
+                    .as_deref()
+                    .and_then(|n| n.strip_prefix(INSTANCE_CONFIGMAP_PREFIX))
+                    .map(str::to_string);
+                let json = cm.data.and_then(|mut d| d.remove(INSTANCE_KEY));
+                if let (Some(id), Some(json)) = (id, json) {
+                    out.insert(id, json);
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Writes what changed in the provider's ledger since the last save: a ConfigMap for each
+    /// new instance, the head if it changed, and deletes the ConfigMaps of terminated
+    /// instances. `Ok` only when the ConfigMaps now hold this ledger. New instances are written
+    /// before the head so a crash in between loses nothing (the restored sequence number
+    /// follows the instances); a head conflict (someone wrote in between) re-reads and retries
+    /// (up to [`SAVE_ATTEMPTS`] times); a missing namespace is an error.
     pub async fn save(&self, provider: &SimCloudProvider) -> Result<(), LedgerError> {
         let _turn = self.saving.lock().await;
-        let json = provider.snapshot().map_err(LedgerError::Snapshot)?;
-        if lock(&self.last_written).as_deref() == Some(json.as_str()) {
-            return Ok(());
-        }
-        let kube_err = |action: &str| {
-            let action = format!("{action} ConfigMap {}/{LEDGER_CONFIGMAP}", self.namespace);
-            move |e| LedgerError::Kube {
-                action,
-                source: Box::new(e),
+        let known = lock(&self.written).instances.clone();
+        let stored = match known {
+            Some(ids) => ids,
+            None => {
+                let ids: BTreeSet<String> = self.list_instances().await?.into_keys().collect();
+                lock(&self.written).instances = Some(ids.clone());
+                ids
             }
         };
-        let data = BTreeMap::from([(LEDGER_KEY.to_string(), json.clone())]);
+        let running = provider.instance_ids();
+        for id in running.difference(&stored) {
+            let Some(json) = provider.instance_json(id).map_err(LedgerError::Snapshot)? else {
+                continue; // terminated meanwhile
+            };
+            self.create_instance(id, json).await?;
+            if let Some(ids) = lock(&self.written).instances.as_mut() {
+                ids.insert(id.clone());
+            }
+        }
+        let head = provider.snapshot_head().map_err(LedgerError::Snapshot)?;
+        if lock(&self.written).head.as_deref() != Some(head.as_str()) {
+            self.write_head(&head).await?;
+            lock(&self.written).head = Some(head);
+        }
+        for id in stored.difference(&running) {
+            let name = instance_configmap(id);
+            delete_ignoring_not_found(self.api.delete(&name, &DeleteParams::default()))
+                .await
+                .map_err(self.kube_error("delete", &name))?;
+            if let Some(ids) = lock(&self.written).instances.as_mut() {
+                ids.remove(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// An instance never changes once launched (IDs are not reused): one already written is
+    /// left as it is.
+    async fn create_instance(&self, id: &str, json: String) -> Result<(), LedgerError> {
+        let name = instance_configmap(id);
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(BTreeMap::from([(
+                    INSTANCE_LABEL.to_string(),
+                    INSTANCE_LABEL_VALUE.to_string(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(INSTANCE_KEY.to_string(), json)])),
+            ..ConfigMap::default()
+        };
+        match timeouts::api(self.api.create(&PostParams::default(), &cm)).await {
+            Ok(_) => Ok(()),
+            Err(err) if is_conflict(&err) => Ok(()),
+            Err(err) => Err(self.kube_error("create", &name)(err)),
+        }
+    }
+
+    async fn write_head(&self, head: &str) -> Result<(), LedgerError> {
+        let data = BTreeMap::from([(LEDGER_KEY.to_string(), head.to_string())]);
         let mut attempt = 0;
         loop {
             attempt += 1;
             let last_attempt = attempt >= SAVE_ATTEMPTS;
             let current = timeouts::api(self.api.get_opt(LEDGER_CONFIGMAP))
                 .await
-                .map_err(kube_err("read"))?;
+                .map_err(self.kube_error("read", LEDGER_CONFIGMAP))?;
             let written = match current {
                 Some(mut cm) => {
                     cm.data = Some(data.clone());
@@ -152,17 +280,15 @@ impl LedgerStore {
                 }
             };
             match written {
-                Ok(_) => break,
+                Ok(_) => return Ok(()),
                 // Updated or created by someone else in between: read again and retry.
                 Err((err, _)) if is_conflict(&err) && !last_attempt => continue,
                 // A 404 on create is a missing namespace; on update, the ConfigMap was deleted
                 // in between (retry creates it).
                 Err((err, "update")) if is_not_found(&err) && !last_attempt => continue,
-                Err((err, action)) => return Err(kube_err(action)(err)),
+                Err((err, action)) => return Err(self.kube_error(action, LEDGER_CONFIGMAP)(err)),
             }
         }
-        *lock(&self.last_written) = Some(json);
-        Ok(())
     }
 }
 

@@ -466,3 +466,37 @@ async fn unsupported_methods_paths_and_bodies() {
     assert_eq!(code_of(client.request_text(dry_run).await), 400);
     assert_eq!(server.count::<ConfigMap>(), 0);
 }
+
+/// The real API server refuses a ConfigMap over 1 MiB of data (etcd's request limit), on
+/// create and on update; the test server must too, or code that outgrows it passes here only.
+#[tokio::test]
+async fn a_configmap_over_one_mebibyte_is_refused_like_the_api_server_does() {
+    let server = TestApiServer::new();
+    let api: Api<ConfigMap> = Api::default_namespaced(server.client());
+    let limit = karpenter_testapi::MAX_CONFIG_MAP_BYTES;
+    // "key" plus the value: exactly at the limit is fine.
+    let at_limit = "x".repeat(limit - "key".len());
+    let mut cm = api
+        .create(&PostParams::default(), &configmap("big", &at_limit))
+        .await
+        .unwrap();
+    let too_big = configmap("bigger", &format!("{at_limit}x"));
+    let err = api
+        .create(&PostParams::default(), &too_big)
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(status.code, 422);
+    assert!(
+        status.message.contains("must have at most 1048576 bytes"),
+        "{}",
+        status.message
+    );
+    cm.data = too_big.data;
+    assert_eq!(
+        code_of(api.replace("big", &PostParams::default(), &cm).await),
+        422
+    );
+}

@@ -126,8 +126,22 @@ fn ledger_field(server: &TestApiServer, field: &str) -> Option<Value> {
     Some(ledger[field].take())
 }
 
+/// Instances in the ledger: one ConfigMap each (`None` while the ledger has no head yet).
 fn ledger_instances(server: &TestApiServer) -> Option<usize> {
-    Some(ledger_field(server, "instances")?.as_object()?.len())
+    ledger_field(server, "region")?;
+    Some(
+        server
+            .list::<ConfigMap>()
+            .iter()
+            .filter(|cm| cm.metadata.namespace.as_deref() == Some(NAMESPACE))
+            .filter(|cm| {
+                cm.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("karpenter-sim-instance-"))
+            })
+            .count(),
+    )
 }
 
 /// `GET /metrics` over plain HTTP/1.0.
