@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::instance_type::InstanceType;
@@ -330,6 +331,10 @@ async fn within_limits(
     accepted
 }
 
+/// NodeClaim creates in flight at once (upstream creates a pass's NodeClaims in parallel; its
+/// client's QPS limit bounds them).
+const PARALLEL_CREATES: usize = 32;
+
 /// Creates the NodeClaims, remembers them in the state at once and nominates their pods.
 /// `reason` labels `nodeclaims_created_total` (`provisioned`, `static`).
 async fn create_nodeclaims(
@@ -340,12 +345,17 @@ async fn create_nodeclaims(
 ) -> Vec<String> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let params = PostParams::default();
-    let results = futures::future::join_all(
-        accepted
-            .iter()
-            .map(|(claim, _)| timeouts::api(api.create(&params, claim))),
-    )
-    .await;
+    // In parallel, but bounded: HTTP/1.1 carries one request per connection, so a pass of a
+    // thousand NodeClaims would otherwise open a thousand connections (each with its buffers,
+    // kept idle in the pool afterwards). Results stay in order.
+    let creates: Vec<_> = accepted
+        .iter()
+        .map(|(claim, _)| timeouts::api(api.create(&params, claim)))
+        .collect();
+    let results: Vec<_> = futures::stream::iter(creates)
+        .buffered(PARALLEL_CREATES)
+        .collect()
+        .await;
 
     let until = window_end(ctx);
     let mut created = Vec::new();
