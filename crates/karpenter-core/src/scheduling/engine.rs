@@ -20,6 +20,7 @@ mod node_domains;
 mod node_room;
 mod setup;
 mod solve;
+mod type_rooms;
 mod what_if;
 
 pub(crate) use solve::solve;
@@ -34,6 +35,7 @@ use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 use karpenter_api::well_known;
 
 use self::claim_index::ClaimIndex;
+use self::type_rooms::TypeRooms;
 use super::compile::{
     CompileContext, HostPort, PendingPod, PodInfo, compile_pending, compile_pod, namespace_labels,
     ports_conflict,
@@ -134,6 +136,8 @@ struct Pool {
     compat_cache: RefCell<FxMap<Reqs, Rc<Bits>>>,
     /// (price, type) of types with a compatible available offering, cheapest first, per requirements.
     price_cache: RefCell<FxMap<Reqs, Rc<PriceOrder>>>,
+    /// What each set of types (a NodeClaim's) can hold, per set: claims share a few sets.
+    rooms_cache: RefCell<FxMap<Bits, Rc<TypeRooms>>>,
     unusable: Option<String>,
 }
 
@@ -170,9 +174,9 @@ struct Claim {
     signature: u32,
     /// The option whose capacity the claim holds against its pool's limits (pools with limits).
     reserved: Option<usize>,
-    /// Per resource, the most any of its types offers beyond daemonset overhead: a pod whose
-    /// requests plus the claim's exceed it fits no type (a cheap rejection before the full check).
-    capacity: ResVec,
+    /// What its types offer beyond daemonset overhead: a pod whose requests plus the claim's fit
+    /// none of them is refused before the full check (see `type_rooms`).
+    rooms: Rc<TypeRooms>,
     /// Its room class in the [`ClaimIndex`] (CPU left; see `claim_index`).
     room_class: u8,
 }
@@ -181,10 +185,12 @@ impl Claim {
     /// The (CPU, memory) it has left at most, which the [`ClaimIndex`] parks it by.
     fn room(&self) -> claim_index::Room {
         (
-            self.capacity
+            self.rooms
+                .max
                 .get(CPU)
                 .saturating_sub(self.requests.get(CPU)),
-            self.capacity
+            self.rooms
+                .max
                 .get(MEMORY)
                 .saturating_sub(self.requests.get(MEMORY)),
         )
@@ -363,6 +369,27 @@ impl Pool {
             .borrow_mut()
             .insert(reqs.clone(), order.clone());
         order
+    }
+
+    /// What the types of `types` offer beyond their daemonset overhead (cached per set).
+    fn type_rooms(&self, types: &Bits) -> Rc<TypeRooms> {
+        if let Some(rooms) = self.rooms_cache.borrow().get(types) {
+            return rooms.clone();
+        }
+        let rooms = Rc::new(TypeRooms::new(types.iter().map(|t| {
+            let ty = &self.types[t];
+            let overhead = &self.daemon_groups[ty.daemon_group].overhead;
+            let slots = ty.allocatable.0.len().max(overhead.0.len());
+            ResVec(
+                (0..slots)
+                    .map(|r| ty.allocatable.get(r).saturating_sub(overhead.get(r)))
+                    .collect(),
+            )
+        })));
+        self.rooms_cache
+            .borrow_mut()
+            .insert(types.clone(), rooms.clone());
+        rooms
     }
 
     fn cheapest_price(&self, t: usize, reqs: &Reqs, keys: &WellKnownKeys) -> f64 {
