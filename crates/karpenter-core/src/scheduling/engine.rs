@@ -182,18 +182,22 @@ struct Claim {
 }
 
 impl Claim {
-    /// The (CPU, memory) it has left at most, which the [`ClaimIndex`] parks it by.
-    fn room(&self) -> claim_index::Room {
-        (
-            self.rooms
-                .max
-                .get(CPU)
-                .saturating_sub(self.requests.get(CPU)),
-            self.rooms
-                .max
-                .get(MEMORY)
-                .saturating_sub(self.requests.get(MEMORY)),
-        )
+    /// The (CPU, memory) it has left on each (CPU, memory) shape of its types that no other
+    /// covers, which the [`ClaimIndex`] parks it by: a pod fits no type unless one holds it.
+    fn rooms_left(&self) -> impl Iterator<Item = claim_index::Room> + '_ {
+        let (cpu, memory) = (self.requests.get(CPU), self.requests.get(MEMORY));
+        self.rooms
+            .cpu_memory
+            .iter()
+            .map(move |&(c, m)| (c.saturating_sub(cpu), m.saturating_sub(memory)))
+    }
+
+    /// The CPU it has left at most (its room class in the [`ClaimIndex`]).
+    fn cpu_left(&self) -> i64 {
+        self.rooms
+            .max
+            .get(CPU)
+            .saturating_sub(self.requests.get(CPU))
     }
 }
 

@@ -178,14 +178,14 @@ impl Engine {
         claim.signature = signature;
         claim.rooms = self.pools[claim.pool].type_rooms(&claim.types);
         // Full for the smallest queued pod: full for every pod (claims only grow and narrow).
-        let room = claim.room();
-        claim.room_class = claim_index::room_class(room.0);
+        claim.room_class = claim_index::room_class(claim.cpu_left());
         if claim
             .rooms
             .fits_sum(&claim.requests, &self.smallest_request)
         {
+            let rooms: Vec<claim_index::Room> = claim.rooms_left().collect();
             self.claim_index
-                .insert(signature, claim.room_class, claim.pods.len(), ci, room);
+                .insert(signature, claim.room_class, claim.pods.len(), ci, &rooms);
         }
         self.reserve_limits(ci);
         let claim = &self.claims[ci];

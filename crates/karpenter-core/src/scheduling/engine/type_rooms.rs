@@ -10,9 +10,11 @@
 //! pods of the diverse benchmark mix, 1.4 M such refusals, most of the walk. The summary is now
 //! the *Pareto front* of the rooms (those no other room covers in every resource): a total fits
 //! some type's room exactly when it fits one room of the front, and the front of a catalogue's
-//! types is a handful of shapes. The maximum stays as the upper bound the claim index parks by.
+//! types is a handful of shapes. The claim index parks a claim by the (CPU, memory) front (see
+//! `claim_index`); the maximum stays the upper bound its room classes are cut by.
 
-use super::super::intern::ResVec;
+use super::super::intern::{CPU, MEMORY, ResVec};
+use super::claim_index::Room;
 
 /// The rooms of one set of instance types.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -22,6 +24,8 @@ pub(super) struct TypeRooms {
     pub max: ResVec,
     /// The rooms no other room covers in every resource, all of one length.
     front: Vec<ResVec>,
+    /// The (CPU, memory) of the rooms no other room covers in both.
+    pub cpu_memory: Vec<Room>,
 }
 
 impl TypeRooms {
@@ -49,7 +53,24 @@ impl TypeRooms {
                 front.push(room);
             }
         }
-        TypeRooms { max, front }
+        // Every room is covered by one of the front, so its projection by that one's.
+        let mut cpu_memory: Vec<Room> = front
+            .iter()
+            .map(|room| (room.get(CPU), room.get(MEMORY)))
+            .collect();
+        cpu_memory.sort_unstable_by(|a, b| b.cmp(a));
+        cpu_memory.dedup();
+        let mut kept: Vec<Room> = Vec::with_capacity(cpu_memory.len());
+        for room in cpu_memory {
+            if !kept.iter().any(|k| k.0 >= room.0 && k.1 >= room.1) {
+                kept.push(room);
+            }
+        }
+        TypeRooms {
+            max,
+            front,
+            cpu_memory: kept,
+        }
     }
 
     /// Whether `a + b` fits the room of at least one of the types.
@@ -108,6 +129,10 @@ mod tests {
             vec![res(&[8, 1, 0]), res(&[4, 4, 0]), res(&[1, 8, 0])]
         );
         assert_eq!(rooms.max, res(&[8, 8]));
+        assert_eq!(rooms.cpu_memory, vec![(8, 1), (4, 4), (1, 8)]);
+        let rooms = TypeRooms::new([res(&[4, 4, 1]), res(&[4, 4, 2]), res(&[2, 8, 0])]);
+        assert_eq!(rooms.front.len(), 2, "[4, 4, 1] is covered");
+        assert_eq!(rooms.cpu_memory, vec![(4, 4), (2, 8)]);
     }
 
     #[test]
@@ -138,6 +163,12 @@ mod tests {
             if any_type {
                 proptest::prop_assert!(summary.max.fits_sum(&a, &b));
             }
+            // The (CPU, memory) front holds a need exactly when some type does.
+            let need = (a.get(0), a.get(1));
+            proptest::prop_assert_eq!(
+                super::super::claim_index::any_fits(&summary.cpu_memory, need),
+                rooms.iter().any(|room| room.get(0) >= need.0 && room.get(1) >= need.1)
+            );
             // The front is made of rooms none of which covers another.
             for (i, x) in summary.front.iter().enumerate() {
                 for (j, y) in summary.front.iter().enumerate() {
