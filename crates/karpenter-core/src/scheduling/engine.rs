@@ -96,6 +96,9 @@ struct Offering {
     available: bool,
 }
 
+/// Type sets whose rooms a pool keeps (see [`Pool::type_rooms`]).
+const ROOMS_CACHE_LIMIT: usize = 4096;
+
 /// (price, type index), cheapest first.
 type PriceOrder = Vec<(f64, usize)>;
 
@@ -390,9 +393,13 @@ impl Pool {
                     .collect(),
             )
         })));
-        self.rooms_cache
-            .borrow_mut()
-            .insert(types.clone(), rooms.clone());
+        let mut cache = self.rooms_cache.borrow_mut();
+        // Claims of one pool share a few sets; a bound keeps a solve whose claims narrow their
+        // types many different ways from holding a set per placement.
+        if cache.len() >= ROOMS_CACHE_LIMIT {
+            cache.clear();
+        }
+        cache.insert(types.clone(), rooms.clone());
         rooms
     }
 
