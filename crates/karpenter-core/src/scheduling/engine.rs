@@ -6,7 +6,8 @@
 //! - `attempt`: a pod's requirements under preference relaxation, topology checks;
 //! - `existing_nodes`: placement on existing and in-flight nodes;
 //! - `node_claims`: placement on this solve's NodeClaims and opening new ones;
-//! - `claim_index`, `limits`: finding candidate NodeClaims fast, NodePool limits;
+//! - `claim_index`, `type_rooms`, `limits`: finding candidate NodeClaims fast (and what their
+//!   types can hold), NodePool limits;
 //! - `finalize`: NodeClaims into results; `explain`: why a pod is left over.
 
 mod attempt;
