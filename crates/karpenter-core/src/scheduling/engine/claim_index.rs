@@ -30,9 +30,9 @@
 //! placement or change of need: the walk no longer grows with the claims.
 //!
 //! A claim's room is not one point: its types may trade CPU for memory (a 4-vCPU type with
-//! 32 GiB next to 8-vCPU types with 30 GiB), and the per-resource maximum mixes them, so a claim
-//! could have both the CPU and the memory a pod needs, only not on one type. At 200,000 pods such
-//! claims were most of the walk. A claim is therefore parked under each of its rooms — one per
+//! 30 GiB allocatable next to 8-vCPU types with 28.6 GiB), and the per-resource maximum mixes
+//! them, so a claim could have both the CPU and the memory a pod needs, only not on one type. At
+//! 200,000 pods such claims were most of the walk. A claim is therefore parked under each of its rooms — one per
 //! (CPU, memory) shape of its types that no other shape covers, usually one or two — and comes
 //! back as soon as one of them holds the need.
 

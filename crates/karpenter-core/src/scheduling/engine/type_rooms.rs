@@ -5,7 +5,7 @@
 //! full check (requirements merge, topology, the walk of the claim's types). The summary used
 //! to be the per-resource maximum over the types; but the largest CPU and the largest memory
 //! often come from different types (on c/m `2xlarge`, the 4-vCPU `m2.2xlarge` has the most
-//! memory, the 8-vCPU `m5.2xlarge` the most CPU), so a claim whose pods use 4 vCPU and 30 GiB
+//! memory, the 8-vCPU `m5.2xlarge` the most CPU), so a claim whose pods use 4 vCPU and 29 GiB
 //! passed for a pod of 1 GiB that no type can hold, and the full check refused it: at 200,000
 //! pods of the diverse benchmark mix, 1.4 M such refusals, most of the walk. The summary is now
 //! the *Pareto front* of the rooms (those no other room covers in every resource): a total fits
