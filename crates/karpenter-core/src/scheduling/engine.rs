@@ -6,7 +6,8 @@
 //! - `attempt`: a pod's requirements under preference relaxation, topology checks;
 //! - `existing_nodes`: placement on existing and in-flight nodes;
 //! - `node_claims`: placement on this solve's NodeClaims and opening new ones;
-//! - `claim_index`, `limits`: finding candidate NodeClaims fast, NodePool limits;
+//! - `claim_index`, `type_rooms`, `limits`: finding candidate NodeClaims fast (and what their
+//!   types can hold), NodePool limits;
 //! - `finalize`: NodeClaims into results; `explain`: why a pod is left over.
 
 mod attempt;
@@ -20,6 +21,7 @@ mod node_domains;
 mod node_room;
 mod setup;
 mod solve;
+mod type_rooms;
 mod what_if;
 
 pub(crate) use solve::solve;
@@ -34,6 +36,7 @@ use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 use karpenter_api::well_known;
 
 use self::claim_index::ClaimIndex;
+use self::type_rooms::TypeRooms;
 use super::compile::{
     CompileContext, HostPort, PendingPod, PodInfo, compile_pending, compile_pod, namespace_labels,
     ports_conflict,
@@ -94,6 +97,9 @@ struct Offering {
     available: bool,
 }
 
+/// Type sets whose rooms a pool keeps (see [`Pool::type_rooms`]).
+const ROOMS_CACHE_LIMIT: usize = 4096;
+
 /// (price, type index), cheapest first.
 type PriceOrder = Vec<(f64, usize)>;
 
@@ -134,6 +140,8 @@ struct Pool {
     compat_cache: RefCell<FxMap<Reqs, Rc<Bits>>>,
     /// (price, type) of types with a compatible available offering, cheapest first, per requirements.
     price_cache: RefCell<FxMap<Reqs, Rc<PriceOrder>>>,
+    /// What each set of types (a NodeClaim's) can hold, per set: claims share a few sets.
+    rooms_cache: RefCell<FxMap<Bits, Rc<TypeRooms>>>,
     unusable: Option<String>,
 }
 
@@ -170,24 +178,30 @@ struct Claim {
     signature: u32,
     /// The option whose capacity the claim holds against its pool's limits (pools with limits).
     reserved: Option<usize>,
-    /// Per resource, the most any of its types offers beyond daemonset overhead: a pod whose
-    /// requests plus the claim's exceed it fits no type (a cheap rejection before the full check).
-    capacity: ResVec,
+    /// What its types offer beyond daemonset overhead: a pod whose requests plus the claim's fit
+    /// none of them is refused before the full check (see `type_rooms`).
+    rooms: Rc<TypeRooms>,
     /// Its room class in the [`ClaimIndex`] (CPU left; see `claim_index`).
     room_class: u8,
 }
 
 impl Claim {
-    /// The (CPU, memory) it has left at most, which the [`ClaimIndex`] parks it by.
-    fn room(&self) -> claim_index::Room {
-        (
-            self.capacity
-                .get(CPU)
-                .saturating_sub(self.requests.get(CPU)),
-            self.capacity
-                .get(MEMORY)
-                .saturating_sub(self.requests.get(MEMORY)),
-        )
+    /// The (CPU, memory) it has left on each (CPU, memory) shape of its types that no other
+    /// covers, which the [`ClaimIndex`] parks it by: a pod fits no type unless one holds it.
+    fn rooms_left(&self) -> impl Iterator<Item = claim_index::Room> + '_ {
+        let (cpu, memory) = (self.requests.get(CPU), self.requests.get(MEMORY));
+        self.rooms
+            .cpu_memory
+            .iter()
+            .map(move |&(c, m)| (c.saturating_sub(cpu), m.saturating_sub(memory)))
+    }
+
+    /// The CPU it has left at most (its room class in the [`ClaimIndex`]).
+    fn cpu_left(&self) -> i64 {
+        self.rooms
+            .max
+            .get(CPU)
+            .saturating_sub(self.requests.get(CPU))
     }
 }
 
@@ -363,6 +377,31 @@ impl Pool {
             .borrow_mut()
             .insert(reqs.clone(), order.clone());
         order
+    }
+
+    /// What the types of `types` offer beyond their daemonset overhead (cached per set).
+    fn type_rooms(&self, types: &Bits) -> Rc<TypeRooms> {
+        if let Some(rooms) = self.rooms_cache.borrow().get(types) {
+            return rooms.clone();
+        }
+        let rooms = Rc::new(TypeRooms::new(types.iter().map(|t| {
+            let ty = &self.types[t];
+            let overhead = &self.daemon_groups[ty.daemon_group].overhead;
+            let slots = ty.allocatable.0.len().max(overhead.0.len());
+            ResVec(
+                (0..slots)
+                    .map(|r| ty.allocatable.get(r).saturating_sub(overhead.get(r)))
+                    .collect(),
+            )
+        })));
+        let mut cache = self.rooms_cache.borrow_mut();
+        // Claims of one pool share a few sets; a bound keeps a solve whose claims narrow their
+        // types many different ways from holding a set per placement.
+        if cache.len() >= ROOMS_CACHE_LIMIT {
+            cache.clear();
+        }
+        cache.insert(types.clone(), rooms.clone());
+        rooms
     }
 
     fn cheapest_price(&self, t: usize, reqs: &Reqs, keys: &WellKnownKeys) -> f64 {

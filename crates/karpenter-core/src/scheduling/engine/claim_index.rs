@@ -28,6 +28,13 @@
 //! order, is unchanged. The queue is ordered by CPU then memory, largest first, so the need
 //! changes once per distinct request (plus retries), and a claim is parked at most once per
 //! placement or change of need: the walk no longer grows with the claims.
+//!
+//! A claim's room is not one point: its types may trade CPU for memory (a 4-vCPU type with
+//! 30 GiB allocatable next to 8-vCPU types with 28.6 GiB), and the per-resource maximum mixes
+//! them, so a claim could have both the CPU and the memory a pod needs, only not on one type. At
+//! 200,000 pods such claims were most of the walk. A claim is therefore parked under each of its rooms — one per
+//! (CPU, memory) shape of its types that no other shape covers, usually one or two — and comes
+//! back as soon as one of them holds the need.
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
@@ -42,6 +49,11 @@ type ParkedClaim = (u32, u8, (u32, u32));
 
 /// A claim's room (or a pod's need) in (CPU millicores, memory bytes).
 pub(super) type Room = (i64, i64);
+
+/// Whether one of `rooms` holds `need`.
+pub(super) fn any_fits(rooms: &[Room], need: Room) -> bool {
+    rooms.iter().any(|&room| fits(room, need))
+}
 
 fn fits(room: Room, need: Room) -> bool {
     room.0 >= need.0 && room.1 >= need.1
@@ -76,10 +88,11 @@ pub(super) struct ClaimIndex {
     signatures: Vec<Signature>,
     /// The (CPU, memory) the pod being placed needs: claims with less room are parked.
     need: Room,
-    /// Parked claims by CPU room, then memory room: (signature, room class, order key).
+    /// Parked claims by CPU room, then memory room: (signature, room class, order key), once
+    /// per room of the claim.
     parked: BTreeMap<i64, BTreeMap<i64, Vec<ParkedClaim>>>,
-    /// Parked claim → the room it is parked under.
-    parked_room: FxMap<u32, Room>,
+    /// Parked claim → the rooms it is parked under.
+    parked_room: FxMap<u32, Vec<Room>>,
 }
 
 impl Default for ClaimIndex {
@@ -118,19 +131,20 @@ impl ClaimIndex {
         id
     }
 
-    /// Files `claim` (with `pods` pods and `room` left, in room class `class`) under
-    /// `signature`, or parks it when it has less room than the current pod needs.
-    pub fn insert(&mut self, signature: u32, class: u8, pods: usize, claim: usize, room: Room) {
+    /// Files `claim` (with `pods` pods and `rooms` left, in room class `class`) under
+    /// `signature`, or parks it when none of its rooms holds what the current pod needs.
+    pub fn insert(&mut self, signature: u32, class: u8, pods: usize, claim: usize, rooms: &[Room]) {
         let key = order_key(pods, claim);
-        if fits(room, self.need) {
+        if any_fits(rooms, self.need) {
             self.file(signature, class, key);
         } else {
-            self.park_key(signature, class, key, room);
+            self.park_key(signature, class, key, rooms);
         }
     }
 
-    /// Parks a filed claim that turned out too full for the current pod.
-    pub fn park(&mut self, signature: u32, class: u8, pods: usize, claim: usize, room: Room) {
+    /// Parks a filed claim that turned out too full for the current pod (none of `rooms` holds
+    /// its need).
+    pub fn park(&mut self, signature: u32, class: u8, pods: usize, claim: usize, rooms: &[Room]) {
         let key = order_key(pods, claim);
         if let Some(set) = self
             .signatures
@@ -138,18 +152,35 @@ impl ClaimIndex {
             .and_then(|s| s.classes.get_mut(usize::from(class)))
             && set.remove(&key)
         {
-            self.park_key(signature, class, key, room);
+            self.park_key(signature, class, key, rooms);
         }
     }
 
-    fn park_key(&mut self, signature: u32, class: u8, key: (u32, u32), room: Room) {
-        self.parked
-            .entry(room.0)
-            .or_default()
-            .entry(room.1)
-            .or_default()
-            .push((signature, class, key));
-        self.parked_room.insert(key.1, room);
+    fn park_key(&mut self, signature: u32, class: u8, key: (u32, u32), rooms: &[Room]) {
+        for &room in rooms {
+            self.parked
+                .entry(room.0)
+                .or_default()
+                .entry(room.1)
+                .or_default()
+                .push((signature, class, key));
+        }
+        self.parked_room.insert(key.1, rooms.to_vec());
+    }
+
+    /// Takes the claim of `key` off the list of those parked under `room`.
+    fn unlist(&mut self, room: Room, key: (u32, u32)) {
+        if let Some(by_memory) = self.parked.get_mut(&room.0) {
+            if let Some(list) = by_memory.get_mut(&room.1) {
+                list.retain(|&(_, _, k)| k != key);
+                if list.is_empty() {
+                    by_memory.remove(&room.1);
+                }
+            }
+            if by_memory.is_empty() {
+                self.parked.remove(&room.0);
+            }
+        }
     }
 
     fn file(&mut self, signature: u32, class: u8, key: (u32, u32)) {
@@ -174,7 +205,14 @@ impl ClaimIndex {
         }
         self.parked.retain(|_, m| !m.is_empty());
         for (signature, class, key) in back {
-            self.parked_room.remove(&key.1);
+            // A claim parked under several rooms that hold the need comes back once; its rooms
+            // that do not hold it are still listed.
+            let Some(rooms) = self.parked_room.remove(&key.1) else {
+                continue;
+            };
+            for &room in rooms.iter().filter(|&&room| !fits(room, need)) {
+                self.unlist(room, key);
+            }
             self.file(signature, class, key);
         }
         self.need = need;
@@ -182,17 +220,9 @@ impl ClaimIndex {
 
     pub fn remove(&mut self, signature: u32, class: u8, pods: usize, claim: usize) {
         let key = order_key(pods, claim);
-        if let Some(room) = self.parked_room.remove(&key.1) {
-            if let Some(by_memory) = self.parked.get_mut(&room.0) {
-                if let Some(list) = by_memory.get_mut(&room.1) {
-                    list.retain(|&(_, _, k)| k != key);
-                    if list.is_empty() {
-                        by_memory.remove(&room.1);
-                    }
-                }
-                if by_memory.is_empty() {
-                    self.parked.remove(&room.0);
-                }
+        if let Some(rooms) = self.parked_room.remove(&key.1) {
+            for room in rooms {
+                self.unlist(room, key);
             }
             return;
         }
@@ -272,17 +302,17 @@ mod tests {
             "same requirements, same signature"
         );
         assert_ne!(a, b);
-        index.insert(a, 3, 2, 0, (5, 0));
-        index.insert(b, 3, 1, 1, (6, 0));
-        index.insert(a, 5, 1, 2, (20, 0));
-        index.insert(b, 3, 3, 3, (7, 0));
+        index.insert(a, 3, 2, 0, &[(5, 0)]);
+        index.insert(b, 3, 1, 1, &[(6, 0)]);
+        index.insert(a, 5, 1, 2, &[(20, 0)]);
+        index.insert(b, 3, 3, 3, &[(7, 0)]);
         let all: Vec<usize> = index.in_order(&[a, b], 0).collect();
         assert_eq!(all, vec![1, 2, 0, 3]);
         let only_b: Vec<usize> = index.in_order(&[b], 0).collect();
         assert_eq!(only_b, vec![1, 3]);
         // A placement moves claim 2 from (1 pod) to (2 pods) in another signature and class.
         index.remove(a, 5, 1, 2);
-        index.insert(b, 4, 2, 2, (10, 0));
+        index.insert(b, 4, 2, 2, &[(10, 0)]);
         let all: Vec<usize> = index.in_order(&[a, b], 0).collect();
         assert_eq!(all, vec![1, 0, 2, 3]);
         // Claims in classes below the pod's need are skipped, the others keep their order.
@@ -296,16 +326,16 @@ mod tests {
         let a = index.signature(0, &Reqs::new());
         const GI: i64 = 1 << 30;
         index.set_need((1000, GI));
-        index.insert(a, room_class(300), 4, 0, (300, 8 * GI));
-        index.insert(a, room_class(1200), 2, 1, (1200, 8 * GI));
-        index.insert(a, room_class(700), 3, 2, (700, 8 * GI));
-        index.insert(a, room_class(2000), 1, 3, (2000, GI / 2));
+        index.insert(a, room_class(300), 4, 0, &[(300, 8 * GI)]);
+        index.insert(a, room_class(1200), 2, 1, &[(1200, 8 * GI)]);
+        index.insert(a, room_class(700), 3, 2, &[(700, 8 * GI)]);
+        index.insert(a, room_class(2000), 1, 3, &[(2000, GI / 2)]);
         assert_eq!(index.in_order(&[a], 0).collect::<Vec<_>>(), vec![1]);
         // A bigger pod parks nothing that is already filed; a walk that finds a claim too full
         // parks it.
         index.set_need((1500, GI));
         assert_eq!(index.in_order(&[a], 0).collect::<Vec<_>>(), vec![1]);
-        index.park(a, room_class(1200), 2, 1, (1200, 8 * GI));
+        index.park(a, room_class(1200), 2, 1, &[(1200, 8 * GI)]);
         assert_eq!(index.in_order(&[a], 0).count(), 0);
         // A 500m pod brings back the 700m and 1200m claims, not the 300m one nor the one
         // without memory; the order is pod count.
@@ -318,11 +348,46 @@ mod tests {
         index.remove(a, room_class(300), 4, 0);
         index.set_need((0, 0));
         assert_eq!(index.in_order(&[a], 0).collect::<Vec<_>>(), vec![3, 1, 2]);
-        index.insert(a, room_class(300), 5, 0, (300, GI));
+        index.insert(a, room_class(300), 5, 0, &[(300, GI)]);
         assert_eq!(
             index.in_order(&[a], 0).collect::<Vec<_>>(),
             vec![3, 1, 2, 0]
         );
+    }
+
+    #[test]
+    fn a_claim_with_two_shapes_is_parked_until_one_of_them_holds_the_need() {
+        let mut index = ClaimIndex::default();
+        let a = index.signature(0, &Reqs::new());
+        const GI: i64 = 1 << 30;
+        // A 4-vCPU type with the most memory, an 8-vCPU one with less.
+        let two_shapes = [(3000, 3 * GI), (7000, GI)];
+        index.set_need((4000, 2 * GI));
+        index.insert(a, room_class(7000), 1, 0, &two_shapes);
+        index.insert(a, room_class(5000), 2, 1, &[(5000, 4 * GI)]);
+        assert_eq!(
+            index.in_order(&[a], 0).collect::<Vec<_>>(),
+            vec![1],
+            "both resources are there, not on one type"
+        );
+        // Either shape that holds the need brings it back, once.
+        index.set_need((2000, 2 * GI));
+        assert_eq!(index.in_order(&[a], 0).collect::<Vec<_>>(), vec![0, 1]);
+        index.park(a, room_class(7000), 1, 0, &two_shapes);
+        index.set_need((6000, GI));
+        assert_eq!(
+            index.in_order(&[a], 0).collect::<Vec<_>>(),
+            vec![0, 1],
+            "the 8-vCPU shape holds it (claim 1 stays filed until a walk parks it)"
+        );
+        // Removed while parked: gone from under both its rooms.
+        index.set_need((8000, 4 * GI));
+        index.park(a, room_class(7000), 1, 0, &two_shapes);
+        index.remove(a, room_class(7000), 1, 0);
+        assert!(index.parked_room.is_empty());
+        assert_eq!(index.parked.values().map(BTreeMap::len).sum::<usize>(), 0);
+        index.set_need((0, 0));
+        assert_eq!(index.in_order(&[a], 0).collect::<Vec<_>>(), vec![1]);
     }
 
     #[test]

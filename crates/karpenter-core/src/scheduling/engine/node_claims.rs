@@ -26,7 +26,7 @@ impl Engine {
 
     /// Per-claim checks that need no allocation (the fast rejections within a signature).
     pub(super) fn claim_precheck(&self, claim: &Claim, pod: &PendingPod, d: &Derived) -> bool {
-        claim.capacity.fits_sum(&claim.requests, &pod.requests)
+        claim.rooms.fits_sum(&claim.requests, &pod.requests)
             && d.hostname_groups
                 .iter()
                 .all(|&(g, sel)| self.topology.hostname_allows(g, sel, claim.hostname))
@@ -176,28 +176,16 @@ impl Engine {
         claim.host_ports.extend(pod.host_ports.iter().cloned());
         claim.min_values_relaxed |= placement.min_values_relaxed;
         claim.signature = signature;
-        let pool = &self.pools[claim.pool];
-        claim.capacity = ResVec::default();
-        for t in claim.types.iter() {
-            let ty = &pool.types[t];
-            let overhead = &pool.daemon_groups[ty.daemon_group].overhead;
-            let slots = ty.allocatable.0.len().max(overhead.0.len());
-            for r in 0..slots {
-                let room = ty.allocatable.get(r).saturating_sub(overhead.get(r));
-                if room > claim.capacity.get(r) {
-                    claim.capacity.set(r, room);
-                }
-            }
-        }
+        claim.rooms = self.pools[claim.pool].type_rooms(&claim.types);
         // Full for the smallest queued pod: full for every pod (claims only grow and narrow).
-        let room = claim.room();
-        claim.room_class = claim_index::room_class(room.0);
+        claim.room_class = claim_index::room_class(claim.cpu_left());
         if claim
-            .capacity
+            .rooms
             .fits_sum(&claim.requests, &self.smallest_request)
         {
+            let rooms: Vec<claim_index::Room> = claim.rooms_left().collect();
             self.claim_index
-                .insert(signature, claim.room_class, claim.pods.len(), ci, room);
+                .insert(signature, claim.room_class, claim.pods.len(), ci, &rooms);
         }
         self.reserve_limits(ci);
         let claim = &self.claims[ci];
@@ -276,7 +264,7 @@ impl Engine {
             min_values_relaxed: false,
             signature: u32::MAX,
             reserved: None,
-            capacity: ResVec::default(),
+            rooms: Rc::default(),
             room_class: 0,
         });
         self.claim_add(ci, pod, placement);

@@ -155,6 +155,7 @@ impl Engine {
                 nodes_limit: None,
                 compat_cache: RefCell::default(),
                 price_cache: RefCell::default(),
+                rooms_cache: RefCell::default(),
                 unusable,
             };
             if pool.unusable.is_none() && pool.base.is_empty() {

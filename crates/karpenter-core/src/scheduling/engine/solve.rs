@@ -52,8 +52,8 @@ impl Engine {
                 .map(|s| s as u32)
                 .collect()
         };
-        self.claim_index
-            .set_need((pod.requests.get(CPU), pod.requests.get(MEMORY)));
+        let need = (pod.requests.get(CPU), pod.requests.get(MEMORY));
+        self.claim_index.set_need(need);
         let min_class = claim_index::first_class_for(pod.requests.get(CPU));
         // Claims found too full for this pod's CPU or memory are parked after the walk.
         let mut too_full = Vec::new();
@@ -63,8 +63,10 @@ impl Engine {
             .find_map(|ci| {
                 let c = &self.claims[ci];
                 if !self.claim_precheck(c, pod, d) {
-                    let room = c.room();
-                    if room.0 < pod.requests.get(CPU) || room.1 < pod.requests.get(MEMORY) {
+                    if !c
+                        .rooms_left()
+                        .any(|room| room.0 >= need.0 && room.1 >= need.1)
+                    {
                         too_full.push(ci);
                     }
                     return None;
@@ -85,8 +87,9 @@ impl Engine {
             });
         for ci in too_full {
             let c = &self.claims[ci];
+            let rooms: Vec<claim_index::Room> = c.rooms_left().collect();
             self.claim_index
-                .park(c.signature, c.room_class, c.pods.len(), ci, c.room());
+                .park(c.signature, c.room_class, c.pods.len(), ci, &rooms);
         }
         if let Some((ci, placement)) = found {
             self.claim_add(ci, pod, placement);
