@@ -14,4 +14,4 @@ pub mod provider;
 pub mod simulate;
 
 pub use launch::LaunchChoice;
-pub use provider::{SimCloudProvider, SimError, SimInstance, SimLedger};
+pub use provider::{InstanceRef, SimCloudProvider, SimError, SimInstance, SimLedger};

@@ -75,6 +75,15 @@ pub struct SimInstance {
     pub allocatable: ResourceList,
 }
 
+/// The names of a running instance ([`SimCloudProvider::instance_refs`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstanceRef {
+    pub node_name: String,
+    pub provider_id: String,
+    pub node_claim: String,
+    pub private_ip: String,
+}
+
 /// Everything the simulated cloud remembers: its instances and the offerings that recently ran
 /// out of capacity. Serialised by [`SimCloudProvider::snapshot`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -220,6 +229,22 @@ impl SimCloudProvider {
         state
             .injected_faults
             .extend(std::iter::repeat_n(error, count));
+    }
+
+    /// What the sim kubelet needs of every running instance (it looks each second; copying
+    /// every instance with its labels and resources each time cost megabytes at 1,000 nodes).
+    pub fn instance_refs(&self) -> Vec<InstanceRef> {
+        self.state()
+            .ledger
+            .instances
+            .values()
+            .map(|i| InstanceRef {
+                node_name: i.node_name.clone(),
+                provider_id: i.provider_id.clone(),
+                node_claim: i.node_claim.clone(),
+                private_ip: i.private_ip.clone(),
+            })
+            .collect()
     }
 
     /// Every instance currently running.

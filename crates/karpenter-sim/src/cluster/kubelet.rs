@@ -28,7 +28,7 @@ use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
 use super::watched::{self, PodWork, Watched, node_view};
-use crate::{SimCloudProvider, SimInstance};
+use crate::{InstanceRef, SimCloudProvider};
 
 /// Namespace of node heartbeat Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -313,10 +313,10 @@ impl SimKubelet {
             (watched.nodes.0.clone(), watched.deleting_claims.0.clone())
         };
         let mut nodes = nodes;
-        let instances: BTreeMap<String, SimInstance> = self
+        let instances: BTreeMap<String, InstanceRef> = self
             .inner
             .provider
-            .instances()
+            .instance_refs()
             .into_iter()
             .map(|i| (i.node_name.clone(), i))
             .collect();
@@ -427,7 +427,7 @@ impl SimKubelet {
         &self,
         api: &Api<Node>,
         nodes: &BTreeMap<String, Node>,
-        instances: &BTreeMap<String, SimInstance>,
+        instances: &BTreeMap<String, InstanceRef>,
     ) -> Result<(), SimKubeletError> {
         let gone = nodes.iter().filter(|(name, node)| {
             self.owns(node)
@@ -498,7 +498,7 @@ impl SimKubelet {
     /// returns every node's last renewal time as the Leases say.
     async fn heartbeat(
         &self,
-        instances: &BTreeMap<String, SimInstance>,
+        instances: &BTreeMap<String, InstanceRef>,
         nodes: &BTreeMap<String, Node>,
         now: Timestamp,
     ) -> Result<BTreeMap<String, Timestamp>, SimKubeletError> {
@@ -567,7 +567,7 @@ impl SimKubelet {
     /// Starts pods bound to live sim nodes and completes the deletion of terminating ones.
     async fn run_pods(
         &self,
-        instances: &BTreeMap<String, SimInstance>,
+        instances: &BTreeMap<String, InstanceRef>,
         now: Timestamp,
     ) -> Result<(), SimKubeletError> {
         let work: Vec<(String, PodWork)> = lock(&self.inner.watched)
