@@ -34,6 +34,9 @@ const CONTAINER_FIELDS: [&str; 5] = ["name", "image", "resources", "ports", "res
 
 /// Pod status fields the controller reads (provisionable, terminal, nominated, bound).
 const POD_STATUS_FIELDS: [&str; 4] = ["phase", "conditions", "nominatedNodeName", "reason"];
+/// The pod conditions the controllers read, and what they read of them.
+const POD_CONDITIONS: [&str; 2] = ["PodScheduled", "Ready"];
+const POD_CONDITION_FIELDS: [&str; 4] = ["type", "status", "reason", "lastTransitionTime"];
 
 /// Pod volume sources that only carry files into the containers: nothing to schedule or drain.
 const FILE_VOLUME_SOURCES: [&str; 4] = ["projected", "configMap", "secret", "downwardAPI"];
@@ -86,6 +89,18 @@ fn trim_pod(data: &mut Value) {
     }
     if let Some(status) = data.get_mut("status") {
         retain_keys(status, &POD_STATUS_FIELDS);
+        // Of the kubelet's five conditions the controllers read two: PodScheduled (provisionable,
+        // when bound) and Ready (PDB health); a thousand bytes per running pod otherwise.
+        if let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) {
+            conditions.retain(|c| {
+                c.get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| POD_CONDITIONS.contains(&t))
+            });
+            for condition in conditions.iter_mut() {
+                retain_keys(condition, &POD_CONDITION_FIELDS);
+            }
+        }
     }
 }
 
@@ -244,7 +259,9 @@ mod tests {
                             {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
             },
             "status": {"phase": "Pending", "podIP": "10.0.0.1",
-                       "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+                       "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available"},
+                                      {"type": "Initialized", "status": "True"},
+                                      {"type": "Ready", "status": "False", "lastTransitionTime": "2024-01-01T00:00:00Z"}],
                        "containerStatuses": [{"name": "app", "image": "app:1", "imageID": "", "ready": false, "restartCount": 0}]}
         });
         let raw: DynamicObject = serde_json::from_value(pod).unwrap();
@@ -276,10 +293,12 @@ mod tests {
         assert_eq!(volumes[0].name, "data");
         let status = pod.status.unwrap();
         assert_eq!(status.phase.as_deref(), Some("Pending"));
-        assert_eq!(
-            status.conditions.unwrap()[0].reason.as_deref(),
-            Some("Unschedulable")
-        );
+        let conditions = status.conditions.clone().unwrap();
+        assert_eq!(conditions[0].reason.as_deref(), Some("Unschedulable"));
+        assert!(conditions[0].message.is_none(), "messages go");
+        let kept: Vec<&str> = conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(kept, ["PodScheduled", "Ready"], "only the conditions read");
+        assert!(conditions[1].last_transition_time.is_some());
         assert!(status.container_statuses.is_none() && status.pod_ip.is_none());
     }
 
