@@ -19,15 +19,7 @@ use crate::sim_cluster::SimCluster;
 /// A controller process with the sim cloud restored from its ledger ConfigMap, as
 /// `karpenter controller --cloud-provider sim` starts.
 async fn start_process(cluster: &SimCluster) -> (RunningController, SimCloudProvider) {
-    let sim = SimCloudProvider::with_instance_types(
-        "us-west-2",
-        cluster
-            .provider
-            .catalog_types()
-            .map(|t| (**t).clone())
-            .collect(),
-        cluster.clock.clone(),
-    );
+    let sim = cluster.another_process_cloud();
     let cloud = SimCloud::restore(
         cluster.client.clone(),
         sim.clone(),

@@ -159,6 +159,19 @@ impl SimCluster {
     }
 
     /// The seed guide's `default` EC2NodeClass and an on-demand `default` NodePool.
+    /// The sim cloud of another controller process: the same catalogue and clock, no instances
+    /// until it restores the ledger.
+    pub fn another_process_cloud(&self) -> SimCloudProvider {
+        SimCloudProvider::with_instance_types(
+            "us-west-2",
+            self.provider
+                .catalog_types()
+                .map(|t| (**t).clone())
+                .collect(),
+            self.clock.clone(),
+        )
+    }
+
     pub fn put_default_nodepool(&self) {
         self.put_default_nodeclass();
         self.server.put_value(json!({

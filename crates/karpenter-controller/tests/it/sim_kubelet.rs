@@ -207,15 +207,7 @@ async fn ledger_survives_a_restart_through_the_configmap() {
     assert!(stored[0].contains("uid-a"));
 
     // A new process: an empty cloud, restored from the ConfigMap.
-    let restarted = SimCloudProvider::with_instance_types(
-        "us-west-2",
-        cluster
-            .provider
-            .catalog_types()
-            .map(|t| (**t).clone())
-            .collect(),
-        cluster.clock.clone(),
-    );
+    let restarted = cluster.another_process_cloud();
     let store = LedgerStore::new(cluster.client.clone(), "kube-system");
     assert!(store.restore(&restarted).await.unwrap());
     assert_eq!(restarted.instances(), cluster.provider.instances());
@@ -261,15 +253,7 @@ async fn a_new_leader_reloads_the_ledger_its_predecessor_wrote() {
         PersistentSimProvider::new(sim, LedgerStore::new(cluster.client.clone(), "kube-system"))
     };
     let leader = replica(cluster.provider.clone());
-    let follower_sim = SimCloudProvider::with_instance_types(
-        "us-west-2",
-        cluster
-            .provider
-            .catalog_types()
-            .map(|t| (**t).clone())
-            .collect(),
-        cluster.clock.clone(),
-    );
+    let follower_sim = cluster.another_process_cloud();
     let follower = replica(follower_sim.clone());
     let (leadership, rx) = tokio::sync::watch::channel(false);
     follower.follow_leadership(rx);
@@ -346,15 +330,7 @@ async fn a_large_cloud_fits_the_api_servers_configmap_limit_and_a_launch_writes_
     );
 
     // A restarted process finds every instance.
-    let restarted = SimCloudProvider::with_instance_types(
-        "us-west-2",
-        cluster
-            .provider
-            .catalog_types()
-            .map(|t| (**t).clone())
-            .collect(),
-        cluster.clock.clone(),
-    );
+    let restarted = cluster.another_process_cloud();
     let store = LedgerStore::new(cluster.client.clone(), "kube-system");
     assert!(store.restore(&restarted).await.unwrap());
     assert_eq!(restarted.instances(), cluster.provider.instances());
@@ -376,15 +352,7 @@ async fn a_ledger_with_its_instances_in_the_head_is_read_and_split_on_the_next_s
     .unwrap();
     cluster.server.put(&cm).unwrap();
 
-    let restarted = SimCloudProvider::with_instance_types(
-        "us-west-2",
-        cluster
-            .provider
-            .catalog_types()
-            .map(|t| (**t).clone())
-            .collect(),
-        cluster.clock.clone(),
-    );
+    let restarted = cluster.another_process_cloud();
     let store = LedgerStore::new(cluster.client.clone(), "kube-system");
     assert!(store.restore(&restarted).await.unwrap());
     assert_eq!(restarted.instances(), cluster.provider.instances());
