@@ -34,6 +34,11 @@ const CONTAINER_FIELDS: [&str; 5] = ["name", "image", "resources", "ports", "res
 
 /// Pod status fields the controller reads (provisionable, terminal, nominated, bound).
 const POD_STATUS_FIELDS: [&str; 4] = ["phase", "conditions", "nominatedNodeName", "reason"];
+/// What the controllers read of a Node's status (not images, nodeInfo, addresses, volumes).
+const NODE_STATUS_FIELDS: [&str; 4] = ["capacity", "allocatable", "conditions", "phase"];
+/// What the controllers read of a Node condition (repair: type, status and since when).
+const NODE_CONDITION_FIELDS: [&str; 4] = ["type", "status", "reason", "lastTransitionTime"];
+
 /// The pod conditions the controllers read, and what they read of them.
 const POD_CONDITIONS: [&str; 2] = ["PodScheduled", "Ready"];
 const POD_CONDITION_FIELDS: [&str; 4] = ["type", "status", "reason", "lastTransitionTime"];
@@ -62,9 +67,17 @@ pub(crate) fn trim(kind: Kind, metadata: &mut kube::api::ObjectMeta, data: &mut 
     }
     match kind {
         Kind::Pod => trim_pod(data),
+        // A Node is written back through its main resource only, where the API server ignores
+        // `status`: its status can lose what no controller reads.
         Kind::Node => {
-            if let Some(status) = data.get_mut("status").and_then(Value::as_object_mut) {
-                status.remove("images");
+            if let Some(status) = data.get_mut("status") {
+                retain_keys(status, &NODE_STATUS_FIELDS);
+                if let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut)
+                {
+                    for condition in conditions.iter_mut() {
+                        retain_keys(condition, &NODE_CONDITION_FIELDS);
+                    }
+                }
             }
         }
         _ => {}
@@ -303,7 +316,7 @@ mod tests {
     }
 
     #[test]
-    fn nodes_keep_their_annotations_and_lose_images_and_managed_fields() {
+    fn nodes_keep_their_annotations_and_lose_what_no_controller_reads() {
         let node = json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {
@@ -312,7 +325,15 @@ mod tests {
                 "managedFields": [{"manager": "kubelet", "operation": "Update"}]
             },
             "status": {"images": [{"names": ["app:1"], "sizeBytes": 1}],
-                       "allocatable": {"cpu": "4"}}
+                       "allocatable": {"cpu": "4"},
+                       "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                       "nodeInfo": {"kubeletVersion": "v1.33.0", "architecture": "amd64", "bootID": "", "containerRuntimeVersion": "",
+                                    "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "operatingSystem": "linux",
+                                    "osImage": "", "systemUUID": ""},
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                       "message": "kubelet is posting ready status",
+                                       "lastHeartbeatTime": "2024-01-01T00:00:00Z",
+                                       "lastTransitionTime": "2024-01-01T00:00:00Z"}]}
         });
         let raw: DynamicObject = serde_json::from_value(node).unwrap();
         let resource = ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&());
@@ -330,6 +351,14 @@ mod tests {
         );
         let status = node.status.unwrap();
         assert!(status.images.is_none());
+        assert!(status.node_info.is_none() && status.addresses.is_none());
         assert_eq!(status.allocatable.unwrap()["cpu"].0, "4");
+        let ready = &status.conditions.unwrap()[0];
+        assert_eq!(
+            (ready.type_.as_str(), ready.status.as_str()),
+            ("Ready", "True")
+        );
+        assert!(ready.last_transition_time.is_some() && ready.reason.is_some());
+        assert!(ready.message.is_none() && ready.last_heartbeat_time.is_none());
     }
 }
