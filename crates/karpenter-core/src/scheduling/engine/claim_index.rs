@@ -51,8 +51,8 @@ type ParkedClaim = (u32, u8, (u32, u32));
 pub(super) type Room = (i64, i64);
 
 /// Whether one of `rooms` holds `need`.
-pub(super) fn any_fits(rooms: &[Room], need: Room) -> bool {
-    rooms.iter().any(|&room| fits(room, need))
+pub(super) fn any_fits(rooms: impl IntoIterator<Item = Room>, need: Room) -> bool {
+    rooms.into_iter().any(|room| fits(room, need))
 }
 
 fn fits(room: Room, need: Room) -> bool {
@@ -135,7 +135,7 @@ impl ClaimIndex {
     /// `signature`, or parks it when none of its rooms holds what the current pod needs.
     pub fn insert(&mut self, signature: u32, class: u8, pods: usize, claim: usize, rooms: &[Room]) {
         let key = order_key(pods, claim);
-        if any_fits(rooms, self.need) {
+        if any_fits(rooms.iter().copied(), self.need) {
             self.file(signature, class, key);
         } else {
             self.park_key(signature, class, key, rooms);

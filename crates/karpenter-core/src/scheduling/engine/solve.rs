@@ -63,10 +63,7 @@ impl Engine {
             .find_map(|ci| {
                 let c = &self.claims[ci];
                 if !self.claim_precheck(c, pod, d) {
-                    if !c
-                        .rooms_left()
-                        .any(|room| room.0 >= need.0 && room.1 >= need.1)
-                    {
+                    if !claim_index::any_fits(c.rooms_left(), need) {
                         too_full.push(ci);
                     }
                     return None;

@@ -42,34 +42,19 @@ impl TypeRooms {
                 }
             }
         }
-        // Lexicographically largest first: a room that covers another is never after it, so a
-        // room that nothing kept so far covers is on the front (whatever covers it would have
-        // come first, and be kept or covered by a kept room itself).
         rooms.sort_unstable_by(|a, b| b.0.cmp(&a.0));
-        rooms.dedup();
-        let mut front: Vec<ResVec> = Vec::new();
-        for room in rooms {
-            if !front.iter().any(|kept| covers(kept, &room)) {
-                front.push(room);
-            }
-        }
+        let front = uncovered(rooms, covers);
         // Every room is covered by one of the front, so its projection by that one's.
         let mut cpu_memory: Vec<Room> = front
             .iter()
             .map(|room| (room.get(CPU), room.get(MEMORY)))
             .collect();
         cpu_memory.sort_unstable_by(|a, b| b.cmp(a));
-        cpu_memory.dedup();
-        let mut kept: Vec<Room> = Vec::with_capacity(cpu_memory.len());
-        for room in cpu_memory {
-            if !kept.iter().any(|k| k.0 >= room.0 && k.1 >= room.1) {
-                kept.push(room);
-            }
-        }
+        let cpu_memory = uncovered(cpu_memory, |k, room| k.0 >= room.0 && k.1 >= room.1);
         TypeRooms {
             max,
             front,
-            cpu_memory: kept,
+            cpu_memory,
         }
     }
 
@@ -77,6 +62,20 @@ impl TypeRooms {
     pub fn fits_sum(&self, a: &ResVec, b: &ResVec) -> bool {
         self.front.iter().any(|room| room.fits_sum(a, b))
     }
+}
+
+/// The items no other item covers, from `sorted` in lexicographically decreasing order: an item
+/// that covers another is never after it, so one that nothing kept so far covers is on the front
+/// (whatever covers it came first, and is kept or covered by a kept item itself).
+fn uncovered<T: PartialEq>(mut sorted: Vec<T>, covers: impl Fn(&T, &T) -> bool) -> Vec<T> {
+    sorted.dedup();
+    let mut front: Vec<T> = Vec::new();
+    for item in sorted {
+        if !front.iter().any(|kept| covers(kept, &item)) {
+            front.push(item);
+        }
+    }
+    front
 }
 
 /// Whether `big` has at least `small` in every slot (both of one length).
@@ -166,7 +165,7 @@ mod tests {
             // The (CPU, memory) front holds a need exactly when some type does.
             let need = (a.get(0), a.get(1));
             proptest::prop_assert_eq!(
-                super::super::claim_index::any_fits(&summary.cpu_memory, need),
+                super::super::claim_index::any_fits(summary.cpu_memory.iter().copied(), need),
                 rooms.iter().any(|room| room.get(0) >= need.0 && room.get(1) >= need.1)
             );
             // The front is made of rooms none of which covers another.
