@@ -18,12 +18,13 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::clock::Clock;
+use karpenter_core::pod::Pod;
 use kube::{Api, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;

@@ -7,8 +7,9 @@
 //! (terminating pods still count). Pods that must go before the deadline regardless (so they
 //! get their full `terminationGracePeriodSeconds`) are force-deleted whatever their tier.
 
+use crate::pod::Pod;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Pod, Taint};
+use k8s_openapi::api::core::v1::Taint;
 use karpenter_api::well_known::DISRUPTED_TAINT_KEY;
 use kube_core::ResourceExt;
 

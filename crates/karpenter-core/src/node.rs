@@ -1,7 +1,8 @@
 //! A Node's provider ID and readiness (and a pod's), as the kubelet reports them. Pure: the
 //! controller, the sim kubelet and the core's own verdicts read them the same way.
 
-use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod};
+use crate::pod::Pod;
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
 
 /// `spec.providerID`, when set and not empty.
 pub fn node_provider_id(node: &Node) -> Option<&str> {
@@ -38,7 +39,8 @@ pub fn pod_is_ready(pod: &Pod) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus, PodCondition, PodStatus};
+    use crate::pod::PodStatus;
+    use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus, PodCondition};
 
     use super::*;
 

@@ -318,7 +318,7 @@ impl AwsCluster {
     /// `karpenter.sh/disrupted:NoSchedule`, and a pod bound to it would be lost with it).
     pub(crate) fn bind_pending(&self) {
         let cpu = |pod: &Pod| {
-            karpenter_core::pod::effective_requests(pod)
+            karpenter_core::pod::effective_requests(&pod.clone().into())
                 .map(|r| r.get("cpu").millis())
                 .unwrap_or(0)
         };

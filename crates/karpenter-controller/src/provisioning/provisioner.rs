@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::instance_type::InstanceType;
+use karpenter_core::pod::Pod;
 use karpenter_core::provisioning::{self as pipeline, Snapshot, nodeclaim};
 use karpenter_core::scheduling::{SchedulerOptions, SchedulingResults};
 use kube::api::PostParams;

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use karpenter_core::pod::Pod;
 use karpenter_core::scheduling::{SchedulerInput, SchedulingResults, UnschedulablePod};
 
 /// A scheduling simulation. Synchronous and pure: it must not do I/O. The pods are the cluster

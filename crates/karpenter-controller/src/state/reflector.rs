@@ -6,9 +6,11 @@
 //! the state unsynced and stop every controller).
 //!
 //! Before decoding, [`trim`] drops what no controller reads (managed fields, the images a Node
-//! has pulled, a pod's container statuses and environment, ...), so the state does not keep a
-//! second copy of every pod's full manifest. Objects the controller writes back whole (Nodes,
-//! NodeClaims) lose only what the API server keeps anyway when a write omits it.
+//! has pulled, a pod's file volumes and unread conditions, ...), so the state does not keep a
+//! second copy of every pod's full manifest; pods then decode into karpenter-rs' own
+//! [`karpenter_core::pod::Pod`], which has no field for the rest (env, probes, container
+//! statuses). Objects the controller writes back whole (Nodes, NodeClaims) lose only what the API
+//! server keeps anyway when a write omits it.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -28,12 +30,6 @@ use super::{Kind, SharedState, Tracked};
 /// `kubectl apply`'s copy of the whole manifest.
 const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// Container fields the controller reads: scheduling (requests, limits, host ports, sidecar
-/// restart policy) and names. Everything else (env, probes, commands, mounts) is dropped.
-const CONTAINER_FIELDS: [&str; 5] = ["name", "image", "resources", "ports", "restartPolicy"];
-
-/// Pod status fields the controller reads (provisionable, terminal, nominated, bound).
-const POD_STATUS_FIELDS: [&str; 4] = ["phase", "conditions", "nominatedNodeName", "reason"];
 /// What the controllers read of a Node's status (not images, nodeInfo, addresses, volumes).
 const NODE_STATUS_FIELDS: [&str; 4] = ["capacity", "allocatable", "conditions", "phase"];
 /// What the controllers read of a Node condition (repair: type, status and since when).
@@ -86,13 +82,6 @@ pub(crate) fn trim(kind: Kind, metadata: &mut kube::api::ObjectMeta, data: &mut 
 
 fn trim_pod(data: &mut Value) {
     if let Some(spec) = data.get_mut("spec").and_then(Value::as_object_mut) {
-        for list in ["containers", "initContainers", "ephemeralContainers"] {
-            if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
-                for container in containers {
-                    retain_keys(container, &CONTAINER_FIELDS);
-                }
-            }
-        }
         if let Some(volumes) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
             volumes.retain(|v| {
                 v.as_object()
@@ -101,7 +90,6 @@ fn trim_pod(data: &mut Value) {
         }
     }
     if let Some(status) = data.get_mut("status") {
-        retain_keys(status, &POD_STATUS_FIELDS);
         // Of the kubelet's five conditions the controllers read two: PodScheduled (provisionable,
         // when bound) and Ready (PDB health); a thousand bytes per running pod otherwise.
         if let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) {
@@ -278,8 +266,8 @@ mod tests {
                        "containerStatuses": [{"name": "app", "image": "app:1", "imageID": "", "ready": false, "restartCount": 0}]}
         });
         let raw: DynamicObject = serde_json::from_value(pod).unwrap();
-        let resource = ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
-        let Decoded::Object(pod) = decode::<k8s_openapi::api::core::v1::Pod>(raw, &resource) else {
+        let resource = ApiResource::erase::<karpenter_core::pod::Pod>(&());
+        let Decoded::Object(pod) = decode::<karpenter_core::pod::Pod>(raw, &resource) else {
             panic!("not decoded");
         };
         assert!(pod.metadata.managed_fields.is_none());
@@ -288,7 +276,6 @@ mod tests {
         assert!(annotations.contains_key("karpenter.sh/do-not-disrupt"));
         let spec = pod.spec.unwrap();
         let container = &spec.containers[0];
-        assert!(container.env.is_none() && container.liveness_probe.is_none());
         assert_eq!(
             container
                 .resources
@@ -312,7 +299,6 @@ mod tests {
         let kept: Vec<&str> = conditions.iter().map(|c| c.type_.as_str()).collect();
         assert_eq!(kept, ["PodScheduled", "Ready"], "only the conditions read");
         assert!(conditions[1].last_transition_time.is_some());
-        assert!(status.container_statuses.is_none() && status.pod_ip.is_none());
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Taint};
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_DISRUPTION_REASON};
 use karpenter_api::well_known::{
     DISRUPTED_TAINT_KEY, EXCLUDE_FROM_LB_LABEL, NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION,
@@ -25,6 +25,7 @@ use karpenter_api::well_known::{
 use karpenter_api::{NodeClaim, NodeClaimStatus};
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_core::node::{node_is_ready, node_provider_id};
+use karpenter_core::pod::Pod;
 use karpenter_core::taints::NO_SCHEDULE;
 use karpenter_kube::{
     delete_ignoring_not_found, is_conflict, is_not_found, lock, status_code, stopped,
@@ -362,7 +363,8 @@ impl Terminator {
         if !lock(&self.backoff).ready(&action.key, &action.uid, now) {
             return;
         }
-        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &action.namespace);
+        let api: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(ctx.client.clone(), &action.namespace);
         let preconditions = Some(Preconditions {
             uid: Some(action.uid.clone()),
             resource_version: None,

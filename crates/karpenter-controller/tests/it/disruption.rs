@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_DISRUPTION_REASON};
 use karpenter_controller::disruption::queue::{self, CommandError, has_disrupted_taint};
@@ -15,6 +15,7 @@ use karpenter_controller::events::{
 };
 use karpenter_controller::provisioning::CoreScheduler;
 use karpenter_core::disruption::{Command, DisruptedNode, DisruptionReason, Method};
+use karpenter_core::pod::Pod;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};

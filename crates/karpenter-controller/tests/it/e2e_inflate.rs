@@ -6,11 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::v1::NodeSelectorRequirementWithMinValues;
 use karpenter_api::well_known as wk;
 use karpenter_controller::provisioning::Solver;
+use karpenter_core::pod::Pod;
 use karpenter_core::pod::effective_requests as pod_requests;
 use karpenter_core::resources::{Quantity, ResourceList};
 use karpenter_core::scheduling::{

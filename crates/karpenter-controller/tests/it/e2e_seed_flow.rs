@@ -6,11 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::well_known as wk;
 use karpenter_controller::provisioning::CoreScheduler;
 use karpenter_controller::state::pod::node_name;
+use karpenter_core::pod::Pod;
 use karpenter_core::pod::effective_requests as pod_requests;
 use karpenter_core::resources::{Quantity, ResourceList};
 use kube::api::{DeleteParams, ListParams};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::ConfigMap;
 use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_controller::run::{
@@ -19,6 +19,7 @@ use karpenter_core::cloud_provider::{
     CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
 };
 use karpenter_core::instance_type::InstanceType;
+use karpenter_core::pod::Pod;
 use karpenter_sim::SimCloudProvider;
 use karpenter_sim::cluster::{LEDGER_CONFIGMAP, LedgerStore};
 use karpenter_testapi::{ApiError, TestApiServer, Verb};

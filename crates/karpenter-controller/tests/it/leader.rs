@@ -1,8 +1,8 @@
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::NodeClaim;
+use karpenter_core::pod::Pod;
 use karpenter_testapi::Verb;
 use kube::api::{Api, PostParams};
 

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_REGISTERED};
 use karpenter_controller::provisioning::CoreScheduler;
+use karpenter_core::pod::Pod;
 use kube::ResourceExt;
 use serde_json::json;
 

@@ -1,8 +1,8 @@
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_controller::events::{REASON_FAILED_SCHEDULING, REASON_NOMINATED};
+use karpenter_core::pod::Pod;
 use karpenter_testapi::Verb;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node};
 use karpenter_api::NodeClaim;
 use karpenter_api::well_known as wk;
 use karpenter_controller::events::{REASON_FAILED_SCHEDULING, REASON_NOMINATED};
@@ -14,6 +14,7 @@ use karpenter_controller::run::{Options, RunningController};
 use karpenter_controller::{Context, TokioClock};
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::CloudProvider;
+use karpenter_core::pod::Pod;
 use karpenter_core::pod::effective_requests as pod_requests;
 use karpenter_sim::SimCloudProvider;
 use karpenter_testapi::{TestApiServer, Verb};

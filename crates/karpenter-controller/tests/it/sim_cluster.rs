@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::well_known as wk;
 use karpenter_controller::provisioning::{Solver, solver::NoScheduler};
@@ -16,6 +16,7 @@ use karpenter_controller::state::pod::node_name;
 use karpenter_controller::{Context, Settings, TokioClock};
 use karpenter_core::clock::Clock;
 use karpenter_core::instance_type::{InstanceType, Offering};
+use karpenter_core::pod::Pod;
 use karpenter_core::pod::effective_requests as pod_requests;
 use karpenter_core::resources::ResourceList;
 use karpenter_sim::SimCloudProvider;

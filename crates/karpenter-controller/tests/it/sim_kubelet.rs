@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use karpenter_api::NodeClaim;
 use karpenter_core::cloud_provider::CloudProvider;
+use karpenter_core::pod::Pod;
 use karpenter_sim::SimCloudProvider;
 use karpenter_sim::cluster::{LEDGER_CONFIGMAP, LedgerStore, PersistentSimProvider};
 use kube::Api;

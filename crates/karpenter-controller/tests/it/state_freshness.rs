@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::NodeClaim;
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_REGISTERED};
 use karpenter_controller::provisioning::CoreScheduler;
+use karpenter_core::pod::Pod;
 use karpenter_testapi::Verb;
 
 use crate::sim_cluster::{SimCluster, bind_pending, inflate_pod};

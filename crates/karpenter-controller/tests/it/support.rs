@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::NodePool;
 use karpenter_controller::provisioning::Solver;
 use karpenter_controller::run::{Options, RunningController};
 use karpenter_controller::{Context, Settings, TokioClock};
 use karpenter_core::clock::Clock;
 use karpenter_core::instance_type::{InstanceType, Offering};
+use karpenter_core::pod::Pod;
 use karpenter_core::resources::ResourceList;
 use karpenter_core::scheduling::{
     InstanceTypeOption, NewNodeClaim, SchedulerInput, SchedulingResults, UnschedulablePod,

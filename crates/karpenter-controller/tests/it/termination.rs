@@ -5,9 +5,10 @@
 use std::time::Duration;
 
 use jiff::SignedDuration;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::well_known as wk;
+use karpenter_core::pod::Pod;
 use kube::Api;
 use kube::api::DeleteParams;
 use serde_json::json;

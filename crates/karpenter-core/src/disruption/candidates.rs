@@ -8,8 +8,9 @@ use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::pod::Pod;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_INSTANCE_TERMINATING};
 use karpenter_api::well_known::{

@@ -22,8 +22,8 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
+use crate::pod::Pod;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_INITIALIZED};
 
 use super::candidates::{BlockReason, Candidate, Rejection};

@@ -3,7 +3,8 @@
 //! (checked by solving again with the replacements in flight), consolidation never raising cost.
 #![allow(clippy::unwrap_used)]
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use crate::pod::Pod;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL};
 use karpenter_api::{NodeClaim, NodePool};

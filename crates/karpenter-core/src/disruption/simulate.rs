@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::pod::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube_core::ResourceExt;
 

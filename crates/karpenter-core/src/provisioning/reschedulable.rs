@@ -2,7 +2,7 @@
 //! `ReschedulablePods`, karpenter-core §3.1 step 3): they will need a new home once their node
 //! drains, so the pass makes room for them before the eviction happens.
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::pod::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_core::{ResourceExt, Selector, SelectorExt};

@@ -16,16 +16,17 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::pod::{Container, PodSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm, PodAffinity,
-    PodAffinityTerm, PodAntiAffinity, PodSpec, PreferredSchedulingTerm, ResourceRequirements,
+    Affinity, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm, PodAffinity,
+    PodAffinityTerm, PodAntiAffinity, PreferredSchedulingTerm, ResourceRequirements,
     TopologySpreadConstraint, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use karpenter_api::well_known;
 
-pub use k8s_openapi::api::core::v1::Pod;
+pub use crate::pod::Pod;
 
 use super::{PreferencePolicy, SchedulerInput, SchedulerOptions, SchedulingNodePool};
 use crate::instance_type::{InstanceType, Offering, Overhead};

@@ -32,7 +32,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
+use crate::pod::Pod;
+use k8s_openapi::api::core::v1::{Taint, Toleration};
 use karpenter_api::well_known;
 
 use self::claim_index::ClaimIndex;

@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::pod::Pod;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use karpenter_api::well_known;
 use karpenter_api::{NodeClaim, NodePool};
@@ -174,7 +175,7 @@ pub fn daemonset_pod(ds: &DaemonSet) -> Pod {
             }]),
             ..Default::default()
         },
-        spec: template.spec,
+        spec: template.spec.map(Into::into),
         status: None,
     }
 }

@@ -17,7 +17,8 @@ pub use engine::WhatIf;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
+use crate::pod::Pod;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Taint};
 use k8s_openapi::api::storage::v1::StorageClass;
 use karpenter_api::v1::NodeSelectorRequirementWithMinValues;
 use serde::Serialize;

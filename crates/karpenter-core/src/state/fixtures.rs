@@ -1,7 +1,8 @@
 //! Plain objects for unit tests.
 #![allow(clippy::unwrap_used)] // test fixtures may panic
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use crate::pod::Pod;
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{NodeClaim, NodePool};
 use serde_json::json;
 

@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use crate::pod::Pod;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use karpenter_api::NodeClaim;
 use karpenter_api::well_known::{NODE_INITIALIZED_LABEL, NODEPOOL_LABEL, UNREGISTERED_TAINT_KEY};

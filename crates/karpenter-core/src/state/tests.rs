@@ -105,7 +105,7 @@ fn nominated_pods_are_not_provisionable_until_the_window_ends() {
 fn synced_only_after_every_kind_is_listed() {
     let mut state = ClusterState::new();
     assert!(!state.synced());
-    state.reset::<k8s_openapi::api::core::v1::Pod>(vec![]);
+    state.reset::<crate::pod::Pod>(vec![]);
     assert!(state.unsynced_kinds().len() == Kind::ALL.len() - 1);
     for kind in Kind::ALL {
         state.mark_listed(kind);

@@ -89,7 +89,7 @@ fn build_pool(i: usize, spec: &PoolSpec) -> SchedulingNodePool {
     pool
 }
 
-fn build_pod(spec: &PodSpec) -> k8s_openapi::api::core::v1::Pod {
+fn build_pod(spec: &PodSpec) -> karpenter_core::pod::Pod {
     let mut p = pod().requests(&[
         ("cpu", &format!("{}m", spec.cpu_millis)),
         ("memory", &format!("{}Mi", spec.memory_mib)),

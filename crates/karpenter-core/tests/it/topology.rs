@@ -5,7 +5,7 @@ use karpenter_core::scheduling::SchedulerInput;
 
 use crate::fixtures::*;
 
-fn app(n: usize, builder: impl Fn() -> P) -> Vec<k8s_openapi::api::core::v1::Pod> {
+fn app(n: usize, builder: impl Fn() -> P) -> Vec<karpenter_core::pod::Pod> {
     pods((0..n).map(|_| builder()).collect())
 }
 

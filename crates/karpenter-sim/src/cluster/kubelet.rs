@@ -614,10 +614,11 @@ impl SimKubelet {
                 self.forget_pod(&key, &pod);
                 continue;
             };
+            let seen = karpenter_core::pod::Pod::from(current.clone());
             if current.metadata.uid != pod.uid
                 || current.metadata.deletion_timestamp.is_some()
-                || pod_is_ready(&current)
-                || karpenter_core::pod::is_terminal(&current)
+                || pod_is_ready(&seen)
+                || karpenter_core::pod::is_terminal(&seen)
                 || current.spec.as_ref().and_then(|s| s.node_name.as_deref())
                     != Some(pod.node.as_str())
             {
@@ -720,7 +721,7 @@ mod tests {
         let status = running_status(&pod, "10.0.0.1", "10.0.0.101", t0());
         let mut started = pod.clone();
         started.status = Some(status);
-        assert!(pod_is_ready(&started));
-        assert!(!pod_is_ready(&pod));
+        assert!(pod_is_ready(&started.into()));
+        assert!(!pod_is_ready(&pod.into()));
     }
 }

@@ -19,10 +19,11 @@ use std::sync::Mutex;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod};
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::NodeClaim;
 use karpenter_core::node::pod_is_ready;
+use karpenter_core::pod::Pod;
 use karpenter_kube::lock;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -286,12 +287,15 @@ mod tests {
             }
         );
         let mut running = bound.clone();
-        running.status = Some(super::super::kubelet::running_status(
-            &bound,
-            "10.0.0.1",
-            "10.0.0.2",
-            Timestamp::UNIX_EPOCH,
-        ));
+        running.status = Some(
+            super::super::kubelet::running_status(
+                &bound.clone().into(),
+                "10.0.0.1",
+                "10.0.0.2",
+                Timestamp::UNIX_EPOCH,
+            )
+            .into(),
+        );
         pods.apply(&running);
         assert!(pods.0.is_empty(), "a Ready pod is forgotten");
         let mut terminating = running.clone();

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -16,6 +16,7 @@ use karpenter_api::manifest::karpenter_near_miss;
 use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::validation::{self, Outcome, validate_document};
 use karpenter_api::{NodeClaim, NodePool};
+use karpenter_core::pod::Pod;
 use karpenter_core::state::ClusterState;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -354,7 +355,10 @@ impl Manifests {
             "NodeClaim" => self.node_claims.push(typed(value, kind)?),
             "Node" => self.nodes.push(typed(value, kind)?),
             "Pod" => {
-                let mut pod: Pod = typed(value, kind)?;
+                // Read as the full type, so a malformed field is refused even where
+                // scheduling does not read it, then kept as the scheduling view.
+                let pod: k8s_openapi::api::core::v1::Pod = typed(value, kind)?;
+                let mut pod = Pod::from(pod);
                 default_namespace(&mut pod.metadata);
                 admit(WorkloadSource::Pod(Box::new(pod)));
             }

@@ -4,7 +4,7 @@
 use std::borrow::Borrow;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use karpenter_core::pod::Pod;
 use karpenter_core::pod::pod_key;
 
 /// One pod to schedule: a pod of the input, or replica `ordinal` of a workload whose shared pod

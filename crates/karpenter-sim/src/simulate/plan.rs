@@ -6,12 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Pod, Taint};
+use k8s_openapi::api::core::v1::Taint;
 use karpenter_api::validation;
 use karpenter_api::well_known as wk;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_catalog::{NodeClassShape, ProviderSettings};
 use karpenter_core::instance_type::InstanceType;
+use karpenter_core::pod::Pod;
 use karpenter_core::pod::pod_key;
 use karpenter_core::provisioning::{self as pipeline, Snapshot, nodeclaim};
 use karpenter_core::requirements::Requirements;

@@ -2,9 +2,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::well_known as wk;
 use karpenter_core::clock::FakeClock;
+use karpenter_core::pod::Pod;
 use karpenter_core::pod::effective_requests;
 use karpenter_core::requirements::Requirements;
 use karpenter_core::resources::ResourceList;

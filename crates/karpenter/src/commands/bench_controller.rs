@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::well_known as wk;
 use karpenter_api::{NodeClaim, NodePool};
+use karpenter_core::pod::Pod;
 use karpenter_core::resources::{Quantity, ResourceList};
 use karpenter_core::scheduling::benchmark::{CPUS, MEMORIES, Rng};
 use karpenter_testapi::TestApiServer;

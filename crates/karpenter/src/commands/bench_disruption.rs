@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::clock::SystemClock;
 use karpenter_core::disruption::candidates::{DisruptionClass, Rejection, candidates};
@@ -17,6 +17,7 @@ use karpenter_core::disruption::{
     Command, DisruptionInput, DisruptionOptions, ProviderDrift, consolidation, decide,
 };
 use karpenter_core::instance_type::InstanceType;
+use karpenter_core::pod::Pod;
 use karpenter_core::scheduling::SchedulerOptions;
 use karpenter_core::scheduling::benchmark::Rng;
 use karpenter_core::state::ClusterState;

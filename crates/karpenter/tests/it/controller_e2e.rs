@@ -11,10 +11,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::{NodeClaim, NodePool};
+use karpenter_core::pod::Pod;
 use karpenter_testapi::TestApiServer;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};

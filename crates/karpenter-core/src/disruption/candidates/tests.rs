@@ -4,8 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::pod::Pod;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use karpenter_api::{NodeClaim, NodePool};
 use serde_json::json;

@@ -4,8 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::pod::Pod;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{NodeClaim, NodePool};
 use kube_core::ResourceExt;
 use proptest::prelude::*;

@@ -6,7 +6,8 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use crate::pod::Pod;
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::well_known::ZONE_LABEL;
 use proptest::prelude::*;

@@ -13,7 +13,7 @@
 use std::borrow::Borrow;
 use std::collections::{BTreeSet, HashMap};
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::pod::Pod;
 
 use super::solve::{build, run};
 use super::{ClaimIndex, Engine, PendingPod};

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::NodeClaim;
 use karpenter_api::v1::{
@@ -18,6 +18,7 @@ use karpenter_api::well_known as wk;
 use karpenter_core::disruption::candidates::OfferingCatalog;
 use karpenter_core::instance_type::InstanceType;
 use karpenter_core::pod::key as pod_key;
+use karpenter_core::pod::{Pod, PodStatus};
 use karpenter_core::provisioning::reschedulable::moves_with_its_node;
 use karpenter_core::scheduling::SchedulerOptions;
 use karpenter_core::state::ClusterState;

@@ -6,12 +6,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    PersistentVolumeClaim, PersistentVolumeClaimStatus, PersistentVolumeClaimVolumeSource, PodSpec,
-    Volume,
+    PersistentVolumeClaim, PersistentVolumeClaimStatus, PersistentVolumeClaimVolumeSource,
+    Toleration, Volume,
 };
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use karpenter_core::pod::PodSpec;
 
 use super::Finding;
 
@@ -106,13 +108,14 @@ impl ClaimTemplates<'_> {
 /// as `spec.overhead` and its `scheduling` node selector and tolerations; the API server refuses
 /// the pod when the class is missing or conflicts with the pod. `spec_path` is where the pod spec
 /// is in the object, for the error.
-pub fn apply_runtime_class(
-    spec: Option<&mut PodSpec>,
+pub fn apply_runtime_class<S: RuntimeClassFields>(
+    spec: Option<&mut S>,
     classes: &[RuntimeClass],
     spec_path: &str,
 ) -> Result<(), Finding> {
     let Some(spec) = spec else { return Ok(()) };
-    let Some(name) = spec.runtime_class_name.clone() else {
+    let spec = spec.runtime_class_fields();
+    let Some(name) = spec.runtime_class_name.cloned() else {
         return Ok(());
     };
     let field = format!("{spec_path}.runtimeClassName");
@@ -142,7 +145,7 @@ pub fn apply_runtime_class(
                 "remove spec.overhead: the RuntimeClass sets it".to_string(),
             ));
         }
-        spec.overhead = Some(pod_fixed.clone());
+        *spec.overhead = Some(pod_fixed.clone());
     }
     let Some(scheduling) = class.scheduling.as_ref() else {
         return Ok(());
@@ -178,6 +181,38 @@ pub fn apply_runtime_class(
     }
     Ok(())
 }
+
+/// The parts of a pod spec the RuntimeClass plugin reads and sets, in a pod's spec as karpenter-rs
+/// keeps it and in a full template's (a DaemonSet's, kept whole).
+pub struct RuntimeClassFieldsMut<'a> {
+    pub runtime_class_name: Option<&'a String>,
+    pub overhead: &'a mut Option<BTreeMap<String, Quantity>>,
+    pub node_selector: &'a mut Option<BTreeMap<String, String>>,
+    pub tolerations: &'a mut Option<Vec<Toleration>>,
+}
+
+/// A pod spec the RuntimeClass plugin can admit.
+pub trait RuntimeClassFields {
+    fn runtime_class_fields(&mut self) -> RuntimeClassFieldsMut<'_>;
+}
+
+macro_rules! runtime_class_fields {
+    ($spec:ty) => {
+        impl RuntimeClassFields for $spec {
+            fn runtime_class_fields(&mut self) -> RuntimeClassFieldsMut<'_> {
+                RuntimeClassFieldsMut {
+                    runtime_class_name: self.runtime_class_name.as_ref(),
+                    overhead: &mut self.overhead,
+                    node_selector: &mut self.node_selector,
+                    tolerations: &mut self.tolerations,
+                }
+            }
+        }
+    };
+}
+
+runtime_class_fields!(PodSpec);
+runtime_class_fields!(k8s_openapi::api::core::v1::PodSpec);
 
 #[cfg(test)]
 mod tests {

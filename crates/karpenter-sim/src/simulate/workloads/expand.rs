@@ -6,8 +6,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaim, Pod, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use karpenter_core::pod::{Pod, PodSpec};
 
 use super::super::manifests::{DEFAULT_NAMESPACE, MAX_PODS, Manifests, Problem};
 use super::super::pending::PendingPod;
@@ -101,7 +102,7 @@ impl Manifests {
                     count_field,
                     claim_templates,
                 } => {
-                    let mut spec = template.spec.as_ref().map(scheduling_view);
+                    let mut spec = template.spec.clone().map(PodSpec::from);
                     admission::apply_runtime_class(spec.as_mut(), &self.runtime_classes, spec_path)
                         .and_then(|()| {
                             let claim_templates = ClaimTemplates {
@@ -241,38 +242,5 @@ impl Manifests {
                 .extend((0..replicas).map(|i| PendingPod::replica(Arc::clone(&shared), i)));
         }
         Ok(())
-    }
-}
-
-/// The part of a pod spec scheduling reads (requests, ports, placement constraints, volumes);
-/// everything else (images, commands, env, probes, ...) is dropped so expanded replicas are small.
-fn scheduling_view(spec: &PodSpec) -> PodSpec {
-    let container = |c: &Container| Container {
-        name: c.name.clone(),
-        resources: c.resources.clone(),
-        ports: c.ports.clone(),
-        restart_policy: c.restart_policy.clone(),
-        ..Default::default()
-    };
-    PodSpec {
-        containers: spec.containers.iter().map(container).collect(),
-        init_containers: spec
-            .init_containers
-            .as_ref()
-            .map(|cs| cs.iter().map(container).collect()),
-        overhead: spec.overhead.clone(),
-        resources: spec.resources.clone(),
-        affinity: spec.affinity.clone(),
-        tolerations: spec.tolerations.clone(),
-        node_selector: spec.node_selector.clone(),
-        node_name: spec.node_name.clone(),
-        topology_spread_constraints: spec.topology_spread_constraints.clone(),
-        volumes: spec.volumes.clone(),
-        priority: spec.priority,
-        priority_class_name: spec.priority_class_name.clone(),
-        scheduler_name: spec.scheduler_name.clone(),
-        runtime_class_name: spec.runtime_class_name.clone(),
-        host_network: spec.host_network,
-        ..Default::default()
     }
 }

@@ -4,10 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
 use crate::resources::{self, Quantity, QuantityError, ResourceList};
+
+mod object;
+
+pub use object::{Container, Pod, PodSpec, PodStatus};
 
 /// A pod's quantities could not be read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -261,7 +265,7 @@ mod tests {
         );
     }
 
-    use k8s_openapi::api::core::v1::PodSpec;
+    use crate::pod::PodSpec;
 
     fn container(name: &str, requests: &[(&str, &str)], limits: &[(&str, &str)]) -> Container {
         let map = |pairs: &[(&str, &str)]| {
