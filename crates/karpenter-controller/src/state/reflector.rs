@@ -81,13 +81,11 @@ pub(crate) fn trim(kind: Kind, metadata: &mut kube::api::ObjectMeta, data: &mut 
 }
 
 fn trim_pod(data: &mut Value) {
-    if let Some(spec) = data.get_mut("spec").and_then(Value::as_object_mut) {
-        if let Some(volumes) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
-            volumes.retain(|v| {
-                v.as_object()
-                    .is_none_or(|v| !FILE_VOLUME_SOURCES.iter().any(|s| v.contains_key(*s)))
-            });
-        }
+    if let Some(volumes) = data.pointer_mut("/spec/volumes").and_then(Value::as_array_mut) {
+        volumes.retain(|v| {
+            v.as_object()
+                .is_none_or(|v| !FILE_VOLUME_SOURCES.iter().any(|s| v.contains_key(*s)))
+        });
     }
     if let Some(status) = data.get_mut("status") {
         // Of the kubelet's five conditions the controllers read two: PodScheduled (provisionable,
