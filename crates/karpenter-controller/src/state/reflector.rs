@@ -81,7 +81,10 @@ pub(crate) fn trim(kind: Kind, metadata: &mut kube::api::ObjectMeta, data: &mut 
 }
 
 fn trim_pod(data: &mut Value) {
-    if let Some(volumes) = data.pointer_mut("/spec/volumes").and_then(Value::as_array_mut) {
+    if let Some(volumes) = data
+        .pointer_mut("/spec/volumes")
+        .and_then(Value::as_array_mut)
+    {
         volumes.retain(|v| {
             v.as_object()
                 .is_none_or(|v| !FILE_VOLUME_SOURCES.iter().any(|s| v.contains_key(*s)))
