@@ -17,5 +17,5 @@ pub use manifests::{IgnoredDocument, MAX_PODS, ManifestError, Manifests, Problem
 pub use pending::PendingPod;
 pub use plan::{
     ExistingNodePods, Plan, PlanOutcome, PlannedNodeClaim, SimulateError, Summary,
-    UnschedulablePod, plan, plan_with,
+    UnschedulablePod, plan, plan_only, plan_with,
 };

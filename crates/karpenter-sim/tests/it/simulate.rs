@@ -1,3 +1,4 @@
+use karpenter_core::scheduling::SchedulerOptions;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -163,6 +164,15 @@ fn plan_dir(dir: &str) -> (Manifests, Plan) {
     let provider = embedded();
     let outcome = simulate::plan(&manifests, &provider).unwrap();
     check_plan(&manifests, &provider, &outcome.plan);
+    assert_eq!(
+        outcome.node_claims.len(),
+        outcome.plan.node_claims.len(),
+        "one object per planned NodeClaim"
+    );
+    // What `karpenter simulate` prints: the same plan, without keeping the objects.
+    let only = simulate::plan_only(&manifests, &provider, SchedulerOptions::default()).unwrap();
+    assert_eq!(only.plan, outcome.plan);
+    assert!(only.node_claims.is_empty());
     (manifests, outcome.plan)
 }
 

@@ -90,7 +90,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let progress = (manifests.pending_pods.len() >= LARGE_INPUT_PODS)
         .then(|| output::spinner(format!("scheduling {} pods", manifests.pending_pods.len())));
-    let outcome = simulate::plan_with(&manifests, &provider, args.policies.scheduler_options());
+    // With --disruption the planned NodeClaims join the simulated cluster; otherwise only the
+    // plan is printed and the objects need not be kept.
+    let outcome = if args.disruption.disruption {
+        simulate::plan_with(&manifests, &provider, args.policies.scheduler_options())
+    } else {
+        simulate::plan_only(&manifests, &provider, args.policies.scheduler_options())
+    };
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
