@@ -289,7 +289,7 @@ mod tests {
         let mut running = bound.clone();
         running.status = Some(
             super::super::kubelet::running_status(
-                &bound.clone().into(),
+                &k8s_openapi::api::core::v1::Pod::default(),
                 "10.0.0.1",
                 "10.0.0.2",
                 Timestamp::UNIX_EPOCH,
