@@ -133,7 +133,7 @@ fn single_node_commands(
     }
     let budgets = BudgetMapping::build(input.state, DisruptionReason::Underutilized, input.now);
     let balanced_totals = balanced::balanced_pool_totals(input, &found);
-    let mut simulator = Simulator::new(input);
+    let mut simulator = Simulator::for_consolidation(input);
     let bounds = Bounds::new(input, &simulator);
     // One engine for every candidate worth simulating (within budget, not ruled out by the
     // Balanced policy or the bounds): each simulation then costs its own pods, not a rebuild
@@ -197,7 +197,7 @@ pub fn multi_node(
     if within_budget.len() < 2 {
         return Vec::new();
     }
-    let mut simulator = Simulator::new(input);
+    let mut simulator = Simulator::for_consolidation(input);
     let max = within_budget.len().min(MAX_MULTI_CANDIDATES);
     simulator.prepare(&within_budget[..within_budget.len().min(max + 1)]);
     let mut lo = 1;

@@ -24,7 +24,9 @@ use std::collections::BTreeMap;
 
 use crate::pod::Pod;
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_INITIALIZED};
+use karpenter_api::{NodeClaim, NodePool};
 
 use super::candidates::{BlockReason, Candidate, Rejection};
 
@@ -107,22 +109,35 @@ pub fn consolidation_block(candidate: &Candidate<'_>, now: Timestamp) -> Option<
 /// `None` when its NodePool never consolidates. A start too far in the future to add
 /// `consolidateAfter` to also yields `None`.
 pub fn consolidatable_at(candidate: &Candidate<'_>) -> Option<Timestamp> {
-    let after = candidate.nodepool.consolidate_after().duration()?;
-    let claim_status = candidate.nodeclaim.status.as_ref();
+    node_consolidatable_at(
+        candidate.nodepool,
+        candidate.nodeclaim,
+        Some(candidate.node),
+        &candidate.pods,
+    )
+}
+
+/// [`consolidatable_at`] for any managed node: its NodePool, NodeClaim, Node (if registered) and
+/// bound pods. Consolidation simulations use it to keep moved pods off nodes still under their
+/// window.
+pub fn node_consolidatable_at(
+    nodepool: &NodePool,
+    nodeclaim: &NodeClaim,
+    node: Option<&Node>,
+    pods: &[&Pod],
+) -> Option<Timestamp> {
+    let after = nodepool.consolidate_after().duration()?;
+    let claim_status = nodeclaim.status.as_ref();
     let initialized = claim_status
         .and_then(|s| s.condition(NODECLAIM_CONDITION_INITIALIZED))
         .filter(|c| c.status == "True")
         .and_then(|c| parse(c.last_transition_time.as_deref()))
         .or_else(|| {
-            candidate
-                .node
-                .metadata
-                .creation_timestamp
-                .as_ref()
+            node.and_then(|n| n.metadata.creation_timestamp.as_ref())
                 .map(|t| t.0)
         });
     let last_pod_event = claim_status.and_then(|s| parse(s.last_pod_event_time.as_deref()));
-    let pod_events = candidate.pods.iter().filter_map(|p| pod_event_time(p));
+    let pod_events = pods.iter().filter_map(|p| pod_event_time(p));
     let since = initialized
         .into_iter()
         .chain(last_pod_event)

@@ -27,6 +27,7 @@ use kube_core::ResourceExt;
 
 use super::candidates::Candidate;
 use super::command::DisruptionInput;
+use super::emptiness;
 use crate::nodepool;
 use crate::pod;
 use crate::provisioning::{
@@ -124,6 +125,30 @@ impl<'a> Simulator<'a> {
             destinations: BTreeSet::new(),
             prepared_candidates: None,
         }
+    }
+
+    /// [`new`](Self::new) for consolidation (upstream's `IsConsolidationSimulation`): the pods
+    /// moved off the candidates may not land on existing nodes still under their NodePool's
+    /// `consolidateAfter` window (pending pods and pods of nodes already going away may). Pools
+    /// with `0s` or `Never` impose nothing. Drift simulates with [`new`](Self::new): a drifted
+    /// node's pods may go anywhere.
+    pub fn for_consolidation(input: &'a DisruptionInput<'a>) -> Self {
+        let mut simulator = Self::new(input);
+        let in_window: BTreeSet<String> = input
+            .state
+            .state_nodes()
+            .iter()
+            .filter_map(|n| {
+                let pool = input.state.nodepool(n.nodepool()?)?;
+                let at = emptiness::node_consolidatable_at(pool, n.nodeclaim?, n.node, &n.pods)?;
+                (at > input.now).then(|| n.name())
+            })
+            .collect();
+        for node in &mut simulator.prepared.input.existing_nodes {
+            node.under_consolidate_after = in_window.contains(&node.name);
+        }
+        simulator.prepared.input.moved_pods_from = Some(simulator.base_pods.len());
+        simulator
     }
 
     /// Builds one engine for simulations of these candidates (alone or together, in this

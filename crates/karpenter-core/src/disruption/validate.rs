@@ -83,7 +83,7 @@ pub fn validate(command: &Command, input: &DisruptionInput<'_>) -> Result<(), Bl
                     )));
                 }
             }
-            let simulator = Simulator::new(input);
+            let simulator = Simulator::for_consolidation(input);
             let fresh = compute(input, &simulator, &chosen, command.method)?;
             same_decision(command, &fresh)
         }

@@ -163,6 +163,8 @@ struct Node {
     bound_counts: Vec<(usize, Sym)>,
     /// Taken away for the current [`WhatIf`] solve: no pod may land here.
     gone: bool,
+    /// Under its `consolidateAfter` window: no pod moved by a consolidation lands here.
+    under_consolidate_after: bool,
 }
 
 struct Claim {
@@ -261,6 +263,8 @@ enum Reject {
     NoInstanceType,
     MinValues(Vec<Key>),
     Resources(usize),
+    /// A moved pod and a node still under its `consolidateAfter` window.
+    ConsolidateAfter,
 }
 
 struct Placement {
@@ -293,6 +297,8 @@ struct Engine {
     /// While a [`WhatIf`] solve runs: each node's state before its first placement (index,
     /// remaining, host ports, volumes), to take the placements back.
     touched: Option<Vec<(usize, ResVec, usize, usize)>>,
+    /// Pods from this index on are moved by a consolidation (`usize::MAX`: none).
+    moved_pods_from: usize,
 }
 
 struct WellKnownKeys {

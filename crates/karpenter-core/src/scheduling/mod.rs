@@ -37,6 +37,11 @@ pub struct SchedulerInput {
     /// Namespaces with their labels, for pod-affinity `namespaceSelector`s.
     pub namespaces: Vec<Namespace>,
     pub options: SchedulerOptions,
+    /// Consolidation simulations (upstream's `IsConsolidationSimulation`): the pods from this
+    /// index on are moved off the candidates and may not land on existing nodes still under
+    /// their NodePool's `consolidateAfter` window ([`ExistingNode::under_consolidate_after`]);
+    /// the pods before it (pending, or from nodes already going away) may.
+    pub moved_pods_from: Option<usize>,
 }
 
 /// A NodePool as the scheduler sees it.
@@ -77,6 +82,9 @@ pub struct ExistingNode {
     pub startup_taints: Vec<Taint>,
     /// CSI driver → attachable volume count (from CSINode).
     pub volume_limits: BTreeMap<String, u32>,
+    /// Still within its NodePool's `consolidateAfter` window: no destination for pods moved by a
+    /// consolidation simulation (see [`SchedulerInput::moved_pods_from`]).
+    pub under_consolidate_after: bool,
 }
 
 /// Volumes, for volume topology and per-node volume limits.

@@ -424,6 +424,44 @@ fn ignore_daemonsets_without_matching_tolerations() {
 }
 
 #[test]
+fn a_node_under_its_consolidate_after_window_takes_pending_pods_but_not_moved_ones() {
+    let mut node = existing_node(
+        "n1",
+        &[(ZONE, "test-zone-1")],
+        &[("cpu", "4"), ("memory", "8Gi"), ("pods", "10")],
+    );
+    node.under_consolidate_after = true;
+    // Pod 0 is pending; pod 1 is moved off a consolidation candidate.
+    let input = SchedulerInput {
+        node_pools: vec![pool("default")],
+        existing_nodes: vec![node],
+        moved_pods_from: Some(1),
+        ..Default::default()
+    };
+    let both = pods(vec![
+        pod().requests(&[("cpu", "1")]),
+        pod().requests(&[("cpu", "1")]),
+    ]);
+    let r = solve_input(input.clone(), &both);
+    assert_eq!(r.existing_nodes.len(), 1);
+    assert_eq!(r.existing_nodes[0].pods, vec![0]);
+    assert_eq!(
+        claim_of(&r, 1),
+        Some(0),
+        "the moved pod gets a new NodeClaim"
+    );
+    // Outside consolidation simulations the window means nothing.
+    let r = solve_input(
+        SchedulerInput {
+            moved_pods_from: None,
+            ..input
+        },
+        &both,
+    );
+    assert_eq!(r.existing_nodes[0].pods, vec![0, 1]);
+}
+
+#[test]
 fn pack_in_flight_and_existing_nodes_before_launching_new_ones() {
     let node = existing_node(
         "n1",

@@ -422,3 +422,89 @@ fn spot_to_spot_keeps_the_fifteen_cheapest_options_or_what_min_values_needs() {
         assert_eq!(sorted, expected, "minValues {min_values:?}");
     }
 }
+
+/// `small` in `pool`, with a pod event a minute before the pass: under any window longer than
+/// that.
+fn busy_small(
+    pool: &str,
+    world_now: jiff::Timestamp,
+) -> (karpenter_api::NodeClaim, k8s_openapi::api::core::v1::Node) {
+    let (mut claim, node) = node("small", "small.2x", "on-demand", pool);
+    let recent = world_now
+        .checked_sub(jiff::SignedDuration::from_mins(1))
+        .unwrap();
+    claim.status.get_or_insert_default().last_pod_event_time = Some(recent.to_string());
+    (claim, node)
+}
+
+#[test]
+fn moved_pods_do_not_land_on_a_node_under_its_consolidate_after_window() {
+    // big's 1-cpu pod fits on small; small had a pod event a minute ago and its pool waits 30m.
+    let waiting = pool(
+        "default",
+        &["on-demand"],
+        json!({"disruption": {"consolidateAfter": "30m", "budgets": [{"nodes": "100%"}]}}),
+    );
+    let now = World::new(vec![], vec![], vec![]).now;
+    let world = World::new(
+        vec![waiting.clone()],
+        vec![
+            node("big", "big.8x", "on-demand", "default"),
+            busy_small("default", now),
+        ],
+        vec![pod("a", "big", "1"), pod("b", "small", "500m")],
+    );
+    let (commands, blocked) = single(&world);
+    assert!(matches!(
+        blocked["small"].reason,
+        BlockReason::ConsolidatableAt(_)
+    ));
+    // Not "delete big, its pod goes to small": small is no destination yet. Replacing big with
+    // a cheaper node still is (the window only guards destinations).
+    assert_eq!(commands.len(), 1, "{commands:?}");
+    assert_eq!(commands[0].candidates[0].name, "big");
+    assert_eq!(commands[0].decision(), Decision::Replace);
+    assert_eq!(
+        instance_types_of(&commands[0].replacements[0])[0],
+        "small.2x"
+    );
+
+    // The same cluster once small's window has passed: big's pod moves there.
+    let (mut claim, small) = busy_small("default", now);
+    claim.status.get_or_insert_default().last_pod_event_time = None;
+    let world = World::new(
+        vec![waiting],
+        vec![
+            node("big", "big.8x", "on-demand", "default"),
+            (claim, small),
+        ],
+        vec![pod("a", "big", "1"), pod("b", "small", "500m")],
+    );
+    let (commands, _) = single(&world);
+    assert_eq!(commands.len(), 1, "{commands:?}");
+    assert_eq!(commands[0].candidates[0].name, "big");
+    assert_eq!(commands[0].decision(), Decision::Delete);
+}
+
+#[test]
+fn moved_pods_may_land_on_a_node_whose_pool_never_consolidates() {
+    // small's pool never consolidates: no window to wait for, so it takes big's pod at once.
+    let never = pool(
+        "keep",
+        &["on-demand"],
+        json!({"disruption": {"consolidateAfter": "Never", "budgets": [{"nodes": "100%"}]}}),
+    );
+    let now = World::new(vec![], vec![], vec![]).now;
+    let world = World::new(
+        vec![pool("default", &["on-demand"], json!({})), never],
+        vec![
+            node("big", "big.8x", "on-demand", "default"),
+            busy_small("keep", now),
+        ],
+        vec![pod("a", "big", "1"), pod("b", "small", "500m")],
+    );
+    let (commands, _) = single(&world);
+    assert_eq!(commands.len(), 1, "{commands:?}");
+    assert_eq!(commands[0].candidates[0].name, "big");
+    assert_eq!(commands[0].decision(), Decision::Delete);
+}

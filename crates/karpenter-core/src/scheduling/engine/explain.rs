@@ -15,6 +15,8 @@ impl Engine {
         let name = &pool.name;
         let i = &self.interner;
         match reject {
+            // Only existing nodes reject for this (explained with them below).
+            Reject::ConsolidateAfter => format!("nodepool {name}: consolidateAfter window"),
             Reject::Unusable => format!(
                 "nodepool {name}: {}",
                 pool.unusable.clone().unwrap_or_default()
@@ -292,6 +294,10 @@ impl Engine {
                     Reject::Topology(g) => self.explain_topology(g, pod, &d, "topology"),
                     Reject::HostPort(p) => format!("host port {} in use", p.port),
                     Reject::Volume(v) => v,
+                    Reject::ConsolidateAfter => {
+                        "under its NodePool's consolidateAfter window, it takes no moved pods"
+                            .to_string()
+                    }
                     _ => String::new(),
                 };
                 if !text.is_empty() {

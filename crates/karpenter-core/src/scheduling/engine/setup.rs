@@ -303,6 +303,7 @@ impl Engine {
                 taint_set,
                 bound_counts: Vec::new(),
                 gone: false,
+                under_consolidate_after: n.under_consolidate_after,
             });
             let _ = n.capacity.len();
         }
@@ -334,6 +335,7 @@ impl Engine {
             hostname_counter: 0,
             keys,
             touched: None,
+            moved_pods_from: input.moved_pods_from.unwrap_or(usize::MAX),
         };
         let bound_counts = engine.build_topology(shapes, &nodes, &bound);
         for (node, counts) in nodes.iter_mut().zip(bound_counts) {
