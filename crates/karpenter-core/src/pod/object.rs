@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::api::core::v1::{
-    Affinity, ContainerPort, PodCondition, PodSchedulingGate, ResourceRequirements, Toleration,
-    TopologySpreadConstraint, Volume,
+    Affinity, ContainerPort, PodCondition, PodResourceClaim, PodSchedulingGate,
+    ResourceRequirements, Toleration, TopologySpreadConstraint, Volume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -59,6 +59,9 @@ pub struct PodSpec {
     pub priority: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
+    /// Dynamic Resource Allocation claims: such pods are not provisioned for (no DRA allocator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_claims: Option<Vec<PodResourceClaim>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -177,6 +180,7 @@ impl From<k8s::PodSpec> for PodSpec {
             preemption_policy: spec.preemption_policy,
             priority: spec.priority,
             priority_class_name: spec.priority_class_name,
+            resource_claims: spec.resource_claims,
             resources: spec.resources,
             runtime_class_name: spec.runtime_class_name,
             scheduler_name: spec.scheduler_name,

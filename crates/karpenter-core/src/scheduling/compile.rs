@@ -395,6 +395,10 @@ fn checked_reqs(
     Ok(reqs)
 }
 
+/// Why a pod with `spec.resourceClaims` is not provisioned for (upstream's `DRAError` text).
+pub const DRA_UNSUPPORTED: &str =
+    "pod has Dynamic Resource Allocation requirements that are not yet supported by Karpenter";
+
 pub(crate) fn compile_pod(pod: &Pod, ctx: &CompileContext, interner: &mut Interner) -> PodInfo {
     let (namespace, _) = pod_key(pod);
     let mut info = PodInfo {
@@ -416,6 +420,11 @@ pub(crate) fn compile_pod(pod: &Pod, ctx: &CompileContext, interner: &mut Intern
     let Some(spec) = pod.spec.as_ref() else {
         return info;
     };
+    // Upstream's default (`--ignore-dra-requests=true`), and karpenter-rs has no DRA allocator:
+    // a node launched for such a pod could not prove it gets the devices the claims ask for.
+    if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) && info.invalid.is_none() {
+        info.invalid = Some(DRA_UNSUPPORTED.to_string());
+    }
     info.tolerations = spec.tolerations.clone().unwrap_or_default();
     let mut problems = Vec::new();
     if let Some(sel) = &spec.node_selector {

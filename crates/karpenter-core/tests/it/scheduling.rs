@@ -1221,3 +1221,65 @@ fn not_launch_nodes_for_invalid_volume_claims() {
     }
     assert!(scheduled(&r, 5), "valid pods still schedule");
 }
+
+/// A pod asking for a Dynamic Resource Allocation claim.
+fn with_resource_claim(p: P) -> karpenter_core::pod::Pod {
+    let mut pod = p.build();
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.resource_claims = Some(vec![k8s_openapi::api::core::v1::PodResourceClaim {
+            name: "gpu".into(),
+            resource_claim_template_name: Some("one-gpu".into()),
+            ..Default::default()
+        }]);
+    }
+    pod
+}
+
+#[test]
+fn pods_with_resource_claims_are_not_provisioned_for_and_say_why() {
+    let node = existing_node(
+        "n1",
+        &[],
+        &[("cpu", "4"), ("memory", "4Gi"), ("pods", "10")],
+    );
+    let input = SchedulerInput {
+        node_pools: vec![pool("default")],
+        existing_nodes: vec![node],
+        ..Default::default()
+    };
+    let r = solve_input(
+        input,
+        &[
+            with_resource_claim(pod().requests(&[("cpu", "1")])),
+            pod().requests(&[("cpu", "1")]).build(),
+        ],
+    );
+    assert!(
+        !scheduled(&r, 0),
+        "not on a new NodeClaim nor the existing node"
+    );
+    assert_eq!(
+        explanation(&r, 0),
+        "pod has Dynamic Resource Allocation requirements that are not yet supported by Karpenter"
+    );
+    assert!(scheduled(&r, 1), "the other pod is placed as usual");
+    assert!(r.new_node_claims.is_empty());
+}
+
+#[test]
+fn daemonsets_with_resource_claims_add_no_overhead() {
+    // As upstream with DRA ignored: such a daemonset's pods are not expected on new nodes.
+    let node = existing_node(
+        "n1",
+        &[],
+        &[("cpu", "4"), ("memory", "4Gi"), ("pods", "10")],
+    );
+    let input = SchedulerInput {
+        node_pools: vec![],
+        existing_nodes: vec![node],
+        daemonsets: vec![with_resource_claim(pod().requests(&[("cpu", "2")]))],
+        ..Default::default()
+    };
+    let r = solve_input(input, &pods(vec![pod().requests(&[("cpu", "3.5")])]));
+    assert!(scheduled(&r, 0), "{}", explanation(&r, 0));
+}
