@@ -11,7 +11,7 @@ use crate::resources::{self, Quantity, QuantityError, ResourceList};
 
 mod object;
 
-pub use object::{Container, Pod, PodSpec, PodStatus};
+pub use object::{Container, Pod, PodSpec, PodStatus, Volume};
 
 /// A pod's quantities could not be read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

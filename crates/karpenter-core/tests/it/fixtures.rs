@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PersistentVolumeSpec,
     PodAffinity, PodAffinityTerm, PodAntiAffinity, PreferredSchedulingTerm, ResourceRequirements,
     Taint, Toleration, TopologySelectorLabelRequirement, TopologySelectorTerm,
-    TopologySpreadConstraint, Volume, VolumeNodeAffinity, WeightedPodAffinityTerm,
+    TopologySpreadConstraint, VolumeNodeAffinity, WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use karpenter_api::v1::NodeSelectorRequirementWithMinValues;
 use karpenter_core::instance_type::{InstanceType, Offering, Overhead};
-use karpenter_core::pod::{Container, Pod, PodSpec, PodStatus};
+use karpenter_core::pod::{Container, Pod, PodSpec, PodStatus, Volume};
 use karpenter_core::resources::{Quantity, ResourceList};
 use karpenter_core::scheduling::{
     ExistingNode, Scheduler, SchedulerInput, SchedulingNodePool, SchedulingResults,

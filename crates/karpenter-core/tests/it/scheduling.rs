@@ -1137,15 +1137,18 @@ fn volume_usage_launches_multiple_nodes_if_required_by_volume_limits() {
 #[test]
 fn volume_usage_does_not_fail_for_nfs_volumes() {
     let mut p = pod().build();
-    p.spec.as_mut().unwrap().volumes = Some(vec![k8s_openapi::api::core::v1::Volume {
-        name: "nfs".into(),
-        nfs: Some(k8s_openapi::api::core::v1::NFSVolumeSource {
-            server: "fs".into(),
-            path: "/".into(),
-            read_only: None,
-        }),
-        ..Default::default()
-    }]);
+    p.spec.as_mut().unwrap().volumes = Some(vec![
+        k8s_openapi::api::core::v1::Volume {
+            name: "nfs".into(),
+            nfs: Some(k8s_openapi::api::core::v1::NFSVolumeSource {
+                server: "fs".into(),
+                path: "/".into(),
+                read_only: None,
+            }),
+            ..Default::default()
+        }
+        .into(),
+    ]);
     let r = solve(vec![pool("default")], &[p]);
     assert!(scheduled(&r, 0), "{}", explanation(&r, 0));
 }

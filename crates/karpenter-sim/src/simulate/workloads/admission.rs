@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, PersistentVolumeClaimStatus, PersistentVolumeClaimVolumeSource,
-    Toleration, Volume,
+    Toleration,
 };
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use karpenter_core::pod::PodSpec;
+use karpenter_core::pod::{PodSpec, Volume};
 
 use super::Finding;
 
