@@ -21,7 +21,7 @@ use karpenter_api::v1::{
 use karpenter_api::well_known::NODEPOOL_LABEL;
 use karpenter_core::disruption::ProviderDrift;
 use karpenter_core::disruption::candidates::{DisruptionClass, candidates};
-use karpenter_core::disruption::drift::drift_reason;
+use karpenter_core::disruption::drift::{DriftContext, drift_reason};
 use karpenter_core::disruption::emptiness::consolidation_block;
 use karpenter_core::instance_type::InstanceType;
 use karpenter_kube::{is_conflict, is_not_found};
@@ -74,8 +74,10 @@ pub async fn update_consolidatable(
 /// method does.
 pub fn drifted_changes(
     ctx: &Context,
+    instance_types: &BTreeMap<String, Vec<Arc<InstanceType>>>,
     provider_drift: &ProviderDrift,
 ) -> Vec<(String, Option<String>)> {
+    let now = ctx.now();
     let state = ctx.state.read();
     let mut out = Vec::new();
     for joined in state.state_nodes() {
@@ -100,7 +102,12 @@ pub fn drifted_changes(
             if let Some(node) = joined.node {
                 labels.extend(node.labels().iter().map(|(k, v)| (k.clone(), v.clone())));
             }
-            drift_reason(claim, &labels, pool, provider_drift)
+            let context = DriftContext {
+                provider_drift,
+                instance_types: instance_types.get(&pool.name_any()).map(Vec::as_slice),
+                now,
+            };
+            drift_reason(claim, &labels, pool, context)
         } else {
             None
         };
@@ -120,8 +127,12 @@ pub fn drifted_changes(
 }
 
 /// Writes the `Drifted` changes (see [`drifted_changes`]).
-pub async fn update_drifted(ctx: &Context, provider_drift: &ProviderDrift) {
-    for (name, reason) in drifted_changes(ctx, provider_drift) {
+pub async fn update_drifted(
+    ctx: &Context,
+    instance_types: &BTreeMap<String, Vec<Arc<InstanceType>>>,
+    provider_drift: &ProviderDrift,
+) {
+    for (name, reason) in drifted_changes(ctx, instance_types, provider_drift) {
         write_condition(ctx, &name, NODECLAIM_CONDITION_DRIFTED, reason).await;
     }
 }

@@ -157,7 +157,7 @@ async fn tick(
     let types = pass::instance_types(ctx).await;
     let drift = pass::provider_drift(ctx).await;
     conditions::update_consolidatable(ctx, &types).await;
-    conditions::update_drifted(ctx, &drift).await;
+    conditions::update_drifted(ctx, &types, &drift).await;
     if let Some(why) = pass::busy_provisioning(ctx) {
         tracing::debug!(reason = %why, "waiting for provisioning before disrupting");
         outcome.skipped = Some(why);

@@ -181,6 +181,17 @@ pub struct DisruptionInput<'a> {
     pub now: Timestamp,
 }
 
+impl<'a> DisruptionInput<'a> {
+    /// What drift of a node of `nodepool` is judged against in this pass.
+    pub fn drift_context(&self, nodepool: &str) -> super::drift::DriftContext<'a> {
+        super::drift::DriftContext {
+            provider_drift: self.provider_drift,
+            instance_types: self.instance_types.get(nodepool).map(Vec::as_slice),
+            now: self.now,
+        }
+    }
+}
+
 /// The outcome of one pass of the disruption loop.
 #[derive(Clone, Debug, Default)]
 pub struct Pass {

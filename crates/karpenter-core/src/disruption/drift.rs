@@ -11,12 +11,14 @@
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_DRIFTED};
 use karpenter_api::well_known::{
+    CAPACITY_TYPE_LABEL, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, INSTANCE_TYPE_LABEL,
     NODEPOOL_HASH_ANNOTATION, NODEPOOL_HASH_VERSION, NODEPOOL_HASH_VERSION_ANNOTATION,
-    NODEPOOL_LABEL,
+    NODEPOOL_LABEL, ZONE_LABEL,
 };
 use karpenter_api::{NodeClaim, NodePool};
 use kube_core::ResourceExt;
@@ -25,6 +27,7 @@ use super::budgets::{BudgetMapping, DisruptionReason};
 use super::candidates::{BlockReason, Candidate, DisruptionClass, Rejection, candidates};
 use super::command::{Command, DisruptedNode, DisruptionInput, Method, ProviderDrift};
 use super::simulate::Simulator;
+use crate::instance_type::InstanceType;
 use crate::nodepool::{hash::template_hash, static_replicas};
 use crate::provisioning::nodeclaim;
 use crate::requirements::Requirement;
@@ -34,23 +37,36 @@ pub const NODEPOOL_DRIFTED: &str = "NodePoolDrifted";
 /// The NodeClaim's labels no longer satisfy the NodePool's requirements.
 pub const REQUIREMENTS_DRIFTED: &str = "RequirementsDrifted";
 
-/// Why `claim` is drifted from `pool`, if it is: the NodePool hash first, then the NodePool's
-/// requirements against the NodeClaim's labels, then the provider's verdict (`AMIDrift`, …).
-pub fn drifted(
-    claim: &NodeClaim,
-    pool: &NodePool,
-    provider_drift: &ProviderDrift,
-) -> Option<String> {
-    drift_reason(claim, claim.labels(), pool, provider_drift)
+/// The node's instance type, or the offering it runs on, is no longer offered for its NodePool.
+pub const INSTANCE_TYPE_NOT_FOUND: &str = "InstanceTypeNotFound";
+/// Upstream looks for instance-type drift only on NodeClaims older than this: a new NodeClaim's
+/// type may not be in a catalogue refreshed before it launched.
+pub const INSTANCE_TYPE_DRIFT_MIN_AGE: SignedDuration = SignedDuration::from_hours(1);
+
+/// What drift is judged against besides the NodeClaim and its NodePool.
+#[derive(Clone, Copy, Debug)]
+pub struct DriftContext<'a> {
+    pub provider_drift: &'a ProviderDrift,
+    /// The NodePool's instance types as the provider offers them now; `None` (or empty) when
+    /// unknown, e.g. its NodeClass is not ready: then nothing is instance-type drifted.
+    pub instance_types: Option<&'a [Arc<InstanceType>]>,
+    pub now: Timestamp,
 }
 
-/// [`drifted`] with the labels to check the requirements against (the Node's labels over the
-/// NodeClaim's, when the Node exists: they are what the workloads see).
+/// Why `claim` is drifted from `pool`, if it is: the NodePool hash first, then the NodePool's
+/// requirements against the NodeClaim's labels, then its instance type and offering, then the
+/// provider's verdict (`AMIDrift`, …).
+pub fn drifted(claim: &NodeClaim, pool: &NodePool, context: DriftContext<'_>) -> Option<String> {
+    drift_reason(claim, claim.labels(), pool, context)
+}
+
+/// [`drifted`] with the labels to check against (the Node's labels over the NodeClaim's, when the
+/// Node exists: they are what the workloads see).
 pub fn drift_reason(
     claim: &NodeClaim,
     labels: &BTreeMap<String, String>,
     pool: &NodePool,
-    provider_drift: &ProviderDrift,
+    context: DriftContext<'_>,
 ) -> Option<String> {
     if hash_drifted(claim, pool) {
         return Some(NODEPOOL_DRIFTED.to_string());
@@ -58,7 +74,50 @@ pub fn drift_reason(
     if requirements_drifted(labels, pool) {
         return Some(REQUIREMENTS_DRIFTED.to_string());
     }
-    provider_drift.get(&claim.name_any()).cloned()
+    if instance_type_drifted(claim, labels, context) {
+        return Some(INSTANCE_TYPE_NOT_FOUND.to_string());
+    }
+    context.provider_drift.get(&claim.name_any()).cloned()
+}
+
+/// Upstream's instance-type drift, for NodeClaims older than [`INSTANCE_TYPE_DRIFT_MIN_AGE`]:
+/// the instance-type label is missing, the type is no longer offered for the pool, or none of
+/// its offerings matches the node's zone and capacity type (a `reserved` node also matches an
+/// `on-demand` offering: a reservation that ended leaves an on-demand instance). Availability
+/// is not asked: a spot pool short of capacity is not a reason to replace its nodes.
+fn instance_type_drifted(
+    claim: &NodeClaim,
+    labels: &BTreeMap<String, String>,
+    context: DriftContext<'_>,
+) -> bool {
+    let Some(types) = context.instance_types.filter(|t| !t.is_empty()) else {
+        return false;
+    };
+    let Some(created) = claim.metadata.creation_timestamp.as_ref() else {
+        return false;
+    };
+    if context.now.duration_since(created.0) < INSTANCE_TYPE_DRIFT_MIN_AGE {
+        return false;
+    }
+    let Some(name) = labels.get(INSTANCE_TYPE_LABEL) else {
+        return true;
+    };
+    let Some(instance_type) = types.iter().find(|t| &t.name == name) else {
+        return true;
+    };
+    let zone = labels.get(ZONE_LABEL);
+    let capacity_type = labels.get(CAPACITY_TYPE_LABEL).map(String::as_str);
+    !instance_type.offerings.iter().any(|o| {
+        zone.is_none_or(|z| *z == o.zone)
+            && match capacity_type {
+                None => true,
+                Some(CAPACITY_TYPE_RESERVED) => {
+                    o.capacity_type == CAPACITY_TYPE_RESERVED
+                        || o.capacity_type == CAPACITY_TYPE_ON_DEMAND
+                }
+                Some(ct) => o.capacity_type == ct,
+            }
+    })
 }
 
 /// Static drift: both carry the current hash version and the hashes differ. A NodeClaim without
@@ -144,7 +203,7 @@ fn drifted_candidates<'a>(
                 candidate.nodeclaim,
                 &labels,
                 candidate.nodepool,
-                input.provider_drift,
+                input.drift_context(&candidate.nodepool_name()),
             )?;
             let since = candidate
                 .nodeclaim
@@ -307,7 +366,7 @@ pub(crate) fn drift_order<'a>(input: &'a DisruptionInput<'a>) -> Vec<(String, St
                 d.candidate.nodeclaim,
                 &labels,
                 d.candidate.nodepool,
-                input.provider_drift,
+                input.drift_context(&d.candidate.nodepool_name()),
             );
             (d.candidate.name(), reason.unwrap_or_default())
         })

@@ -14,21 +14,38 @@ fn stamped(claim: &mut NodeClaim, hash: &str, version: &str) {
     annotations.insert(NODEPOOL_HASH_VERSION_ANNOTATION.into(), version.into());
 }
 
+/// Provider drift only: no instance types known.
+fn only(provider_drift: &ProviderDrift) -> DriftContext<'_> {
+    DriftContext {
+        provider_drift,
+        instance_types: None,
+        now: crate::disruption::testkit::t0(),
+    }
+}
+
 #[test]
 fn hash_drift_needs_matching_hash_versions() {
     let pool = pool("default", &["on-demand"], json!({}));
     let (mut claim, _) = node("a", "big.8x", "on-demand", "default");
     let none = ProviderDrift::new();
-    assert_eq!(drifted(&claim, &pool, &none), None, "no hash: not drifted");
+    assert_eq!(
+        drifted(&claim, &pool, only(&none)),
+        None,
+        "no hash: not drifted"
+    );
     stamped(&mut claim, &template_hash(&pool), NODEPOOL_HASH_VERSION);
-    assert_eq!(drifted(&claim, &pool, &none), None, "same hash");
+    assert_eq!(drifted(&claim, &pool, only(&none)), None, "same hash");
     stamped(&mut claim, "stale", NODEPOOL_HASH_VERSION);
     assert_eq!(
-        drifted(&claim, &pool, &none).as_deref(),
+        drifted(&claim, &pool, only(&none)).as_deref(),
         Some(NODEPOOL_DRIFTED)
     );
     stamped(&mut claim, "stale", "v0");
-    assert_eq!(drifted(&claim, &pool, &none), None, "other hash version");
+    assert_eq!(
+        drifted(&claim, &pool, only(&none)),
+        None,
+        "other hash version"
+    );
 }
 
 #[test]
@@ -37,15 +54,15 @@ fn requirement_drift_comes_before_provider_drift() {
     let (claim, _) = node("a", "big.8x", "spot", "default");
     let provider = ProviderDrift::from([("a-claim".to_string(), "AMIDrift".to_string())]);
     assert_eq!(
-        drifted(&claim, &pool, &provider).as_deref(),
+        drifted(&claim, &pool, only(&provider)).as_deref(),
         Some(REQUIREMENTS_DRIFTED)
     );
     let (claim, _) = node("a", "big.8x", "on-demand", "default");
     assert_eq!(
-        drifted(&claim, &pool, &provider).as_deref(),
+        drifted(&claim, &pool, only(&provider)).as_deref(),
         Some("AMIDrift")
     );
-    assert_eq!(drifted(&claim, &pool, &ProviderDrift::new()), None);
+    assert_eq!(drifted(&claim, &pool, only(&ProviderDrift::new())), None);
 }
 
 fn drifted_world(budget: &str) -> World {
@@ -197,5 +214,90 @@ fn static_drift_replaces_one_for_one_from_the_template() {
             .get(NODEPOOL_LABEL)
             .map(String::as_str),
         Some("fixed")
+    );
+}
+
+/// A NodeClaim of `size` and `capacity_type` created at t0, judged `hours` later against `types`.
+fn instance_type_drift(
+    size: &str,
+    capacity_type: &str,
+    hours: i64,
+    types: &[Arc<InstanceType>],
+) -> Option<String> {
+    use crate::disruption::testkit::t0;
+    let pool = pool("default", &["on-demand", "spot", "reserved"], json!({}));
+    let (mut claim, _) = node("a", size, capacity_type, "default");
+    claim.metadata.creation_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t0()));
+    let none = ProviderDrift::new();
+    let context = DriftContext {
+        provider_drift: &none,
+        instance_types: Some(types),
+        now: t0().checked_add(SignedDuration::from_hours(hours)).unwrap(),
+    };
+    drifted(&claim, &pool, context)
+}
+
+#[test]
+fn a_node_whose_instance_type_is_no_longer_offered_drifts_after_an_hour() {
+    let sizes = crate::disruption::testkit::sizes();
+    let without_big: Vec<Arc<InstanceType>> = sizes
+        .iter()
+        .filter(|t| t.name != "big.8x")
+        .cloned()
+        .collect();
+    assert_eq!(instance_type_drift("big.8x", "on-demand", 2, &sizes), None);
+    assert_eq!(
+        instance_type_drift("big.8x", "on-demand", 2, &without_big).as_deref(),
+        Some(INSTANCE_TYPE_NOT_FOUND)
+    );
+    assert_eq!(
+        instance_type_drift("big.8x", "on-demand", 0, &without_big),
+        None,
+        "younger than an hour: the catalogue may predate it"
+    );
+    assert_eq!(
+        instance_type_drift("big.8x", "on-demand", 2, &[]),
+        None,
+        "no types known (NodeClass not ready): nothing drifts"
+    );
+}
+
+#[test]
+fn a_node_whose_offering_is_gone_drifts_but_a_reserved_one_may_run_on_demand() {
+    // The test catalogue offers on-demand and spot in one zone: no reserved offering.
+    let sizes = crate::disruption::testkit::sizes();
+    assert_eq!(instance_type_drift("small.2x", "spot", 2, &sizes), None);
+    assert_eq!(
+        instance_type_drift("small.2x", "reserved", 2, &sizes),
+        None,
+        "a reservation that ended leaves an on-demand instance"
+    );
+    let spot_gone: Vec<Arc<InstanceType>> = sizes
+        .iter()
+        .map(|t| {
+            let mut t = (**t).clone();
+            t.offerings.retain(|o| o.capacity_type != "spot");
+            Arc::new(t)
+        })
+        .collect();
+    assert_eq!(
+        instance_type_drift("small.2x", "spot", 2, &spot_gone).as_deref(),
+        Some(INSTANCE_TYPE_NOT_FOUND)
+    );
+    let elsewhere: Vec<Arc<InstanceType>> = sizes
+        .iter()
+        .map(|t| {
+            let mut t = (**t).clone();
+            for o in &mut t.offerings {
+                o.zone = "test-1b".into();
+            }
+            Arc::new(t)
+        })
+        .collect();
+    assert_eq!(
+        instance_type_drift("small.2x", "on-demand", 2, &elsewhere).as_deref(),
+        Some(INSTANCE_TYPE_NOT_FOUND),
+        "no offering in the node's zone"
     );
 }
