@@ -396,7 +396,7 @@ fn checked_reqs(
 }
 
 /// Why a pod with `spec.resourceClaims` is not provisioned for (upstream's `DRAError` text).
-pub const DRA_UNSUPPORTED: &str =
+pub(crate) const DRA_UNSUPPORTED: &str =
     "pod has Dynamic Resource Allocation requirements that are not yet supported by Karpenter";
 
 pub(crate) fn compile_pod(pod: &Pod, ctx: &CompileContext, interner: &mut Interner) -> PodInfo {
