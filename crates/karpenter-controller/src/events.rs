@@ -41,6 +41,9 @@ pub const REASON_DISRUPTION_LAUNCHING: &str = "DisruptionLaunching";
 pub const REASON_DISRUPTION_WAITING_READINESS: &str = "DisruptionWaitingReadiness";
 pub const REASON_DISRUPTION_TERMINATING: &str = "DisruptionTerminating";
 pub const REASON_NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
+/// On a pod whose `karpenter.sh/do-not-disrupt` is neither `"true"` nor a positive duration, so it
+/// protects nothing.
+pub const REASON_INVALID_DO_NOT_DISRUPT: &str = "InvalidDoNotDisrupt";
 
 const COMPONENT: &str = "karpenter";
 const KEEP_IN_MEMORY: usize = 1000;

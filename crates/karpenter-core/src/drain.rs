@@ -176,7 +176,7 @@ pub fn plan(pods: &[&Pod], now: Timestamp, deadline: Option<Timestamp>) -> Drain
         .into_iter()
         .filter(|p| Some(tier(p)) == out.tier && !is_terminating(p))
     {
-        if has_do_not_disrupt(pod) {
+        if has_do_not_disrupt(pod, now) {
             out.do_not_disrupt += 1;
         } else {
             out.actions.push(action(pod, Action::Evict));

@@ -136,8 +136,13 @@ pub(crate) fn compute_status(
 }
 
 /// Decides an eviction given the PDBs that select the pod, each with its current status.
+/// The API server's rules (`pkg/registry/core/pod/storage/eviction.go`): a pod that is
+/// finished, pending or already being deleted ignores its PDBs (`canIgnorePDB`); more than one PDB
+/// is an error; a pod that is not Ready may go when its PDB says `AlwaysAllow`, or (the default
+/// `IfHealthyBudget`) while the budget is otherwise met; else the budget must allow a disruption.
 pub(crate) fn check_eviction(pod: &Value, budgets: &[(&Value, PdbStatus)]) -> Result<(), ApiError> {
-    if is_terminating(pod) || is_terminal_pod(pod) {
+    let pending = pod.pointer("/status/phase").and_then(Value::as_str) == Some("Pending");
+    if is_terminating(pod) || is_terminal_pod(pod) || pending {
         return Ok(());
     }
     let (pdb, status) = match budgets {
@@ -264,5 +269,14 @@ mod tests {
         assert!(check_eviction(&pod("c", false), &[(&budget, short)]).is_err());
         let always = pdb(json!({"minAvailable": 2, "unhealthyPodEvictionPolicy": "AlwaysAllow"}));
         assert!(check_eviction(&pod("c", false), &[(&always, short)]).is_ok());
+        // AlwaysAllow lets only unready pods through a budget that allows nothing.
+        assert_eq!(
+            check_eviction(&healthy, &[(&always, blocked)]).map_err(|e| e.code),
+            Err(429)
+        );
+        // A pending pod ignores its PDB, as the API server's `canIgnorePDB` says.
+        let mut pending = pod("p", false);
+        pending["status"]["phase"] = json!("Pending");
+        assert!(check_eviction(&pending, &[(&budget, short)]).is_ok());
     }
 }

@@ -97,7 +97,7 @@ impl InFlight {
 /// Runs the loop until `shutdown` turns true. Only the leader acts.
 pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     let mut in_flight = InFlight::default();
-    let mut blocked = pass::BlockedEvents::default();
+    let mut notices = Notices::default();
     let mut holds = repair::RepairHolds::default();
     let mut leadership = ctx.leadership();
     let mut next = tokio::time::Instant::now();
@@ -121,7 +121,7 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
             }
             () = tokio::time::sleep_until(next) => {
                 let wait = if ctx.is_leader() && ctx.state.read().synced() {
-                    let (outcome, wait) = tick(&ctx, &mut in_flight, &mut blocked, &mut holds, &mut shutdown).await;
+                    let (outcome, wait) = tick(&ctx, &mut in_flight, &mut notices, &mut holds, &mut shutdown).await;
                     if outcome.started > 0 {
                         tracing::debug!(?outcome, "disruption pass");
                     }
@@ -136,11 +136,18 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     in_flight.abort_all(&ctx);
 }
 
+/// What the loop remembers between passes so each event is published once.
+#[derive(Debug, Default)]
+struct Notices {
+    blocked: pass::BlockedEvents,
+    invalid: pass::InvalidDoNotDisruptEvents,
+}
+
 /// One tick of the loop (see the module docs); returns what it did and how long to wait.
 async fn tick(
     ctx: &Arc<Context>,
     in_flight: &mut InFlight,
-    blocked: &mut pass::BlockedEvents,
+    notices: &mut Notices,
     holds: &mut repair::RepairHolds,
     shutdown: &mut watch::Receiver<bool>,
 ) -> (TickOutcome, Duration) {
@@ -167,10 +174,19 @@ async fn tick(
     let decided = pass::decide_now(ctx, &types, &drift);
     let mut events = pass::record_metrics(ctx, &decided, &types, started.elapsed());
     events.extend(pass::record_moves(ctx, &decided));
+    events.extend(notices.invalid.fresh(ctx));
     for event in events {
         ctx.events.publish(event).await;
     }
-    blocked.publish(ctx, &decided.blocked).await;
+    notices.blocked.publish(ctx, &decided.blocked).await;
+    // A node held by a do-not-disrupt duration (or consolidateAfter) is looked at again the
+    // moment it frees, not up to a poll period later.
+    if let Some(at) = pass::next_unblock(&decided) {
+        let until = at.duration_since(ctx.now());
+        if until.is_positive() {
+            wait = wait.min(until.unsigned_abs().max(Duration::from_millis(100)));
+        }
+    }
     let Some(method) = decided.method else {
         return (outcome, wait);
     };

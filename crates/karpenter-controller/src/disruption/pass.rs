@@ -19,7 +19,8 @@ use kube::ResourceExt;
 use crate::context::Context;
 use crate::events::{
     EventRecord, EventType, REASON_CONSOLIDATION_APPROVED, REASON_CONSOLIDATION_CANDIDATE,
-    REASON_CONSOLIDATION_REJECTED, REASON_DISRUPTION_BLOCKED, REASON_UNCONSOLIDATABLE,
+    REASON_CONSOLIDATION_REJECTED, REASON_DISRUPTION_BLOCKED, REASON_INVALID_DO_NOT_DISRUPT,
+    REASON_UNCONSOLIDATABLE,
 };
 use crate::metrics::{
     ConsolidationMoveLabels, ConsolidationTypeLabels, DisruptionMethodLabels,
@@ -426,6 +427,43 @@ impl BlockedEvents {
             ctx.events.publish(record).await;
         }
     }
+}
+
+/// `InvalidDoNotDisrupt` warnings on pods whose `karpenter.sh/do-not-disrupt` value is ignored
+/// (core says why), once per pod and value: a pod is warned again only when its value changes.
+#[derive(Debug, Default)]
+pub struct InvalidDoNotDisruptEvents {
+    last: HashMap<String, String>,
+}
+
+impl InvalidDoNotDisruptEvents {
+    /// The events to publish for the pods in the state now (and forgets pods no longer invalid).
+    pub fn fresh(&mut self, ctx: &Context) -> Vec<EventRecord> {
+        let state = ctx.state.read();
+        let invalid = karpenter_core::pod::invalid_do_not_disrupt(state.pods());
+        let mut now_invalid = HashMap::with_capacity(invalid.len());
+        let mut out = Vec::new();
+        for (pod, why) in invalid {
+            let key = karpenter_core::pod::key(pod);
+            if self.last.get(&key) != Some(&why) {
+                out.push(EventRecord::new(
+                    pod,
+                    EventType::Warning,
+                    REASON_INVALID_DO_NOT_DISRUPT,
+                    why.clone(),
+                ));
+            }
+            now_invalid.insert(key, why);
+        }
+        self.last = now_invalid;
+        out
+    }
+}
+
+/// The earliest instant a node blocked now frees itself (a do-not-disrupt duration running out,
+/// `consolidateAfter` passing), so the loop looks again then rather than at its next poll.
+pub fn next_unblock(pass: &Pass) -> Option<jiff::Timestamp> {
+    pass.blocked.iter().filter_map(|r| r.reason.frees_at()).min()
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_DISRUPTION_REASON};
 use karpenter_controller::disruption::queue::{self, CommandError, has_disrupted_taint};
 use karpenter_controller::events::{
     REASON_CONSOLIDATION_APPROVED, REASON_CONSOLIDATION_REJECTED, REASON_DISRUPTION_BLOCKED,
-    REASON_DISRUPTION_TERMINATING,
+    REASON_DISRUPTION_TERMINATING, REASON_INVALID_DO_NOT_DISRUPT,
 };
 use karpenter_controller::provisioning::CoreScheduler;
 use karpenter_core::disruption::{Command, DisruptedNode, DisruptionReason, Method};
@@ -236,6 +236,106 @@ async fn a_do_not_disrupt_pod_holds_its_node() {
                 && e.message.contains("default/precious")
                 && e.message.contains("do-not-disrupt")),
         "{blocked:?}"
+    );
+    controller.stop().await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_do_not_disrupt_duration_holds_its_node_until_it_runs_out() {
+    let cluster = SimCluster::new().await;
+    put_pool(
+        &cluster,
+        json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"}),
+    );
+    let controller = cluster.start_controller().await;
+    let held = ready_node(&cluster, "held", json!({})).await;
+    cluster
+        .bound_pod(
+            "precious",
+            &held,
+            json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "2m"}},
+                   "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}]}}),
+        )
+        .await;
+    let started = cluster.now();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(exists::<NodeClaim>(&cluster, "held"));
+    let names_the_pod_and_instant = |e: &&karpenter_controller::events::EventRecord| {
+        e.message.contains("default/precious") && e.message.contains("frees the node at")
+    };
+    let blocked = controller.ctx.events.with_reason(REASON_DISRUPTION_BLOCKED);
+    assert!(
+        events_on(&blocked, "Node", &held)
+            .iter()
+            .any(names_the_pod_and_instant),
+        "{blocked:?}"
+    );
+    // Once the two minutes from the pod's start have passed, the annotation no longer holds the
+    // node: it is disrupted, or held for another reason.
+    cluster
+        .eventually(
+            "the duration no longer holds the node",
+            Duration::from_secs(120),
+            || {
+                let blocked = controller.ctx.events.with_reason(REASON_DISRUPTION_BLOCKED);
+                let other_reason = events_on(&blocked, "Node", &held)
+                    .last()
+                    .is_some_and(|e| !e.message.contains("do-not-disrupt"));
+                (other_reason || !exists::<NodeClaim>(&cluster, "held")).then_some(())
+            },
+        )
+        .await;
+    assert!(cluster.now().duration_since(started) >= jiff::SignedDuration::from_secs(110));
+    controller.stop().await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_invalid_do_not_disrupt_value_is_ignored_and_said_on_the_pod() {
+    let cluster = SimCluster::new().await;
+    put_pool(
+        &cluster,
+        json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"}),
+    );
+    let controller = cluster.start_controller().await;
+    let node = ready_node(&cluster, "careless", json!({})).await;
+    cluster
+        .bound_pod(
+            "sloppy",
+            &node,
+            json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "soon"}},
+                   "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}]}}),
+        )
+        .await;
+    cluster
+        .eventually(
+            "a warning on the pod",
+            Duration::from_secs(60),
+            || {
+                let warned = controller
+                    .ctx
+                    .events
+                    .with_reason(REASON_INVALID_DO_NOT_DISRUPT);
+                events_on(&warned, "Pod", "sloppy")
+                    .iter()
+                    .any(|e| e.message.contains("\"soon\""))
+                    .then_some(())
+            },
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let warned = controller
+        .ctx
+        .events
+        .with_reason(REASON_INVALID_DO_NOT_DISRUPT);
+    assert_eq!(events_on(&warned, "Pod", "sloppy").len(), 1, "said once");
+    let blocked = controller.ctx.events.with_reason(REASON_DISRUPTION_BLOCKED);
+    assert!(
+        !events_on(&blocked, "Node", &node)
+            .iter()
+            .any(|e| e.message.contains("do-not-disrupt")),
+        "an invalid value holds nothing: {blocked:?}"
     );
     controller.stop().await;
     cluster.shutdown().await;

@@ -22,7 +22,9 @@ use kube_core::ResourceExt;
 use crate::drain::tolerates_disruption;
 use crate::instance_type::InstanceType;
 use crate::pod;
-use crate::provisioning::reschedulable::{moves_with_its_node, selects};
+use crate::provisioning::reschedulable::{
+    moves_with_its_node, selects, unhealthy_pod_always_evictable,
+};
 use crate::state::{ClusterState, StateNode, object_key};
 
 /// How a method disrupts, which decides whether pod-level blocks apply (upstream
@@ -162,8 +164,14 @@ pub enum BlockReason {
     NoNodePoolLabel,
     NodePoolNotFound(String),
     NoInstanceTypes(String),
-    /// `namespace/name` of an active pod with `karpenter.sh/do-not-disrupt: "true"`.
-    DoNotDisruptPod(String),
+    /// An active pod whose `karpenter.sh/do-not-disrupt` protects the node now: `"true"` (or a
+    /// duration on a pod not started yet: `until` is `None`), else the pod whose duration runs
+    /// out last and the instant it does (the node is free of such pods from then on).
+    DoNotDisruptPod {
+        /// `namespace/name`.
+        pod: String,
+        until: Option<Timestamp>,
+    },
     /// The pod's only PDB allows no disruption now.
     PdbBlocks {
         pod: String,
@@ -226,6 +234,19 @@ pub enum BlockReason {
     DecisionChanged(String),
 }
 
+impl BlockReason {
+    /// The instant this reason stops holding by itself (a do-not-disrupt duration running out,
+    /// `consolidateAfter` passing), so a loop can look again then instead of at its next poll.
+    pub fn frees_at(&self) -> Option<Timestamp> {
+        match self {
+            Self::DoNotDisruptPod { until, .. } => *until,
+            Self::ConsolidatableAt(at) => Some(*at),
+            Self::NoLongerCandidate(inner) => inner.frees_at(),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for BlockReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -243,12 +264,19 @@ impl fmt::Display for BlockReason {
             Self::NoInstanceTypes(pool) => {
                 write!(f, "NodePool {pool:?} resolved no instance types")
             }
-            Self::DoNotDisruptPod(pod) => {
+            Self::DoNotDisruptPod { pod, until: None } => {
                 write!(
                     f,
                     "pod {pod} has annotation {DO_NOT_DISRUPT_ANNOTATION}=true"
                 )
             }
+            Self::DoNotDisruptPod {
+                pod,
+                until: Some(until),
+            } => write!(
+                f,
+                "pod {pod} has annotation {DO_NOT_DISRUPT_ANNOTATION} with a duration: it frees the node at {until}"
+            ),
             Self::PdbBlocks { pod, pdb } => {
                 write!(f, "pdb {pdb} prevents pod evictions (pod {pod})")
             }
@@ -407,7 +435,7 @@ fn candidate<'a>(
     let pod_blocks_apply =
         !(class == DisruptionClass::Eventual && nodeclaim.spec.termination_grace_period.is_some());
     if pod_blocks_apply {
-        pod_blocks(&pods, pdbs)?;
+        pod_blocks(&pods, pdbs, now)?;
     }
     let instance_type = state_node.label(INSTANCE_TYPE_LABEL);
     let zone = state_node.label(ZONE_LABEL);
@@ -441,14 +469,15 @@ fn is_active(pod: &Pod) -> bool {
 
 /// The first pod that forbids draining the node: an active do-not-disrupt pod (DaemonSet and
 /// static pods included), else an evictable pod whose PDBs refuse its eviction now.
-fn pod_blocks(pods: &[&Pod], pdbs: &[&PodDisruptionBudget]) -> Result<(), BlockReason> {
-    if let Some(pod) = pods
-        .iter()
-        .find(|p| is_active(p) && pod::has_do_not_disrupt(p))
-    {
-        return Err(BlockReason::DoNotDisruptPod(pod::key(pod)));
+fn pod_blocks(
+    pods: &[&Pod],
+    pdbs: &[&PodDisruptionBudget],
+    now: Timestamp,
+) -> Result<(), BlockReason> {
+    if let Some(reason) = do_not_disrupt_block(pods, now) {
+        return Err(reason);
     }
-    for pod in pods.iter().filter(|p| is_evictable(p)) {
+    for pod in pods.iter().filter(|p| is_evictable(p, now)) {
         let matching: Vec<&&PodDisruptionBudget> =
             pdbs.iter().filter(|pdb| selects(pdb, pod)).collect();
         match matching.as_slice() {
@@ -472,35 +501,46 @@ fn pod_blocks(pods: &[&Pod], pdbs: &[&PodDisruptionBudget]) -> Result<(), BlockR
     Ok(())
 }
 
+/// The do-not-disrupt pod that keeps the node longest: one protected for good (the first), else
+/// the one whose duration runs out last, so a method that waits for it waits long enough.
+fn do_not_disrupt_block(pods: &[&Pod], now: Timestamp) -> Option<BlockReason> {
+    let mut latest: Option<(Timestamp, &Pod)> = None;
+    for pod in pods.iter().copied().filter(|p| is_active(p)) {
+        match pod::do_not_disrupt(pod) {
+            pod::DoNotDisrupt::Forever => {
+                return Some(BlockReason::DoNotDisruptPod {
+                    pod: pod::key(pod),
+                    until: None,
+                });
+            }
+            pod::DoNotDisrupt::Until(until) if now < until => {
+                if latest.is_none_or(|(t, _)| until > t) {
+                    latest = Some((until, pod));
+                }
+            }
+            _ => {}
+        }
+    }
+    latest.map(|(until, pod)| BlockReason::DoNotDisruptPod {
+        pod: pod::key(pod),
+        until: Some(until),
+    })
+}
+
 /// A pod the drain would evict through the Eviction API (and so a PDB can hold): active, not
 /// tolerating the disrupted taint, not static, not do-not-disrupt.
-fn is_evictable(pod: &Pod) -> bool {
+fn is_evictable(pod: &Pod, now: Timestamp) -> bool {
     is_active(pod)
         && !tolerates_disruption(pod)
         && !pod::is_owned_by_node(pod)
-        && !pod::has_do_not_disrupt(pod)
+        && !pod::has_do_not_disrupt(pod, now)
 }
 
 /// `disruptionsAllowed > 0`, or the pod is not Ready and the PDB lets unhealthy pods go
 /// (`unhealthyPodEvictionPolicy: AlwaysAllow`).
 fn pdb_allows_eviction(pdb: &PodDisruptionBudget, pod: &Pod) -> bool {
     let allowed = pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed);
-    if allowed > 0 {
-        return true;
-    }
-    let always_allow_unhealthy = pdb
-        .spec
-        .as_ref()
-        .and_then(|s| s.unhealthy_pod_eviction_policy.as_deref())
-        == Some("AlwaysAllow");
-    always_allow_unhealthy && !is_ready(pod)
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    allowed > 0 || unhealthy_pod_always_evictable(pdb, pod)
 }
 
 #[cfg(test)]

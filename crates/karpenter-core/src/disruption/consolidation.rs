@@ -14,7 +14,10 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 
 use karpenter_api::v1::{ConsolidationPolicy, NodeSelectorRequirementWithMinValues};
-use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, ZONE_LABEL};
+use karpenter_api::well_known::{
+    CAPACITY_TYPE_LABEL, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT,
+    ZONE_LABEL,
+};
 use kube_core::ResourceExt;
 
 use super::balanced;
@@ -34,11 +37,12 @@ pub const MIN_SPOT_TO_SPOT_OPTIONS: usize = 15;
 /// Upstream's cap on the candidates one multi-node command considers.
 pub const MAX_MULTI_CANDIDATES: usize = 100;
 
-const SPOT: &str = "spot";
-const ON_DEMAND: &str = "on-demand";
+const SPOT: &str = CAPACITY_TYPE_SPOT;
+const ON_DEMAND: &str = CAPACITY_TYPE_ON_DEMAND;
+const RESERVED: &str = CAPACITY_TYPE_RESERVED;
 /// The capacity type a launch falls back through, cheapest commitment first (upstream
 /// `WorstLaunchPrice`).
-const LAUNCH_ORDER: [&str; 3] = ["reserved", SPOT, ON_DEMAND];
+const LAUNCH_ORDER: [&str; 3] = [RESERVED, SPOT, ON_DEMAND];
 
 /// The candidates consolidation may consider, best savings ratio first; every other node that
 /// is not empty gets its reason in `blocked`.
@@ -223,19 +227,19 @@ pub fn multi_node(
 
 /// Cheap necessary conditions checked before simulating a single candidate, so a pass over a
 /// well-packed cluster does not simulate every node: its pods must fit in the free capacity of
-/// the other nodes (all of it together), or in one instance type other than its own whose
+/// the other nodes (all of it together), or in one instance type (its own included) whose
 /// cheapest offering its NodePool allows is cheaper than the node. Both are upper bounds (pending
 /// pods, daemonsets and pod constraints are ignored), so a candidate they reject would fail the
 /// simulation too.
-struct Bounds<'a> {
+struct Bounds {
     free: BTreeMap<String, Option<ResourceList>>,
     total_free: Option<ResourceList>,
-    /// (instance type name, allocatable, cheapest price the pool allows), over dynamic pools.
-    offers: Vec<(&'a str, ResourceList, f64)>,
+    /// (allocatable, cheapest price the pool allows) of every instance type of dynamic pools.
+    offers: Vec<(ResourceList, f64)>,
 }
 
-impl<'a> Bounds<'a> {
-    fn new(input: &'a DisruptionInput<'a>, simulator: &Simulator<'_>) -> Self {
+impl Bounds {
+    fn new(input: &DisruptionInput<'_>, simulator: &Simulator<'_>) -> Self {
         let free = simulator.free_capacity();
         let total_free = free.values().try_fold(ResourceList::new(), |mut acc, f| {
             acc.add(f.as_ref()?);
@@ -261,7 +265,7 @@ impl<'a> Bounds<'a> {
                     .map(|o| o.price)
                     .min_by(f64::total_cmp);
                 if let Some(price) = cheapest {
-                    offers.push((it.name.as_str(), it.allocatable(), price));
+                    offers.push((it.allocatable(), price));
                 }
             }
         }
@@ -289,12 +293,13 @@ impl<'a> Bounds<'a> {
         if others.fits(&need) {
             return None;
         }
+        // The node's own type stays in: one of its cheaper offerings (spot, a reservation) may
+        // replace it.
         let fitting = self
             .offers
             .iter()
-            .filter(|(name, _, _)| Some(*name) != candidate.instance_type)
-            .filter(|(_, allocatable, _)| allocatable.fits(&need))
-            .map(|(_, _, p)| *p);
+            .filter(|(allocatable, _)| allocatable.fits(&need))
+            .map(|(_, p)| *p);
         let cheapest = fitting.min_by(f64::total_cmp);
         match cheapest {
             Some(cheapest) if cheapest < price => None,
@@ -357,9 +362,10 @@ pub fn compute<'c>(
     })
 }
 
-/// The replacement restricted to options strictly cheaper than `price` (the candidates' total),
-/// never one of the candidates' own instance types, still meeting `minValues`, and with the
-/// capacity-type rules of §4.6 (spot-to-spot behind its gate and, for one node, 15 options).
+/// The replacement restricted to options strictly cheaper than `price` (the candidates' total)
+/// and than the cheapest candidate of the same instance type (upstream
+/// `filterOutSameInstanceType`), still meeting `minValues`, and with the capacity-type rules of
+/// §4.6 (reserved capacity first, spot-to-spot behind its gate and, for one node, 15 options).
 /// Returns it with the worst launch price of its cheapest option.
 fn cheaper_replacement(
     input: &DisruptionInput<'_>,
@@ -372,14 +378,6 @@ fn cheaper_replacement(
         Requirements::from_node_selector_with_min_values(&claim.requirements).unwrap_or_default();
     let capacity_types = requirements.get(&CAPACITY_TYPE_LABEL.to_string());
     let allows = |ct: &str| capacity_types.is_none_or(|r| r.has(&ct.to_string()));
-    let all_spot = candidates.iter().all(|c| c.capacity_type == Some(SPOT));
-    let spot_to_spot = all_spot && allows(SPOT);
-    if spot_to_spot && !input.options.spot_to_spot_consolidation {
-        return Err(BlockReason::SpotToSpotDisabled);
-    }
-    // Prices are judged as spot whenever spot is allowed, so the replacement must launch as
-    // spot: falling back to on-demand could cost more than the candidates.
-    let restrict_to_spot = allows(SPOT) && (spot_to_spot || allows(ON_DEMAND));
     let zones = requirements.get(&ZONE_LABEL.to_string());
     let catalog: BTreeMap<&str, &InstanceType> = input
         .instance_types
@@ -391,36 +389,61 @@ fn cheaper_replacement(
                 .collect()
         })
         .unwrap_or_default();
-    let own_types: BTreeSet<&str> = candidates.iter().filter_map(|c| c.instance_type).collect();
+    let offers = |option: &InstanceTypeOption, ct: &str| -> Vec<f64> {
+        catalog
+            .get(option.name.as_ref())
+            .map(|it| {
+                it.available_offerings()
+                    .filter(|o| zones.is_none_or(|z| z.has(&o.zone)))
+                    .filter(|o| o.capacity_type == ct)
+                    .map(|o| o.price)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // A launch takes reserved capacity whenever one of the options offers it (as the provisioner's
+    // launches do), so such a replacement is priced, and pinned, as reserved only (upstream's
+    // scheduler restricts a NodeClaim holding reservations to them).
+    let reserved_only = allows(RESERVED)
+        && claim
+            .instance_types
+            .iter()
+            .any(|o| !offers(o, RESERVED).is_empty());
+    let all_spot = candidates.iter().all(|c| c.capacity_type == Some(SPOT));
+    let spot_to_spot = !reserved_only && all_spot && allows(SPOT);
+    if spot_to_spot && !input.options.spot_to_spot_consolidation {
+        return Err(BlockReason::SpotToSpotDisabled);
+    }
+    // Prices are judged as spot whenever spot is allowed, so the replacement must launch as
+    // spot: falling back to on-demand could cost more than the candidates.
+    let restrict_to_spot = !reserved_only && allows(SPOT) && (spot_to_spot || allows(ON_DEMAND));
+    let launch_order: &[&str] = if reserved_only {
+        &[RESERVED]
+    } else if restrict_to_spot {
+        &[SPOT]
+    } else {
+        &LAUNCH_ORDER
+    };
     let worst_price = |option: &InstanceTypeOption| -> Option<f64> {
-        let it = catalog.get(option.name.as_ref())?;
-        let compatible = |o: &&crate::instance_type::Offering| {
-            zones.is_none_or(|z| z.has(&o.zone))
-                && allows(&o.capacity_type)
-                && (!restrict_to_spot || o.capacity_type == SPOT)
-        };
-        LAUNCH_ORDER.iter().find_map(|ct| {
-            it.available_offerings()
-                .filter(compatible)
-                .filter(|o| o.capacity_type == *ct)
-                .map(|o| o.price)
-                .max_by(f64::total_cmp)
-        })
+        launch_order
+            .iter()
+            .filter(|ct| allows(ct))
+            .find_map(|ct| offers(option, ct).into_iter().max_by(f64::total_cmp))
     };
     let mut priced: Vec<(InstanceTypeOption, f64)> = claim
         .instance_types
         .iter()
-        .filter(|o| !own_types.contains(o.name.as_ref()))
         .filter_map(|o| Some((o.clone(), worst_price(o)?)))
         .collect();
     priced.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.name.cmp(&b.0.name)));
+    let cap = same_type_price_cap(candidates, claim, price);
     let cheapest_any = priced.first().map(|(_, p)| *p);
     let mut kept: Vec<(InstanceTypeOption, f64)> =
-        priced.into_iter().filter(|(_, p)| *p < price).collect();
+        priced.into_iter().filter(|(_, p)| *p < cap).collect();
     if kept.is_empty() {
         return Err(BlockReason::NoCheaperReplacement {
             cheapest: cheapest_any,
-            price,
+            price: cap,
         });
     }
     let min_values = claim.instance_type_min_values.unwrap_or(0);
@@ -441,7 +464,14 @@ fn cheaper_replacement(
     let cheapest = kept.first().map_or(price, |(_, p)| *p);
     let mut replacement = claim.clone();
     replacement.instance_types = kept.into_iter().map(|(o, _)| o).collect::<Vec<_>>().into();
-    if restrict_to_spot {
+    let pinned = if reserved_only {
+        Some(RESERVED)
+    } else if restrict_to_spot {
+        Some(SPOT)
+    } else {
+        None
+    };
+    if let Some(capacity_type) = pinned {
         replacement
             .requirements
             .retain(|r| r.key != CAPACITY_TYPE_LABEL);
@@ -450,7 +480,7 @@ fn cheaper_replacement(
             .push(NodeSelectorRequirementWithMinValues {
                 key: CAPACITY_TYPE_LABEL.to_string(),
                 operator: "In".to_string(),
-                values: vec![SPOT.to_string()],
+                values: vec![capacity_type.to_string()],
                 min_values: None,
             });
         replacement.requirements.sort_by(|a, b| a.key.cmp(&b.key));
@@ -458,5 +488,25 @@ fn cheaper_replacement(
     Ok((replacement, cheapest))
 }
 
+/// The price every replacement option must be strictly below: the candidates' total, and, when
+/// an option is the instance type of a candidate, that candidate's price (the cheapest such).
+/// Replacing several nodes by one of their own type is deleting all but one of them with more
+/// pods moved, so only a strictly cheaper option is a real replacement (upstream
+/// `filterOutSameInstanceType`); otherwise the search falls back to fewer candidates.
+fn same_type_price_cap(candidates: &[&Candidate<'_>], claim: &NewNodeClaim, price: f64) -> f64 {
+    let options: BTreeSet<&str> = claim
+        .instance_types
+        .iter()
+        .map(|o| o.name.as_ref())
+        .collect();
+    candidates
+        .iter()
+        .filter(|c| c.instance_type.is_some_and(|t| options.contains(t)))
+        .filter_map(|c| c.price)
+        .fold(price, f64::min)
+}
+
+#[cfg(test)]
+mod rules_tests;
 #[cfg(test)]
 mod tests;

@@ -364,7 +364,7 @@ fn check_pass(cluster: &Cluster, world: &World, commands: &[Command]) -> Result<
     let pdb_blocks = cluster.pdb_allowed == Some(0);
     for c in commands.iter().flat_map(|c| &c.candidates) {
         for p in world.state.pods_on_node(&c.name) {
-            if crate::pod::has_do_not_disrupt(p) {
+            if crate::pod::has_do_not_disrupt(p, world.now) {
                 return Err(format!("do-not-disrupt pod on {}", c.name));
             }
             if pdb_blocks && p.labels().get("app").is_some_and(|v| v == "web") {
@@ -508,13 +508,18 @@ fn converge(cluster: &Cluster) -> Result<usize, String> {
                 Method::SingleNodeConsolidation | Method::MultiNodeConsolidation
             ) {
                 for replacement in &command.replacements {
+                    // Its own type only on another, cheaper capacity type (on-demand by spot
+                    // or a reservation): the same offering is never strictly cheaper.
                     let options = requirement_values(replacement, INSTANCE_TYPE_LABEL);
+                    let capacity = requirement_values(replacement, CAPACITY_TYPE_LABEL);
                     for candidate in &command.candidates {
-                        if let Some(own) = &candidate.instance_type
+                        if let (Some(own), Some(ct)) =
+                            (&candidate.instance_type, &candidate.capacity_type)
                             && options.contains(own)
+                            && capacity.contains(ct)
                         {
                             return Err(format!(
-                                "{} replaced by its own type {own}",
+                                "{} replaced by its own offering {own} {ct}",
                                 candidate.name
                             ));
                         }

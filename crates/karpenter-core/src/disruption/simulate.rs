@@ -178,7 +178,7 @@ impl<'a> Simulator<'a> {
             .pods
             .iter()
             .copied()
-            .filter(|p| is_reschedulable(p, &self.pdbs))
+            .filter(|p| is_reschedulable(p, &self.pdbs, self.input.now))
             .filter(|p| {
                 self.input
                     .state

@@ -85,6 +85,17 @@ pub fn node(name: &str, size: &str, capacity_type: &str, pool: &str) -> (NodeCla
         .iter()
         .find(|(n, _, _)| *n == size)
         .map_or("2", |(_, cpu, _)| cpu);
+    node_with_cpu(name, size, cpu, capacity_type, pool)
+}
+
+/// [`node`] of any instance type, `cpu` its allocatable cpu.
+pub fn node_with_cpu(
+    name: &str,
+    size: &str,
+    cpu: &str,
+    capacity_type: &str,
+    pool: &str,
+) -> (NodeClaim, Node) {
     let provider_id = format!("sim://{name}");
     let mut claim = fixtures::nodeclaim(&format!("{name}-claim"), pool, Some(&provider_id), cpu);
     let mut node = fixtures::node(name, Some(pool), &provider_id, cpu);
@@ -134,6 +145,28 @@ impl World {
             drift: ProviderDrift::new(),
             now: t0().checked_add(SignedDuration::from_hours(1)).unwrap(),
         }
+    }
+
+    /// Every pool offers `types` instead of [`sizes`].
+    pub fn with_types(mut self, types: &[Arc<InstanceType>]) -> Self {
+        for offered in self.types.values_mut() {
+            *offered = types.to_vec();
+        }
+        self
+    }
+
+    /// What the nodes cost per hour, by the catalogue's price of each node's offering.
+    pub fn hourly_cost(&self) -> f64 {
+        use super::candidates::OfferingCatalog;
+        self.state
+            .state_nodes()
+            .filter_map(|n| {
+                let it = n.label(INSTANCE_TYPE_LABEL)?;
+                let zone = n.label(ZONE_LABEL)?;
+                let ct = n.label(CAPACITY_TYPE_LABEL)?;
+                self.types.price(n.nodepool()?, it, zone, ct)
+            })
+            .sum()
     }
 
     pub fn input(&self) -> DisruptionInput<'_> {

@@ -9,7 +9,12 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 
 use crate::resources::{self, Quantity, QuantityError, ResourceList};
 
+mod do_not_disrupt;
 mod object;
+
+pub use do_not_disrupt::{
+    DoNotDisrupt, do_not_disrupt, has_do_not_disrupt, invalid_do_not_disrupt, parse_go_duration,
+};
 
 pub use object::{Container, Pod, PodSpec, PodStatus, Volume};
 
@@ -67,14 +72,6 @@ pub fn is_owned_by_node(pod: &Pod) -> bool {
     is_owned_by(pod, "Node")
 }
 
-/// `karpenter.sh/do-not-disrupt: "true"`.
-pub fn has_do_not_disrupt(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(karpenter_api::well_known::DO_NOT_DISRUPT_ANNOTATION))
-        .is_some_and(|v| v == "true")
-}
 
 /// The kube-scheduler marked the pod `PodScheduled=False` with reason `Unschedulable`.
 pub fn failed_to_schedule(pod: &Pod) -> bool {

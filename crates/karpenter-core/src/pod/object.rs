@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{
     TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
 
 /// A pod: what karpenter-rs reads of `core/v1` Pod. Serialized with its `apiVersion` and `kind`,
@@ -122,6 +122,10 @@ pub struct PodStatus {
     pub phase: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// When the kubelet started the pod; a duration-valued `karpenter.sh/do-not-disrupt`
+    /// counts from it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
 }
 
 impl Serialize for Pod {
@@ -237,6 +241,7 @@ impl From<k8s::PodStatus> for PodStatus {
             nominated_node_name: status.nominated_node_name,
             phase: status.phase,
             reason: status.reason,
+            start_time: status.start_time,
         }
     }
 }

@@ -210,7 +210,7 @@ impl<'a> Snapshot<'a> {
             pods.extend(
                 state
                     .pods_on_node_shared(&node_name)
-                    .filter(|p| reschedulable::is_reschedulable(p, &pdbs))
+                    .filter(|p| reschedulable::is_reschedulable(p, &pdbs, self.now))
                     .filter(|p| state.nomination(&crate::pod::key(p), self.now).is_none()),
             );
         }

@@ -3,6 +3,7 @@
 //! drains, so the pass makes room for them before the eviction happens.
 
 use crate::pod::Pod;
+use jiff::Timestamp;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_core::{ResourceExt, Selector, SelectorExt};
@@ -11,14 +12,34 @@ use crate::pod::{self, has_do_not_disrupt};
 
 /// Whether `pod` will be evicted from its deleting node and needs capacity elsewhere: active (or
 /// a terminating StatefulSet pod, which must be gone before its replacement is created), not a
-/// DaemonSet or static pod, not `karpenter.sh/do-not-disrupt`, and not held by a PDB that allows
-/// no disruption at all (such a pod stays until the drain deadline, if ever).
-pub fn is_reschedulable(pod: &Pod, pdbs: &[&PodDisruptionBudget]) -> bool {
+/// DaemonSet or static pod, not protected by `karpenter.sh/do-not-disrupt` at `now`, and not
+/// held by a PDB that allows no disruption at all (such a pod stays until the drain deadline, if
+/// ever) — unless the pod is not Ready and that PDB lets unhealthy pods go (`AlwaysAllow`).
+pub fn is_reschedulable(pod: &Pod, pdbs: &[&PodDisruptionBudget], now: Timestamp) -> bool {
     moves_with_its_node(pod)
-        && !has_do_not_disrupt(pod)
-        && !pdbs
-            .iter()
-            .any(|pdb| fully_blocking(pdb) && selects(pdb, pod))
+        && !has_do_not_disrupt(pod, now)
+        && !pdbs.iter().any(|pdb| {
+            fully_blocking(pdb) && selects(pdb, pod) && !unhealthy_pod_always_evictable(pdb, pod)
+        })
+}
+
+/// The Eviction API's rule for a PDB with `unhealthyPodEvictionPolicy: AlwaysAllow`: a pod whose
+/// `Ready` condition is not `True` may be evicted whatever the budget says.
+pub(crate) fn unhealthy_pod_always_evictable(pdb: &PodDisruptionBudget, pod: &Pod) -> bool {
+    let always_allow = pdb
+        .spec
+        .as_ref()
+        .and_then(|s| s.unhealthy_pod_eviction_policy.as_deref())
+        == Some("AlwaysAllow");
+    always_allow && !has_ready_condition(pod)
+}
+
+/// `Ready=True` among the pod's conditions (the API server's `IsPodReady`).
+fn has_ready_condition(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Upstream `IsReschedulable`: a pod that needs a new home when its node goes — active, or a
@@ -103,26 +124,59 @@ mod tests {
 
     const TERMINATING: &str = "2024-01-01T00:00:00Z";
 
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_704_067_200).unwrap()
+    }
+
+    #[test]
+    fn a_not_ready_pod_under_an_always_allow_pdb_moves_like_any_other() {
+        let web = json!({"matchLabels": {"app": "web"}});
+        let always = pdb(json!({"selector": web, "maxUnavailable": 0,
+                                "unhealthyPodEvictionPolicy": "AlwaysAllow"}));
+        let if_healthy = pdb(json!({"selector": web, "maxUnavailable": 0,
+                                    "unhealthyPodEvictionPolicy": "IfHealthyBudget"}));
+        let not_ready = pod(json!({"status": {"phase": "Running",
+            "conditions": [{"type": "Ready", "status": "False"}]}}));
+        let ready = pod(json!({"status": {"phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}]}}));
+        assert!(is_reschedulable(&not_ready, &[&always], now()));
+        assert!(!is_reschedulable(&ready, &[&always], now()));
+        assert!(!is_reschedulable(&not_ready, &[&if_healthy], now()));
+    }
+
+    #[test]
+    fn a_do_not_disrupt_duration_keeps_the_pod_only_until_it_runs_out() {
+        let started = json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "2m"}},
+                             "status": {"startTime": TERMINATING}});
+        let p = pod(started);
+        assert!(!is_reschedulable(&p, &[], now()));
+        let later = now().checked_add(jiff::SignedDuration::from_mins(2)).unwrap();
+        assert!(is_reschedulable(&p, &[], later));
+        let invalid = json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "soon"}}});
+        assert!(is_reschedulable(&pod(invalid), &[], now()));
+    }
+
     #[test]
     fn active_pods_are_reschedulable_and_daemon_static_terminal_ones_are_not() {
-        assert!(is_reschedulable(&pod(json!({})), &[]));
-        assert!(!is_reschedulable(&pod(owned_by("DaemonSet")), &[]));
-        assert!(!is_reschedulable(&pod(owned_by("Node")), &[]));
+        assert!(is_reschedulable(&pod(json!({})), &[], now()));
+        assert!(!is_reschedulable(&pod(owned_by("DaemonSet")), &[], now()));
+        assert!(!is_reschedulable(&pod(owned_by("Node")), &[], now()));
         assert!(!is_reschedulable(
             &pod(json!({"status": {"phase": "Succeeded"}})),
-            &[]
+            &[],
+            now()
         ));
         let terminating = json!({"metadata": {"deletionTimestamp": TERMINATING}});
-        assert!(!is_reschedulable(&pod(terminating.clone()), &[]));
+        assert!(!is_reschedulable(&pod(terminating.clone()), &[], now()));
         let mut stateful = owned_by("StatefulSet");
         merge(&mut stateful, terminating);
         assert!(
-            is_reschedulable(&pod(stateful), &[]),
+            is_reschedulable(&pod(stateful), &[], now()),
             "a terminating StatefulSet pod is replaced only after it is gone"
         );
         let do_not_disrupt =
             json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}});
-        assert!(!is_reschedulable(&pod(do_not_disrupt), &[]));
+        assert!(!is_reschedulable(&pod(do_not_disrupt), &[], now()));
     }
 
     #[test]
@@ -135,7 +189,7 @@ mod tests {
             pdb(json!({"selector": {}, "maxUnavailable": 0})),
         ];
         for budget in &blocking {
-            assert!(!is_reschedulable(&pod(json!({})), &[budget]), "{budget:?}");
+            assert!(!is_reschedulable(&pod(json!({})), &[budget], now()), "{budget:?}");
         }
         let passing = [
             pdb(json!({"selector": web, "maxUnavailable": 1})),
@@ -144,10 +198,10 @@ mod tests {
             pdb(json!({"maxUnavailable": 0})),
         ];
         for budget in &passing {
-            assert!(is_reschedulable(&pod(json!({})), &[budget]), "{budget:?}");
+            assert!(is_reschedulable(&pod(json!({})), &[budget], now()), "{budget:?}");
         }
         let mut other_namespace = pdb(json!({"selector": web, "maxUnavailable": 0}));
         other_namespace.metadata.namespace = Some("other".into());
-        assert!(is_reschedulable(&pod(json!({})), &[&other_namespace]));
+        assert!(is_reschedulable(&pod(json!({})), &[&other_namespace], now()));
     }
 }

@@ -445,12 +445,24 @@ struct DaemonSetInfo {
     info: PodInfo,
 }
 
+/// Where a DaemonSet's pod would run, which decides how its node requirements are checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DaemonTarget {
+    /// A NodeClaim from a NodePool template: well-known labels it leaves undefined are only set at
+    /// launch, so they do not rule the DaemonSet out.
+    Template,
+    /// An existing node: its labels are all it has (upstream `StrictlyCompatible`), so a key the
+    /// DaemonSet requires and the node lacks means the DaemonSet will not run there.
+    ExistingNode,
+}
+
 fn daemon_compatible(
     ds: &PodInfo,
     pool_reqs: &Reqs,
     type_reqs: Option<&Reqs>,
     taints_to_tolerate: &[Taint],
     interner: &Interner,
+    target: DaemonTarget,
 ) -> bool {
     let mut tolerations = ds.tolerations.clone();
     tolerations.push(taints::prefer_no_schedule_toleration());
@@ -469,7 +481,9 @@ fn daemon_compatible(
             strict.add_all(t);
         }
         pool_reqs
-            .compatible(&strict, |k| interner.is_well_known(*k))
+            .compatible(&strict, |k| {
+                target == DaemonTarget::Template && interner.is_well_known(*k)
+            })
             .is_ok()
             && type_reqs.is_none_or(|tr| tr.intersects(&strict).is_ok())
     })

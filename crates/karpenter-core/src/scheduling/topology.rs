@@ -31,12 +31,39 @@ pub(crate) struct NodeFilter {
 }
 
 impl NodeFilter {
+    /// No node selector or required terms to check.
+    fn is_trivial_affinity(&self) -> bool {
+        self.affinity.as_ref().is_none_or(|(selector, terms)| {
+            selector.is_empty() && terms.iter().all(|t| t.is_empty())
+        })
+    }
+
     /// Matches every node (no node selector, terms or taint policy to check).
     pub fn is_trivial(&self) -> bool {
         self.tolerations.is_none()
             && self.affinity.as_ref().is_none_or(|(selector, terms)| {
                 selector.is_empty() && terms.iter().all(|t| t.is_empty())
             })
+    }
+
+    /// Whether an existing node with these labels may be a domain of the spread: with
+    /// `nodeAffinityPolicy: Honor` it must satisfy the pod's nodeSelector and one of its required
+    /// terms, and a node's labels are all it has (a key the pod requires and the node lacks fails,
+    /// as upstream's `TopologyNodeFilter` checks nodes). Taints are checked separately.
+    pub fn admits_node_labels(&self, node_reqs: &Reqs) -> bool {
+        let Some((selector, terms)) = &self.affinity else {
+            return true;
+        };
+        let strict = |_: &Key| false;
+        if terms.is_empty() {
+            node_reqs.compatible(selector, strict).is_ok()
+        } else {
+            terms.iter().any(|t| {
+                node_reqs
+                    .compatible(&selector.intersection(t), strict)
+                    .is_ok()
+            })
+        }
     }
 
     pub fn matches(&self, node_reqs: &Reqs, node_taints: &[Taint], interner: &Interner) -> bool {
@@ -225,6 +252,9 @@ pub(crate) struct Topology {
     /// The domain universe per key, in value-string order.
     pub domains: HashMap<Key, Vec<Domain>>,
     pub taint_sets: Vec<Vec<Taint>>,
+    /// The labels of the providers (indices into `taint_sets`) that are existing nodes: a spread
+    /// honouring node affinity counts a node's domain only if the node admits the pod.
+    pub node_providers: HashMap<usize, Reqs>,
     pub hostname_key: Key,
     /// While a [`WhatIf`](super::WhatIf) solve runs: every count [`record`](Self::record) made
     /// (group, domain, whether it counted a claim), so the solve can be taken back.
@@ -285,27 +315,35 @@ impl Topology {
         }
     }
 
-    /// Known domains of `key` (for a spread honouring taints: those some tolerated provider offers).
+    /// Known domains of `key`; for a spread, those some provider it counts offers (honouring
+    /// taints: one whose taints the pod tolerates; honouring node affinity: a NodePool, or an
+    /// existing node whose labels admit the pod).
     fn universe<'a>(
         &'a self,
         key: Key,
-        tolerations: Option<&'a [Toleration]>,
+        filter: Option<&'a NodeFilter>,
     ) -> impl Iterator<Item = Sym> + 'a {
+        let tolerations = filter.and_then(|f| f.tolerations.as_deref());
+        let affinity = filter.filter(|f| f.affinity.is_some() && !f.is_trivial_affinity());
         self.domains
             .get(&key)
             .into_iter()
             .flatten()
             .filter(|d| !d.providers.is_empty())
             .filter_map(move |d| {
-                let eligible = match tolerations {
-                    None => true,
-                    Some(tol) => d.providers.iter().any(|&p| {
-                        self.taint_sets[p]
-                            .iter()
-                            .filter(|t| t.effect != taints::PREFER_NO_SCHEDULE)
-                            .all(|t| taints::tolerates(tol, t))
-                    }),
-                };
+                let eligible = (tolerations.is_none() && affinity.is_none())
+                    || d.providers.iter().any(|&p| {
+                        tolerations.is_none_or(|tol| {
+                            self.taint_sets[p]
+                                .iter()
+                                .filter(|t| t.effect != taints::PREFER_NO_SCHEDULE)
+                                .all(|t| taints::tolerates(tol, t))
+                        }) && affinity.is_none_or(|f| {
+                            self.node_providers
+                                .get(&p)
+                                .is_none_or(|labels| f.admits_node_labels(labels))
+                        })
+                    });
                 eligible.then_some(d.value)
             })
     }
@@ -316,12 +354,12 @@ impl Topology {
         &self,
         key: Key,
         node_domains: Option<&Req>,
-        tolerations: Option<&[Toleration]>,
+        filter: Option<&NodeFilter>,
     ) -> Vec<Sym> {
         match node_domains {
             Some(r) if r.operator() == crate::requirements::Operator::In => r.values().to_vec(),
             _ => self
-                .universe(key, tolerations)
+                .universe(key, filter)
                 .filter(|d| has(node_domains, d))
                 .collect(),
         }
@@ -343,10 +381,9 @@ impl Topology {
                 max_skew,
                 min_domains,
             } => {
-                let tolerations = g.filter.tolerations.as_deref();
-                let global_min = self.spread_global_min(g, tolerations, pod_domains, min_domains);
+                let global_min = self.spread_global_min(g, pod_domains, min_domains);
                 let mut best: Option<(Sym, u32)> = None;
-                for d in self.candidates(g.key, node_domains, tolerations) {
+                for d in self.candidates(g.key, node_domains, Some(&g.filter)) {
                     let c = g.count(d) + self_count;
                     if c.saturating_sub(global_min) <= max_skew && best.is_none_or(|(_, bc)| c < bc)
                     {
@@ -391,7 +428,6 @@ impl Topology {
     fn spread_global_min(
         &self,
         g: &Group,
-        tolerations: Option<&[Toleration]>,
         pod_domains: Option<&Req>,
         min_domains: Option<u32>,
     ) -> u32 {
@@ -401,7 +437,7 @@ impl Topology {
         let mut eligible = 0u32;
         let mut min = u32::MAX;
         for d in self
-            .universe(g.key, tolerations)
+            .universe(g.key, Some(&g.filter))
             .filter(|d| has(pod_domains, d))
         {
             eligible += 1;
@@ -421,12 +457,9 @@ impl Topology {
     pub fn spread_min(&self, gid: usize, pod_domains: Option<&Req>) -> Option<u32> {
         let g = &self.groups[gid];
         match g.kind {
-            GroupKind::Spread { min_domains, .. } => Some(self.spread_global_min(
-                g,
-                g.filter.tolerations.as_deref(),
-                pod_domains,
-                min_domains,
-            )),
+            GroupKind::Spread { min_domains, .. } => {
+                Some(self.spread_global_min(g, pod_domains, min_domains))
+            }
             _ => None,
         }
     }
@@ -449,10 +482,8 @@ impl Topology {
                 max_skew,
                 min_domains,
             } => {
-                let global_min = known_min.unwrap_or_else(|| {
-                    let tolerations = g.filter.tolerations.as_deref();
-                    self.spread_global_min(g, tolerations, pod_domains, min_domains)
-                });
+                let global_min = known_min
+                    .unwrap_or_else(|| self.spread_global_min(g, pod_domains, min_domains));
                 node_values
                     .iter()
                     .any(|d| (g.count(*d) + self_count).saturating_sub(global_min) <= max_skew)

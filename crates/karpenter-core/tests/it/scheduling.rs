@@ -1075,6 +1075,33 @@ fn track_daemonset_usage_on_existing_nodes_and_unexpected_daemonset_pods() {
 }
 
 #[test]
+fn daemonset_overhead_on_an_existing_node_needs_the_daemonset_strictly_compatible() {
+    // Upstream's existing-node overhead uses `StrictlyCompatible`: a node lacking a label key the
+    // DaemonSet requires (even a well-known one) will never run it, so it reserves nothing there.
+    let with_labels = |labels: &[(&str, &str)]| SchedulerInput {
+        node_pools: vec![],
+        existing_nodes: vec![existing_node(
+            "n1",
+            labels,
+            &[("cpu", "4"), ("memory", "4Gi"), ("pods", "10")],
+        )],
+        daemonsets: vec![
+            pod()
+                .requests(&[("cpu", "1")])
+                .node_selector(&[(CT, "spot")])
+                .build(),
+        ],
+        ..Default::default()
+    };
+    let three_and_a_half = || pods(vec![pod().requests(&[("cpu", "3.5")])]);
+    let r = solve_input(with_labels(&[]), &three_and_a_half());
+    assert!(scheduled(&r, 0), "{}", explanation(&r, 0));
+    // A node the DaemonSet does select keeps its 1 cpu for it.
+    let r = solve_input(with_labels(&[(CT, "spot")]), &three_and_a_half());
+    assert!(!scheduled(&r, 0));
+}
+
+#[test]
 fn return_a_pod_error_when_no_available_instance_types_exist() {
     let mut p = pool("default");
     for it in p.instance_types.iter_mut().map(std::sync::Arc::make_mut) {

@@ -894,6 +894,52 @@ fn topology_node_affinity_policy_honor_vs_ignore() {
 }
 
 #[test]
+fn topology_node_affinity_policy_honor_leaves_out_domains_of_nodes_the_pods_cannot_use() {
+    // A foreign node in a third zone (no `tier: web`, no room) must not be a domain of the
+    // pods' spread under Honor (the default): upstream counts only nodes passing the filter.
+    let foreign = existing_node(
+        "foreign",
+        &[(ZONE, "test-zone-3")],
+        &[("cpu", "0"), ("pods", "10")],
+    );
+    let mut p = pool("default");
+    p.labels.insert("tier".into(), "web".into());
+    p.requirements = vec![req(ZONE, "In", &["test-zone-1", "test-zone-2"])];
+    let input = SchedulerInput {
+        node_pools: vec![p],
+        existing_nodes: vec![foreign],
+        ..Default::default()
+    };
+    let run = |policy: Option<&str>| {
+        let tsc = TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: ZONE.into(),
+            when_unsatisfiable: "DoNotSchedule".into(),
+            label_selector: Some(selector(&[("app", "a")])),
+            node_affinity_policy: policy.map(str::to_string),
+            ..Default::default()
+        };
+        solve_input(
+            input.clone(),
+            &app(4, || {
+                pod()
+                    .labels(&[("app", "a")])
+                    .node_selector(&[("tier", "web")])
+                    .spread_with(tsc.clone())
+            }),
+        )
+    };
+    for policy in [None, Some("Honor")] {
+        let r = run(policy);
+        assert!(r.unschedulable.is_empty(), "{policy:?}: {:?}", r.unschedulable);
+        assert_eq!(sorted_counts(&zone_counts(&r, |_| true)), vec![2, 2]);
+    }
+    // Ignore: the empty third zone holds the others to a skew of one each.
+    let r = run(Some("Ignore"));
+    assert_eq!(r.unschedulable.len(), 2, "{:?}", r.unschedulable);
+}
+
+#[test]
 fn topology_spread_not_limited_by_preferred_node_affinity() {
     let r = solve(
         vec![pool("default")],

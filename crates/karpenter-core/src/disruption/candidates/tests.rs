@@ -328,7 +328,10 @@ fn an_active_do_not_disrupt_pod_rejects_its_node_even_daemonset_or_mirror() {
         let state = one_node(vec![pod_on("keep", "n1", pod)]);
         assert_eq!(
             rejected(&state),
-            BlockReason::DoNotDisruptPod("default/keep".into())
+            BlockReason::DoNotDisruptPod {
+                pod: "default/keep".into(),
+                until: None
+            }
         );
     }
 }
@@ -440,7 +443,7 @@ fn eventual_disruption_with_termination_grace_period_ignores_pod_blocks_graceful
     );
     state.apply(pdb("web-pdb", 0, json!({})));
     assert!(verdict(&state, DisruptionClass::Eventual).is_ok());
-    assert!(matches!(rejected(&state), BlockReason::DoNotDisruptPod(_)));
+    assert!(matches!(rejected(&state), BlockReason::DoNotDisruptPod { .. }));
 
     let mut without_tgp = one_node(blocked_pods);
     without_tgp.apply(pdb("web-pdb", 0, json!({})));
@@ -500,7 +503,11 @@ fn eviction_cost_follows_deletion_cost_and_priority_and_is_clamped() {
 #[test]
 fn reasons_read_as_sentences() {
     assert_eq!(
-        BlockReason::DoNotDisruptPod("ns/p".into()).to_string(),
+        BlockReason::DoNotDisruptPod {
+            pod: "ns/p".into(),
+            until: None
+        }
+        .to_string(),
         "pod ns/p has annotation karpenter.sh/do-not-disrupt=true"
     );
     assert_eq!(

@@ -296,7 +296,7 @@ fn do_not_disrupt_pods_keep_their_node() {
     assert!(commands.is_empty());
     assert!(matches!(
         blocked["a"].reason,
-        BlockReason::DoNotDisruptPod(_)
+        BlockReason::DoNotDisruptPod { .. }
     ));
 }
 

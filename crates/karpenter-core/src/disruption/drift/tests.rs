@@ -190,6 +190,61 @@ fn a_drifted_node_whose_pods_cannot_move_is_explained_and_the_next_one_runs() {
     );
 }
 
+fn do_not_disrupt(
+    mut p: crate::pod::Pod,
+    value: &str,
+    started: jiff::Timestamp,
+) -> crate::pod::Pod {
+    p.metadata.annotations.get_or_insert_default().insert(
+        karpenter_api::well_known::DO_NOT_DISRUPT_ANNOTATION.into(),
+        value.into(),
+    );
+    p.status.get_or_insert_default().start_time =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(started));
+    p
+}
+
+#[test]
+fn drift_waits_until_the_longest_do_not_disrupt_duration_runs_out() {
+    let pools = vec![pool(
+        "default",
+        &["on-demand"],
+        json!({"disruption": {
+        "consolidateAfter": "Never", "budgets": [{"nodes": "100%"}]}}),
+    )];
+    let t0 = crate::disruption::testkit::t0();
+    let at = |mins: i64| t0.checked_add(jiff::SignedDuration::from_mins(mins)).unwrap();
+    let mut world = World::new(
+        pools,
+        vec![node("d", "medium.4x", "on-demand", "default")],
+        vec![
+            do_not_disrupt(pod("short", "d", "1"), "2m", at(0)),
+            do_not_disrupt(pod("long", "d", "1"), "10m", at(0)),
+            do_not_disrupt(pod("invalid", "d", "1"), "later", at(0)),
+        ],
+    );
+    world.drift.insert("d-claim".into(), "AMIDrift".into());
+    for now in [at(1), at(2), at(9)] {
+        world.now = now;
+        let pass = decide(&world.input());
+        assert!(pass.commands.is_empty(), "at {now}");
+        let d = pass.blocked.iter().find(|r| r.name == "d").unwrap();
+        assert_eq!(
+            d.reason,
+            BlockReason::DoNotDisruptPod {
+                pod: "default/long".into(),
+                until: Some(at(10))
+            },
+            "at {now}"
+        );
+        assert_eq!(d.reason.frees_at(), Some(at(10)));
+    }
+    world.now = at(10);
+    let pass = decide(&world.input());
+    assert_eq!(pass.method, Some(Method::Drift), "{:?}", pass.blocked);
+    assert_eq!(pass.commands[0].candidates[0].name, "d");
+}
+
 #[test]
 fn static_drift_replaces_one_for_one_from_the_template() {
     let pools = vec![pool("fixed", &["on-demand"], json!({"replicas": 2}))];

@@ -412,11 +412,11 @@ proptest! {
         for candidate in &cands {
             for p in &candidate.pods {
                 let active = !pod::is_terminal(p) && !pod::is_terminating(p);
-                prop_assert!(!(active && pod::has_do_not_disrupt(p)),
+                prop_assert!(!(active && pod::has_do_not_disrupt(p, t0())),
                     "{} holds do-not-disrupt pod {}", candidate.name(), pod::key(p));
                 let held = p.labels().get("app").is_some_and(|v| v == "web")
                     && active
-                    && !pod::has_do_not_disrupt(p)
+                    && !pod::has_do_not_disrupt(p, t0())
                     && pdb_allowed == Some(0);
                 prop_assert!(!held, "{} holds PDB-blocked pod {}", candidate.name(), pod::key(p));
             }

@@ -43,7 +43,7 @@ fn a_pod_that_arrived_during_the_wait_invalidates_the_command() {
     world.state.apply(pinned);
     let err = validate(&command, &world.input()).unwrap_err();
     assert!(
-        matches!(&err, BlockReason::NoLongerCandidate(inner) if matches!(**inner, BlockReason::DoNotDisruptPod(_))),
+        matches!(&err, BlockReason::NoLongerCandidate(inner) if matches!(**inner, BlockReason::DoNotDisruptPod { .. })),
         "{err}"
     );
 }

@@ -178,6 +178,7 @@ impl Engine {
                             Some(&pool.types[t].reqs),
                             &pool.taints,
                             &interner,
+                            DaemonTarget::Template,
                         )
                     })
                     .map(|(i, _)| i)
@@ -239,6 +240,8 @@ impl Engine {
                 .unwrap_or_else(|| n.name.clone());
             let hostname = interner.value(&hostname_text);
             let mut reqs_s = Requirements::from_labels(&n.labels);
+            // Its labels, hostname included, for spreads that honour node affinity.
+            let all_labels = interner.reqs(&reqs_s);
             reqs_s.remove(&well_known::HOSTNAME_LABEL.to_string());
             let reqs = interner.reqs(&reqs_s);
             let managed = n.node_pool.is_some();
@@ -257,6 +260,7 @@ impl Engine {
                 .collect();
             let taint_set = topology.taint_sets.len();
             topology.taint_sets.push(taints_eff.clone());
+            topology.node_providers.insert(taint_set, all_labels);
             let mut remaining = interner.resources(&n.allocatable);
             let mut host_ports = Vec::new();
             let mut volumes = Vec::new();
@@ -278,7 +282,14 @@ impl Engine {
             // Daemonsets that will still land here.
             let mut daemon_expected = ResVec::default();
             for d in &daemonsets {
-                if daemon_compatible(&d.info, &reqs, None, &taints_eff, &interner) {
+                if daemon_compatible(
+                    &d.info,
+                    &reqs,
+                    None,
+                    &taints_eff,
+                    &interner,
+                    DaemonTarget::ExistingNode,
+                ) {
                     daemon_expected.add(&d.info.requests);
                 }
             }
