@@ -160,6 +160,7 @@ impl World {
         use super::candidates::OfferingCatalog;
         self.state
             .state_nodes()
+            .into_iter()
             .filter_map(|n| {
                 let it = n.label(INSTANCE_TYPE_LABEL)?;
                 let zone = n.label(ZONE_LABEL)?;

@@ -182,7 +182,7 @@ mod tests {
             .into(),
         );
         pod.status = Some(super::super::PodStatus {
-            start_time: started.map(Time),
+            start_time: started.map(|t| Box::new(Time(t))),
             ..Default::default()
         });
         pod

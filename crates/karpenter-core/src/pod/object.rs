@@ -123,9 +123,9 @@ pub struct PodStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// When the kubelet started the pod; a duration-valued `karpenter.sh/do-not-disrupt`
-    /// counts from it.
+    /// counts from it. Boxed: a pointer instead of 24 bytes inline in every pod.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub start_time: Option<Time>,
+    pub start_time: Option<Box<Time>>,
 }
 
 impl Serialize for Pod {
@@ -241,7 +241,7 @@ impl From<k8s::PodStatus> for PodStatus {
             nominated_node_name: status.nominated_node_name,
             phase: status.phase,
             reason: status.reason,
-            start_time: status.start_time,
+            start_time: status.start_time.map(Box::new),
         }
     }
 }

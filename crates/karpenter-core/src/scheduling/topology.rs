@@ -324,26 +324,37 @@ impl Topology {
         filter: Option<&'a NodeFilter>,
     ) -> impl Iterator<Item = Sym> + 'a {
         let tolerations = filter.and_then(|f| f.tolerations.as_deref());
-        let affinity = filter.filter(|f| f.affinity.is_some() && !f.is_trivial_affinity());
+        let affinity = filter.filter(|f| !f.is_trivial_affinity());
+        let tolerated = move |p: usize| {
+            tolerations.is_none_or(|tol| {
+                self.taint_sets[p]
+                    .iter()
+                    .filter(|t| t.effect != taints::PREFER_NO_SCHEDULE)
+                    .all(|t| taints::tolerates(tol, t))
+            })
+        };
         self.domains
             .get(&key)
             .into_iter()
             .flatten()
             .filter(|d| !d.providers.is_empty())
             .filter_map(move |d| {
-                let eligible = (tolerations.is_none() && affinity.is_none())
-                    || d.providers.iter().any(|&p| {
-                        tolerations.is_none_or(|tol| {
-                            self.taint_sets[p]
-                                .iter()
-                                .filter(|t| t.effect != taints::PREFER_NO_SCHEDULE)
-                                .all(|t| taints::tolerates(tol, t))
-                        }) && affinity.is_none_or(|f| {
-                            self.node_providers
-                                .get(&p)
-                                .is_none_or(|labels| f.admits_node_labels(labels))
-                        })
-                    });
+                let eligible = match affinity {
+                    None => tolerations.is_none() || d.providers.iter().any(|&p| tolerated(p)),
+                    // NodePools first (a pool offering the domain settles it), then the
+                    // existing nodes, whose labels must admit the pod.
+                    Some(f) => {
+                        d.providers
+                            .iter()
+                            .any(|&p| !self.node_providers.contains_key(&p) && tolerated(p))
+                            || d.providers.iter().any(|&p| {
+                                self.node_providers
+                                    .get(&p)
+                                    .is_some_and(|labels| f.admits_node_labels(labels))
+                                    && tolerated(p)
+                            })
+                    }
+                };
                 eligible.then_some(d.value)
             })
     }

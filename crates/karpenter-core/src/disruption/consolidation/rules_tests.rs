@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use jiff::SignedDuration;
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
@@ -121,7 +121,7 @@ fn with_do_not_disrupt(mut p: crate::pod::Pod, value: &str, started: Option<Time
         karpenter_api::well_known::DO_NOT_DISRUPT_ANNOTATION.into(),
         value.into(),
     );
-    p.status.get_or_insert_default().start_time = started.map(Time);
+    p.status.get_or_insert_default().start_time = started.map(|t| Box::new(Time(t)));
     p
 }
 

@@ -75,7 +75,8 @@ fn single_node_replaces_with_a_strictly_cheaper_other_instance_type() {
 
 #[test]
 fn no_cheaper_replacement_is_explained_with_both_prices() {
-    // 3 cpu on medium.4x: small is too small, big costs more, medium is the same type.
+    // 3 cpu on medium.4x: small is too small, big costs more, medium is the node's own offering
+    // (the cheapest option, and not strictly cheaper).
     let world = World::new(
         on_demand(),
         vec![node("m", "medium.4x", "on-demand", "default")],
@@ -85,7 +86,7 @@ fn no_cheaper_replacement_is_explained_with_both_prices() {
     assert!(commands.is_empty());
     assert_eq!(
         reason_of(&blocked, "m"),
-        "no cheaper replacement: cheapest option $0.4000/h >= $0.2000/h"
+        "no cheaper replacement: cheapest option $0.2000/h >= $0.2000/h"
     );
 }
 

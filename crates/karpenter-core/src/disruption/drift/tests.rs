@@ -199,8 +199,9 @@ fn do_not_disrupt(
         karpenter_api::well_known::DO_NOT_DISRUPT_ANNOTATION.into(),
         value.into(),
     );
-    p.status.get_or_insert_default().start_time =
-        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(started));
+    p.status.get_or_insert_default().start_time = Some(Box::new(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(started),
+    ));
     p
 }
 
