@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use karpenter_core::disruption::candidates::BlockReason;
+use karpenter_core::disruption::emptiness::node_consolidatable_at;
 use karpenter_core::disruption::{
     Command, DisruptionInput, DisruptionOptions, Pass, ProviderDrift, decide, expiration,
 };
@@ -245,7 +246,14 @@ fn next_instant(
             Timestamp::from_second(minute.saturating_mul(60)).ok()
         })
         .flatten();
+    // Any node's window, not only the candidates': a node under its window takes no moved
+    // pods, so another node's consolidation may become possible when it ends.
+    let windows = state.state_nodes().into_iter().filter_map(|n| {
+        let pool = state.nodepool(n.nodepool()?)?;
+        node_consolidatable_at(pool, n.nodeclaim?, n.node, &n.pods).filter(|at| *at > now)
+    });
     consolidatable
+        .chain(windows)
         .chain(expiration::next_expiry(state, now))
         .chain(cluster.next_initialization().filter(|at| *at > now))
         .chain(next_minute)

@@ -116,27 +116,43 @@ struct Catalog {
     price: BTreeMap<String, f64>,
 }
 
-/// One provider for every case: building the catalogue is most of a small case's cost.
+/// One provider for every case, over the catalogue's three m5 types only (prices, capacities
+/// and offerings as the catalogue has them): a case then schedules over 3 types, not 1,300.
 fn provider() -> &'static SimCloudProvider {
     static PROVIDER: std::sync::LazyLock<SimCloudProvider> = std::sync::LazyLock::new(|| {
         let now: Timestamp = NOW.parse().unwrap();
-        SimCloudProvider::new("us-east-1", Arc::new(FakeClock::new(now))).unwrap()
+        let clock = Arc::new(FakeClock::new(now));
+        let full = SimCloudProvider::new("us-east-1", clock.clone()).unwrap();
+        let mut pool_only = Manifests::new();
+        pool_only.load_str("pool.yaml", &pool_yaml(&empty_case())).unwrap();
+        let types = pool_instance_types(&pool_only, &full).unwrap();
+        let m5: Vec<_> = types
+            .get("default")
+            .into_iter()
+            .flatten()
+            .filter(|t| TYPES.contains(&t.name.as_str()))
+            .map(|t| karpenter_core::instance_type::InstanceType::clone(t))
+            .collect();
+        SimCloudProvider::with_instance_types("us-east-1", m5, clock)
     });
     &PROVIDER
+}
+
+fn empty_case() -> ClusterCase {
+    ClusterCase {
+        consolidate_after: "0s",
+        budget: None,
+        termination_grace: None,
+        pdb_max_unavailable: None,
+        nodes: Vec::new(),
+    }
 }
 
 /// The catalogue of the pool, computed once (every case has the same pool requirements).
 fn shared_catalog() -> &'static Catalog {
     static CATALOG: std::sync::LazyLock<Catalog> = std::sync::LazyLock::new(|| {
-        let case = ClusterCase {
-            consolidate_after: "0s",
-            budget: None,
-            termination_grace: None,
-            pdb_max_unavailable: None,
-            nodes: Vec::new(),
-        };
         let mut pool_only = Manifests::new();
-        pool_only.load_str("pool.yaml", &pool_yaml(&case)).unwrap();
+        pool_only.load_str("pool.yaml", &pool_yaml(&empty_case())).unwrap();
         catalog(provider(), &pool_only)
     });
     &CATALOG
@@ -146,13 +162,7 @@ fn catalog(provider: &SimCloudProvider, manifests: &Manifests) -> Catalog {
     let types = pool_instance_types(manifests, provider).unwrap();
     let mut allocatable = BTreeMap::new();
     let mut price = BTreeMap::new();
-    // The pool's requirements allow these three only (the provider lists them all).
-    for t in types
-        .get("default")
-        .into_iter()
-        .flatten()
-        .filter(|t| TYPES.contains(&t.name.as_str()))
-    {
+    for t in types.get("default").into_iter().flatten() {
         allocatable.insert(t.name.clone(), t.allocatable());
         let offering = t
             .offerings
@@ -520,7 +530,10 @@ fn check_reasons(
                     .after
                     .nodes
                     .iter()
-                    .filter(|other| other.name != node.name)
+                    // Nodes on their way out take no pods.
+                    .filter(|other| {
+                        other.name != node.name && !report.in_flight.contains(&other.name)
+                    })
                     .filter_map(|other| {
                         let (cpu_room, memory_room) =
                             room(catalog.allocatable.get(other.instance_type.as_deref()?)?);
