@@ -416,7 +416,11 @@ fn a_budget_of_one_serialises_a_drift_rollout_until_every_node_is_replaced() {
     assert_eq!(json["disruption"]["completedAt"], "2026-01-30T23:07:30Z");
     let after = json["disruption"]["after"]["nodes"].as_array().unwrap();
     assert_eq!(after.len(), 3);
-    assert!(after.iter().all(|n| !n["name"].as_str().unwrap().starts_with("node-")));
+    assert!(
+        after
+            .iter()
+            .all(|n| !n["name"].as_str().unwrap().starts_with("node-"))
+    );
 }
 
 #[test]

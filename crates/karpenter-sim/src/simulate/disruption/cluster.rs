@@ -7,9 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{
-    Node, NodeCondition, NodeSpec, NodeStatus, PodCondition, Taint,
-};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, PodCondition, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::NodeClaim;
@@ -211,7 +209,11 @@ impl<'p> SimCluster<'p> {
     /// `karpenter.sh/disrupted:NoSchedule` on the Node, as the orchestration queue taints a
     /// candidate: no pod is placed there any more.
     pub fn taint_disrupted(&mut self, node: &str) {
-        let Some(spec) = self.nodes.get_mut(node).map(|n| n.spec.get_or_insert_with(Default::default)) else {
+        let Some(spec) = self
+            .nodes
+            .get_mut(node)
+            .map(|n| n.spec.get_or_insert_with(Default::default))
+        else {
             return;
         };
         let taints = spec.taints.get_or_insert_with(Vec::new);
@@ -241,7 +243,11 @@ impl<'p> SimCluster<'p> {
 
     /// The `karpenter.sh/nodepool` label of Node `node`.
     pub fn node_pool_of(&self, node: &str) -> Option<String> {
-        self.nodes.get(node)?.labels().get(wk::NODEPOOL_LABEL).cloned()
+        self.nodes
+            .get(node)?
+            .labels()
+            .get(wk::NODEPOOL_LABEL)
+            .cloned()
     }
 
     pub fn has_node(&self, node: &str) -> bool {

@@ -38,11 +38,13 @@ use crate::SimCloudProvider;
 pub use cluster::INITIALIZATION;
 use cluster::{SimCluster, replacement_report};
 pub use report::PlanWithDisruption;
-pub use timeline::{DEFAULT_INSTANCE_SHUTDOWN, DEFAULT_INSTANCE_SHUTDOWN_SECONDS, TimelineSettings};
-use timeline::{Timeline, Trace};
 use report::{
     After, Before, BlockedNode, CandidateReport, CommandReport, DisruptionReport, round6,
 };
+pub use timeline::{
+    DEFAULT_INSTANCE_SHUTDOWN, DEFAULT_INSTANCE_SHUTDOWN_SECONDS, TimelineSettings,
+};
+use timeline::{Timeline, Trace};
 
 /// Upstream polls the disruption loop every 10 s; virtual time never steps closer than that
 /// unless a command just changed the cluster.
@@ -172,7 +174,14 @@ pub(crate) fn run(
         timeline.trace.last_blocked = pass.blocked.clone();
         let started = !pass.commands.is_empty();
         if started {
-            start_commands(&mut cluster, &mut timeline, provider, pass, now, &mut commands)?;
+            start_commands(
+                &mut cluster,
+                &mut timeline,
+                provider,
+                pass,
+                now,
+                &mut commands,
+            )?;
             // Deletes drain at once.
             timeline.advance(&mut cluster, now, &mut commands)?;
         }
@@ -365,14 +374,7 @@ fn start_commands(
             candidates,
             replacements: launched,
         });
-        timeline.start(
-            cluster,
-            index,
-            &names,
-            launched_names,
-            Some(reason),
-            now,
-        );
+        timeline.start(cluster, index, &names, launched_names, Some(reason), now);
     }
     Ok(())
 }

@@ -123,8 +123,10 @@ fn scaled(value: &IntOrString, total: i32) -> i32 {
 /// unhealthy pods go (`unhealthyPodEvictionPolicy: AlwaysAllow`, or the default policy while
 /// the budget is met). Several PDBs refuse, as the API server does.
 pub fn eviction_allowed(pod: &Pod, budgets: &[(&PodDisruptionBudget, PdbCounts)]) -> bool {
-    let selecting: Vec<&(&PodDisruptionBudget, PdbCounts)> =
-        budgets.iter().filter(|(pdb, _)| selects(pdb, pod)).collect();
+    let selecting: Vec<&(&PodDisruptionBudget, PdbCounts)> = budgets
+        .iter()
+        .filter(|(pdb, _)| selects(pdb, pod))
+        .collect();
     let [(pdb, counts)] = selecting.as_slice() else {
         return selecting.is_empty();
     };

@@ -124,7 +124,9 @@ fn provider() -> &'static SimCloudProvider {
         let clock = Arc::new(FakeClock::new(now));
         let full = SimCloudProvider::new("us-east-1", clock.clone()).unwrap();
         let mut pool_only = Manifests::new();
-        pool_only.load_str("pool.yaml", &pool_yaml(&empty_case())).unwrap();
+        pool_only
+            .load_str("pool.yaml", &pool_yaml(&empty_case()))
+            .unwrap();
         let types = pool_instance_types(&pool_only, &full).unwrap();
         let m5: Vec<_> = types
             .get("default")
@@ -152,7 +154,9 @@ fn empty_case() -> ClusterCase {
 fn shared_catalog() -> &'static Catalog {
     static CATALOG: std::sync::LazyLock<Catalog> = std::sync::LazyLock::new(|| {
         let mut pool_only = Manifests::new();
-        pool_only.load_str("pool.yaml", &pool_yaml(&empty_case())).unwrap();
+        pool_only
+            .load_str("pool.yaml", &pool_yaml(&empty_case()))
+            .unwrap();
         catalog(provider(), &pool_only)
     });
     &CATALOG

@@ -43,7 +43,10 @@ fn the_empty_node_goes_when_consolidate_after_has_passed_since_now() {
     assert_eq!(command.reason, "Empty");
     assert_eq!(command.candidates[0].name, "node-b");
     // Nothing to drain; the instance takes its 60 s to shut down.
-    assert_eq!(command.completed_at.as_deref(), Some("2026-01-30T23:11:00Z"));
+    assert_eq!(
+        command.completed_at.as_deref(),
+        Some("2026-01-30T23:11:00Z")
+    );
     assert_eq!(report.completed_at.as_deref(), Some("2026-01-30T23:11:00Z"));
     assert_eq!(report.before.nodes, 2);
     assert_eq!(report.after.nodes.len(), 1);
@@ -133,7 +136,13 @@ fn a_budget_of_one_serialises_a_rollout_and_every_drifted_node_is_replaced() {
         "{:?}",
         trace.budget_checks
     );
-    assert!(report.after.nodes.iter().all(|n| !n.name.starts_with("node-")));
+    assert!(
+        report
+            .after
+            .nodes
+            .iter()
+            .all(|n| !n.name.starts_with("node-"))
+    );
 }
 
 /// The drifted example's node as an m5.2xlarge with three small pods under a PDB.
@@ -149,7 +158,10 @@ fn drifted_with_pdb() -> String {
             "allocatable: {cpu: 1930m, memory: 7Gi, pods: \"29\"}",
             "allocatable: {cpu: 7910m, memory: 30Gi, pods: \"58\"}",
         )
-        .replace("requests: {cpu: \"1\", memory: 2Gi}", "requests: {cpu: 500m, memory: 1Gi}");
+        .replace(
+            "requests: {cpu: \"1\", memory: 2Gi}",
+            "requests: {cpu: 500m, memory: 1Gi}",
+        );
     let pod = &yaml[yaml.rfind("apiVersion: v1\nkind: Pod").unwrap()..].to_string();
     for name in ["web-2", "web-3"] {
         yaml.push_str("\n---\n");
@@ -215,7 +227,11 @@ fn a_do_not_disrupt_pod_holds_the_drain_until_the_termination_grace_period_force
     // forced once less than that is left, and goes by the deadline.
     let command = &report.commands[0];
     assert_eq!(command.decision, "delete");
-    assert_eq!(command.replacements.len(), 1, "its pod needed a node once evicted");
+    assert_eq!(
+        command.replacements.len(),
+        1,
+        "its pod needed a node once evicted"
+    );
     assert_eq!(eviction.forced_from, Some(at("2026-01-30T23:04:30Z")));
     assert!(eviction.at > at("2026-01-30T23:04:30Z"), "{eviction:?}");
     assert_eq!(
@@ -234,8 +250,10 @@ fn without_a_termination_grace_period_a_do_not_disrupt_pod_keeps_its_node() {
     assert!(report.commands.is_empty(), "{report:#?}");
     assert!(trace.evictions.is_empty());
     assert!(
-        report.blocked.iter().any(|b| b.name == "node-drifted"
-            && b.reason.contains("do-not-disrupt")),
+        report
+            .blocked
+            .iter()
+            .any(|b| b.name == "node-drifted" && b.reason.contains("do-not-disrupt")),
         "{:?}",
         report.blocked
     );

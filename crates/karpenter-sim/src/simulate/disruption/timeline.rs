@@ -423,7 +423,10 @@ impl Timeline {
     /// [`TimelineSettings::pod_termination`], at most its grace period, never past the deadline.
     fn terminated_at(&self, grace: i64, now: Timestamp, deadline: Option<Timestamp>) -> Timestamp {
         let grace = SignedDuration::from_secs(grace.max(0));
-        let takes = self.settings.pod_termination.map_or(grace, |t| t.min(grace));
+        let takes = self
+            .settings
+            .pod_termination
+            .map_or(grace, |t| t.min(grace));
         let at = now.checked_add(takes).unwrap_or(now);
         match deadline {
             Some(deadline) if deadline < at => deadline.max(now),
@@ -504,7 +507,11 @@ impl Timeline {
                                 .checked_sub(SignedDuration::from_secs(grace_seconds(pod)))
                                 .unwrap_or(*deadline);
                             // `force_delete_grace` forces once `now` is past the latest start.
-                            consider(latest.checked_add(SignedDuration::from_secs(1)).unwrap_or(latest));
+                            consider(
+                                latest
+                                    .checked_add(SignedDuration::from_secs(1))
+                                    .unwrap_or(latest),
+                            );
                         }
                     }
                 }
