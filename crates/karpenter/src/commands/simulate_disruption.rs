@@ -9,6 +9,7 @@ use karpenter_core::feature_gates::FeatureGates;
 use karpenter_core::scheduling::SchedulerOptions;
 use karpenter_sim::SimCloudProvider;
 use karpenter_sim::simulate::disruption::report::DisruptionReport;
+use karpenter_sim::simulate::disruption::{DEFAULT_INSTANCE_SHUTDOWN_SECONDS, TimelineSettings};
 use karpenter_sim::simulate::{
     DisruptionSettings, Manifests, PlanOutcome, PlanWithDisruption, simulate_disruption,
 };
@@ -32,6 +33,13 @@ pub struct DisruptionArgs {
     /// `SpotToSpotConsolidation=true`).
     #[arg(long, default_value = "", value_parser = super::controller::feature_gates, requires = "disruption")]
     pub feature_gates: FeatureGates,
+    /// How long an evicted pod takes to terminate, at most its own
+    /// terminationGracePeriodSeconds. Default: the whole grace period (30 s when unset).
+    #[arg(long, value_name = "SECONDS", requires = "disruption")]
+    pub pod_termination_seconds: Option<u32>,
+    /// How long an instance takes to shut down once its last pod is gone.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_INSTANCE_SHUTDOWN_SECONDS, requires = "disruption")]
+    pub instance_shutdown_seconds: u32,
 }
 
 fn parse_duration(raw: &str) -> Result<SignedDuration, String> {
@@ -54,6 +62,12 @@ pub fn run(
         until: args.until,
         max_steps: karpenter_sim::simulate::disruption::MAX_STEPS,
         feature_gates: args.feature_gates,
+        timeline: TimelineSettings {
+            pod_termination: args
+                .pod_termination_seconds
+                .map(|s| SignedDuration::from_secs(i64::from(s))),
+            instance_shutdown: SignedDuration::from_secs(i64::from(args.instance_shutdown_seconds)),
+        },
     };
     let disruption = simulate_disruption(manifests, provider, options, outcome, settings)
         .context("simulate --disruption")?;
@@ -61,6 +75,46 @@ pub fn run(
         plan: outcome.plan.clone(),
         disruption,
     })
+}
+
+/// `rollout: N command(s) from FIRST to LAST (DURATION)`, and the nodes still on their way out.
+fn rollout_line(report: &DisruptionReport) -> String {
+    let first = report
+        .commands
+        .iter()
+        .filter_map(|c| c.at.parse::<Timestamp>().ok())
+        .min();
+    let last = report
+        .completed_at
+        .as_deref()
+        .and_then(|at| at.parse::<Timestamp>().ok());
+    let mut line = format!("rollout: {} command(s)", report.commands.len());
+    if let (Some(first), Some(last)) = (first, last) {
+        let took = last.duration_since(first);
+        line.push_str(&format!(
+            " from {first} to {last} ({})",
+            human_duration(took)
+        ));
+    }
+    if !report.in_flight.is_empty() {
+        line.push_str(&format!(
+            "; still on their way out: {}",
+            report.in_flight.join(", ")
+        ));
+    }
+    line.push('\n');
+    line
+}
+
+/// `1h2m3s`, `4m30s`, `50s`.
+fn human_duration(d: SignedDuration) -> String {
+    let total = d.as_secs().max(0);
+    let (h, m, s) = (total / 3600, total % 3600 / 60, total % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m{s}s"),
+        _ => format!("{h}h{m}m{s}s"),
+    }
 }
 
 fn price(price: Option<f64>) -> String {
@@ -75,6 +129,7 @@ pub fn render_table(report: &DisruptionReport) -> String {
     } else {
         let mut table = output::table([
             "AT",
+            "COMPLETED",
             "REASON",
             "DECISION",
             "NODES",
@@ -101,6 +156,7 @@ pub fn render_table(report: &DisruptionReport) -> String {
                 .collect();
             table.add_row(vec![
                 Cell::new(&command.at),
+                Cell::new(command.completed_at.as_deref().unwrap_or("in flight")),
                 Cell::new(&command.reason),
                 Cell::new(&command.decision),
                 Cell::new(nodes.join("\n")),
@@ -110,6 +166,7 @@ pub fn render_table(report: &DisruptionReport) -> String {
             ]);
         }
         out.push_str(&format!("{table}\n"));
+        out.push_str(&rollout_line(report));
     }
     out.push_str(&format!(
         "before: {} node(s), ${:.4}/h; after: {} node(s), ${:.4}/h\n",

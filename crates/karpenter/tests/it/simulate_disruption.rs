@@ -56,7 +56,17 @@ fn the_disruption_object_has_the_documented_keys() {
     assert!(json["nodeClaims"].is_array(), "the plan is still there");
     let disruption = json["disruption"].as_object().unwrap();
     let keys: Vec<&str> = disruption.keys().map(String::as_str).collect();
-    assert_eq!(keys, ["after", "before", "blocked", "commands"]);
+    assert_eq!(
+        keys,
+        [
+            "after",
+            "before",
+            "blocked",
+            "commands",
+            "completedAt",
+            "inFlight"
+        ]
+    );
     let command = commands(&json)[0].as_object().unwrap();
     for key in [
         "at",
@@ -115,7 +125,10 @@ fn an_empty_node_is_deleted_once_consolidate_after_has_passed() {
         command["at"], "2026-01-30T23:10:00Z",
         "--now + consolidateAfter"
     );
-    assert_eq!(command["completedAt"], command["at"]);
+    // No pod to drain: the instance shuts down (60 s by default) and the node is gone.
+    assert_eq!(command["completedAt"], "2026-01-30T23:11:00Z");
+    assert_eq!(json["disruption"]["completedAt"], "2026-01-30T23:11:00Z");
+    assert_eq!(json["disruption"]["inFlight"], serde_json::json!([]));
     assert_eq!(names(&command["candidates"]), ["node-b"]);
     assert_eq!(command["candidates"][0]["price"], 0.096);
     assert_eq!(command["savingsPerHour"], 0.096);
@@ -179,6 +192,9 @@ fn an_expired_node_is_replaced_forcefully_and_its_pod_moves() {
         "creation + expireAfter"
     );
     assert_eq!(names(&command["candidates"]), ["node-old"]);
+    // The drain starts at once (no replacement first): the pod is evicted and provisioned
+    // again, terminates within its 30 s grace period, then the instance shuts down (60 s).
+    assert_eq!(command["completedAt"], "2026-01-31T00:01:30Z");
     let replacement = names(&command["replacements"]);
     assert_eq!(replacement.len(), 1);
     let after = json["disruption"]["after"]["nodes"].as_array().unwrap();
@@ -241,6 +257,9 @@ fn a_drifted_node_is_replaced() {
     assert_eq!(commands[0]["reason"], "Drifted");
     assert_eq!(commands[0]["decision"], "replace");
     assert_eq!(names(&commands[0]["candidates"]), ["node-drifted"]);
+    // Replacement initialized at +60 s, pod gone at +90 s, instance gone at +150 s.
+    assert_eq!(commands[0]["at"], "2026-01-30T23:00:00Z");
+    assert_eq!(commands[0]["completedAt"], "2026-01-30T23:02:30Z");
     let after = json["disruption"]["after"]["nodes"].as_array().unwrap();
     assert!(after.iter().all(|n| n["name"] != "node-drifted"));
     assert_eq!(after.len(), 1);
@@ -367,5 +386,74 @@ fn spot_to_spot_consolidation_waits_for_its_feature_gate() {
     assert!(
         stderr.contains("unrecognized feature gate \"Spot\""),
         "{stderr}"
+    );
+}
+
+#[test]
+fn a_budget_of_one_serialises_a_drift_rollout_until_every_node_is_replaced() {
+    // Three drifted nodes, `budgets: [{nodes: "1"}]`: each command starts only once the previous
+    // candidate is gone (it counts against the budget until its instance is), and all three are
+    // replaced.
+    let json = simulate("examples/disruption-rollout", &[]);
+    let commands = commands(&json);
+    assert_eq!(commands.len(), 3, "{commands:#?}");
+    let mut replaced = Vec::new();
+    let mut previous_done = String::new();
+    for command in commands {
+        assert_eq!(command["reason"], "Drifted");
+        assert_eq!(command["decision"], "replace");
+        let at = command["at"].as_str().unwrap();
+        let done = command["completedAt"].as_str().unwrap();
+        assert!(at >= previous_done.as_str(), "{at} before {previous_done}");
+        assert!(done > at);
+        previous_done = done.to_string();
+        replaced.extend(names(&command["candidates"]));
+    }
+    replaced.sort_unstable();
+    assert_eq!(replaced, ["node-a", "node-b", "node-c"]);
+    // 60 s initialization + 30 s pod grace + 60 s shutdown, three times in a row.
+    assert_eq!(commands[0]["at"], "2026-01-30T23:00:00Z");
+    assert_eq!(json["disruption"]["completedAt"], "2026-01-30T23:07:30Z");
+    let after = json["disruption"]["after"]["nodes"].as_array().unwrap();
+    assert_eq!(after.len(), 3);
+    assert!(
+        after
+            .iter()
+            .all(|n| !n["name"].as_str().unwrap().starts_with("node-"))
+    );
+}
+
+#[test]
+fn the_flags_change_how_long_a_node_takes_to_go() {
+    let json = simulate(
+        "examples/disruption-drifted",
+        &[
+            "--pod-termination-seconds",
+            "5",
+            "--instance-shutdown-seconds",
+            "120",
+        ],
+    );
+    let command = &commands(&json)[0];
+    // Initialized at +60 s, pod gone at +65 s, instance gone at +185 s.
+    assert_eq!(command["completedAt"], "2026-01-30T23:03:05Z");
+}
+
+#[test]
+fn the_table_shows_when_commands_completed_and_the_rollout_duration() {
+    let output = Command::new(env!("CARGO_BIN_EXE_karpenter"))
+        .args(["simulate", "--disruption", "--now", NOW, "-f"])
+        .arg("examples/disruption-rollout")
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let table = String::from_utf8(output.stdout).unwrap();
+    assert!(table.contains("COMPLETED"), "{table}");
+    assert!(
+        table.contains(
+            "rollout: 3 command(s) from 2026-01-30T23:00:00Z to 2026-01-30T23:07:30Z (7m30s)"
+        ),
+        "{table}"
     );
 }

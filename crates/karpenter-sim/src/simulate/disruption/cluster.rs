@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, PodCondition};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, PodCondition, Taint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::NodeClaim;
 use karpenter_api::v1::{
@@ -27,6 +28,7 @@ use kube::ResourceExt;
 use super::super::manifests::Manifests;
 use super::super::pending::PendingPod;
 use super::super::plan::{PlanOutcome, SimulateError, plan_with};
+use super::pdb;
 use super::report::{NodeReport, ReplacementReport, UnschedulableReport};
 use crate::SimCloudProvider;
 use crate::launch::LaunchChoice;
@@ -53,6 +55,8 @@ pub struct SimCluster<'p> {
     /// Per NodePool: the last number used in a launched NodeClaim's name.
     counters: BTreeMap<String, usize>,
     pub(super) unschedulable: Vec<UnschedulableReport>,
+    /// Per PDB (`namespace/name`): the pods it expects, fixed once the first plan is applied.
+    pdb_expected: BTreeMap<String, i32>,
 }
 
 impl<'p> SimCluster<'p> {
@@ -86,6 +90,10 @@ impl<'p> SimCluster<'p> {
             .into_iter()
             .map(|mut p| {
                 mark_scheduled(&mut p, now);
+                // Input pods on existing nodes run; one that says it is not Ready keeps that.
+                if !has_condition(&p, "Ready") {
+                    set_ready(&mut p, true, now);
+                }
                 (pod_key(&p), p)
             })
             .collect();
@@ -101,6 +109,7 @@ impl<'p> SimCluster<'p> {
             launched_prices: BTreeMap::new(),
             counters: BTreeMap::new(),
             unschedulable: Vec::new(),
+            pdb_expected: BTreeMap::new(),
         }
     }
 
@@ -144,6 +153,114 @@ impl<'p> SimCluster<'p> {
             self.unschedulable
                 .push(unschedulable(&pod.pod, &pod.reason));
         }
+        self.pdb_expected = self
+            .base
+            .pdbs
+            .iter()
+            .map(|pdb| (pdb::key(pdb), pdb::matching(pdb, self.pods.values())))
+            .collect();
+        self.refresh_pdb_status();
+    }
+
+    /// Writes every PDB's status as the disruption controller would from the pods now, so the
+    /// pass and the evictions read the same numbers.
+    pub fn refresh_pdb_status(&mut self) {
+        let Self {
+            base,
+            pods,
+            pdb_expected,
+            ..
+        } = self;
+        for budget in &mut base.pdbs {
+            let expected = pdb_expected.get(&pdb::key(budget)).copied().unwrap_or(0);
+            budget.status = Some(pdb::counts(budget, pods.values(), expected).status());
+        }
+    }
+
+    /// Every PDB with its counts over the pods bound now.
+    pub fn pdb_counts(&self) -> Vec<(&PodDisruptionBudget, pdb::PdbCounts)> {
+        self.base
+            .pdbs
+            .iter()
+            .map(|budget| {
+                let expected = self
+                    .pdb_expected
+                    .get(&pdb::key(budget))
+                    .copied()
+                    .unwrap_or(0);
+                (budget, pdb::counts(budget, self.pods.values(), expected))
+            })
+            .collect()
+    }
+
+    /// The pods bound to `node`.
+    pub fn pods_on(&self, node: &str) -> Vec<&Pod> {
+        self.pods
+            .values()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .collect()
+    }
+
+    /// Takes pod `key` off its node (an eviction); the caller decides where it goes.
+    pub fn evict(&mut self, key: &str) -> Option<Pod> {
+        self.pods.remove(key)
+    }
+
+    /// `karpenter.sh/disrupted:NoSchedule` on the Node, as the orchestration queue taints a
+    /// candidate: no pod is placed there any more.
+    pub fn taint_disrupted(&mut self, node: &str) {
+        let Some(spec) = self
+            .nodes
+            .get_mut(node)
+            .map(|n| n.spec.get_or_insert_with(Default::default))
+        else {
+            return;
+        };
+        let taints = spec.taints.get_or_insert_with(Vec::new);
+        if !taints.iter().any(|t| t.key == wk::DISRUPTED_TAINT_KEY) {
+            taints.push(Taint {
+                key: wk::DISRUPTED_TAINT_KEY.to_string(),
+                effect: "NoSchedule".to_string(),
+                ..Default::default()
+            });
+        }
+    }
+
+    /// The NodeClaim of Node `node` (joined by provider ID, else by name).
+    pub fn claim_of_node(&self, node: &str) -> Option<&NodeClaim> {
+        let provider_id = self
+            .nodes
+            .get(node)
+            .and_then(|n| n.spec.as_ref()?.provider_id.as_deref());
+        self.claims
+            .values()
+            .find(|c| {
+                provider_id.is_some()
+                    && c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == provider_id
+            })
+            .or_else(|| self.claims.get(node))
+    }
+
+    /// The `karpenter.sh/nodepool` label of Node `node`.
+    pub fn node_pool_of(&self, node: &str) -> Option<String> {
+        self.nodes
+            .get(node)?
+            .labels()
+            .get(wk::NODEPOOL_LABEL)
+            .cloned()
+    }
+
+    pub fn has_node(&self, node: &str) -> bool {
+        self.nodes.contains_key(node)
+    }
+
+    /// The Node carries `karpenter.sh/initialized=true` (or is gone: nothing left to wait for).
+    pub fn initialized_or_gone(&self, node: &str) -> bool {
+        self.nodes.get(node).is_none_or(|n| {
+            n.labels()
+                .get(wk::NODE_INITIALIZED_LABEL)
+                .is_some_and(|v| v == "true")
+        })
     }
 
     /// Launches the NodeClaims of a plan (named afresh), binds the placed pods at `now` and
@@ -251,9 +368,17 @@ impl<'p> SimCluster<'p> {
                 taints: Some(claim.spec.taints.clone()).filter(|t| !t.is_empty()),
                 ..Default::default()
             }),
+            // The kubelet reports Ready once registered: a launched node that is not Ready
+            // would count against its NodePool's disruption budget for good.
             status: Some(NodeStatus {
                 capacity: Some(capacity),
                 allocatable: Some(allocatable),
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".to_string(),
+                    status: CONDITION_TRUE.to_string(),
+                    last_transition_time: Some(Time(now)),
+                    ..Default::default()
+                }]),
                 ..Default::default()
             }),
         };
@@ -288,6 +413,12 @@ impl<'p> SimCluster<'p> {
             .collect();
         for (name, at) in due {
             self.initializing.remove(&name);
+            // Pods bound while the node initialized start running now.
+            for pod in self.pods.values_mut() {
+                if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()) {
+                    set_ready(pod, true, at);
+                }
+            }
             if let Some(node) = self.nodes.get_mut(&name) {
                 node.labels_mut()
                     .insert(wk::NODE_INITIALIZED_LABEL.to_string(), "true".to_string());
@@ -314,6 +445,8 @@ impl<'p> SimCluster<'p> {
     fn bind(&mut self, mut pod: Pod, node: &str, now: Timestamp) {
         pod.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
         mark_scheduled(&mut pod, now);
+        // Ready at once on a running node, else when its node initializes.
+        set_ready(&mut pod, self.initialized_or_gone(node), now);
         self.pods.insert(pod_key(&pod), pod);
     }
 
@@ -462,6 +595,26 @@ fn unschedulable(pod: &str, reason: &str) -> UnschedulableReport {
         name: name.to_string(),
         reason: reason.to_string(),
     }
+}
+
+fn has_condition(pod: &Pod, type_: &str) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == type_))
+}
+
+/// `Ready` with its transition at `at`: what a PDB counts as healthy.
+fn set_ready(pod: &mut Pod, ready: bool, at: Timestamp) {
+    let status = pod.status.get_or_insert_with(PodStatus::default);
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    conditions.retain(|c| c.type_ != "Ready");
+    conditions.push(PodCondition {
+        type_: "Ready".to_string(),
+        status: if ready { CONDITION_TRUE } else { "False" }.to_string(),
+        last_transition_time: Some(Time(at)),
+        ..Default::default()
+    });
 }
 
 /// `PodScheduled=True` at `at`: the bind emptiness and consolidation count idle time from.

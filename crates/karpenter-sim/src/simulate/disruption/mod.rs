@@ -1,23 +1,30 @@
 //! `simulate --disruption`: after the plan, the disruption loop in virtual time on the simulated
-//! cluster (issue 10 item 3). Each step: expiration (forceful: expired NodeClaims go, their pods
-//! are provisioned again), then one pass of [`karpenter_core::disruption::decide`]; a command
-//! launches its replacements (initialized [`cluster::INITIALIZATION`] later), then removes its
-//! candidates and provisions their pods with the pipeline of the first plan. Time then jumps to
-//! the next instant at which something can change (a node becoming consolidatable, an expiry,
-//! a launched node initializing, a budget schedule minute while a budget blocks a node), never
-//! closer than upstream's 10 s poll, until nothing can happen or `until` has passed.
+//! cluster (issue 10 item 3, issue 21 item 6). Each step: the nodes on their way out move on
+//! ([`timeline`]: replacements initialize, pods are evicted within their PDBs and terminate,
+//! instances shut down), expiration starts (forceful: expired NodeClaims drain at once), then
+//! one pass of [`karpenter_core::disruption::decide`] over the cluster as it is, with every node
+//! still on its way out counted against its budget; the pass's commands start (replacements
+//! launch, initialized [`cluster::INITIALIZATION`] later; candidates are tainted and drain once
+//! their replacements are initialized). Commands run concurrently, as upstream's orchestration
+//! queue runs them; a budget of one serialises a rollout because a candidate counts until its
+//! instance is gone.
 //!
-//! Commands run one after another: the loop waits for a command to complete before the next
-//! pass, as upstream's single orchestration queue does for consolidation.
+//! Time then jumps to the next instant at which something can change (a node becoming
+//! consolidatable, an expiry, a launched node initializing, a pod terminating, an instance gone,
+//! a drain deadline, a budget schedule minute while a budget blocks a node), never closer than
+//! upstream's 10 s poll, until nothing more would happen or `until` has passed.
 
 mod cluster;
+mod pdb;
 pub mod report;
+pub mod timeline;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use karpenter_core::disruption::candidates::BlockReason;
+use karpenter_core::disruption::emptiness::node_consolidatable_at;
 use karpenter_core::disruption::{
     Command, DisruptionInput, DisruptionOptions, Pass, ProviderDrift, decide, expiration,
 };
@@ -34,6 +41,10 @@ pub use report::PlanWithDisruption;
 use report::{
     After, Before, BlockedNode, CandidateReport, CommandReport, DisruptionReport, round6,
 };
+pub use timeline::{
+    DEFAULT_INSTANCE_SHUTDOWN, DEFAULT_INSTANCE_SHUTDOWN_SECONDS, TimelineSettings,
+};
+use timeline::{Timeline, Trace};
 
 /// Upstream polls the disruption loop every 10 s; virtual time never steps closer than that
 /// unless a command just changed the cluster.
@@ -54,6 +65,9 @@ pub struct DisruptionSettings {
     pub max_steps: usize,
     /// `--feature-gates` (`SpotToSpotConsolidation` is the one the simulated methods read).
     pub feature_gates: karpenter_core::feature_gates::FeatureGates,
+    /// How long pods and instances take to go (`--pod-termination-seconds`,
+    /// `--instance-shutdown-seconds`).
+    pub timeline: TimelineSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +96,17 @@ pub fn simulate_disruption(
     outcome: &PlanOutcome,
     settings: DisruptionSettings,
 ) -> Result<DisruptionReport, DisruptionSimError> {
+    run(manifests, provider, options, outcome, settings).map(|(report, _)| report)
+}
+
+/// [`simulate_disruption`] with the [`Trace`] the property tests check.
+pub(crate) fn run(
+    manifests: &Manifests,
+    provider: &SimCloudProvider,
+    options: SchedulerOptions,
+    outcome: &PlanOutcome,
+    settings: DisruptionSettings,
+) -> Result<(DisruptionReport, Trace), DisruptionSimError> {
     let start = settings.now;
     let end = start
         .checked_add(settings.until)
@@ -95,6 +120,7 @@ pub fn simulate_disruption(
     };
     let disruption_options = DisruptionOptions::from_gates(&settings.feature_gates);
     let provider_drift = ProviderDrift::new();
+    let mut timeline = Timeline::new(settings.timeline);
     let mut commands: Vec<CommandReport> = Vec::new();
     let mut blocked: Vec<BlockedNode> = Vec::new();
     let mut now = start;
@@ -109,15 +135,23 @@ pub fn simulate_disruption(
             });
         }
         cluster.initialize_due(now);
-        let state = cluster.state();
-        let expired = expiration::expired(&state, now);
+        timeline.advance(&mut cluster, now, &mut commands)?;
+        let expired: Vec<String> = expiration::expired(&cluster.state(), now)
+            .into_iter()
+            .filter(|claim| {
+                cluster
+                    .node_of_claim(claim)
+                    .is_none_or(|node| !timeline.is_retiring(&node))
+            })
+            .collect();
         if !expired.is_empty() {
-            drop(state);
             for claim in expired {
-                commands.push(expire(&mut cluster, &claim, now)?);
+                expire(&mut cluster, &mut timeline, &claim, now, &mut commands);
             }
-            continue;
+            timeline.advance(&mut cluster, now, &mut commands)?;
         }
+        let mut state = cluster.state();
+        timeline.mark(&mut state);
         let pass = decide(&DisruptionInput {
             state: &state,
             instance_types: &cluster.pool_types,
@@ -126,7 +160,7 @@ pub fn simulate_disruption(
             provider_drift: &provider_drift,
             now,
         });
-        let next = next_instant(&state, &pass, &cluster, now);
+        let decided_next = next_instant(&state, &pass, &cluster, now);
         drop(state);
         blocked = pass
             .blocked
@@ -137,27 +171,58 @@ pub fn simulate_disruption(
                 reason: r.reason.to_string(),
             })
             .collect();
-        if !pass.commands.is_empty() {
-            now = execute(&mut cluster, provider, pass, now, &mut commands)?;
-            continue;
+        timeline.trace.last_blocked = pass.blocked.clone();
+        let started = !pass.commands.is_empty();
+        if started {
+            start_commands(
+                &mut cluster,
+                &mut timeline,
+                provider,
+                pass,
+                now,
+                &mut commands,
+            )?;
+            // Deletes drain at once.
+            timeline.advance(&mut cluster, now, &mut commands)?;
         }
+        let poll = now.checked_add(POLL).unwrap_or(now);
+        let next = [
+            decided_next,
+            timeline.next_event(&cluster, now),
+            cluster.next_initialization().filter(|at| *at > now),
+            started.then_some(poll),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         match next {
-            Some(next) => now = next.max(now.checked_add(POLL).unwrap_or(next)),
-            None => break,
+            Some(next) => now = next.max(poll),
+            None => {
+                timeline.trace.converged = true;
+                break;
+            }
         }
     }
     let nodes = cluster.node_reports();
     blocked.retain(|b| nodes.iter().any(|n| n.name == b.name));
-    Ok(DisruptionReport {
+    let completed_at = commands
+        .iter()
+        .filter_map(|c| c.completed_at.as_deref()?.parse::<Timestamp>().ok())
+        .max()
+        .map(|at| at.to_string());
+    let report = DisruptionReport {
         commands,
         blocked,
         before,
+        completed_at,
+        in_flight: timeline.retiring_nodes(),
         after: After {
             hourly_cost: round6(cluster.hourly_cost()),
             nodes,
             unschedulable: cluster.unschedulable.clone(),
         },
-    })
+    };
+    Ok((report, timeline.trace))
 }
 
 /// The earliest instant after `now` at which the pass could decide otherwise.
@@ -190,69 +255,75 @@ fn next_instant(
             Timestamp::from_second(minute.saturating_mul(60)).ok()
         })
         .flatten();
+    // Any node's window, not only the candidates': a node under its window takes no moved
+    // pods, so another node's consolidation may become possible when it ends.
+    let windows = state.state_nodes().into_iter().filter_map(|n| {
+        let pool = state.nodepool(n.nodepool()?)?;
+        node_consolidatable_at(pool, n.nodeclaim?, n.node, &n.pods).filter(|at| *at > now)
+    });
     consolidatable
+        .chain(windows)
         .chain(expiration::next_expiry(state, now))
         .chain(cluster.next_initialization().filter(|at| *at > now))
         .chain(next_minute)
         .min()
 }
 
-/// Expiration of NodeClaim `claim` at `now`: the node goes at once, its pods are provisioned
-/// again.
+/// Expiration of NodeClaim `claim` at `now` (forceful: no budget, no replacement first): its
+/// node drains at once, its pods are provisioned again as they are evicted.
 fn expire(
     cluster: &mut SimCluster<'_>,
+    timeline: &mut Timeline,
     claim: &str,
     now: Timestamp,
-) -> Result<CommandReport, DisruptionSimError> {
-    let (candidates, displaced) = match cluster.node_of_claim(claim) {
-        Some(node) => {
-            let report = cluster.node_reports().into_iter().find(|n| n.name == node);
-            let candidate = report.map(|n| CandidateReport {
-                name: n.name,
-                node_pool: n.node_pool.unwrap_or_default(),
-                instance_type: n.instance_type,
-                zone: n.zone,
-                capacity_type: n.capacity_type,
-                price: n.price,
-            });
-            (candidate.into_iter().collect(), cluster.remove_node(&node))
-        }
+    reports: &mut Vec<CommandReport>,
+) {
+    let node = cluster.node_of_claim(claim).filter(|n| cluster.has_node(n));
+    let candidates: Vec<CandidateReport> = node
+        .as_ref()
+        .and_then(|node| cluster.node_reports().into_iter().find(|n| &n.name == node))
+        .map(|n| CandidateReport {
+            name: n.name,
+            node_pool: n.node_pool.unwrap_or_default(),
+            instance_type: n.instance_type,
+            zone: n.zone,
+            capacity_type: n.capacity_type,
+            price: n.price,
+        })
+        .into_iter()
+        .collect();
+    let index = reports.len();
+    reports.push(CommandReport {
+        at: now.to_string(),
+        completed_at: None,
+        reason: "Expired".to_string(),
+        decision: "delete".to_string(),
+        method: "expiration".to_string(),
+        savings_per_hour: savings(&candidates, &[]),
+        candidates,
+        replacements: Vec::new(),
+    });
+    match node {
+        Some(node) => timeline.start(cluster, index, &[node], Vec::new(), None, now),
         None => {
             cluster.remove_claim(claim);
-            (Vec::new(), Vec::new())
+            timeline.start(cluster, index, &[], Vec::new(), None, now);
+            timeline.complete_now(index, now, reports);
         }
-    };
-    let replacements = cluster.reprovision(displaced, now)?;
-    let at = now.to_string();
-    Ok(CommandReport {
-        at: at.clone(),
-        completed_at: at,
-        reason: "Expired".to_string(),
-        decision: if replacements.is_empty() {
-            "delete"
-        } else {
-            "replace"
-        }
-        .to_string(),
-        method: "expiration".to_string(),
-        savings_per_hour: savings(&candidates, &replacements),
-        candidates,
-        replacements,
-    })
+    }
 }
 
-/// Runs the pass's commands: replacements launch at `now`, candidates go once the replacements
-/// are initialized (at once for deletes), their pods are provisioned again. Returns the instant
-/// the last command completed.
-fn execute(
+/// Starts the pass's commands at `now`: replacements launch (initialized
+/// [`INITIALIZATION`] later), candidates are tainted and go through the [`Timeline`].
+fn start_commands(
     cluster: &mut SimCluster<'_>,
+    timeline: &mut Timeline,
     provider: &SimCloudProvider,
     pass: Pass,
     now: Timestamp,
     reports: &mut Vec<CommandReport>,
-) -> Result<Timestamp, DisruptionSimError> {
+) -> Result<(), DisruptionSimError> {
     let ready_at = now.checked_add(INITIALIZATION).unwrap_or(now);
-    let mut started = Vec::new();
     for command in pass.commands {
         let Command {
             method,
@@ -279,19 +350,8 @@ fn execute(
             let name = cluster.launch(claim, &choice, now, ready_at);
             launched.push(replacement_report(&name, &choice));
         }
-        let completed_at = if launched.is_empty() { now } else { ready_at };
-        started.push((method, reason, decision, candidates, launched, completed_at));
-    }
-    let mut done = now;
-    for (method, reason, decision, candidates, mut launched, completed_at) in started {
-        cluster.initialize_due(completed_at);
-        let mut displaced = Vec::new();
-        for candidate in &candidates {
-            displaced.extend(cluster.remove_node(&candidate.name));
-        }
-        // Pods the replacements cannot hold get nodes of their own; they count against the
-        // command's savings.
-        launched.extend(cluster.reprovision(displaced, completed_at)?);
+        let names: Vec<String> = candidates.iter().map(|c| c.name.clone()).collect();
+        let launched_names: Vec<String> = launched.iter().map(|r| r.name.clone()).collect();
         let candidates: Vec<CandidateReport> = candidates
             .into_iter()
             .map(|c| CandidateReport {
@@ -303,9 +363,10 @@ fn execute(
                 price: c.price,
             })
             .collect();
+        let index = reports.len();
         reports.push(CommandReport {
             at: now.to_string(),
-            completed_at: completed_at.to_string(),
+            completed_at: None,
             reason: reason.as_str().to_string(),
             decision: decision.to_string(),
             method: method.as_str().to_string(),
@@ -313,9 +374,9 @@ fn execute(
             candidates,
             replacements: launched,
         });
-        done = done.max(completed_at);
+        timeline.start(cluster, index, &names, launched_names, Some(reason), now);
     }
-    Ok(done)
+    Ok(())
 }
 
 fn savings(candidates: &[CandidateReport], replacements: &[report::ReplacementReport]) -> f64 {
@@ -351,3 +412,6 @@ fn pool_instance_types(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod properties;

@@ -23,6 +23,12 @@ pub struct DisruptionReport {
     pub blocked: Vec<BlockedNode>,
     /// The cluster at `--now`, once the pending pods were provisioned.
     pub before: Before,
+    /// RFC 3339: when the last command completed (its last candidate gone); `null` when no
+    /// command completed.
+    pub completed_at: Option<String>,
+    /// Nodes still on their way out when the loop stopped (a drain held by a PDB or a
+    /// do-not-disrupt pod, or `--until` reached), by name.
+    pub in_flight: Vec<String>,
     /// The cluster when the loop stopped.
     pub after: After,
 }
@@ -32,8 +38,9 @@ pub struct DisruptionReport {
 pub struct CommandReport {
     /// RFC 3339: when the candidates were tainted and the replacements launched.
     pub at: String,
-    /// RFC 3339: when the candidates were gone.
-    pub completed_at: String,
+    /// RFC 3339: when the last candidate was gone (drained, its instance shut down); `null`
+    /// while a candidate is still on its way out when the loop stops.
+    pub completed_at: Option<String>,
     /// `Empty`, `Underutilized`, `Drifted` or `Expired`.
     pub reason: String,
     /// `delete` or `replace`.

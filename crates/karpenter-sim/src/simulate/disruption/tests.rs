@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use karpenter_core::clock::FakeClock;
 
+use super::timeline::Trace;
 use super::*;
 
 const EMPTY: &str = include_str!("../../../../../examples/disruption-empty/cluster.yaml");
@@ -28,6 +29,7 @@ fn run(
             until,
             max_steps,
             feature_gates: Default::default(),
+            timeline: TimelineSettings::default(),
         },
     )
 }
@@ -40,6 +42,12 @@ fn the_empty_node_goes_when_consolidate_after_has_passed_since_now() {
     assert_eq!(command.at, "2026-01-30T23:10:00Z");
     assert_eq!(command.reason, "Empty");
     assert_eq!(command.candidates[0].name, "node-b");
+    // Nothing to drain; the instance takes its 60 s to shut down.
+    assert_eq!(
+        command.completed_at.as_deref(),
+        Some("2026-01-30T23:11:00Z")
+    );
+    assert_eq!(report.completed_at.as_deref(), Some("2026-01-30T23:11:00Z"));
     assert_eq!(report.before.nodes, 2);
     assert_eq!(report.after.nodes.len(), 1);
 }
@@ -59,4 +67,194 @@ fn a_loop_that_reaches_the_step_cap_fails_with_a_clear_error() {
 fn idle_stretches_are_skipped_not_polled() {
     // 24 h at a 10 s poll would be 8,640 steps; the run needs a handful.
     assert!(run(EMPTY, SignedDuration::from_hours(24), 10).is_ok());
+}
+
+const ROLLOUT: &str = include_str!("../../../../../examples/disruption-rollout/cluster.yaml");
+const DRIFTED: &str = include_str!("../../../../../examples/disruption-drifted/cluster.yaml");
+
+fn run_traced(yaml: &str) -> (DisruptionReport, Trace) {
+    let now: Timestamp = "2026-01-30T23:00:00Z".parse().unwrap();
+    let mut manifests = Manifests::new();
+    manifests.load_str("cluster.yaml", yaml).unwrap();
+    let provider = SimCloudProvider::new("us-east-1", Arc::new(FakeClock::new(now))).unwrap();
+    let outcome = super::super::plan(&manifests, &provider).unwrap();
+    super::run(
+        &manifests,
+        &provider,
+        SchedulerOptions::default(),
+        &outcome,
+        DisruptionSettings {
+            now,
+            until: SignedDuration::from_hours(24),
+            max_steps: MAX_STEPS,
+            feature_gates: Default::default(),
+            timeline: TimelineSettings::default(),
+        },
+    )
+    .unwrap()
+}
+
+fn at(text: &str) -> Timestamp {
+    text.parse().unwrap()
+}
+
+#[test]
+fn a_budget_of_one_serialises_a_rollout_and_every_drifted_node_is_replaced() {
+    let (report, trace) = run_traced(ROLLOUT);
+    let starts: Vec<&str> = report.commands.iter().map(|c| c.at.as_str()).collect();
+    let ends: Vec<Option<&str>> = report
+        .commands
+        .iter()
+        .map(|c| c.completed_at.as_deref())
+        .collect();
+    // Each: replacement initialized after 60 s, the pod's 30 s grace, 60 s of shutdown; the
+    // next starts when the previous candidate is gone, not before.
+    assert_eq!(
+        starts,
+        [
+            "2026-01-30T23:00:00Z",
+            "2026-01-30T23:02:30Z",
+            "2026-01-30T23:05:00Z"
+        ]
+    );
+    assert_eq!(
+        ends,
+        [
+            Some("2026-01-30T23:02:30Z"),
+            Some("2026-01-30T23:05:00Z"),
+            Some("2026-01-30T23:07:30Z")
+        ]
+    );
+    assert_eq!(report.completed_at.as_deref(), Some("2026-01-30T23:07:30Z"));
+    assert!(report.in_flight.is_empty());
+    assert!(trace.converged);
+    assert!(
+        trace
+            .budget_checks
+            .iter()
+            .all(|c| c.in_flight == 1 && c.limit == Some(1)),
+        "{:?}",
+        trace.budget_checks
+    );
+    assert!(
+        report
+            .after
+            .nodes
+            .iter()
+            .all(|n| !n.name.starts_with("node-"))
+    );
+}
+
+/// The drifted example's node as an m5.2xlarge with three small pods under a PDB.
+fn drifted_with_pdb() -> String {
+    let mut yaml = DRIFTED
+        .replace("m5.large\"]", "m5.2xlarge\"]")
+        .replace("instance-type: m5.large", "instance-type: m5.2xlarge")
+        .replace(
+            "capacity: {cpu: \"2\", memory: 8Gi, pods: \"29\"}",
+            "capacity: {cpu: \"8\", memory: 32Gi, pods: \"58\"}",
+        )
+        .replace(
+            "allocatable: {cpu: 1930m, memory: 7Gi, pods: \"29\"}",
+            "allocatable: {cpu: 7910m, memory: 30Gi, pods: \"58\"}",
+        )
+        .replace(
+            "requests: {cpu: \"1\", memory: 2Gi}",
+            "requests: {cpu: 500m, memory: 1Gi}",
+        );
+    let pod = &yaml[yaml.rfind("apiVersion: v1\nkind: Pod").unwrap()..].to_string();
+    for name in ["web-2", "web-3"] {
+        yaml.push_str("\n---\n");
+        yaml.push_str(&pod.replace("web-1", name));
+    }
+    yaml.push_str(
+        "\n---\napiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\nspec:\n  maxUnavailable: 1\n  selector: {matchLabels: {app: web}}\n",
+    );
+    yaml
+}
+
+#[test]
+fn a_pdb_lets_one_pod_go_at_a_time_and_the_next_waits_until_the_first_runs_again() {
+    let (report, trace) = run_traced(&drifted_with_pdb());
+    assert_eq!(report.commands.len(), 1, "{report:#?}");
+    let times: Vec<Timestamp> = trace.evictions.iter().map(|e| e.at).collect();
+    assert_eq!(times.len(), 3, "{:?}", trace.evictions);
+    // The replacement initializes at +60 s; one pod per poll after that.
+    assert_eq!(
+        times,
+        [
+            at("2026-01-30T23:01:00Z"),
+            at("2026-01-30T23:01:10Z"),
+            at("2026-01-30T23:01:20Z")
+        ]
+    );
+    assert!(trace.evictions.iter().all(|e| !e.forced));
+    assert!(
+        trace.pdb_samples.iter().all(|s| s.healthy >= s.desired),
+        "{:?}",
+        trace.pdb_samples
+    );
+    // The last pod's 30 s grace, then 60 s of shutdown.
+    assert_eq!(
+        report.commands[0].completed_at.as_deref(),
+        Some("2026-01-30T23:02:50Z")
+    );
+}
+
+#[test]
+fn a_do_not_disrupt_pod_holds_the_drain_until_the_termination_grace_period_forces_it() {
+    let yaml = DRIFTED
+        .replace(
+            "  labels: {app: web}\n",
+            "  labels: {app: web}\n  annotations: {karpenter.sh/do-not-disrupt: \"true\"}\n",
+        )
+        .replace(
+            "      expireAfter: Never\n",
+            "      expireAfter: Never\n      terminationGracePeriod: 5m\n",
+        )
+        .replace(
+            "spec:\n  expireAfter: Never\n",
+            "spec:\n  expireAfter: Never\n  terminationGracePeriod: 5m\n",
+        );
+    let (report, trace) = run_traced(&yaml);
+    assert_eq!(report.commands.len(), 1, "{report:#?}");
+    let [eviction] = trace.evictions.as_slice() else {
+        panic!("{:?}", trace.evictions);
+    };
+    assert!(eviction.do_not_disrupt && eviction.forced);
+    // The pod is not reschedulable, so drift deletes without a replacement first: the drain
+    // starts at 23:00:00 with its deadline at 23:05:00; a pod with a 30 s grace period is
+    // forced once less than that is left, and goes by the deadline.
+    let command = &report.commands[0];
+    assert_eq!(command.decision, "delete");
+    assert_eq!(
+        command.replacements.len(),
+        1,
+        "its pod needed a node once evicted"
+    );
+    assert_eq!(eviction.forced_from, Some(at("2026-01-30T23:04:30Z")));
+    assert!(eviction.at > at("2026-01-30T23:04:30Z"), "{eviction:?}");
+    assert_eq!(
+        report.commands[0].completed_at.as_deref(),
+        Some("2026-01-30T23:06:00Z")
+    );
+}
+
+#[test]
+fn without_a_termination_grace_period_a_do_not_disrupt_pod_keeps_its_node() {
+    let yaml = DRIFTED.replace(
+        "  labels: {app: web}\n",
+        "  labels: {app: web}\n  annotations: {karpenter.sh/do-not-disrupt: \"true\"}\n",
+    );
+    let (report, trace) = run_traced(&yaml);
+    assert!(report.commands.is_empty(), "{report:#?}");
+    assert!(trace.evictions.is_empty());
+    assert!(
+        report
+            .blocked
+            .iter()
+            .any(|b| b.name == "node-drifted" && b.reason.contains("do-not-disrupt")),
+        "{:?}",
+        report.blocked
+    );
 }
