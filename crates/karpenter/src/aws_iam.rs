@@ -67,7 +67,11 @@ impl PolicyScope {
     }
 
     fn ec2_arn(&self, resource: &str) -> String {
-        format!("arn:{}:ec2:{}:*:{resource}/*", self.partition, self.arn_region())
+        format!(
+            "arn:{}:ec2:{}:*:{resource}/*",
+            self.partition,
+            self.arn_region()
+        )
     }
 
     /// `conditions` (a map of condition keys to values, for `StringEquals`) with `key: region`
@@ -600,7 +604,7 @@ mod tests {
             .collect();
         assert!(
             missing.is_empty(),
-            "the controller policy (crates/karpenter-aws/src/iam.rs) lacks: {missing:?}"
+            "the controller policy (crates/karpenter/src/aws_iam.rs) lacks: {missing:?}"
         );
     }
 

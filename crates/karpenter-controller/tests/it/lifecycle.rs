@@ -2,13 +2,13 @@
 
 use std::time::Duration;
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
+use karpenter_api::NodeClaim;
 use karpenter_api::v1::ConditionsExt;
 use karpenter_api::well_known as wk;
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_testapi::{ApiError, Verb};
-use futures::{StreamExt, TryStreamExt};
-use karpenter_api::NodeClaim;
 use kube::ResourceExt;
 use kube::api::WatchEvent;
 use serde_json::json;
@@ -39,15 +39,27 @@ async fn the_provider_id_is_never_seen_without_the_offering_labels() {
         .unwrap()
         .boxed();
     let first_launched = loop {
-        let event = versions.try_next().await.unwrap().expect("the launch is in the history");
+        let event = versions
+            .try_next()
+            .await
+            .unwrap()
+            .expect("the launch is in the history");
         let (WatchEvent::Added(claim) | WatchEvent::Modified(claim)) = event else {
             continue;
         };
-        if claim.status.as_ref().is_some_and(|s| s.provider_id.is_some()) {
+        if claim
+            .status
+            .as_ref()
+            .is_some_and(|s| s.provider_id.is_some())
+        {
             break claim;
         }
     };
-    for label in [wk::INSTANCE_TYPE_LABEL, wk::ZONE_LABEL, wk::CAPACITY_TYPE_LABEL] {
+    for label in [
+        wk::INSTANCE_TYPE_LABEL,
+        wk::ZONE_LABEL,
+        wk::CAPACITY_TYPE_LABEL,
+    ] {
         assert!(
             first_launched.labels().contains_key(label),
             "resourceVersion {:?} has a providerID but no {label}: {:?}",

@@ -4,8 +4,8 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context;
 use crate::aws_iam as iam;
+use anyhow::Context;
 
 /// Flags of `karpenter aws`.
 #[derive(Debug, clap::Args)]

@@ -46,4 +46,3 @@ pub struct AwsArgs {
 fn api_timeout(raw: &str) -> Result<Duration, String> {
     parse_duration_in("AWS_API_TIMEOUT", raw, &BATCH_DURATION_RANGE).map_err(|e| e.to_string())
 }
-

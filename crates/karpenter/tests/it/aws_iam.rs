@@ -155,7 +155,14 @@ const VARIANTS: [Variant; 4] = [
 
 impl Variant {
     fn json_policy(&self) -> Value {
-        let mut args = vec!["aws", "iam", "--cluster-name", CLUSTER, "--partition", self.partition];
+        let mut args = vec![
+            "aws",
+            "iam",
+            "--cluster-name",
+            CLUSTER,
+            "--partition",
+            self.partition,
+        ];
         if let Some(region) = self.region {
             args.extend(["--region", region]);
         }
@@ -166,7 +173,11 @@ impl Variant {
             args.extend(["--interruption-queue", queue]);
         }
         let out = karpenter(&args);
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
@@ -219,8 +230,19 @@ fn remove_region_conditions(policy: &mut Value) {
 
 /// The `Fn::Sub` text of the template's controller policy.
 fn template_policy_text() -> String {
-    let out = karpenter(&["aws", "iam", "--cluster-name", CLUSTER, "-o", "cloudformation"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = karpenter(&[
+        "aws",
+        "iam",
+        "--cluster-name",
+        CLUSTER,
+        "-o",
+        "cloudformation",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let template: Value = serde_saphyr::from_slice(&out.stdout).unwrap();
     template["Resources"]["KarpenterControllerPolicy"]["Properties"]["PolicyDocument"]["Fn::Sub"]
         .as_str()
@@ -237,7 +259,8 @@ fn the_json_and_template_policies_agree_statement_by_statement() {
     for variant in &VARIANTS {
         let json = variant.json_policy();
         let template = variant.resolved_template_policy();
-        let sids = |p: &Value| -> Vec<Value> { statements(p).iter().map(|s| s["Sid"].clone()).collect() };
+        let sids =
+            |p: &Value| -> Vec<Value> { statements(p).iter().map(|s| s["Sid"].clone()).collect() };
         assert_eq!(sids(&json), sids(&template), "{:?}", variant.region);
         for (printed, deployed) in statements(&json).iter().zip(statements(&template)) {
             assert_eq!(
@@ -267,7 +290,10 @@ fn without_a_region_the_policy_has_no_region_condition() {
     let policy = VARIANTS[1].json_policy();
     let text = policy.to_string();
     for key in REGION_CONDITION_KEYS {
-        assert!(text.contains(&format!("\"{key}\":\"eu-west-1\"")), "{key} in {policy:#}");
+        assert!(
+            text.contains(&format!("\"{key}\":\"eu-west-1\"")),
+            "{key} in {policy:#}"
+        );
     }
 }
 
@@ -324,7 +350,9 @@ fn condition_operator_problems(policy: &Value) -> Vec<String> {
                 .trim_start_matches("ForAllValues:")
                 .trim_start_matches("ForAnyValue:");
             let base = base.strip_suffix("IfExists").unwrap_or(base);
-            if !CONDITION_OPERATORS.contains(&base) && !["ArnNotEquals", "ArnNotLike"].contains(&base) {
+            if !CONDITION_OPERATORS.contains(&base)
+                && !["ArnNotEquals", "ArnNotLike"].contains(&base)
+            {
                 problems.push(format!("{sid}: unknown condition operator {operator}"));
                 continue;
             }
@@ -372,12 +400,20 @@ fn the_operator_check_finds_a_wildcard_under_string_equals() {
 fn the_operator_check_catches_what_the_policy_used_to_print_without_a_region() {
     // Before, no --region meant `"*"` in every region condition: five of them, each denying the
     // controller. parliament passes that policy; the operator check does not.
-    let policy: Value =
-        serde_json::from_str(&VARIANTS[1].json_policy().to_string().replace("eu-west-1", "*")).unwrap();
+    let policy: Value = serde_json::from_str(
+        &VARIANTS[1]
+            .json_policy()
+            .to_string()
+            .replace("eu-west-1", "*"),
+    )
+    .unwrap();
     let problems = condition_operator_problems(&policy);
     assert_eq!(problems.len(), 5, "{problems:#?}");
     for key in REGION_CONDITION_KEYS {
-        assert!(problems.iter().any(|p| p.contains(key)), "{key}: {problems:#?}");
+        assert!(
+            problems.iter().any(|p| p.contains(key)),
+            "{key}: {problems:#?}"
+        );
     }
     let out = parliament(&policy);
     assert!(standing_findings(&policy, &out.stdout).is_empty());
@@ -435,7 +471,11 @@ fn actions_and_resources(statement: &Value) -> (Vec<String>, Vec<String>) {
     let list = |v: &Value| -> Vec<String> {
         match v {
             Value::String(one) => vec![one.clone()],
-            Value::Array(many) => many.iter().filter_map(Value::as_str).map(str::to_string).collect(),
+            Value::Array(many) => many
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
             _ => Vec::new(),
         }
     };
@@ -451,8 +491,10 @@ const PARLIAMENT_DATA_DISAGREES: [(&str, &str); 1] = [("iam:ListInstanceProfiles
 /// splits `ec2:RunInstances`' resources by their conditions, as upstream's does): such a finding
 /// stands only when no statement grants the action on a resource of the required type.
 fn standing_findings(policy: &Value, parliament_output: &[u8]) -> Vec<String> {
-    let granted: Vec<(Vec<String>, Vec<String>)> =
-        statements(policy).iter().map(actions_and_resources).collect();
+    let granted: Vec<(Vec<String>, Vec<String>)> = statements(policy)
+        .iter()
+        .map(actions_and_resources)
+        .collect();
     let mut standing = Vec::new();
     for line in String::from_utf8_lossy(parliament_output).lines() {
         let finding: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
@@ -471,7 +513,9 @@ fn standing_findings(policy: &Value, parliament_output: &[u8]) -> Vec<String> {
                     && resources.iter().any(|r| resource_is_of_format(r, format))
             });
             if !covered {
-                standing.push(format!("{action} is granted on no resource of the form {format}"));
+                standing.push(format!(
+                    "{action} is granted on no resource of the form {format}"
+                ));
             }
         }
     }
@@ -480,11 +524,26 @@ fn standing_findings(policy: &Value, parliament_output: &[u8]) -> Vec<String> {
 
 #[test]
 fn a_resource_mismatch_stands_only_when_no_statement_covers_it() {
-    assert!(resource_is_of_format("arn:aws:ec2:*:*:instance/*", "arn:*:ec2:*:*:instance/*"));
-    assert!(resource_is_of_format("arn:aws-cn:ec2:cn-north-1::image/*", "arn:*:ec2:*::image/*"));
-    assert!(resource_is_of_format("arn:aws:ssm:*::parameter/aws/service/*", "arn:*:ssm:*:*:parameter/*"));
-    assert!(!resource_is_of_format("arn:aws:ec2:*:*:subnet/*", "arn:*:ec2:*:*:instance/*"));
-    assert!(!resource_is_of_format("arn:aws:iam::1:instance-profile/*", "*"));
+    assert!(resource_is_of_format(
+        "arn:aws:ec2:*:*:instance/*",
+        "arn:*:ec2:*:*:instance/*"
+    ));
+    assert!(resource_is_of_format(
+        "arn:aws-cn:ec2:cn-north-1::image/*",
+        "arn:*:ec2:*::image/*"
+    ));
+    assert!(resource_is_of_format(
+        "arn:aws:ssm:*::parameter/aws/service/*",
+        "arn:*:ssm:*:*:parameter/*"
+    ));
+    assert!(!resource_is_of_format(
+        "arn:aws:ec2:*:*:subnet/*",
+        "arn:*:ec2:*:*:instance/*"
+    ));
+    assert!(!resource_is_of_format(
+        "arn:aws:iam::1:instance-profile/*",
+        "*"
+    ));
     let policy = serde_json::json!({"Statement": [
         {"Action": ["ec2:RunInstances"], "Resource": ["arn:aws:ec2:*:*:subnet/*"]},
         {"Action": "ec2:RunInstances", "Resource": "arn:aws:ec2:*:*:instance/*"}
@@ -516,14 +575,20 @@ fn every_printed_policy_passes_parliament_and_the_operator_check() {
         .iter()
         .map(|v| {
             (
-                format!("-o json --partition {} --region {:?} --account-id {:?}", v.partition, v.region, v.account_id),
+                format!(
+                    "-o json --partition {} --region {:?} --account-id {:?}",
+                    v.partition, v.region, v.account_id
+                ),
                 v.json_policy(),
             )
         })
         .collect();
     policies.extend(VARIANTS.iter().map(|v| {
         (
-            format!("-o cloudformation as deployed in {} {:?}", v.partition, v.region),
+            format!(
+                "-o cloudformation as deployed in {} {:?}",
+                v.partition, v.region
+            ),
             v.resolved_template_policy(),
         )
     }));
@@ -537,7 +602,10 @@ fn every_printed_policy_passes_parliament_and_the_operator_check() {
     for (name, policy) in &policies {
         let problems = condition_operator_problems(policy);
         assert!(problems.is_empty(), "{name}: {problems:#?}\n{policy:#}");
-        assert!(!policy.to_string().contains("${"), "{name}: unresolved substitution in {policy:#}");
+        assert!(
+            !policy.to_string().contains("${"),
+            "{name}: unresolved substitution in {policy:#}"
+        );
         let out = parliament(policy);
         // Exit 1 means findings (on stdout); anything else is parliament failing.
         assert!(
@@ -547,7 +615,10 @@ fn every_printed_policy_passes_parliament_and_the_operator_check() {
             String::from_utf8_lossy(&out.stderr)
         );
         let standing = standing_findings(policy, &out.stdout);
-        assert!(standing.is_empty(), "parliament on {name}:\n{standing:#?}\n{policy:#}");
+        assert!(
+            standing.is_empty(),
+            "parliament on {name}:\n{standing:#?}\n{policy:#}"
+        );
     }
 }
 
@@ -562,5 +633,6 @@ fn parliament_reports_a_bad_policy() {
         String::from_utf8_lossy(&out.stdout).contains("UNKNOWN_ACTION"),
         "{out:?}"
     );
-    let _: Map<String, Value> = serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    let _: Map<String, Value> =
+        serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
 }

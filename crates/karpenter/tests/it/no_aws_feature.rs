@@ -8,7 +8,13 @@ use std::process::Command;
 #[test]
 fn controller_with_the_aws_provider_names_the_missing_feature_in_one_line() {
     let out = Command::new(env!("CARGO_BIN_EXE_karpenter"))
-        .args(["controller", "--cloud-provider", "aws", "--cluster-name", "demo"])
+        .args([
+            "controller",
+            "--cloud-provider",
+            "aws",
+            "--cluster-name",
+            "demo",
+        ])
         .env_remove("CLOUD_PROVIDER")
         .output()
         .unwrap();
@@ -17,7 +23,10 @@ fn controller_with_the_aws_provider_names_the_missing_feature_in_one_line() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("`aws` cargo feature"), "{stderr}");
-    assert!(stderr.contains("cargo build --release --features aws"), "{stderr}");
+    assert!(
+        stderr.contains("cargo build --release --features aws"),
+        "{stderr}"
+    );
 }
 
 #[test]
