@@ -1,5 +1,6 @@
 //! Stands in for the aws provider in a build without the `aws` feature: `--cloud-provider aws`
-//! stops at its first step with one line saying how to get a build that has it.
+//! stops at its first step with one line saying how to get a build that has it (checked by
+//! `tests/it/no_aws_feature.rs`).
 
 use std::sync::Arc;
 
@@ -42,18 +43,3 @@ pub async fn provider(
     match settings {}
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_message_is_one_line_naming_the_feature_and_the_build_command() {
-        assert!(!NOT_BUILT.contains('\n'));
-        assert!(NOT_BUILT.contains("`aws` cargo feature"), "{NOT_BUILT}");
-        assert!(NOT_BUILT.contains("--features aws"), "{NOT_BUILT}");
-        let err = settings("c", &AwsArgs::default(), FeatureGates::default())
-            .err()
-            .map(|e| e.to_string());
-        assert_eq!(err.as_deref(), Some(NOT_BUILT));
-    }
-}
