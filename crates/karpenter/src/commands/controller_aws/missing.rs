@@ -42,4 +42,3 @@ pub async fn provider(
 ) -> anyhow::Result<(Arc<dyn CloudProvider>, Vec<ProviderTask>)> {
     match settings {}
 }
-
