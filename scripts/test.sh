@@ -1,10 +1,74 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: formatting, lints (which also type-check benches), unit, integration,
-# property and end-to-end tests.
+# property and end-to-end tests, with the `aws` feature of the `karpenter` binary on (the aws
+# provider) and, for the checks of the default build, off.
 # Installs what the tests need by itself, beyond the Rust toolchain: Python 3 venvs from PyPI with
-# helm-python-sdk (the chart tests) and moto (the AWS emulator for the aws provider's tests).
-set -euo pipefail
+# helm-python-sdk (the chart tests), cfn-lint and parliament (the IAM outputs' linters) and moto
+# (the AWS emulator for the aws provider's tests).
+#
+# Every step runs even when an earlier one failed (`cargo test --no-fail-fast`); the run ends with
+# each step's result, the failing tests and targets, and a count of the tests, and exits non-zero
+# when anything failed.
+set -uo pipefail
 cd "$(dirname "$0")/.."
+
+STEP_LOG_DIR="$(mktemp -d -t karpenter-test.XXXXXX)"
+STEP_NAMES=()
+STEP_RESULTS=()
+
+# run_step NAME COMMAND...: runs the command, its output shown and kept for the summary.
+run_step() {
+    local name="$1"
+    shift
+    local log="$STEP_LOG_DIR/${#STEP_NAMES[@]}.log"
+    echo "== $name"
+    "$@" 2>&1 | tee "$log"
+    local status="${PIPESTATUS[0]}"
+    STEP_NAMES+=("$name")
+    if [[ "$status" == 0 ]]; then
+        STEP_RESULTS+=("ok")
+    else
+        STEP_RESULTS+=("FAILED (exit $status)")
+    fi
+    return 0
+}
+
+# The last lines: every step's result, the tests and targets that failed, the tests counted.
+summary() {
+    local failed=0 passed_tests=0 failed_tests=0 ignored_tests=0 i
+    echo
+    echo "== summary"
+    for i in "${!STEP_NAMES[@]}"; do
+        printf '%-60s %s\n' "${STEP_NAMES[$i]}" "${STEP_RESULTS[$i]}"
+        [[ "${STEP_RESULTS[$i]}" == ok ]] || failed=1
+    done
+    # `test a::b ... FAILED` lines, and the targets cargo names after `error: N targets failed:`
+    # (a target that crashed or timed out has no failing test line).
+    local failing
+    failing="$(cat "$STEP_LOG_DIR"/*.log | grep -E '^test .* \.\.\. FAILED$' | sed -E 's/^test (.*) \.\.\. FAILED$/\1/' | sort -u)"
+    if [[ -n "$failing" ]]; then
+        echo "failing tests:"
+        sed 's/^/    /' <<<"$failing"
+    fi
+    local targets
+    targets="$(cat "$STEP_LOG_DIR"/*.log | awk '/^error: [0-9]+ targets? failed:/ {on=1; next} on && /^    / {print; next} {on=0}' | sort -u)"
+    if [[ -n "$targets" ]]; then
+        echo "failing test targets:"
+        echo "$targets"
+    fi
+    # `test result: ok. 12 passed; 0 failed; 1 ignored; ...` of every test binary, added up.
+    read -r passed_tests failed_tests ignored_tests < <(cat "$STEP_LOG_DIR"/*.log \
+        | sed -nE 's/^test result: [A-Za-z]+\. ([0-9]+) passed; ([0-9]+) failed; ([0-9]+) ignored.*/\1 \2 \3/p' \
+        | awk '{p += $1; f += $2; i += $3} END {print p + 0, f + 0, i + 0}')
+    rm -rf "$STEP_LOG_DIR"
+    if [[ "$failed" == 0 ]]; then
+        echo "result: every step passed"
+    else
+        echo "result: FAILED (see the steps above)"
+    fi
+    echo "tests: $passed_tests passed, $failed_tests failed, $ignored_tests skipped"
+    return "$failed"
+}
 
 # Helm chart tests (crates/karpenter/tests/it/chart.rs) render charts/karpenter with Helm 4's
 # engine from PyPI's helm-python-sdk, in .venv-helm/ (git-ignored). Pinned; skipped when present.
@@ -20,7 +84,7 @@ install_helm_venv() {
   "$venv/bin/pip" install --quiet --disable-pip-version-check \
     "helm-python-sdk==$HELM_PYTHON_SDK_VERSION" "PyYAML==$PYYAML_VERSION"
 }
-install_helm_venv
+run_step "install helm-python-sdk (.venv-helm)" install_helm_venv
 
 # CloudFormation template test (crates/karpenter/tests/it/aws_iam.rs) lints `karpenter aws iam -o
 # cloudformation` with PyPI's cfn-lint, in .venv-cfn/ (git-ignored). Pinned; skipped when present.
@@ -34,7 +98,21 @@ install_cfn_venv() {
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "cfn-lint==$CFN_LINT_VERSION"
 }
-install_cfn_venv
+run_step "install cfn-lint (.venv-cfn)" install_cfn_venv
+
+# IAM policy test (crates/karpenter/tests/it/aws_iam.rs) lints every policy `karpenter aws iam`
+# prints with PyPI's parliament, in .venv-parliament/ (git-ignored). Pinned; skipped when present.
+PARLIAMENT_VERSION=1.6.4
+install_parliament_venv() {
+  local venv=.venv-parliament
+  if "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('parliament') != '$PARLIAMENT_VERSION')" 2>/dev/null; then
+    return
+  fi
+  echo "== installing parliament $PARLIAMENT_VERSION into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "parliament==$PARLIAMENT_VERSION"
+}
+run_step "install parliament (.venv-parliament)" install_parliament_venv
 
 # --- moto (AWS emulator) for crates/karpenter-aws integration tests -------------------------------
 # Creates .venv-moto/ once (pinned moto; fast when present), starts tests/moto/moto_launcher.py on a free
@@ -51,7 +129,7 @@ start_moto() {
     if ! "$MOTO_VENV/bin/python" -c "import moto, sys; sys.exit(moto.__version__ != '$MOTO_VERSION')" 2>/dev/null; then
         echo "== moto: installing moto[server]==$MOTO_VERSION into $MOTO_VENV"
         python3 -m venv "$MOTO_VENV"
-        "$MOTO_VENV/bin/pip" install --quiet "moto[server]==$MOTO_VERSION"
+        "$MOTO_VENV/bin/pip" install --quiet "moto[server]==$MOTO_VERSION" || return 1
     fi
     local port
     port="$("$MOTO_VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
@@ -72,7 +150,7 @@ start_moto() {
     done
     echo "moto launcher did not start; its output:" >&2
     cat "$MOTO_LOG" >&2
-    exit 1
+    return 1
 }
 stop_moto() {
     if [[ -n "$MOTO_PID" ]]; then
@@ -85,13 +163,27 @@ stop_moto() {
 }
 # ---------------------------------------------------------------------------------------------------
 
-echo "== cargo fmt --check"
-cargo fmt --all -- --check
+run_step "cargo fmt --check" cargo fmt --all -- --check
 
-echo "== cargo clippy"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+# Both builds of the binary: with the aws provider (the image's) and without (the default).
+run_step "cargo clippy (--features karpenter/aws)" \
+    cargo clippy --workspace --all-targets --locked --features karpenter/aws -- -D warnings
+run_step "cargo clippy (default features)" \
+    cargo clippy --workspace --all-targets --locked -- -D warnings
 
-start_moto
+# Not a run_step: the port it exports must reach the tests (run_step's pipe is a subshell).
+echo "== start moto"
+if start_moto; then
+    STEP_NAMES+=("start moto"); STEP_RESULTS+=("ok")
+else
+    STEP_NAMES+=("start moto"); STEP_RESULTS+=("FAILED")
+fi
 
-echo "== cargo test"
-cargo test --workspace --locked
+run_step "cargo test (--features karpenter/aws)" \
+    cargo test --workspace --locked --no-fail-fast --features karpenter/aws
+# The default build's own checks (tests/it/no_aws_feature.rs): the same workspace selection, so
+# only the binary is rebuilt.
+run_step "cargo test (default features: no_aws_feature)" \
+    cargo test --workspace --locked --no-fail-fast --test it -- no_aws_feature::
+
+summary

@@ -9,7 +9,6 @@ pub mod clients;
 pub mod drift;
 pub mod error;
 pub mod fleet;
-pub mod iam;
 pub mod instance;
 pub mod instance_profile;
 pub mod instance_types;

@@ -1,5 +1,6 @@
 //! `karpenter`: one binary, many subcommands (see `cli.rs`).
 
+mod aws_iam;
 mod cli;
 mod commands;
 mod output;

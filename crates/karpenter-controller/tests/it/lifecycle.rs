@@ -2,15 +2,72 @@
 
 use std::time::Duration;
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
+use karpenter_api::NodeClaim;
 use karpenter_api::v1::ConditionsExt;
 use karpenter_api::well_known as wk;
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_testapi::{ApiError, Verb};
 use kube::ResourceExt;
+use kube::api::WatchEvent;
 use serde_json::json;
 
 use crate::sim_cluster::SimCluster;
+
+/// Whoever reads a launched NodeClaim sees its offering: the first version of it that carries the
+/// providerID carries the instance-type, zone and capacity-type labels too (they are written
+/// first), so no reader, user or test, sees a launched NodeClaim without them.
+#[tokio::test(start_paused = true)]
+async fn the_provider_id_is_never_seen_without_the_offering_labels() {
+    let cluster = SimCluster::new().await;
+    let before_launch = cluster.server.resource_version().to_string();
+    let _controller = cluster.start_controller().await;
+    cluster.create_nodeclaim("default-abc", json!({})).await;
+    cluster
+        .eventually("launch", Duration::from_secs(10), || {
+            cluster
+                .nodeclaim("default-abc")
+                .filter(|c| c.status.as_ref().is_some_and(|s| s.provider_id.is_some()))
+        })
+        .await;
+    // Every change since, replayed from the server's history in order.
+    let api: kube::Api<NodeClaim> = kube::Api::all(cluster.client.clone());
+    let mut versions = api
+        .watch(&kube::api::WatchParams::default(), &before_launch)
+        .await
+        .unwrap()
+        .boxed();
+    let first_launched = loop {
+        let event = versions
+            .try_next()
+            .await
+            .unwrap()
+            .expect("the launch is in the history");
+        let (WatchEvent::Added(claim) | WatchEvent::Modified(claim)) = event else {
+            continue;
+        };
+        if claim
+            .status
+            .as_ref()
+            .is_some_and(|s| s.provider_id.is_some())
+        {
+            break claim;
+        }
+    };
+    for label in [
+        wk::INSTANCE_TYPE_LABEL,
+        wk::ZONE_LABEL,
+        wk::CAPACITY_TYPE_LABEL,
+    ] {
+        assert!(
+            first_launched.labels().contains_key(label),
+            "resourceVersion {:?} has a providerID but no {label}: {:?}",
+            first_launched.resource_version(),
+            first_launched.labels()
+        );
+    }
+}
 
 #[tokio::test(start_paused = true)]
 async fn nodeclaim_launches_registers_and_initializes() {

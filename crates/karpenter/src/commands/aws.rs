@@ -4,8 +4,8 @@
 
 use std::process::ExitCode;
 
+use crate::aws_iam as iam;
 use anyhow::Context;
-use karpenter_aws::iam;
 
 /// Flags of `karpenter aws`.
 #[derive(Debug, clap::Args)]
@@ -38,9 +38,10 @@ pub struct IamArgs {
     /// The AWS partition (`aws`, `aws-cn`, `aws-us-gov`).
     #[arg(long, default_value = "aws")]
     pub partition: String,
-    /// The region for ARNs and the region condition (`-o json`; `*` when omitted).
-    #[arg(long, default_value = "*")]
-    pub region: String,
+    /// The region for ARNs and the region conditions (`-o json`). Omitted: any region (ARNs say
+    /// `*`, the region conditions are left out).
+    #[arg(long, value_parser = region_name)]
+    pub region: Option<String>,
     /// The account id for ARNs (`-o json`; `*` when omitted).
     #[arg(long, default_value = "*")]
     pub account_id: String,
@@ -50,6 +51,15 @@ pub struct IamArgs {
     /// What to print.
     #[arg(short = 'o', long = "output", value_enum, default_value = "json")]
     pub output: IamOutput,
+}
+
+/// A region name for `--region`: IAM compares the region conditions literally, so a wildcard
+/// would match no request.
+fn region_name(raw: &str) -> Result<String, String> {
+    if raw.is_empty() || raw.contains(['*', '?']) {
+        return Err("a region name such as eu-west-1 (omit --region for any region)".to_string());
+    }
+    Ok(raw.to_string())
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -70,7 +80,7 @@ fn iam_command(args: IamArgs) -> anyhow::Result<ExitCode> {
                 .unwrap_or(&args.cluster_name);
             let scope = iam::PolicyScope::concrete(
                 &args.partition,
-                &args.region,
+                args.region.as_deref(),
                 &args.account_id,
                 &args.cluster_name,
                 queue,

@@ -214,11 +214,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let settings = args.settings()?;
     // The aws settings are checked before anything starts: a missing cluster name stops here.
     let aws_settings = match args.cloud_provider {
-        CloudProviderArg::Aws => {
-            let mut aws = controller_aws::settings(&args.cluster_name, &args.aws)?;
-            aws.reserved_capacity = settings.feature_gates.reserved_capacity;
-            Some(aws)
-        }
+        CloudProviderArg::Aws => Some(controller_aws::settings(
+            &args.cluster_name,
+            &args.aws,
+            settings.feature_gates,
+        )?),
         CloudProviderArg::Sim => None,
     };
     // The sim ledger lives in the controller's own namespace.

@@ -90,3 +90,28 @@ fn the_parsers_read_what_they_should() {
         BTreeSet::from(["a".to_string(), "c".to_string()])
     );
 }
+
+/// A plain `cargo run`/`cargo build` at the root builds every default member's library: the aws
+/// provider (the AWS SDK) must not be one, every other crate must (so `cargo test` covers them).
+#[test]
+fn every_crate_but_the_aws_provider_is_a_default_member() {
+    let root = workspace_root();
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let start = manifest.find("default-members = [").unwrap();
+    let list = &manifest[start..start + manifest[start..].find(']').unwrap()];
+    let members: BTreeSet<String> = list
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .map(|path| path.trim_start_matches("crates/").to_string())
+        .collect();
+    let mut expected = BTreeSet::new();
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        let dir = entry.unwrap().path();
+        if dir.join("Cargo.toml").exists() {
+            expected.insert(dir.file_name().unwrap().to_string_lossy().to_string());
+        }
+    }
+    assert!(expected.remove("karpenter-aws"));
+    assert_eq!(members, expected);
+}

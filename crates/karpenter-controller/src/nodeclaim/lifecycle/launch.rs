@@ -1,5 +1,6 @@
-//! Launch: ask the provider for an instance and record it (providerID first), or give the
-//! NodeClaim up when the provider's answer will not change ([`CloudError::is_retryable`]).
+//! Launch: ask the provider for an instance and record it (its labels first, then the providerID),
+//! or give the NodeClaim up when the provider's answer will not change
+//! ([`CloudError::is_retryable`]).
 
 use jiff::Timestamp;
 use karpenter_api::NodeClaim;
@@ -36,6 +37,8 @@ pub(super) async fn launch(
     let claim_name = name(claim);
     match timeouts::cloud(ctx.cloud.create(claim)).await {
         Ok(launched) => {
+            let labels_before = claim.metadata.labels.clone();
+            let annotations_before = claim.metadata.annotations.clone();
             hydrate(claim, &launched);
             set_condition(
                 claim,
@@ -45,14 +48,29 @@ pub(super) async fn launch(
                 "",
                 now,
             );
-            // The providerID goes to the API server first: a restart from here on finds it.
-            let mut updated = match timeouts::api(api(ctx).replace_status(
-                &claim_name,
-                &PostParams::default(),
-                claim,
-            ))
-            .await
-            {
+            // The labels (instance type, zone, capacity type) go to the API server before the
+            // providerID, as upstream writes them: whoever sees a launched NodeClaim sees its
+            // offering. A restart between the two writes launches again, which is idempotent
+            // (the provider finds the same instance by the NodeClaim's tag).
+            let relabelled = claim.metadata.labels != labels_before
+                || claim.metadata.annotations != annotations_before;
+            let recorded = async {
+                let mut labelled = if relabelled {
+                    // The main resource keeps its stored status: only the metadata changes here.
+                    timeouts::api(api(ctx).replace(&claim_name, &PostParams::default(), claim))
+                        .await?
+                } else {
+                    claim.clone()
+                };
+                labelled.status = claim.status.clone();
+                timeouts::api(api(ctx).replace_status(
+                    &claim_name,
+                    &PostParams::default(),
+                    &labelled,
+                ))
+                .await
+            };
+            let updated = match recorded.await {
                 Ok(updated) => updated,
                 Err(err) if is_conflict(&err) || is_not_found(&err) => {
                     // Launch is idempotent: the next tick relaunches from the fresh copy and
@@ -64,16 +82,6 @@ pub(super) async fn launch(
                     return Err(kube_err(format!("record launch of nodeclaim {claim_name}"))(err));
                 }
             };
-            if updated.metadata.labels != claim.metadata.labels
-                || updated.metadata.annotations != claim.metadata.annotations
-            {
-                updated.metadata.labels = claim.metadata.labels.clone();
-                updated.metadata.annotations = claim.metadata.annotations.clone();
-                updated =
-                    timeouts::api(api(ctx).replace(&claim_name, &PostParams::default(), &updated))
-                        .await
-                        .map_err(kube_err(format!("label launched nodeclaim {claim_name}")))?;
-            }
             remember(ctx, &updated);
             tracing::info!(
                 nodeclaim = %claim_name,

@@ -1,12 +1,15 @@
-//! What karpenter-rs needs from IAM, as documents a person deploys: the controller policy
-//! (upstream's statements and tag conditions, scoped to one cluster) and the CloudFormation template
-//! of the getting-started guides (node role, controller policy, interruption queue and its
-//! EventBridge rules).
+//! What karpenter-rs needs from IAM, as documents a person deploys (`karpenter aws iam`): the
+//! controller policy (upstream's statements and tag conditions, scoped to one cluster) and the
+//! CloudFormation template of the getting-started guides (node role, controller policy,
+//! interruption queue and its EventBridge rules).
 //!
 //! Both come from one statement list ([`controller_policy`]) filled with a [`PolicyScope`]: concrete
-//! values for `karpenter aws iam -o json`, CloudFormation substitutions (`${AWS::Region}`, ...) for
-//! the template, so the two can never disagree. A test derives every AWS operation the provider's
-//! code calls and checks that this policy allows it.
+//! values for `-o json`, CloudFormation substitutions (`${AWS::Region}`, ...) for the template, so
+//! the two can never disagree. A test derives every AWS operation the aws provider's code
+//! (`crates/karpenter-aws/src`) calls and checks that this policy allows it.
+//!
+//! It is plain JSON and lives in the binary, not in `karpenter-aws`: `aws iam` works on a build
+//! without the `aws` feature, which never compiles the AWS SDK.
 
 use serde_json::{Value, json};
 
@@ -15,7 +18,9 @@ use serde_json::{Value, json};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyScope {
     pub partition: String,
-    pub region: String,
+    /// `None`: any region. ARNs then say `*`, and the region conditions are left out: IAM compares
+    /// `StringEquals` values literally, so `"aws:RequestedRegion": "*"` would match no request.
+    pub region: Option<String>,
     pub account_id: String,
     pub cluster_name: String,
     /// The interruption queue's ARN.
@@ -23,21 +28,23 @@ pub struct PolicyScope {
 }
 
 impl PolicyScope {
-    /// A scope with concrete values; `region`/`account_id` may be `*` when unknown.
+    /// A scope with concrete values; `account_id` may be `*` when unknown (it only appears in
+    /// ARNs), an unknown region is `None`.
     pub fn concrete(
         partition: &str,
-        region: &str,
+        region: Option<&str>,
         account_id: &str,
         cluster_name: &str,
         interruption_queue: &str,
     ) -> Self {
+        let arn_region = region.unwrap_or("*");
         PolicyScope {
             partition: partition.to_string(),
-            region: region.to_string(),
+            region: region.map(str::to_string),
             account_id: account_id.to_string(),
             cluster_name: cluster_name.to_string(),
             interruption_queue_arn: format!(
-                "arn:{partition}:sqs:{region}:{account_id}:{interruption_queue}"
+                "arn:{partition}:sqs:{arn_region}:{account_id}:{interruption_queue}"
             ),
         }
     }
@@ -47,15 +54,35 @@ impl PolicyScope {
     pub fn cloudformation() -> Self {
         PolicyScope {
             partition: "${AWS::Partition}".to_string(),
-            region: "${AWS::Region}".to_string(),
+            region: Some("${AWS::Region}".to_string()),
             account_id: "${AWS::AccountId}".to_string(),
             cluster_name: "${ClusterName}".to_string(),
             interruption_queue_arn: "${KarpenterInterruptionQueue.Arn}".to_string(),
         }
     }
 
+    /// The region as an ARN segment.
+    fn arn_region(&self) -> &str {
+        self.region.as_deref().unwrap_or("*")
+    }
+
     fn ec2_arn(&self, resource: &str) -> String {
-        format!("arn:{}:ec2:{}:*:{resource}/*", self.partition, self.region)
+        format!(
+            "arn:{}:ec2:{}:*:{resource}/*",
+            self.partition,
+            self.arn_region()
+        )
+    }
+
+    /// `conditions` (a map of condition keys to values, for `StringEquals`) with `key: region`
+    /// added when the region is known; nothing is added for any region.
+    fn with_region(&self, mut conditions: Value, keys: &[&str]) -> Value {
+        if let (Some(region), Some(map)) = (&self.region, conditions.as_object_mut()) {
+            for key in keys {
+                map.insert((*key).to_string(), Value::String(region.clone()));
+            }
+        }
+        conditions
     }
 
     fn instance_profiles(&self) -> String {
@@ -65,6 +92,10 @@ impl PolicyScope {
         )
     }
 }
+
+/// The instance profiles' region tags (the provider tags each profile with its region).
+const REQUEST_REGION_TAG: &str = "aws:RequestTag/topology.kubernetes.io/region";
+const RESOURCE_REGION_TAG: &str = "aws:ResourceTag/topology.kubernetes.io/region";
 
 /// The node role's name for a cluster (the EC2NodeClass `spec.role` of the guides).
 pub fn node_role_name(cluster: &str) -> String {
@@ -77,9 +108,35 @@ pub fn controller_policy_name(cluster: &str) -> String {
 }
 
 /// The controller's IAM policy document: least privilege, every mutating action conditioned on
-/// this cluster's ownership tags, reads restricted to the region.
+/// this cluster's ownership tags, reads and instance profiles restricted to the region when it is
+/// known.
 pub fn controller_policy(scope: &PolicyScope) -> Value {
     let cluster = &scope.cluster_name;
+    let mut regional_reads = json!({
+        "Sid": "AllowRegionalReadActions",
+        "Effect": "Allow",
+        "Resource": "*",
+        "Action": [
+            "ec2:DescribeCapacityReservations",
+            "ec2:DescribeImages",
+            "ec2:DescribeInstances",
+            "ec2:DescribeInstanceStatus",
+            "ec2:DescribeInstanceTypeOfferings",
+            "ec2:DescribeInstanceTypes",
+            "ec2:DescribeLaunchTemplates",
+            "ec2:DescribeLaunchTemplateVersions",
+            "ec2:DescribePlacementGroups",
+            "ec2:DescribeSecurityGroups",
+            "ec2:DescribeSpotPriceHistory",
+            "ec2:DescribeSubnets"
+        ]
+    });
+    if let (Some(region), Some(statement)) = (&scope.region, regional_reads.as_object_mut()) {
+        statement.insert(
+            "Condition".to_string(),
+            json!({ "StringEquals": { "aws:RequestedRegion": region } }),
+        );
+    }
     let owned_request_tag = format!("aws:RequestTag/kubernetes.io/cluster/{cluster}");
     let owned_resource_tag = format!("aws:ResourceTag/kubernetes.io/cluster/{cluster}");
     let tagged_at_creation = [
@@ -100,8 +157,8 @@ pub fn controller_policy(scope: &PolicyScope) -> Value {
                 "Sid": "AllowScopedEC2InstanceAccessActions",
                 "Effect": "Allow",
                 "Resource": [
-                    format!("arn:{}:ec2:{}::image/*", scope.partition, scope.region),
-                    format!("arn:{}:ec2:{}::snapshot/*", scope.partition, scope.region),
+                    format!("arn:{}:ec2:{}::image/*", scope.partition, scope.arn_region()),
+                    format!("arn:{}:ec2:{}::snapshot/*", scope.partition, scope.arn_region()),
                     scope.ec2_arn("security-group"),
                     scope.ec2_arn("subnet"),
                     scope.ec2_arn("capacity-reservation"),
@@ -169,33 +226,12 @@ pub fn controller_policy(scope: &PolicyScope) -> Value {
                     "StringLike": { "aws:ResourceTag/karpenter.sh/nodepool": "*" }
                 }
             },
-            {
-                "Sid": "AllowRegionalReadActions",
-                "Effect": "Allow",
-                "Resource": "*",
-                "Action": [
-                    "ec2:DescribeCapacityReservations",
-                    "ec2:DescribeImages",
-                    "ec2:DescribeInstances",
-                    "ec2:DescribeInstanceStatus",
-                    "ec2:DescribeInstanceTypeOfferings",
-                    "ec2:DescribeInstanceTypes",
-                    "ec2:DescribeLaunchTemplates",
-                    "ec2:DescribeLaunchTemplateVersions",
-                    "ec2:DescribePlacementGroups",
-                    "ec2:DescribeSecurityGroups",
-                    "ec2:DescribeSpotPriceHistory",
-                    "ec2:DescribeSubnets"
-                ],
-                "Condition": {
-                    "StringEquals": { "aws:RequestedRegion": scope.region }
-                }
-            },
+            regional_reads,
             {
                 "Sid": "AllowSSMReadActions",
                 "Effect": "Allow",
                 "Resource": format!(
-                    "arn:{}:ssm:{}::parameter/aws/service/*", scope.partition, scope.region
+                    "arn:{}:ssm:{}::parameter/aws/service/*", scope.partition, scope.arn_region()
                 ),
                 // GetParameters: the provider resolves every AMI alias parameter in one call.
                 "Action": ["ssm:GetParameter", "ssm:GetParameters"]
@@ -234,11 +270,10 @@ pub fn controller_policy(scope: &PolicyScope) -> Value {
                 "Resource": scope.instance_profiles(),
                 "Action": ["iam:CreateInstanceProfile"],
                 "Condition": {
-                    "StringEquals": {
+                    "StringEquals": scope.with_region(json!({
                         owned_request_tag.clone(): "owned",
-                        "aws:RequestTag/eks:eks-cluster-name": cluster,
-                        "aws:RequestTag/topology.kubernetes.io/region": scope.region
-                    },
+                        "aws:RequestTag/eks:eks-cluster-name": cluster
+                    }), &[REQUEST_REGION_TAG]),
                     "StringLike": { "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*" }
                 }
             },
@@ -248,13 +283,11 @@ pub fn controller_policy(scope: &PolicyScope) -> Value {
                 "Resource": scope.instance_profiles(),
                 "Action": ["iam:TagInstanceProfile"],
                 "Condition": {
-                    "StringEquals": {
+                    "StringEquals": scope.with_region(json!({
                         owned_resource_tag.clone(): "owned",
-                        "aws:ResourceTag/topology.kubernetes.io/region": scope.region,
                         owned_request_tag.clone(): "owned",
-                        "aws:RequestTag/eks:eks-cluster-name": cluster,
-                        "aws:RequestTag/topology.kubernetes.io/region": scope.region
-                    },
+                        "aws:RequestTag/eks:eks-cluster-name": cluster
+                    }), &[RESOURCE_REGION_TAG, REQUEST_REGION_TAG]),
                     "StringLike": {
                         "aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*",
                         "aws:RequestTag/karpenter.k8s.aws/ec2nodeclass": "*"
@@ -271,10 +304,9 @@ pub fn controller_policy(scope: &PolicyScope) -> Value {
                     "iam:DeleteInstanceProfile"
                 ],
                 "Condition": {
-                    "StringEquals": {
-                        owned_resource_tag: "owned",
-                        "aws:ResourceTag/topology.kubernetes.io/region": scope.region
-                    },
+                    "StringEquals": scope.with_region(json!({
+                        owned_resource_tag: "owned"
+                    }), &[RESOURCE_REGION_TAG]),
                     "StringLike": { "aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*" }
                 }
             },
@@ -289,7 +321,7 @@ pub fn controller_policy(scope: &PolicyScope) -> Value {
                 "Effect": "Allow",
                 "Resource": format!(
                     "arn:{}:eks:{}:{}:cluster/{cluster}",
-                    scope.partition, scope.region, scope.account_id
+                    scope.partition, scope.arn_region(), scope.account_id
                 ),
                 "Action": "eks:DescribeCluster"
             }
@@ -297,6 +329,7 @@ pub fn controller_policy(scope: &PolicyScope) -> Value {
     })
 }
 
+#[cfg(test)]
 /// Whether an `Allow` statement of `policy` names `action` (`service:Operation`), directly or
 /// through a `*` wildcard. Conditions and resources are not evaluated: this answers "did we forget
 /// a permission", not "is this request allowed".
@@ -315,6 +348,7 @@ pub fn allows(policy: &Value, action: &str) -> bool {
         .any(|pattern| wildcard_match(pattern, action))
 }
 
+#[cfg(test)]
 /// IAM's action matching: case-insensitive, `*` matches any run of characters.
 fn wildcard_match(pattern: &str, action: &str) -> bool {
     let pattern = pattern.to_ascii_lowercase();
@@ -375,7 +409,7 @@ pub fn cloudformation_template(cluster_name: &str) -> Value {
             "KarpenterNodeRole": {
                 "Type": "AWS::IAM::Role",
                 "Properties": {
-                    "RoleName": { "Fn::Sub": "KarpenterNodeRole-${ClusterName}" },
+                    "RoleName": { "Fn::Sub": node_role_name("${ClusterName}") },
                     "Path": "/",
                     "AssumeRolePolicyDocument": {
                         "Version": "2012-10-17",
@@ -396,7 +430,7 @@ pub fn cloudformation_template(cluster_name: &str) -> Value {
             "KarpenterControllerPolicy": {
                 "Type": "AWS::IAM::ManagedPolicy",
                 "Properties": {
-                    "ManagedPolicyName": { "Fn::Sub": "KarpenterControllerPolicy-${ClusterName}" },
+                    "ManagedPolicyName": { "Fn::Sub": controller_policy_name("${ClusterName}") },
                     "PolicyDocument": { "Fn::Sub": policy_text }
                 }
             },
@@ -446,10 +480,11 @@ pub fn cloudformation_template(cluster_name: &str) -> Value {
     })
 }
 
+#[cfg(test)]
 /// Every AWS operation (`service:Operation`) called through an SDK client in `source`: a field
 /// access to one of the clients (`.ec2`, `.ssm`, `.iam`, `.sqs`, `.pricing`, `.eks`, or the same
 /// as a method `ec2()`) followed by a fluent operation call (`.describe_subnets()`), whitespace and
-/// line breaks allowed in between. Used by the permission test; public so the binary can list them.
+/// line breaks allowed in between. Used by the permission test.
 pub fn sdk_operations(source: &str) -> Vec<String> {
     const CLIENTS: [(&str, &str); 6] = [
         ("ec2", "ec2"),
@@ -494,6 +529,7 @@ pub fn sdk_operations(source: &str) -> Vec<String> {
     found
 }
 
+#[cfg(test)]
 fn pascal_case(snake: &str) -> String {
     snake
         .split('_')
@@ -528,17 +564,16 @@ mod tests {
         }
     }
 
+    /// Every SDK operation the aws provider's sources call (read from the repository: the policy
+    /// is printed by this binary, the calls are made by `karpenter-aws`).
     fn provider_operations() -> Vec<(String, String)> {
         let mut sources = Vec::new();
         rust_sources(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../karpenter-aws/src"),
             &mut sources,
         );
         let mut ops = Vec::new();
         for (file, text) in &sources {
-            if file.ends_with("iam.rs") {
-                continue;
-            }
             for op in sdk_operations(text) {
                 ops.push((op, file.clone()));
             }
@@ -561,7 +596,7 @@ mod tests {
                 "scan missed {expected}: {ops:?}"
             );
         }
-        let policy = controller_policy(&PolicyScope::concrete("aws", "*", "*", "demo", "demo"));
+        let policy = controller_policy(&PolicyScope::concrete("aws", None, "*", "demo", "demo"));
         let missing: Vec<_> = ops
             .iter()
             .filter(|(op, _)| !allows(&policy, op))
@@ -569,7 +604,7 @@ mod tests {
             .collect();
         assert!(
             missing.is_empty(),
-            "the controller policy (crates/karpenter-aws/src/iam.rs) lacks: {missing:?}"
+            "the controller policy (crates/karpenter/src/aws_iam.rs) lacks: {missing:?}"
         );
     }
 
@@ -605,7 +640,7 @@ mod tests {
     #[test]
     fn every_upstream_permission_is_granted() {
         // karpenter-aws.md §8.3: the operations upstream's v1.14 controller calls.
-        let policy = controller_policy(&PolicyScope::concrete("aws", "*", "*", "demo", "demo"));
+        let policy = controller_policy(&PolicyScope::concrete("aws", None, "*", "demo", "demo"));
         for op in [
             "ec2:DescribeInstanceTypes",
             "ec2:DescribeInstanceTypeOfferings",
@@ -647,7 +682,7 @@ mod tests {
     fn mutations_are_scoped_to_the_cluster() {
         let policy = controller_policy(&PolicyScope::concrete(
             "aws-cn",
-            "cn-north-1",
+            Some("cn-north-1"),
             "123456789012",
             "prod",
             "prod-queue",
