@@ -104,6 +104,7 @@ pub fn parse_yaml(text: &str, first_line: usize) -> Result<Value, String> {
         {
             message.truncate(at);
         }
+        let message = without_parser_advice(&message);
         let budget_hint = if matches!(err, serde_saphyr::Error::Budget { .. }) {
             format!(
                 " (a parser limit was hit: nesting deeper than {MAX_YAML_DEPTH} levels or too many YAML aliases; expand the aliases or split the object, e.g. `kubectl get ... -o json` per namespace)"
@@ -116,6 +117,22 @@ pub fn parse_yaml(text: &str, first_line: usize) -> Result<Value, String> {
             None => format!("{message}{budget_hint}"),
         }
     })
+}
+
+/// The parser's advice to its own caller ("set DuplicateKeyPolicy in Options if acceptable") is
+/// about a library option, not something a manifest's author can do: replaced by what they can.
+fn without_parser_advice(message: &str) -> String {
+    const DUPLICATE_KEY_ADVICE: &str = ", set DuplicateKeyPolicy in Options if acceptable";
+    match message.find(DUPLICATE_KEY_ADVICE) {
+        Some(at) => {
+            let (before, after) = message.split_at(at);
+            format!(
+                "{before}{} (a key may appear once per mapping, and the API server refuses the document too: keep one)",
+                &after[DUPLICATE_KEY_ADVICE.len()..]
+            )
+        }
+        None => message.to_string(),
+    }
 }
 
 fn first_line_of(message: &str) -> String {
@@ -238,6 +255,15 @@ pub fn to_yaml_documents(docs: &[Value]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_duplicate_key_says_what_the_author_can_do_not_the_parser_option() {
+        let err = parse_yaml("a: 1\nb: 2\na: 3\n", 10).unwrap_err();
+        assert!(!err.contains("DuplicateKeyPolicy"), "{err}");
+        assert!(err.contains("duplicate mapping key"), "{err}");
+        assert!(err.contains("keep one"), "{err}");
+        assert!(err.starts_with("line 12"), "{err}");
+    }
 
     #[test]
     fn splits_and_counts_non_empty_documents() {

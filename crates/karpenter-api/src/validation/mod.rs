@@ -7,6 +7,7 @@
 
 mod rules_impl;
 mod schema;
+mod tidy;
 
 pub use schema::edit_distance;
 
@@ -235,7 +236,7 @@ pub fn validate_document(doc: &Value) -> DocumentReport {
     if errors.is_empty() {
         report(Outcome::Valid)
     } else {
-        report(Outcome::Invalid(errors))
+        report(Outcome::Invalid(tidy::tidy(errors, Some(doc))))
     }
 }
 
@@ -312,13 +313,7 @@ pub fn validate_ec2nodeclass(nodeclass: &EC2NodeClass) -> Vec<ValidationError> {
 }
 
 fn dedup(errors: Vec<ValidationError>) -> Vec<ValidationError> {
-    let mut out: Vec<ValidationError> = Vec::with_capacity(errors.len());
-    for error in errors {
-        if !out.contains(&error) {
-            out.push(error);
-        }
-    }
-    out
+    tidy::tidy(errors, None)
 }
 
 pub use rules_impl::{
