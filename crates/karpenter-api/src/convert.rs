@@ -350,6 +350,7 @@ impl Converter {
             (Err(err), _) | (_, Err(err)) => return Output::Failed(err),
         };
         let mut warnings = std::mem::take(&mut self.warnings);
+        let said_before = warnings.len();
         let mut ctx = Ctx {
             origin,
             warnings: &mut warnings,
@@ -371,6 +372,11 @@ impl Converter {
                 Ok(Vec::new())
             }
         };
+        // Nothing of a failed object is written, so what its conversion said it wrote or dropped
+        // would contradict the error.
+        if result.is_err() {
+            warnings.truncate(said_before);
+        }
         self.warnings = warnings;
         match result {
             Ok(objects) => Output::Converted(objects),

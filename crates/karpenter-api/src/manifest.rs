@@ -104,10 +104,18 @@ pub fn parse_yaml(text: &str, first_line: usize) -> Result<Value, String> {
         {
             message.truncate(at);
         }
-        let message = without_parser_advice(&message);
-        let budget_hint = if matches!(err, serde_saphyr::Error::Budget { .. }) {
+        let mut message = without_parser_advice(&message);
+        // The parser names its limits as Rust values ("budget breached: Depth { depth: 65 }").
+        let over_budget = matches!(err, serde_saphyr::Error::Budget { .. })
+            || message.starts_with("budget breached");
+        let budget_hint = if over_budget {
+            message = if message.contains("Depth") {
+                format!("nested deeper than {MAX_YAML_DEPTH} levels")
+            } else {
+                "YAML aliases expand to more nodes than the input holds".to_string()
+            };
             format!(
-                " (a parser limit was hit: nesting deeper than {MAX_YAML_DEPTH} levels or too many YAML aliases; expand the aliases or split the object, e.g. `kubectl get ... -o json` per namespace)"
+                " (a parser limit was hit: expand the aliases or split the object, e.g. `kubectl get ... -o json` per namespace)"
             )
         } else {
             String::new()
@@ -119,20 +127,31 @@ pub fn parse_yaml(text: &str, first_line: usize) -> Result<Value, String> {
     })
 }
 
-/// The parser's advice to its own caller ("set DuplicateKeyPolicy in Options if acceptable") is
-/// about a library option, not something a manifest's author can do: replaced by what they can.
+/// The parser's advice to its own caller ("set DuplicateKeyPolicy in Options if acceptable", "use
+/// from_str_multiple") is about library calls, not something a manifest's author can do: replaced
+/// by what they can.
 fn without_parser_advice(message: &str) -> String {
-    const DUPLICATE_KEY_ADVICE: &str = ", set DuplicateKeyPolicy in Options if acceptable";
-    match message.find(DUPLICATE_KEY_ADVICE) {
-        Some(at) => {
+    const ADVICE: [(&str, &str); 3] = [
+        (
+            ", set DuplicateKeyPolicy in Options if acceptable",
+            " (a key may appear once per mapping, and the API server refuses the document too: keep one)",
+        ),
+        (
+            "; use from_str_multiple or from_str_multiple_with_options",
+            " (this input is one document: remove the `---` separators, or split the file)",
+        ),
+        (
+            " rejected by the configured policy",
+            " (YAML reads it as infinity: quote it to keep it as text, e.g. \"1e999\")",
+        ),
+    ];
+    for (advice, instead) in ADVICE {
+        if let Some(at) = message.find(advice) {
             let (before, after) = message.split_at(at);
-            format!(
-                "{before}{} (a key may appear once per mapping, and the API server refuses the document too: keep one)",
-                &after[DUPLICATE_KEY_ADVICE.len()..]
-            )
+            return format!("{before}{instead}{}", &after[advice.len()..]);
         }
-        None => message.to_string(),
     }
+    message.to_string()
 }
 
 fn first_line_of(message: &str) -> String {
@@ -263,6 +282,9 @@ mod tests {
         assert!(err.contains("duplicate mapping key"), "{err}");
         assert!(err.contains("keep one"), "{err}");
         assert!(err.starts_with("line 12"), "{err}");
+        let err = parse_yaml("a: 1\n---\nb: 2\n", 1).unwrap_err();
+        assert!(!err.contains("from_str_multiple"), "{err}");
+        assert!(err.contains("one document"), "{err}");
     }
 
     #[test]

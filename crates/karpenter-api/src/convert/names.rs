@@ -4,8 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
 use super::{Input, Output, V1Object, text};
 use crate::validation::v1_kind;
 
@@ -109,6 +107,8 @@ pub(super) fn refuse_duplicate_names(inputs: &[Input], outputs: Vec<Output>) -> 
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::super::convert;
     use super::*;
 

@@ -9,6 +9,8 @@ mod rules_impl;
 mod schema;
 mod tidy;
 
+pub use tidy::unexpanded_variables;
+
 pub use schema::edit_distance;
 
 use std::fmt;
@@ -242,7 +244,14 @@ pub fn validate_document(doc: &Value) -> DocumentReport {
 
 fn check_metadata(doc: &Value) -> Vec<ValidationError> {
     let mut errors = Vec::new();
-    match doc.pointer("/metadata/name").and_then(Value::as_str) {
+    let name = doc.pointer("/metadata/name");
+    match name.and_then(Value::as_str) {
+        // YAML reads `name: 123` or `name: yes` as a number or boolean: given, but not a name.
+        None if name.is_some_and(|n| !n.is_null()) => errors.push(ValidationError::new(
+            "metadata.name",
+            format!("Invalid value: {}: must be a string", name.map(Value::to_string).unwrap_or_default()),
+            "quote it, so YAML reads it as text: name: \"123\"",
+        )),
         None => errors.push(ValidationError::new("metadata.name", "Required value", "give the object a name")),
         Some(name) if !is_dns_subdomain(name) => errors.push(ValidationError::new(
             "metadata.name",

@@ -1,7 +1,8 @@
 //! The errors of several layers (schema, CEL rules, runtime checks) about one document, made into
-//! what a person should read: each problem once, a missing field reported as missing only (not
-//! also as malformed by a later layer), no hint that only repeats its message, and a value still
-//! holding a shell variable (`${CLUSTER_NAME}`) pointed out as such.
+//! what a person should read: one error per field (the first layer's: a missing field is reported
+//! as missing, not also as malformed; a schedule failing the schema's pattern is not also a bad
+//! cron expression), no hint that only repeats its message, and a value still holding a shell
+//! variable (`${CLUSTER_NAME}`) pointed out as such.
 
 use serde_json::Value;
 
@@ -19,11 +20,11 @@ pub(super) fn tidy(errors: Vec<ValidationError>, doc: Option<&Value>) -> Vec<Val
         .collect();
     let mut out: Vec<ValidationError> = Vec::with_capacity(errors.len());
     for mut error in errors {
-        let superseded = error.message != REQUIRED
-            && missing
-                .iter()
-                .any(|path| error.path == *path || is_within(&error.path, path));
-        if superseded || out.contains(&error) {
+        let under_missing = error.message != REQUIRED
+            && missing.iter().any(|path| is_within(&error.path, path));
+        // Errors about the whole object (empty path) are distinct rules; keep each.
+        let field_taken = !error.path.is_empty() && out.iter().any(|e| e.path == error.path);
+        if under_missing || field_taken || out.contains(&error) {
             continue;
         }
         if error.hint.as_deref().is_some_and(|hint| repeats(&error.message, hint)) {
@@ -31,7 +32,7 @@ pub(super) fn tidy(errors: Vec<ValidationError>, doc: Option<&Value>) -> Vec<Val
         }
         if let Some(variable) = shell_variable(doc, &error) {
             error.hint = Some(format!(
-                "{variable} is a shell variable the manifest expects to be substituted: set it and run the file through `envsubst` (or the guide's `cat <<EOF` command) first"
+                "{variable} is a shell variable the manifest expects to be substituted: export it and run the file through `envsubst` first, as the guides do"
             ));
         }
         out.push(error);
@@ -69,6 +70,40 @@ fn shell_variable(doc: Option<&Value>, error: &ValidationError) -> Option<String
         .into_iter()
         .flatten()
         .find_map(first_variable)
+}
+
+/// Every string of `doc` that still holds a shell variable, as (field path, `${NAME}`), in
+/// document order: a manifest meant for `envsubst` applied as it is (the API server takes
+/// `karpenter.sh/discovery: ${CLUSTER_NAME}` literally, and discovery then finds nothing).
+pub fn unexpanded_variables(doc: &Value) -> Vec<(String, String)> {
+    fn walk(value: &Value, path: &str, out: &mut Vec<(String, String)>) {
+        match value {
+            Value::String(text) => {
+                if let Some(variable) = first_variable(text) {
+                    out.push((path.to_string(), variable));
+                }
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, &format!("{path}[{i}]"), out);
+                }
+            }
+            Value::Object(map) => {
+                for (key, item) in map {
+                    let path = if path.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{path}.{key}")
+                    };
+                    walk(item, &path, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(doc, "", &mut out);
+    out
 }
 
 fn first_variable(text: &str) -> Option<String> {
@@ -130,6 +165,24 @@ mod tests {
     }
 
     #[test]
+    fn one_error_per_field_the_first_layers() {
+        let tidied = tidy(
+            vec![
+                error("spec.schedule", "should match '^(@(annually...'", "use five cron fields"),
+                error("spec.schedule", "not a valid cron expression", "use five cron fields, UTC"),
+                error("", "rule one", "fix one"),
+                error("", "rule two", "fix two"),
+            ],
+            None,
+        );
+        let messages: Vec<&str> = tidied.iter().map(|e| e.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            ["should match '^(@(annually...'", "rule one", "rule two"]
+        );
+    }
+
+    #[test]
     fn a_hint_repeating_its_message_is_dropped() {
         let tidied = tidy(
             vec![
@@ -156,6 +209,19 @@ mod tests {
         );
         let hint = tidied[0].hint.as_deref().unwrap_or_default();
         assert!(hint.starts_with("${ALIAS_VERSION} is a shell variable"), "{hint}");
+    }
+
+    #[test]
+    fn unexpanded_variables_are_found_with_their_fields() {
+        let doc = json!({"spec": {"role": "KarpenterNodeRole-${CLUSTER_NAME}",
+                                  "tags": [{"a": "b"}, {"c": "${X}"}], "n": 1}});
+        assert_eq!(
+            unexpanded_variables(&doc),
+            [
+                ("spec.role".to_string(), "${CLUSTER_NAME}".to_string()),
+                ("spec.tags[1].c".to_string(), "${X}".to_string())
+            ]
+        );
     }
 
     #[test]

@@ -96,9 +96,9 @@ fn a_provisioner_choosing_its_capacity_type_keeps_it_without_a_note() {
 fn al2_node_classes_get_a_note_about_kubernetes_1_33() {
     for yaml in [
         // Explicit, v1alpha1.
-        "apiVersion: karpenter.k8s.aws/v1alpha1\nkind: AWSNodeTemplate\nmetadata: {name: n}\nspec:\n  amiFamily: AL2\n  instanceProfile: p\n  subnetSelector: {a: b}\n  securityGroupSelector: {a: b}\n",
+        "apiVersion: karpenter.k8s.aws/v1alpha1\nkind: AWSNodeTemplate\nmetadata: {name: nc}\nspec:\n  amiFamily: AL2\n  instanceProfile: p\n  subnetSelector: {a: b}\n  securityGroupSelector: {a: b}\n",
         // Defaulted, v1beta1 with AMI terms.
-        "apiVersion: karpenter.k8s.aws/v1beta1\nkind: EC2NodeClass\nmetadata: {name: n}\nspec:\n  role: r\n  amiSelectorTerms: [{id: ami-1}]\n  subnetSelectorTerms: [{id: subnet-1}]\n  securityGroupSelectorTerms: [{id: sg-1}]\n",
+        "apiVersion: karpenter.k8s.aws/v1beta1\nkind: EC2NodeClass\nmetadata: {name: nc}\nspec:\n  role: r\n  amiSelectorTerms: [{id: ami-1}]\n  subnetSelectorTerms: [{id: subnet-1}]\n  securityGroupSelectorTerms: [{id: sg-1}]\n",
     ] {
         let (_, warnings) = convert_one(yaml);
         let note = warnings
@@ -108,7 +108,7 @@ fn al2_node_classes_get_a_note_about_kubernetes_1_33() {
         assert!(note.message.contains("1.33"), "{note}");
     }
     let (_, warnings) = convert_one(
-        "apiVersion: karpenter.k8s.aws/v1alpha1\nkind: AWSNodeTemplate\nmetadata: {name: n}\nspec:\n  amiFamily: AL2023\n  instanceProfile: p\n  subnetSelector: {a: b}\n  securityGroupSelector: {a: b}\n",
+        "apiVersion: karpenter.k8s.aws/v1alpha1\nkind: AWSNodeTemplate\nmetadata: {name: nc}\nspec:\n  amiFamily: AL2023\n  instanceProfile: p\n  subnetSelector: {a: b}\n  securityGroupSelector: {a: b}\n",
     );
     assert!(
         warnings.iter().all(|w| !w.message.contains("1.33")),

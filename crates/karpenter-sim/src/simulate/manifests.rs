@@ -113,7 +113,7 @@ pub struct Manifests {
     pub ignored: Vec<IgnoredDocument>,
     /// Notes for people from reading the input (skipped files, empty input).
     pub notes: Vec<String>,
-    /// Workloads that ask for no pods (`Kind/name (spec.replicas: 0)`), in input order: why a plan
+    /// Workloads that ask for no pods (`Kind/name has spec.replicas: 0`), in input order: why a plan
     /// may have nothing to schedule (the getting-started guide's `inflate` starts at 0 replicas).
     pub scaled_to_zero: Vec<String>,
     names: DuplicateNames,

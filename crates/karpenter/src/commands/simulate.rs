@@ -158,7 +158,7 @@ impl Footnotes<'_> {
                 "no pending pods in the input: give it a Pod, Deployment, ReplicaSet, StatefulSet or Job whose pods have no spec.nodeName".to_string()
             } else {
                 format!(
-                    "no pending pods: {} (scale it up to see the nodes its pods need)",
+                    "no pending pods: {} (scale up to see the nodes the pods need)",
                     self.scaled_to_zero.join(", ")
                 )
             });

@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use karpenter_api::validation::{Outcome, ValidationError, v1_kind, validate_document};
+use karpenter_api::validation::{
+    Outcome, ValidationError, unexpanded_variables, v1_kind, validate_document,
+};
 use karpenter_sim::simulate::sources::{DuplicateNames, Location, identity, objects};
 use serde::Serialize;
 use serde_json::Value;
@@ -87,7 +89,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                         object: "<unknown>/<unknown>".into(),
                         path: "(document)".into(),
                         message: format!("invalid YAML: {err}"),
-                        hint: Some("fix the YAML syntax".into()),
+                        hint: None,
                     });
                     continue;
                 }
@@ -119,6 +121,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ));
             if errors.is_empty() {
                 report.summary.valid += 1;
+                // An invalid value already says so in its error's hint.
+                if let Some(warning) = shell_variables(&value, &object_name, location) {
+                    report.warnings.push(warning);
+                }
             } else {
                 report.summary.invalid += 1;
                 report
@@ -163,6 +169,29 @@ fn check_duplicate(
         "{kind}/{name} is defined in both {first} and {location}: `kubectl apply -f` applies both, and the later one replaces the earlier; keep one, or rename one if both are meant"
     ));
     None
+}
+
+/// A warning when the document still holds `${VAR}`s (a manifest meant for `envsubst`, as the
+/// guides' are): valid as it is, and applied literally by the API server.
+fn shell_variables(value: &Value, object_name: &str, location: &Location) -> Option<String> {
+    let found = unexpanded_variables(value);
+    let (first_field, _) = found.first()?;
+    let mut variables: Vec<&str> = found.iter().map(|(_, v)| v.as_str()).collect();
+    variables.sort_unstable();
+    variables.dedup();
+    let fields = match found.len() {
+        1 => format!("{first_field} holds"),
+        n => format!("{n} fields ({first_field}, ...) hold"),
+    };
+    let (noun, pronoun) = if variables.len() == 1 {
+        ("variable", "it")
+    } else {
+        ("variables", "them")
+    };
+    Some(format!(
+        "{location}: {object_name}: {fields} the shell {noun} {}: substitute {pronoun} before applying (export, then `envsubst < FILE | kubectl apply -f -`), or the API server stores {pronoun} literally",
+        variables.join(", ")
+    ))
 }
 
 fn print(report: &Report, format: Format) -> anyhow::Result<ExitCode> {

@@ -188,7 +188,7 @@ fn an_empty_plan_says_why() {
     ));
     assert!(table.contains("0 of 0 pods scheduled"), "{table}");
     assert!(
-        table.contains("note: no pending pods: Deployment/inflate (spec.replicas: 0)"),
+        table.contains("note: no pending pods: Deployment/inflate has spec.replicas: 0 (scale up"),
         "{table}"
     );
     let (_, stderr) = succeeded(&karpenter(

@@ -104,7 +104,7 @@ impl Manifests {
                 } => {
                     if replicas == 0 {
                         self.scaled_to_zero
-                            .push(format!("{object} ({count_field}: 0)"));
+                            .push(format!("{object} has {count_field}: 0"));
                     }
                     let mut spec = template.spec.clone().map(PodSpec::from);
                     admission::apply_runtime_class(spec.as_mut(), &self.runtime_classes, spec_path)
