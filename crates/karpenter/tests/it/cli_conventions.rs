@@ -200,7 +200,17 @@ fn an_empty_plan_says_why() {
 
 #[test]
 fn validate_warns_once_about_an_object_in_two_files_and_passes() {
-    let output = karpenter(&["validate", "-f", "tests/fixtures/manifests/seeds"], "");
+    // The v1 seed guide defines NodePool `production` in both of its files.
+    let output = karpenter(
+        &[
+            "validate",
+            "-f",
+            "tests/fixtures/manifests/seeds/003-v1-nodepools.yaml",
+            "-f",
+            "tests/fixtures/manifests/seeds/003-v1-ec2nodeclasses.yaml",
+        ],
+        "",
+    );
     let (stdout, stderr) = succeeded(&output);
     assert!(stdout.starts_with("ok: "), "{stdout}");
     let warnings: Vec<&str> = stderr
