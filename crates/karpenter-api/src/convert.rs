@@ -10,8 +10,8 @@ use std::fmt;
 use serde_json::{Map, Value, json};
 
 use crate::v1::{EC2NodeClass, NodeClaim, NodePool};
-use crate::well_known;
 use crate::validation::is_legacy;
+use crate::well_known;
 
 mod names;
 
@@ -710,10 +710,16 @@ fn default_capacity_type(ctx: &mut Ctx<'_>, labels: &Map<String, Value>, require
     let Value::Array(items) = requirements else {
         return;
     };
-    if labelled || items.iter().any(|r| r.get("key").and_then(Value::as_str) == Some(key)) {
+    if labelled
+        || items
+            .iter()
+            .any(|r| r.get("key").and_then(Value::as_str) == Some(key))
+    {
         return;
     }
-    items.push(json!({ "key": key, "operator": "In", "values": [well_known::CAPACITY_TYPE_ON_DEMAND] }));
+    items.push(
+        json!({ "key": key, "operator": "In", "values": [well_known::CAPACITY_TYPE_ON_DEMAND] }),
+    );
     ctx.note(
         "spec.requirements",
         format!("no {key} requirement: wrote {key} In [on-demand], the v1alpha5 default (v1 would prefer spot); change it to [spot, on-demand] to allow spot"),

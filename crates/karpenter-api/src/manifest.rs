@@ -114,9 +114,7 @@ pub fn parse_yaml(text: &str, first_line: usize) -> Result<Value, String> {
             } else {
                 "YAML aliases expand to more nodes than the input holds".to_string()
             };
-            format!(
-                " (a parser limit was hit: expand the aliases or split the object, e.g. `kubectl get ... -o json` per namespace)"
-            )
+" (a parser limit was hit: expand the aliases or split the object, e.g. `kubectl get ... -o json` per namespace)".to_string()
         } else {
             String::new()
         };

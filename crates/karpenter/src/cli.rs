@@ -70,10 +70,20 @@ mod tests {
             .and_then(|bench| bench.get_about())
             .map(ToString::to_string)
             .unwrap_or_default();
-        let bench = cli.find_subcommand("bench").map(|b| b.get_subcommands().map(|k| k.get_name().to_string()).collect::<Vec<_>>()).unwrap_or_default();
+        let bench = cli
+            .find_subcommand("bench")
+            .map(|b| {
+                b.get_subcommands()
+                    .map(|k| k.get_name().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
         assert!(bench.len() >= 4, "{bench:?}");
         for kind in bench {
-            assert!(about.contains(&format!("`bench {kind}`")), "{kind}: {about}");
+            assert!(
+                about.contains(&format!("`bench {kind}`")),
+                "{kind}: {about}"
+            );
         }
     }
 }

@@ -151,12 +151,24 @@ mod tests {
 
     #[test]
     fn a_provisioner_and_a_v1beta1_nodepool_of_one_name_clash() {
-        let (outputs, _) = convert(&inputs(&[NODE_TEMPLATE, V1BETA1_NODEPOOL, PROVISIONER_WITH_INLINE_PROVIDER]));
+        let (outputs, _) = convert(&inputs(&[
+            NODE_TEMPLATE,
+            V1BETA1_NODEPOOL,
+            PROVISIONER_WITH_INLINE_PROVIDER,
+        ]));
         // The Provisioner makes NodePool "default" (taken by the v1beta1 NodePool) and
         // EC2NodeClass "default" (taken by the AWSNodeTemplate): both are named.
         let reason = failure(&outputs[2]);
-        assert!(reason.contains("NodePool \"default\" is also produced by f.yaml:2 NodePool/default"), "{reason}");
-        assert!(reason.contains("EC2NodeClass \"default\" is also produced by f.yaml:1 AWSNodeTemplate/default"), "{reason}");
+        assert!(
+            reason.contains("NodePool \"default\" is also produced by f.yaml:2 NodePool/default"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains(
+                "EC2NodeClass \"default\" is also produced by f.yaml:1 AWSNodeTemplate/default"
+            ),
+            "{reason}"
+        );
     }
 
     #[test]

@@ -363,9 +363,15 @@ fn type_error(path: &str, expected: &str, value: &Value) -> ValidationError {
             "quote it, so YAML reads it as text: \"...\"".to_string()
         }
         ("a list", _) => "write a YAML list: `[a, b]`, or one `- item` per line".to_string(),
-        ("an object", _) => "write a map of fields: `{key: value}`, or one `key: value` per line".to_string(),
-        ("an integer", Value::Number(_)) => "use a whole number within 64 bits, e.g. 10".to_string(),
-        ("an integer", _) | ("an integer or a string", _) => "use a whole number, e.g. 10".to_string(),
+        ("an object", _) => {
+            "write a map of fields: `{key: value}`, or one `key: value` per line".to_string()
+        }
+        ("an integer", Value::Number(_)) => {
+            "use a whole number within 64 bits, e.g. 10".to_string()
+        }
+        ("an integer", _) | ("an integer or a string", _) => {
+            "use a whole number, e.g. 10".to_string()
+        }
         ("true or false", _) => "use true or false, unquoted".to_string(),
         _ => format!("use {expected}"),
     };

@@ -20,14 +20,18 @@ pub(super) fn tidy(errors: Vec<ValidationError>, doc: Option<&Value>) -> Vec<Val
         .collect();
     let mut out: Vec<ValidationError> = Vec::with_capacity(errors.len());
     for mut error in errors {
-        let under_missing = error.message != REQUIRED
-            && missing.iter().any(|path| is_within(&error.path, path));
+        let under_missing =
+            error.message != REQUIRED && missing.iter().any(|path| is_within(&error.path, path));
         // Errors about the whole object (empty path) are distinct rules; keep each.
         let field_taken = !error.path.is_empty() && out.iter().any(|e| e.path == error.path);
         if under_missing || field_taken || out.contains(&error) {
             continue;
         }
-        if error.hint.as_deref().is_some_and(|hint| repeats(&error.message, hint)) {
+        if error
+            .hint
+            .as_deref()
+            .is_some_and(|hint| repeats(&error.message, hint))
+        {
             error.hint = None;
         }
         if let Some(variable) = shell_variable(doc, &error) {
@@ -147,8 +151,16 @@ mod tests {
     fn a_missing_field_is_reported_once() {
         let errors = vec![
             error("spec.taints[0].key", REQUIRED, "add the taint's key"),
-            error("spec.taints[0].key", "Invalid value: \"\": name part must be non-empty", "use a key"),
-            error("spec.taints[0].effect", "Unsupported value", "use NoSchedule"),
+            error(
+                "spec.taints[0].key",
+                "Invalid value: \"\": name part must be non-empty",
+                "use a key",
+            ),
+            error(
+                "spec.taints[0].effect",
+                "Unsupported value",
+                "use NoSchedule",
+            ),
         ];
         let tidied = tidy(errors, None);
         let paths: Vec<(&str, &str)> = tidied
@@ -168,8 +180,16 @@ mod tests {
     fn one_error_per_field_the_first_layers() {
         let tidied = tidy(
             vec![
-                error("spec.schedule", "should match '^(@(annually...'", "use five cron fields"),
-                error("spec.schedule", "not a valid cron expression", "use five cron fields, UTC"),
+                error(
+                    "spec.schedule",
+                    "should match '^(@(annually...'",
+                    "use five cron fields",
+                ),
+                error(
+                    "spec.schedule",
+                    "not a valid cron expression",
+                    "use five cron fields, UTC",
+                ),
                 error("", "rule one", "fix one"),
                 error("", "rule two", "fix two"),
             ],
@@ -208,7 +228,10 @@ mod tests {
             Some(&doc),
         );
         let hint = tidied[0].hint.as_deref().unwrap_or_default();
-        assert!(hint.starts_with("${ALIAS_VERSION} is a shell variable"), "{hint}");
+        assert!(
+            hint.starts_with("${ALIAS_VERSION} is a shell variable"),
+            "{hint}"
+        );
     }
 
     #[test]

@@ -51,7 +51,11 @@ fn a_provisioner_without_capacity_type_gets_the_v1alpha5_on_demand_default_with_
     assert_eq!(
         requirements(&objects[0]),
         [
-            ("kubernetes.io/arch".into(), "In".into(), vec!["arm64".into()]),
+            (
+                "kubernetes.io/arch".into(),
+                "In".into(),
+                vec!["arm64".into()]
+            ),
             (
                 "karpenter.sh/capacity-type".into(),
                 "In".into(),
@@ -82,7 +86,9 @@ fn a_provisioner_choosing_its_capacity_type_keeps_it_without_a_note() {
             .collect();
         assert!(capacity.len() <= 1, "{capacity:?}");
         assert!(
-            capacity.iter().all(|(_, _, values)| values.contains(&"spot".to_string())),
+            capacity
+                .iter()
+                .all(|(_, _, values)| values.contains(&"spot".to_string())),
             "{capacity:?}"
         );
         assert!(

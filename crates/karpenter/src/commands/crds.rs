@@ -15,7 +15,13 @@ pub struct Args {
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// Output format: multi-document YAML, or a JSON list (`kind: List`) for `kubectl apply -f -`.
-    #[arg(short = 'o', long = "output", value_enum, default_value = "yaml", conflicts_with = "dir")]
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_enum,
+        default_value = "yaml",
+        conflicts_with = "dir"
+    )]
     pub output: ManifestFormat,
 }
 

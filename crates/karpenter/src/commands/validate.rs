@@ -216,7 +216,10 @@ fn print(report: &Report, format: Format) -> anyhow::Result<ExitCode> {
                 message: problem.message.clone(),
                 hint: problem.hint.clone(),
             };
-            output::line(&format!("{}: {}: {error}", problem.location, problem.object));
+            output::line(&format!(
+                "{}: {}: {error}",
+                problem.location, problem.object
+            ));
         }
     } else {
         output::render(format, report, |_| String::new())?;

@@ -62,7 +62,16 @@ fn bench_scheduling_runs_only_the_pods_asked_for() {
     assert_eq!(rows[0]["workload"], "diverse");
     assert_eq!(rows[0]["pods"], 10);
     let (yaml, _) = succeeded(&karpenter(
-        &["bench", "scheduling", "--pods", "5", "--repeat", "1", "-o", "yaml"],
+        &[
+            "bench",
+            "scheduling",
+            "--pods",
+            "5",
+            "--repeat",
+            "1",
+            "-o",
+            "yaml",
+        ],
         "",
     ));
     assert!(yaml.contains("workload: diverse"), "{yaml}");
@@ -133,10 +142,7 @@ fn disruption_flags_say_they_need_disruption() {
             .join(" ");
         assert!(line.contains("--disruption"), "{flag}: {line}");
     }
-    let output = karpenter(
-        &["simulate", "-f", "examples/inflate", "--until", "2h"],
-        "",
-    );
+    let output = karpenter(&["simulate", "-f", "examples/inflate", "--until", "2h"], "");
     assert_eq!(output.status.code(), Some(2));
     let stderr = text(&output.stderr);
     assert!(stderr.contains("--disruption"), "{stderr}");
@@ -145,7 +151,13 @@ fn disruption_flags_say_they_need_disruption() {
 #[test]
 fn simulate_in_seoul_uses_its_zones_and_says_prices_are_approximate() {
     let (table, _) = succeeded(&karpenter(
-        &["simulate", "-f", "examples/inflate", "--region", "ap-northeast-2"],
+        &[
+            "simulate",
+            "-f",
+            "examples/inflate",
+            "--region",
+            "ap-northeast-2",
+        ],
         "",
     ));
     assert!(table.contains("ap-northeast-2"), "{table}");
@@ -174,7 +186,10 @@ fn simulate_in_seoul_uses_its_zones_and_says_prices_are_approximate() {
             .all(|c| c["zone"].as_str().unwrap().starts_with("ap-northeast-2")),
         "{claims:?}"
     );
-    assert!(stderr.contains("note: ap-northeast-2 has no price table"), "{stderr}");
+    assert!(
+        stderr.contains("note: ap-northeast-2 has no price table"),
+        "{stderr}"
+    );
     // us-east-1 has its own prices: no such note.
     let (table, _) = succeeded(&karpenter(&["simulate", "-f", "examples/inflate"], ""));
     assert!(!table.contains("approximation"), "{table}");
@@ -192,7 +207,13 @@ fn an_empty_plan_says_why() {
         "{table}"
     );
     let (_, stderr) = succeeded(&karpenter(
-        &["simulate", "-f", "examples/getting-started-eks", "-o", "json"],
+        &[
+            "simulate",
+            "-f",
+            "examples/getting-started-eks",
+            "-o",
+            "json",
+        ],
         "",
     ));
     assert!(stderr.contains("spec.replicas: 0"), "{stderr}");
@@ -230,10 +251,7 @@ fn validate_warns_once_about_an_object_in_two_files_and_passes() {
     );
     // Within one file the second object is still an error.
     let twice = "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: a}\nspec: {role: r, amiSelectorTerms: [{alias: al2023@latest}], subnetSelectorTerms: [{id: subnet-1}], securityGroupSelectorTerms: [{id: sg-1}]}\n";
-    let output = karpenter(
-        &["validate", "-f", "-"],
-        &format!("{twice}---\n{twice}"),
-    );
+    let output = karpenter(&["validate", "-f", "-"], &format!("{twice}---\n{twice}"));
     assert_eq!(output.status.code(), Some(1));
     assert!(text(&output.stdout).contains("Duplicate value"));
 }
@@ -267,7 +285,10 @@ fn convert_refuses_two_documents_making_one_object_naming_both() {
         .find(|l| l.starts_with("error: ") && l.contains("is also produced by"))
         .unwrap_or_else(|| panic!("{stderr}"));
     assert!(error.contains("NodePool \"default\""), "{error}");
-    assert!(error.contains("000-v1alpha5-provisioner-awsnodetemplate.yaml:1 Provisioner/default"), "{error}");
+    assert!(
+        error.contains("000-v1alpha5-provisioner-awsnodetemplate.yaml:1 Provisioner/default"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -279,11 +300,15 @@ fn convert_notes_the_kept_behaviour() {
         "{stdout}"
     );
     assert!(
-        stderr.contains("note: -:1: Provisioner/p: spec.requirements: no karpenter.sh/capacity-type requirement"),
+        stderr.contains(
+            "note: -:1: Provisioner/p: spec.requirements: no karpenter.sh/capacity-type requirement"
+        ),
         "{stderr}"
     );
     assert!(
-        stderr.contains("note: -:2: AWSNodeTemplate/nc: spec.amiFamily: AL2 has no AMIs for Kubernetes 1.33"),
+        stderr.contains(
+            "note: -:2: AWSNodeTemplate/nc: spec.amiFamily: AL2 has no AMIs for Kubernetes 1.33"
+        ),
         "{stderr}"
     );
 }

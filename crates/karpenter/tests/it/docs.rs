@@ -24,7 +24,10 @@ fn readme_examples(readme: &str) -> Vec<Vec<String>> {
             in_sh = !in_sh && (fence == "sh" || fence == "bash" || fence == "shell");
             continue;
         }
-        let Some(command) = in_sh.then(|| trimmed.strip_prefix("cargo run -- ")).flatten() else {
+        let Some(command) = in_sh
+            .then(|| trimmed.strip_prefix("cargo run -- "))
+            .flatten()
+        else {
             continue;
         };
         let command = command.split(" # ").next().unwrap_or_default();
@@ -71,7 +74,11 @@ fn every_cargo_run_example_of_the_readme_runs_cleanly() {
             "`cargo run -- {}` is not clean:\n{stderr}",
             args.join(" ")
         );
-        assert!(!output.stdout.is_empty(), "`{}` printed nothing", args.join(" "));
+        assert!(
+            !output.stdout.is_empty(),
+            "`{}` printed nothing",
+            args.join(" ")
+        );
     }
 }
 
@@ -106,9 +113,13 @@ fn status_word(line: &str) -> Option<&'static str> {
             "not yet",
             word(line, "Not yet")
                 || followed_by(&lower, "not yet", &|c| "):.,;".contains(c))
-                || ["not available yet", "not implemented yet", "not supported yet"]
-                    .iter()
-                    .any(|p| lower.contains(p)),
+                || [
+                    "not available yet",
+                    "not implemented yet",
+                    "not supported yet",
+                ]
+                .iter()
+                .any(|p| lower.contains(p)),
         ),
         (
             "until ... lands",
@@ -120,11 +131,17 @@ fn status_word(line: &str) -> Option<&'static str> {
         ("karpenter-aws.md", lower.contains("karpenter-aws.md")),
         ("karpenter-core.md", lower.contains("karpenter-core.md")),
     ];
-    checks.into_iter().find(|(_, hit)| *hit).map(|(name, _)| name)
+    checks
+        .into_iter()
+        .find(|(_, hit)| *hit)
+        .map(|(name, _)| name)
 }
 
 fn markdown_files() -> Vec<PathBuf> {
-    let mut files = vec![repo().join("README.md"), repo().join("charts/karpenter/README.md")];
+    let mut files = vec![
+        repo().join("README.md"),
+        repo().join("charts/karpenter/README.md"),
+    ];
     let mut docs: Vec<PathBuf> = std::fs::read_dir(repo().join("docs"))
         .unwrap()
         .map(|entry| entry.unwrap().path())
