@@ -11,10 +11,24 @@ use serde_json::{Map, Value, json};
 
 use crate::v1::{EC2NodeClass, NodeClaim, NodePool};
 use crate::validation::is_legacy;
+use crate::well_known;
+
+mod names;
+
+/// How much a [`Warning`] matters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    /// Worth knowing: the conversion kept the legacy behaviour, or the result will need attention
+    /// later (e.g. a default written out, an AMI family nearing its end).
+    Note,
+    /// The result differs from the legacy object: a field was dropped or a placeholder written.
+    Warning,
+}
 
 /// A legacy field that could not be carried over (or was carried over with a caveat).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Warning {
+    pub level: Level,
     /// Input file (as given on the command line).
     pub source: String,
     /// 1-based document index in that file.
@@ -104,6 +118,7 @@ pub fn convert(inputs: &[Input]) -> (Vec<Output>, Vec<Warning>) {
         .map(|input| converter.convert_one(input))
         .collect();
     converter.report_unplaced_kubelets();
+    let outputs = names::refuse_duplicate_names(inputs, outputs);
     (outputs, converter.warnings)
 }
 
@@ -131,12 +146,21 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn warn(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.say(Level::Warning, field.into(), message.into());
+    }
+
+    fn note(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.say(Level::Note, field.into(), message.into());
+    }
+
+    fn say(&mut self, level: Level, field: String, message: String) {
         self.warnings.push(Warning {
+            level,
             source: self.origin.source.clone(),
             index: self.origin.index,
             object: self.origin.object.clone(),
-            field: field.into(),
-            message: message.into(),
+            field,
+            message,
         });
     }
 
@@ -285,6 +309,7 @@ impl Converter {
             }
             for (kubelet, origin) in entries {
                 self.warnings.push(Warning {
+                    level: Level::Warning,
                     source: origin.source.clone(),
                     index: origin.index,
                     object: origin.object.clone(),
@@ -325,6 +350,7 @@ impl Converter {
             (Err(err), _) | (_, Err(err)) => return Output::Failed(err),
         };
         let mut warnings = std::mem::take(&mut self.warnings);
+        let said_before = warnings.len();
         let mut ctx = Ctx {
             origin,
             warnings: &mut warnings,
@@ -346,6 +372,11 @@ impl Converter {
                 Ok(Vec::new())
             }
         };
+        // Nothing of a failed object is written, so what its conversion said it wrote or dropped
+        // would contradict the error.
+        if result.is_err() {
+            warnings.truncate(said_before);
+        }
         self.warnings = warnings;
         match result {
             Ok(objects) => Output::Converted(objects),
@@ -376,10 +407,9 @@ impl Converter {
             check_object_list(&template_spec, field, &format!("spec.{field}"))?;
         }
         let requirements = spec.remove("requirements").unwrap_or_else(|| json!([]));
-        template_spec.insert(
-            "requirements".into(),
-            convert_requirements(ctx, "spec.requirements", requirements)?,
-        );
+        let mut requirements = convert_requirements(ctx, "spec.requirements", requirements)?;
+        default_capacity_type(ctx, &template_metadata, &mut requirements);
+        template_spec.insert("requirements".into(), requirements);
         let mut objects = Vec::new();
         let provider_ref = take_map(&mut spec, "providerRef", "spec.providerRef")?;
         let provider = spec.remove("provider");
@@ -667,6 +697,35 @@ impl Converter {
     }
 }
 
+/// The v1alpha5 webhook defaulted a Provisioner that constrains neither its requirements nor its
+/// labels to `karpenter.sh/capacity-type In [on-demand]`. v1 has no such default and prefers the
+/// cheaper spot offerings, so a converted pool without the requirement would start launching spot
+/// nodes: the default is written out.
+fn default_capacity_type(ctx: &mut Ctx<'_>, labels: &Map<String, Value>, requirements: &mut Value) {
+    let key = well_known::CAPACITY_TYPE_LABEL;
+    let labelled = labels
+        .get("labels")
+        .and_then(Value::as_object)
+        .is_some_and(|labels| labels.contains_key(key));
+    let Value::Array(items) = requirements else {
+        return;
+    };
+    if labelled
+        || items
+            .iter()
+            .any(|r| r.get("key").and_then(Value::as_str) == Some(key))
+    {
+        return;
+    }
+    items.push(
+        json!({ "key": key, "operator": "In", "values": [well_known::CAPACITY_TYPE_ON_DEMAND] }),
+    );
+    ctx.note(
+        "spec.requirements",
+        format!("no {key} requirement: wrote {key} In [on-demand], the v1alpha5 default (v1 would prefer spot); change it to [spot, on-demand] to allow spot"),
+    );
+}
+
 fn convert_metadata(mut metadata: Map<String, Value>) -> Value {
     // Server-populated fields would make the output unappliable.
     for field in [
@@ -819,6 +878,12 @@ fn place_ami_selection(
     family: String,
     terms: Option<Vec<Value>>,
 ) -> Result<(), String> {
+    if family == "AL2" {
+        ctx.note(
+            "spec.amiFamily",
+            "AL2 has no AMIs for Kubernetes 1.33 and later (EKS stopped publishing them); move to AL2023 (alias al2023@latest) before upgrading the cluster to 1.33",
+        );
+    }
     match terms {
         Some(terms) if !terms.is_empty() => {
             out.insert("amiFamily".into(), json!(family));

@@ -104,10 +104,17 @@ pub fn parse_yaml(text: &str, first_line: usize) -> Result<Value, String> {
         {
             message.truncate(at);
         }
-        let budget_hint = if matches!(err, serde_saphyr::Error::Budget { .. }) {
-            format!(
-                " (a parser limit was hit: nesting deeper than {MAX_YAML_DEPTH} levels or too many YAML aliases; expand the aliases or split the object, e.g. `kubectl get ... -o json` per namespace)"
-            )
+        let mut message = without_parser_advice(&message);
+        // The parser names its limits as Rust values ("budget breached: Depth { depth: 65 }").
+        let over_budget = matches!(err, serde_saphyr::Error::Budget { .. })
+            || message.starts_with("budget breached");
+        let budget_hint = if over_budget {
+            message = if message.contains("Depth") {
+                format!("nested deeper than {MAX_YAML_DEPTH} levels")
+            } else {
+                "YAML aliases expand to more nodes than the input holds".to_string()
+            };
+" (a parser limit was hit: expand the aliases or split the object, e.g. `kubectl get ... -o json` per namespace)".to_string()
         } else {
             String::new()
         };
@@ -116,6 +123,33 @@ pub fn parse_yaml(text: &str, first_line: usize) -> Result<Value, String> {
             None => format!("{message}{budget_hint}"),
         }
     })
+}
+
+/// The parser's advice to its own caller ("set DuplicateKeyPolicy in Options if acceptable", "use
+/// from_str_multiple") is about library calls, not something a manifest's author can do: replaced
+/// by what they can.
+fn without_parser_advice(message: &str) -> String {
+    const ADVICE: [(&str, &str); 3] = [
+        (
+            ", set DuplicateKeyPolicy in Options if acceptable",
+            " (a key may appear once per mapping, and the API server refuses the document too: keep one)",
+        ),
+        (
+            "; use from_str_multiple or from_str_multiple_with_options",
+            " (this input is one document: remove the `---` separators, or split the file)",
+        ),
+        (
+            " rejected by the configured policy",
+            " (YAML reads it as infinity: quote it to keep it as text, e.g. \"1e999\")",
+        ),
+    ];
+    for (advice, instead) in ADVICE {
+        if let Some(at) = message.find(advice) {
+            let (before, after) = message.split_at(at);
+            return format!("{before}{instead}{}", &after[advice.len()..]);
+        }
+    }
+    message.to_string()
 }
 
 fn first_line_of(message: &str) -> String {
@@ -238,6 +272,18 @@ pub fn to_yaml_documents(docs: &[Value]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_duplicate_key_says_what_the_author_can_do_not_the_parser_option() {
+        let err = parse_yaml("a: 1\nb: 2\na: 3\n", 10).unwrap_err();
+        assert!(!err.contains("DuplicateKeyPolicy"), "{err}");
+        assert!(err.contains("duplicate mapping key"), "{err}");
+        assert!(err.contains("keep one"), "{err}");
+        assert!(err.starts_with("line 12"), "{err}");
+        let err = parse_yaml("a: 1\n---\nb: 2\n", 1).unwrap_err();
+        assert!(!err.contains("from_str_multiple"), "{err}");
+        assert!(err.contains("one document"), "{err}");
+    }
 
     #[test]
     fn splits_and_counts_non_empty_documents() {

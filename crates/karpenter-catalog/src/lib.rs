@@ -1,6 +1,6 @@
 //! The embedded AWS instance-type catalogue.
 //!
-//! The real EC2 data (instance types, zone offerings for us-east-1 and us-west-2, on-demand prices)
+//! The real EC2 data (instance types, zone offerings for the 30 regions moto ships, on-demand prices)
 //! is compiled into the binary gzip-compressed (`data/`, see its README for the regeneration
 //! command) and decoded once, on first use. [`Catalog::instance_types`] turns it into
 //! [`InstanceType`]s with upstream's capacity, overhead and label formulas;

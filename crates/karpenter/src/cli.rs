@@ -20,7 +20,9 @@ pub enum Command {
     Validate(commands::validate::Args),
     /// Convert legacy (v1alpha5, v1alpha1, v1beta1) manifests to v1.
     Convert(commands::convert::Args),
-    /// Benchmarks (`bench scheduling`: upstream's scheduling workload, timed).
+    /// Benchmarks: `bench scheduling` (upstream's scheduling workload, timed), `bench controller`
+    /// (the sim controller's time and memory on N pods), `bench workload` (that workload as
+    /// manifests), `bench disruption` (one disruption pass over a large cluster).
     Bench(commands::bench::Args),
     /// Plan the nodes for a set of manifests on the built-in `sim` provider (no cluster needed).
     Simulate(commands::simulate::Args),
@@ -28,4 +30,60 @@ pub enum Command {
     Aws(commands::aws::Args),
     /// Run the controller against a cluster (watchers, provisioner, NodePool status, leader election).
     Controller(Box<commands::controller::Args>),
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every visible flag and subcommand of every command says what it is for in `--help`.
+    #[test]
+    fn every_flag_and_subcommand_has_help_text() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if !arg.is_hide_set() && !builtin && arg.get_help().is_none() {
+                    missing.push(format!("{path} --{}", arg.get_id()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                let sub_path = format!("{path} {}", sub.get_name());
+                if sub.get_name() != "help" && sub.get_about().is_none() {
+                    missing.push(sub_path.clone());
+                }
+                walk(sub, &sub_path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "karpenter", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:?}");
+    }
+
+    /// The top-level help names every bench kind, so `karpenter --help` is enough to find them.
+    #[test]
+    fn the_top_level_help_lists_every_bench_kind() {
+        let cli = Cli::command();
+        let about = cli
+            .find_subcommand("bench")
+            .and_then(|bench| bench.get_about())
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let bench = cli
+            .find_subcommand("bench")
+            .map(|b| {
+                b.get_subcommands()
+                    .map(|k| k.get_name().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        assert!(bench.len() >= 4, "{bench:?}");
+        for kind in bench {
+            assert!(
+                about.contains(&format!("`bench {kind}`")),
+                "{kind}: {about}"
+            );
+        }
+    }
 }

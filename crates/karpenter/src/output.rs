@@ -17,6 +17,14 @@ pub enum Format {
     Yaml,
 }
 
+/// `-o` of the commands that print manifests (`crds`, `convert`, `bench workload`): YAML
+/// documents, or a JSON `kind: List` of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ManifestFormat {
+    Yaml,
+    Json,
+}
+
 /// Writes `text` to stdout as it is.
 pub fn text(text: &str) {
     print!("{text}");

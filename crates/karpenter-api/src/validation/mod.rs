@@ -7,6 +7,9 @@
 
 mod rules_impl;
 mod schema;
+mod tidy;
+
+pub use tidy::unexpanded_variables;
 
 pub use schema::edit_distance;
 
@@ -235,13 +238,20 @@ pub fn validate_document(doc: &Value) -> DocumentReport {
     if errors.is_empty() {
         report(Outcome::Valid)
     } else {
-        report(Outcome::Invalid(errors))
+        report(Outcome::Invalid(tidy::tidy(errors, Some(doc))))
     }
 }
 
 fn check_metadata(doc: &Value) -> Vec<ValidationError> {
     let mut errors = Vec::new();
-    match doc.pointer("/metadata/name").and_then(Value::as_str) {
+    let name = doc.pointer("/metadata/name");
+    match name.and_then(Value::as_str) {
+        // YAML reads `name: 123` or `name: yes` as a number or boolean: given, but not a name.
+        None if name.is_some_and(|n| !n.is_null()) => errors.push(ValidationError::new(
+            "metadata.name",
+            format!("Invalid value: {}: must be a string", name.map(Value::to_string).unwrap_or_default()),
+            "quote it, so YAML reads it as text: name: \"123\"",
+        )),
         None => errors.push(ValidationError::new("metadata.name", "Required value", "give the object a name")),
         Some(name) if !is_dns_subdomain(name) => errors.push(ValidationError::new(
             "metadata.name",
@@ -312,13 +322,7 @@ pub fn validate_ec2nodeclass(nodeclass: &EC2NodeClass) -> Vec<ValidationError> {
 }
 
 fn dedup(errors: Vec<ValidationError>) -> Vec<ValidationError> {
-    let mut out: Vec<ValidationError> = Vec::with_capacity(errors.len());
-    for error in errors {
-        if !out.contains(&error) {
-            out.push(error);
-        }
-    }
-    out
+    tidy::tidy(errors, None)
 }
 
 pub use rules_impl::{

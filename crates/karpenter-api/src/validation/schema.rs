@@ -217,13 +217,22 @@ fn check_string(
                 .filter_map(Value::as_str)
                 .map(|a| format!("{a:?}"))
                 .collect();
+            // The message lists the values already: the hint names the one that was likely meant.
+            let names = || allowed.iter().filter_map(Value::as_str);
+            let hint = match names().find(|a| a.eq_ignore_ascii_case(s)) {
+                Some(a) => format!("values are case-sensitive: did you mean {a:?}?"),
+                None => match names().min_by_key(|a| edit_distance(a, s)) {
+                    Some(a) if edit_distance(a, s) <= 3 => format!("did you mean {a:?}?"),
+                    _ => "pick one of the supported values".to_string(),
+                },
+            };
             errors.push(ValidationError::new(
                 path.to_string(),
                 format!(
                     "Unsupported value: {s:?}: supported values: {}",
                     list.join(", ")
                 ),
-                format!("use one of {}", list.join(", ")),
+                hint,
             ));
         }
         return;
@@ -348,10 +357,28 @@ fn type_error(path: &str, expected: &str, value: &Value) -> ValidationError {
         Value::Array(_) => "a list",
         Value::Object(_) => "an object",
     };
+    // The hint shows how to write what is expected in YAML (the message already says what).
+    let hint = match (expected, value) {
+        ("a string", Value::Number(_) | Value::Bool(_)) => {
+            "quote it, so YAML reads it as text: \"...\"".to_string()
+        }
+        ("a list", _) => "write a YAML list: `[a, b]`, or one `- item` per line".to_string(),
+        ("an object", _) => {
+            "write a map of fields: `{key: value}`, or one `key: value` per line".to_string()
+        }
+        ("an integer", Value::Number(_)) => {
+            "use a whole number within 64 bits, e.g. 10".to_string()
+        }
+        ("an integer", _) | ("an integer or a string", _) => {
+            "use a whole number, e.g. 10".to_string()
+        }
+        ("true or false", _) => "use true or false, unquoted".to_string(),
+        _ => format!("use {expected}"),
+    };
     ValidationError::new(
         path.to_string(),
         format!("Invalid value: expected {expected}, got {got}"),
-        format!("write {expected} here"),
+        hint,
     )
 }
 

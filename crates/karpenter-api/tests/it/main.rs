@@ -6,6 +6,7 @@
 
 mod api_server_checks;
 mod cel;
+mod convert;
 mod crd_structure;
 mod fixtures;
 mod invalid;

@@ -185,6 +185,56 @@ fn real_on_demand_prices_and_modelled_spot() {
     );
 }
 
+/// The regions whose offerings the moto package ships (see data/README.md): every one has its
+/// zones and priced offerings; only us-east-1 has a price table of its own.
+#[test]
+fn every_region_moto_ships_is_in_the_catalogue_with_approximated_prices() {
+    let catalog = Catalog::embedded().unwrap();
+    let regions: Vec<&str> = catalog.regions().collect();
+    assert_eq!(regions.len(), 30, "{regions:?}");
+    for region in ["ap-northeast-2", "eu-west-1", "sa-east-1", "us-east-2"] {
+        assert!(regions.contains(&region), "{region} missing: {regions:?}");
+    }
+    for region in regions {
+        let zones = catalog.zones(region).unwrap();
+        assert!(
+            zones.len() >= 2 && zones.iter().all(|z| z.starts_with(region)),
+            "{region}: {zones:?}"
+        );
+        let types = catalog.instance_types(region).unwrap();
+        let offered = types.iter().filter(|t| !t.offerings.is_empty()).count();
+        assert!(offered > 100, "{region}: {offered} types with offerings");
+        for t in &types {
+            let region_label = t.labels.get(wk::REGION_LABEL).map(String::as_str);
+            assert_eq!(region_label, Some(region), "{}", t.name);
+        }
+        assert_eq!(
+            catalog.prices_are_approximated(region),
+            region != "us-east-1",
+            "{region}"
+        );
+    }
+    // Seoul (ap-northeast-2) has four zones and m5.large at us-east-1's price.
+    assert_eq!(
+        catalog.zones("ap-northeast-2").unwrap(),
+        [
+            "ap-northeast-2a",
+            "ap-northeast-2b",
+            "ap-northeast-2c",
+            "ap-northeast-2d"
+        ]
+    );
+    let seoul = catalog.instance_types("ap-northeast-2").unwrap();
+    let m5 = find(&seoul, "m5.large");
+    assert!(
+        m5.offerings
+            .iter()
+            .any(|o| o.capacity_type == "on-demand" && o.price == 0.096),
+        "{:?}",
+        m5.offerings
+    );
+}
+
 #[test]
 fn offerings_only_in_zones_that_offer_the_type() {
     let catalog = Catalog::embedded().unwrap();
@@ -211,7 +261,10 @@ fn unknown_region_names_the_known_ones() {
         .instance_types("mars-1")
         .unwrap_err();
     assert!(matches!(err, CatalogError::UnknownRegion { .. }));
-    assert!(err.to_string().contains("us-east-1, us-west-2"), "{err}");
+    assert!(
+        err.to_string().contains("ap-northeast-1, ap-northeast-2"),
+        "{err}"
+    );
 }
 
 #[test]

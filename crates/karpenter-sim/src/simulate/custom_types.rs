@@ -72,8 +72,14 @@ pub fn parse_instance_types(
     text: &str,
     region: &str,
 ) -> Result<Vec<InstanceType>, CustomTypesError> {
+    // Through the manifest reader's YAML parser (its messages name file lines, without the
+    // parser's source snippets), then as a typed value.
+    let value = karpenter_api::manifest::parse_yaml(text, 1).map_err(CustomTypesError::Parse)?;
+    if value.is_null() {
+        return Err(CustomTypesError::Parse("the file is empty".into()));
+    }
     let file: File =
-        serde_saphyr::from_str(text).map_err(|e| CustomTypesError::Parse(e.to_string()))?;
+        serde_json::from_value(value).map_err(|e| CustomTypesError::Parse(e.to_string()))?;
     if file.instance_types.is_empty() {
         return Err(CustomTypesError::Parse(
             "instanceTypes is empty: list at least one instance type".into(),

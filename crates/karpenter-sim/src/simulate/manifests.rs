@@ -113,6 +113,9 @@ pub struct Manifests {
     pub ignored: Vec<IgnoredDocument>,
     /// Notes for people from reading the input (skipped files, empty input).
     pub notes: Vec<String>,
+    /// Workloads that ask for no pods (`Kind/name has spec.replicas: 0`), in input order: why a plan
+    /// may have nothing to schedule (the getting-started guide's `inflate` starts at 0 replicas).
+    pub scaled_to_zero: Vec<String>,
     names: DuplicateNames,
     /// Workloads read but not yet expanded into pods (see `workloads::expand`).
     pub(super) workloads_to_admit: Vec<Workload>,

@@ -9,7 +9,7 @@ use karpenter_core::scheduling::benchmark;
 use karpenter_core::scheduling::{PreferencePolicy, Scheduler};
 use serde::Serialize;
 
-use crate::output;
+use crate::output::{self, Format, ManifestFormat};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -35,30 +35,58 @@ pub enum Target {
 #[derive(Debug, clap::Args)]
 pub struct WorkloadArgs {
     /// Pods in all (replicas of the Deployments).
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_parser = pod_count)]
     pub pods: usize,
     /// Seed for the Deployment mix.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Output format: multi-document YAML, or a JSON list (`kind: List`), as `convert` prints.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
+    pub output: ManifestFormat,
+}
+
+/// A pod count of at least one: a benchmark of nothing measures nothing.
+pub fn pod_count(raw: &str) -> Result<usize, String> {
+    match raw.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1 (a run of no pods measures nothing)".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{raw:?} is not a whole number of pods")),
+    }
 }
 
 #[derive(Debug, clap::Args)]
 pub struct SchedulingArgs {
-    /// Diverse-workload sizes to run (upstream's sweep by default).
-    #[arg(long = "pods", value_delimiter = ',', num_args = 1..)]
+    /// Diverse-workload sizes to run, comma-separated (default: upstream's sweep, 1 to 20,000).
+    /// Given sizes run alone: add --preferences for the 4,000-pod preference runs.
+    #[arg(long = "pods", value_delimiter = ',', num_args = 1.., value_parser = pod_count)]
     pub pods: Vec<usize>,
     /// Repetitions per size (a fresh scheduler each); the fastest is reported.
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
-    /// Skip the two 4,000-pod preference runs.
+    /// Also run the two 4,000-pod preference runs (respect and ignore preferences) after the
+    /// sizes given with --pods (upstream's sweep runs them anyway).
+    #[arg(long, conflicts_with = "no_preferences")]
+    pub preferences: bool,
+    /// Skip the two 4,000-pod preference runs of upstream's sweep.
     #[arg(long)]
     pub no_preferences: bool,
     /// Seed for the pod generator.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Output format: table or json.
-    #[arg(short = 'o', long = "output", default_value = "table")]
-    pub output: String,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+}
+
+impl SchedulingArgs {
+    /// The preference runs happen in upstream's full sweep, or when asked for.
+    fn run_preferences(&self) -> bool {
+        if self.pods.is_empty() {
+            !self.no_preferences
+        } else {
+            self.preferences
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -119,24 +147,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Target::Controller(args) => run_controller(&args),
         Target::Disruption(args) => super::bench_disruption::run(&args),
         Target::Workload(args) => {
-            print_manifests(&super::bench_controller::workload_manifests(
-                args.pods, args.seed,
-            ))?;
+            let manifests = super::bench_controller::workload_manifests(args.pods, args.seed);
+            match args.output {
+                ManifestFormat::Yaml => {
+                    let documents = manifests
+                        .iter()
+                        .map(serde_saphyr::to_string)
+                        .collect::<Result<Vec<_>, _>>()?;
+                    output::yaml_documents(&documents);
+                }
+                ManifestFormat::Json => output::json(
+                    &serde_json::json!({ "apiVersion": "v1", "kind": "List", "items": manifests }),
+                )?,
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
-}
-
-/// Multi-document YAML on standard output.
-fn print_manifests(manifests: &[serde_json::Value]) -> anyhow::Result<()> {
-    use std::io::Write as _;
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for manifest in manifests {
-        writeln!(out, "---")?;
-        write!(out, "{}", serde_saphyr::to_string(manifest)?)?;
-    }
-    out.flush()?;
-    Ok(())
 }
 
 fn run_controller(args: &super::bench_controller::ControllerArgs) -> anyhow::Result<ExitCode> {
@@ -144,40 +170,34 @@ fn run_controller(args: &super::bench_controller::ControllerArgs) -> anyhow::Res
         .enable_all()
         .build()?;
     let report = runtime.block_on(super::bench_controller::measure(args))?;
-    print_controller_report(&report, args.json)?;
+    output::render(args.format(), &report, controller_table)?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_controller_report(
-    report: &super::bench_controller::ControllerReport,
-    json: bool,
-) -> anyhow::Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(report)?);
-        return Ok(());
-    }
+fn controller_table(report: &super::bench_controller::ControllerReport) -> String {
     let kib = |v: Option<u64>| {
         v.map_or("n/a".to_string(), |k| {
             format!("{:.1} MiB", k as f64 / 1024.0)
         })
     };
-    println!("pods                 {}", report.pods);
-    println!("deployments          {}", report.deployments);
-    println!("nodes                {}", report.nodes);
-    println!("nodeclaims           {}", report.node_claims);
-    println!("all bound after      {:.1} s", report.seconds_to_all_bound);
-    println!("controller idle RSS  {}", kib(report.idle_rss_kib));
-    println!("controller peak RSS  {} (VmHWM)", kib(report.peak_rss_kib));
-    println!("controller final RSS {}", kib(report.final_rss_kib));
-    Ok(())
+    [
+        format!("pods                 {}", report.pods),
+        format!("deployments          {}", report.deployments),
+        format!("nodes                {}", report.nodes),
+        format!("nodeclaims           {}", report.node_claims),
+        format!("all bound after      {:.1} s", report.seconds_to_all_bound),
+        format!("controller idle RSS  {}", kib(report.idle_rss_kib)),
+        format!("controller peak RSS  {} (VmHWM)", kib(report.peak_rss_kib)),
+        format!("controller final RSS {}", kib(report.final_rss_kib)),
+    ]
+    .iter()
+    .map(|line| format!("{line}\n"))
+    .collect()
 }
 
 fn run_scheduling(args: SchedulingArgs) -> anyhow::Result<ExitCode> {
-    let json = match args.output.as_str() {
-        "json" => true,
-        "table" => false,
-        other => anyhow::bail!("--output {other:?}: use table or json"),
-    };
+    // The table streams a row per run as it ends; JSON and YAML print the rows at the end.
+    let table = args.output == Format::Table;
     let sizes = if args.pods.is_empty() {
         vec![1, 50, 100, 500, 1000, 1500, 2000, 5000, 10000, 20000]
     } else {
@@ -192,24 +212,24 @@ fn run_scheduling(args: SchedulingArgs) -> anyhow::Result<ExitCode> {
             PreferencePolicy::Respect,
             args.repeat,
         ));
-        if !json {
+        if table {
             print_row(rows.last(), rows.len() == 1);
         }
     }
-    if !args.no_preferences {
+    if args.run_preferences() {
         let pods = benchmark::preference_pods(4000, args.seed);
         for (name, policy) in [
             ("respect-preferences", PreferencePolicy::Respect),
             ("ignore-preferences", PreferencePolicy::Ignore),
         ] {
             rows.push(measure(name, &pods, policy, args.repeat));
-            if !json {
+            if table {
                 print_row(rows.last(), rows.len() == 1);
             }
         }
     }
-    if json {
-        output::json(&rows)?;
+    if !table {
+        output::render(args.output, &rows, |_| String::new())?;
     } else {
         let pods: usize = rows.iter().map(|r| r.pods).sum();
         let seconds: f64 = rows.iter().map(|r| r.seconds).sum();

@@ -30,6 +30,8 @@ use kube::api::{Api, PostParams};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::output::Format;
+
 /// Namespace of the controller's Lease and sim ledger.
 const CONTROLLER_NAMESPACE: &str = "karpenter";
 const LEADER_LEASE: &str = "karpenter-leader-election";
@@ -51,13 +53,23 @@ pub struct ControllerArgs {
     /// Give up when not every pod is bound after this many seconds.
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,
-    /// Print the report as JSON.
-    #[arg(long)]
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+    /// The former spelling of `-o json`, kept for scripts.
+    #[arg(long, hide = true, conflicts_with = "output")]
     pub json: bool,
     /// Start the controller under this command (e.g. `heaptrack -o /tmp/controller`), to see
     /// where its memory goes; the reported RSS is then the wrapper's.
     #[arg(long, hide = true)]
     pub controller_prefix: Option<String>,
+}
+
+impl ControllerArgs {
+    /// `-o`, or JSON for the hidden `--json`.
+    pub fn format(&self) -> Format {
+        if self.json { Format::Json } else { self.output }
+    }
 }
 
 /// What one run measured. `*Kib` are kibibytes of the controller process, as `/proc` reports.

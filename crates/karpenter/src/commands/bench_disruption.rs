@@ -25,7 +25,7 @@ use karpenter_sim::SimCloudProvider;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::output;
+use crate::output::{self, Format};
 
 #[derive(Debug, clap::Args)]
 pub struct DisruptionBenchArgs {
@@ -41,12 +41,22 @@ pub struct DisruptionBenchArgs {
     /// Seed for the cluster generator.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Print the report as JSON.
-    #[arg(long)]
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+    /// The former spelling of `-o json`, kept for scripts.
+    #[arg(long, hide = true, conflicts_with = "output")]
     pub json: bool,
 }
 
-/// What `bench disruption --json` prints.
+impl DisruptionBenchArgs {
+    /// `-o`, or JSON for the hidden `--json`.
+    pub fn format(&self) -> Format {
+        if self.json { Format::Json } else { self.output }
+    }
+}
+
+/// What `bench disruption -o json` prints.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DisruptionBenchReport {
@@ -94,57 +104,53 @@ const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 
 pub fn run(args: &DisruptionBenchArgs) -> anyhow::Result<std::process::ExitCode> {
     let report = measure(args)?;
-    if args.json {
-        output::json(&report)?;
-    } else {
-        let line = |k: &str, v: String| output::line(&format!("{k:<22} {v}"));
-        line("nodes", report.nodes.to_string());
-        line("pods", report.pods.to_string());
-        line(
+    output::render(args.format(), &report, table)?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn table(report: &DisruptionBenchReport) -> String {
+    let seconds = |s: f64| format!("{s:.3} s");
+    let rows = [
+        ("nodes", report.nodes.to_string()),
+        ("pods", report.pods.to_string()),
+        (
             "consolidatable nodes",
             report.consolidatable_nodes.to_string(),
-        );
-        line(
+        ),
+        (
             "candidates evaluated",
             report.candidates_evaluated.to_string(),
-        );
-        line(
-            "candidate scan",
-            format!("{:.3} s", report.candidates_seconds),
-        );
-        line("decide pass", format!("{:.3} s", report.pass_seconds));
-        line(
-            "multi-node alone",
-            format!("{:.3} s", report.multi_node_seconds),
-        );
-        line(
-            "single-node alone",
-            format!("{:.3} s", report.single_node_seconds),
-        );
-        line(
+        ),
+        ("candidate scan", seconds(report.candidates_seconds)),
+        ("decide pass", seconds(report.pass_seconds)),
+        ("multi-node alone", seconds(report.multi_node_seconds)),
+        ("single-node alone", seconds(report.single_node_seconds)),
+        (
             "every candidate",
             format!(
-                "{:.3} s ({} judged, {} workable)",
-                report.every_candidate_seconds,
+                "{} ({} judged, {} workable)",
+                seconds(report.every_candidate_seconds),
                 report.every_candidate_judged,
                 report.every_candidate_commands
             ),
-        );
-        line(
+        ),
+        (
             "method",
             report.method.clone().unwrap_or_else(|| "none".to_string()),
-        );
-        line("commands", report.commands.to_string());
-        line("disrupted nodes", report.disrupted_nodes.to_string());
-        line("blocked nodes", report.blocked.to_string());
-        line(
+        ),
+        ("commands", report.commands.to_string()),
+        ("disrupted nodes", report.disrupted_nodes.to_string()),
+        ("blocked nodes", report.blocked.to_string()),
+        (
             "peak RSS",
             report.peak_rss_kib.map_or("n/a".to_string(), |k| {
                 format!("{:.1} MiB", k as f64 / 1024.0)
             }),
-        );
-    }
-    Ok(std::process::ExitCode::SUCCESS)
+        ),
+    ];
+    rows.iter()
+        .map(|(key, value)| format!("{key:<22} {value}\n"))
+        .collect()
 }
 
 pub fn measure(args: &DisruptionBenchArgs) -> anyhow::Result<DisruptionBenchReport> {

@@ -46,7 +46,8 @@ pub fn feature_gates(raw: &str) -> Result<FeatureGates, String> {
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Cloud to launch nodes in.
+    /// Cloud to launch nodes in: `sim` (instances in memory, Nodes registered by the built-in sim
+    /// kubelet) or `aws` (EC2).
     #[arg(long, env = "CLOUD_PROVIDER", value_enum, default_value = "sim")]
     pub cloud_provider: CloudProviderArg,
     /// Kubeconfig file (default: in-cluster config, then ~/.kube/config).
@@ -61,18 +62,22 @@ pub struct Args {
     /// A batch window closes after this long without a new pending pod (1ms to 1h).
     #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = batch_duration("BATCH_IDLE_DURATION"))]
     pub batch_idle_duration: Duration,
+    /// Port of the Prometheus metrics endpoint (`/metrics`).
     #[arg(long, env = "METRICS_PORT", default_value_t = 8080)]
     pub metrics_port: u16,
+    /// Port of the liveness (`/healthz`) and readiness (`/readyz`) probes.
     #[arg(long, env = "HEALTH_PROBE_PORT", default_value_t = 8081)]
     pub health_probe_port: u16,
     /// debug, info or error (or a tracing filter such as `info,karpenter_controller=debug`).
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     pub log_level: String,
+    /// Log lines as JSON objects (for log collectors) or as text (for people).
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
     pub log_format: LogFormatArg,
     /// Lead without a Lease (single replica only).
     #[arg(long, env = "DISABLE_LEADER_ELECTION")]
     pub disable_leader_election: bool,
+    /// Name of the Lease the replicas compete for.
     #[arg(
         long,
         env = "LEADER_ELECTION_NAME",

@@ -4,20 +4,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::bail;
-use karpenter_api::convert::{Input, Output, convert};
+use karpenter_api::convert::{Input, Level, Output, convert};
 use karpenter_api::manifest::to_yaml_documents;
 use karpenter_api::validation::{Outcome, validate_document};
 use karpenter_sim::simulate::sources::objects;
 
 use super::input::{EXIT_NOTHING_CHECKED, read_inputs};
-use crate::output;
-
-/// Output format of `karpenter convert`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Yaml,
-    Json,
-}
+use crate::output::{self, ManifestFormat};
 
 /// Flags of `karpenter convert`.
 #[derive(Debug, clap::Args)]
@@ -28,7 +21,7 @@ pub struct Args {
     pub files: Vec<PathBuf>,
     /// Output format: multi-document YAML, or a JSON list (`kind: List`).
     #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
-    pub output: Format,
+    pub output: ManifestFormat,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -63,7 +56,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let (outputs, warnings) = convert(&inputs);
     for warning in &warnings {
-        output::warning(warning);
+        match warning.level {
+            Level::Note => output::note(warning),
+            Level::Warning => output::warning(warning),
+        }
     }
     let mut failed = false;
     let mut yaml_docs: Vec<String> = Vec::new();
@@ -88,10 +84,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                         }
                     }
                     match args.output {
-                        Format::Yaml => {
+                        ManifestFormat::Yaml => {
                             yaml_docs.push(object.to_yaml().map_err(anyhow::Error::msg)?)
                         }
-                        Format::Json => json_items.push(object.to_value()?),
+                        ManifestFormat::Json => json_items.push(object.to_value()?),
                     }
                 }
             }
@@ -116,8 +112,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     match args.output {
-        Format::Yaml => output::yaml_documents(&yaml_docs),
-        Format::Json => {
+        ManifestFormat::Yaml => output::yaml_documents(&yaml_docs),
+        ManifestFormat::Json => {
             let list =
                 serde_json::json!({ "apiVersion": "v1", "kind": "List", "items": json_items });
             output::json(&list)?;

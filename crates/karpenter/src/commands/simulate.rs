@@ -36,7 +36,8 @@ pub struct Args {
     /// Replace the embedded AWS catalogue with custom instance types (see docs/simulate.md).
     #[arg(long, value_name = "FILE")]
     pub instance_types: Option<PathBuf>,
-    /// Region whose zones and offerings the catalogue uses.
+    /// Region whose zones and offerings the embedded catalogue uses (30 regions; all but
+    /// us-east-1 use us-east-1's prices as an approximation, and the output says so).
     #[arg(long, default_value = DEFAULT_REGION)]
     pub region: String,
     /// Output format.
@@ -104,6 +105,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for warning in &outcome.warnings {
         output::warning(warning);
     }
+    let approximated =
+        !custom && Catalog::embedded().is_ok_and(|c| c.prices_are_approximated(&args.region));
+    let footnotes = Footnotes {
+        prices_approximated: approximated.then_some(args.region.as_str()),
+        scaled_to_zero: &manifests.scaled_to_zero,
+    };
+    // The table carries its footnotes; JSON and YAML keep their stable shape, so the same
+    // caveats go to stderr.
+    if args.output != Format::Table {
+        for note in footnotes.lines(&outcome.plan) {
+            output::note(note);
+        }
+    }
     if args.disruption.disruption {
         let report = super::simulate_disruption::run(
             &args.disruption,
@@ -113,9 +127,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             &outcome,
         )?;
         output::render(args.output, &report, |report| {
-            let approximated = !custom
-                && Catalog::embedded().is_ok_and(|c| c.prices_are_approximated(&args.region));
-            let mut out = render_table(&report.plan, approximated);
+            let mut out = render_table(&report.plan, &footnotes);
             out.push_str(&super::simulate_disruption::render_table(
                 &report.disruption,
             ));
@@ -124,11 +136,38 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     output::render(args.output, &outcome.plan, |plan| {
-        let approximated =
-            !custom && Catalog::embedded().is_ok_and(|c| c.prices_are_approximated(&args.region));
-        render_table(plan, approximated)
+        render_table(plan, &footnotes)
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a reader of the plan must know beside its numbers.
+struct Footnotes<'a> {
+    /// The region, when it has no price table of its own.
+    prices_approximated: Option<&'a str>,
+    /// Workloads asking for no pods (see `Manifests::scaled_to_zero`).
+    scaled_to_zero: &'a [String],
+}
+
+impl Footnotes<'_> {
+    /// The notes, without the `note: ` prefix.
+    fn lines(&self, plan: &Plan) -> Vec<String> {
+        let mut lines = Vec::new();
+        if plan.summary.pods == 0 {
+            lines.push(if self.scaled_to_zero.is_empty() {
+                "no pending pods in the input: give it a Pod, Deployment, ReplicaSet, StatefulSet or Job whose pods have no spec.nodeName".to_string()
+            } else {
+                format!(
+                    "no pending pods: {} (scale up to see the nodes the pods need)",
+                    self.scaled_to_zero.join(", ")
+                )
+            });
+        }
+        if let Some(region) = self.prices_approximated {
+            lines.push(format!("{region} has no price table of its own; us-east-1 on-demand prices are used as an approximation"));
+        }
+        lines
+    }
 }
 
 fn percent(used: Quantity, total: Quantity) -> String {
@@ -143,7 +182,7 @@ fn utilisation(requests: &ResourceList, allocatable: &ResourceList, resource: &s
 }
 
 /// The plan for people: NodeClaims, totals, pods placed on existing nodes, unschedulable pods.
-fn render_table(plan: &Plan, prices_approximated: bool) -> String {
+fn render_table(plan: &Plan, footnotes: &Footnotes<'_>) -> String {
     let mut out = String::new();
     let any_spot = plan.node_claims.iter().any(|c| c.capacity_type == "spot");
     if !plan.node_claims.is_empty() {
@@ -220,8 +259,8 @@ fn render_table(plan: &Plan, prices_approximated: bool) -> String {
     if any_spot {
         out.push_str(&format!("* {SPOT_MODEL_NOTE}\n"));
     }
-    if prices_approximated {
-        out.push_str("note: this region has no price table of its own; us-east-1 on-demand prices are used as an approximation\n");
+    for note in footnotes.lines(plan) {
+        out.push_str(&format!("note: {note}\n"));
     }
     out
 }

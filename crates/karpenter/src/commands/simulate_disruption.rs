@@ -23,13 +23,14 @@ pub struct DisruptionArgs {
     /// consolidation, expiration, budgets) in virtual time and report its commands.
     #[arg(long)]
     pub disruption: bool,
-    /// Virtual start time (RFC 3339); pods of the input count as last bound then. Default: now.
+    /// With --disruption: virtual start time (RFC 3339); pods of the input count as last bound
+    /// then. Default: now.
     #[arg(long, value_name = "RFC3339", requires = "disruption")]
     pub now: Option<Timestamp>,
-    /// How much virtual time to run (Go duration, e.g. 24h, 90m).
+    /// With --disruption: how much virtual time to run (Go duration, e.g. 24h, 90m).
     #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_duration, requires = "disruption")]
     pub until: SignedDuration,
-    /// Upstream's feature gates, as `karpenter controller` takes them (e.g.
+    /// With --disruption: upstream's feature gates, as `karpenter controller` takes them (e.g.
     /// `SpotToSpotConsolidation=true`).
     #[arg(long, default_value = "", value_parser = super::controller::feature_gates, requires = "disruption")]
     pub feature_gates: FeatureGates,

@@ -14,7 +14,8 @@ fn bench_controller_binds_fifty_pods_and_reports_the_controllers_memory() {
             "controller",
             "--pods",
             "50",
-            "--json",
+            "-o",
+            "json",
             "--timeout",
             "300",
         ])

@@ -9,12 +9,14 @@ mod aws_iam;
 mod bad_input;
 mod bench_controller;
 mod chart;
+mod cli_conventions;
 // The aws provider's tests need the `aws` feature (`./scripts/test.sh` enables it); the build
 // without it is checked by `no_aws_feature` (`./scripts/test.sh` runs it in a second step).
 #[cfg(feature = "aws")]
 mod controller_aws;
 mod controller_e2e;
 mod controller_faults;
+mod docs;
 mod getting_started;
 #[cfg(not(feature = "aws"))]
 mod no_aws_feature;

@@ -294,7 +294,7 @@ fn underutilized_nodes_are_consolidated_then_left_alone() {
 #[test]
 fn bench_disruption_reports_a_pass_over_a_small_cluster() {
     let output = Command::new(env!("CARGO_BIN_EXE_karpenter"))
-        .args(["bench", "disruption", "--nodes", "20", "--json"])
+        .args(["bench", "disruption", "--nodes", "20", "-o", "json"])
         .current_dir(repo())
         .output()
         .unwrap();

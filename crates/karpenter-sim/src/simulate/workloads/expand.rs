@@ -102,6 +102,10 @@ impl Manifests {
                     count_field,
                     claim_templates,
                 } => {
+                    if replicas == 0 {
+                        self.scaled_to_zero
+                            .push(format!("{object} has {count_field}: 0"));
+                    }
                     let mut spec = template.spec.clone().map(PodSpec::from);
                     admission::apply_runtime_class(spec.as_mut(), &self.runtime_classes, spec_path)
                         .and_then(|()| {
