@@ -230,7 +230,7 @@ impl Events {
             let Some(event) = event else { break };
             let namespace = event.metadata.namespace.clone().unwrap_or_default();
             let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-            let params = PostParams::default();
+            let params = karpenter_kube::identity::post_params();
             let write = timeouts::api(api.create(&params, &event));
             tokio::select! {
                 biased;

@@ -102,7 +102,7 @@ impl LeaderElector {
                         ..LeaseSpec::default()
                     }),
                 };
-                return match timeouts::api(self.api.create(&PostParams::default(), &lease)).await {
+                return match timeouts::api(self.api.create(&karpenter_kube::identity::post_params(), &lease)).await {
                     Ok(_) => Ok(true),
                     Err(err) if is_conflict(&err) => Ok(false),
                     Err(err) => Err(err),
@@ -144,7 +144,7 @@ impl LeaderElector {
         lease.spec = Some(new_spec);
         match timeouts::api(
             self.api
-                .replace(&self.config.name, &PostParams::default(), &lease),
+                .replace(&self.config.name, &karpenter_kube::identity::post_params(), &lease),
         )
         .await
         {
@@ -176,7 +176,7 @@ impl LeaderElector {
         spec.renew_time = Some(MicroTime(self.clock.now()));
         timeouts::api(
             self.api
-                .replace(&lease.name_any(), &PostParams::default(), &lease),
+                .replace(&lease.name_any(), &karpenter_kube::identity::post_params(), &lease),
         )
         .await
         .map(|_| ())

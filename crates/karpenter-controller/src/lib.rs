@@ -28,6 +28,9 @@ pub mod workers;
 
 pub use context::{Context, TokioClock};
 pub use settings::Settings;
+/// Who the controller is on the wire (User-Agent, field manager); the binary identifies its client
+/// with it.
+pub use karpenter_kube::identity;
 
 /// Errors of the controller runtime.
 #[derive(Debug, thiserror::Error)]

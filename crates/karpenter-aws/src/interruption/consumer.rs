@@ -392,7 +392,7 @@ impl InterruptionConsumer {
             for (reason, message) in &events {
                 let event = event(target, reason, message, now);
                 if let Err(e) =
-                    karpenter_kube::timeouts::api(api.create(&PostParams::default(), &event)).await
+                    karpenter_kube::timeouts::api(api.create(&karpenter_kube::identity::post_params(), &event)).await
                 {
                     tracing::debug!(error = %e, reason, "interruption event not written");
                 }

@@ -326,7 +326,7 @@ async fn write_finalizers(
         "resourceVersion": node_class.resource_version(),
         "finalizers": finalizers,
     }});
-    timeouts::api(api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)))
+    timeouts::api(api.patch(&name, &karpenter_kube::identity::patch_params(), &Patch::Merge(&patch)))
         .await
         .map_err(kube_err(&name, "write finalizers"))
 }
@@ -575,7 +575,7 @@ async fn write_status(
         "metadata": {"resourceVersion": node_class.resource_version()},
         "status": status_patch(node_class.status.as_ref(), status),
     });
-    timeouts::api(api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)))
+    timeouts::api(api.patch_status(&name, &karpenter_kube::identity::patch_params(), &Patch::Merge(&patch)))
         .await
         .map_err(kube_err(&name, "write status"))?;
     Ok(())
@@ -620,7 +620,7 @@ async fn stamp_hash(
         wk::EC2NODECLASS_HASH_ANNOTATION: hash,
         wk::EC2NODECLASS_HASH_VERSION_ANNOTATION: crate::drift::HASH_VERSION,
     }}});
-    timeouts::api(api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)))
+    timeouts::api(api.patch(&name, &karpenter_kube::identity::patch_params(), &Patch::Merge(&patch)))
         .await
         .map_err(kube_err(&name, "write hash annotations"))?;
     Ok(())

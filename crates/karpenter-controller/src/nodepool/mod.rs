@@ -227,7 +227,7 @@ pub async fn reconcile(ctx: &Context, name: &str) -> crate::Result<()> {
     let api: Api<NodePool> = Api::all(ctx.client.clone());
     if let Some((hash, version)) = desired_hash_annotations(&pool) {
         let patch = json!({"metadata": {"annotations": {NODEPOOL_HASH_ANNOTATION: hash, NODEPOOL_HASH_VERSION_ANNOTATION: version}}});
-        timeouts::api(api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
+        timeouts::api(api.patch(name, &karpenter_kube::identity::patch_params(), &Patch::Merge(&patch)))
             .await
             .map_err(|e| {
                 crate::Error::kube(format!("annotate nodepool {name} with its hash"), e)
@@ -235,7 +235,7 @@ pub async fn reconcile(ctx: &Context, name: &str) -> crate::Result<()> {
     }
     if !status_equivalent(pool.status.as_ref(), &desired) {
         let patch = json!({"status": desired});
-        timeouts::api(api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)))
+        timeouts::api(api.patch_status(name, &karpenter_kube::identity::patch_params(), &Patch::Merge(&patch)))
             .await
             .map_err(|e| crate::Error::kube(format!("update status of nodepool {name}"), e))?;
     }
@@ -273,6 +273,7 @@ fn update_metrics(ctx: &Context, pool: &NodePool, status: &NodePoolStatus) {
 /// Reconciles every NodePool whenever something changes (see [`Context::nodepools_changed`])
 /// and at least every `nodepool_status_period`, until `shutdown` turns true.
 pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+    let mut starts = ctx.work_starts();
     let period = ctx
         .settings
         .nodepool_status_period
@@ -295,6 +296,8 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
         crate::state::ignored::report(&ctx).await;
         tokio::select! {
             () = ctx.nodepools_changed.notified() => {}
+            // A new leader writes what its predecessor left stale at once.
+            () = starts.next() => {}
             () = tokio::time::sleep(period) => {}
             _ = shutdown.wait_for(|stop| *stop) => return,
         }

@@ -4,6 +4,8 @@
 //! (`karpenter-testapi`), in virtual time. One binary; add modules here.
 
 mod disruption;
+mod crash;
+mod crash_world;
 mod e2e_inflate;
 mod e2e_seed_flow;
 mod faults;

@@ -238,7 +238,7 @@ impl LedgerStore {
             data: Some(BTreeMap::from([(INSTANCE_KEY.to_string(), json)])),
             ..ConfigMap::default()
         };
-        match timeouts::api(self.api.create(&PostParams::default(), &cm)).await {
+        match timeouts::api(self.api.create(&karpenter_kube::identity::post_params(), &cm)).await {
             Ok(_) => Ok(()),
             Err(err) if is_conflict(&err) => Ok(()),
             Err(err) => Err(self.kube_error("create", &name)(err)),
@@ -259,7 +259,7 @@ impl LedgerStore {
                     cm.data = Some(data.clone());
                     timeouts::api(
                         self.api
-                            .replace(LEDGER_CONFIGMAP, &PostParams::default(), &cm),
+                            .replace(LEDGER_CONFIGMAP, &karpenter_kube::identity::post_params(), &cm),
                     )
                     .await
                     .map_err(|err| (err, "update"))
@@ -274,7 +274,7 @@ impl LedgerStore {
                         data: Some(data.clone()),
                         ..ConfigMap::default()
                     };
-                    timeouts::api(self.api.create(&PostParams::default(), &cm))
+                    timeouts::api(self.api.create(&karpenter_kube::identity::post_params(), &cm))
                         .await
                         .map_err(|err| (err, "create"))
                 }

@@ -48,7 +48,7 @@ pub(super) async fn launch(
             // The providerID goes to the API server first: a restart from here on finds it.
             let mut updated = match timeouts::api(api(ctx).replace_status(
                 &claim_name,
-                &PostParams::default(),
+                &karpenter_kube::identity::post_params(),
                 claim,
             ))
             .await
@@ -70,7 +70,7 @@ pub(super) async fn launch(
                 updated.metadata.labels = claim.metadata.labels.clone();
                 updated.metadata.annotations = claim.metadata.annotations.clone();
                 updated =
-                    timeouts::api(api(ctx).replace(&claim_name, &PostParams::default(), &updated))
+                    timeouts::api(api(ctx).replace(&claim_name, &karpenter_kube::identity::post_params(), &updated))
                         .await
                         .map_err(kube_err(format!("label launched nodeclaim {claim_name}")))?;
             }
