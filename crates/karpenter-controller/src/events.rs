@@ -20,7 +20,6 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use karpenter_core::clock::Clock;
 use karpenter_kube::{lock, stopped};
-use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 
 use crate::timeouts;

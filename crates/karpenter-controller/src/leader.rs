@@ -14,7 +14,6 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use karpenter_core::clock::Clock;
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 use tokio::time::Instant;

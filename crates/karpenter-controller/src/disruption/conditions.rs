@@ -25,7 +25,6 @@ use karpenter_core::disruption::drift::{DriftContext, drift_reason};
 use karpenter_core::disruption::emptiness::consolidation_block;
 use karpenter_core::instance_type::InstanceType;
 use karpenter_kube::{is_conflict, is_not_found};
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 
 use crate::context::Context;

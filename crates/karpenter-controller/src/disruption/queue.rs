@@ -25,7 +25,7 @@ use karpenter_core::disruption::{Command, Method};
 use karpenter_core::state::ClusterState;
 use karpenter_core::taints::NO_SCHEDULE;
 use karpenter_kube::is_not_found;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 
 use crate::context::Context;

@@ -15,7 +15,7 @@ use karpenter_api::NodeClaim;
 use karpenter_api::well_known::NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION;
 use karpenter_core::disruption::repair::{BLOCKED_RECHECK, RepairBlocked, plan_repairs};
 use karpenter_kube::{is_conflict, is_not_found};
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 
 use crate::context::Context;

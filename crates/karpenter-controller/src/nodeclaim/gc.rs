@@ -44,7 +44,9 @@ pub fn orphaned_instances<'a>(
     now: Timestamp,
 ) -> Vec<&'a NodeClaim> {
     unclaimed_instances(instances, claims)
-        .filter(|instance| instance_age(instance, now).is_some_and(|age| age >= INSTANCE_GC_GRACE))
+        .filter(|instance| {
+            instance_age(instance, now).is_some_and(|age| age >= INSTANCE_GC_GRACE)
+        })
         .collect()
 }
 
@@ -59,7 +61,8 @@ pub fn next_orphan_check(
     unclaimed_instances(instances, claims)
         .filter_map(|instance| instance_age(instance, now))
         .filter(|age| *age < INSTANCE_GC_GRACE)
-        .filter_map(|age| Duration::try_from(INSTANCE_GC_GRACE - age).ok())
+        .filter_map(|age| INSTANCE_GC_GRACE.checked_sub(age))
+        .filter_map(|wait| Duration::try_from(wait).ok())
         .min()
 }
 
@@ -81,7 +84,7 @@ fn unclaimed_instances<'a>(
         .iter()
         .filter(|instance| instance.labels().contains_key(NODEPOOL_LABEL))
         .filter(move |instance| provider_id(instance).is_none_or(|id| !claimed_ids.contains(id)))
-        .filter(|instance| {
+        .filter(move |instance| {
             !claims.iter().any(|claim| {
                 claim.name_any() == instance.name_any()
                     && match (claim.uid(), instance.uid()) {

@@ -17,7 +17,7 @@ use karpenter_api::well_known::{
 };
 use karpenter_api::{NodePool, NodePoolStatus};
 use karpenter_core::resources::{Quantity, ResourceList};
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::watch;

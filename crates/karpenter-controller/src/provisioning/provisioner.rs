@@ -12,7 +12,6 @@ use karpenter_core::instance_type::InstanceType;
 use karpenter_core::pod::Pod;
 use karpenter_core::provisioning::{self as pipeline, Snapshot, nodeclaim};
 use karpenter_core::scheduling::{SchedulerOptions, SchedulingResults};
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 

@@ -30,7 +30,7 @@ use karpenter_core::taints::NO_SCHEDULE;
 use karpenter_kube::{
     delete_ignoring_not_found, is_conflict, is_not_found, lock, status_code, stopped,
 };
-use kube::api::{DeleteParams, EvictParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, EvictParams, Preconditions};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 

@@ -290,16 +290,14 @@ impl Campaign {
 
     async fn run(mut self, restarts: usize) -> Report {
         let began = Instant::now();
-        let mut process = self.start_process().await;
+        let mut process = Some(self.start_process().await);
         let mut round = 0;
         while self.report.restarts < restarts {
+            let Some(current) = process.take() else { break };
             round += 1;
-            match self.round(round, process).await {
-                Some(next) => process = next,
-                None => break,
-            }
+            process = self.round(round, current).await;
         }
-        if self.report.unsettled.is_none() {
+        if let Some(process) = process {
             process.running.stop().await;
         }
         self.report.double_launches = std::mem::take(&mut self.watch.double_launches);
@@ -443,10 +441,11 @@ async fn an_orphaned_instance_is_collected_right_after_a_restart() {
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(ledger_instances(&cluster).len(), 1, "the orphan");
 
+    // The dead leader's Lease: a new replica waits 15 s from when it first sees it (client-go).
     let second = Process::start(&cluster, "replica-b").await;
     let ctx = second.running.ctx.clone();
     cluster
-        .eventually("replica-b leads", Duration::from_secs(10), || {
+        .eventually("replica-b leads", Duration::from_secs(20), || {
             (ctx.is_leader() && ctx.state.read().synced()).then_some(())
         })
         .await;

@@ -23,7 +23,7 @@ use karpenter_core::clock::Clock;
 use karpenter_core::node::{node_ready_condition as ready_condition, pod_is_ready};
 use karpenter_core::taints::{NO_EXECUTE, NO_SCHEDULE};
 use karpenter_kube::{is_conflict, is_not_found, lock, stopped, timeouts};
-use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Preconditions};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 

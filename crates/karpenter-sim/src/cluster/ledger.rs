@@ -25,7 +25,7 @@ use karpenter_core::cloud_provider::{
 use karpenter_core::instance_type::InstanceType;
 use karpenter_kube::{delete_ignoring_not_found, is_conflict, is_not_found, lock, timeouts};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams};
 use tokio::sync::watch;
 
 use crate::SimCloudProvider;

@@ -10,7 +10,7 @@ use karpenter_api::well_known::{
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_core::nodeclaim_lifecycle::{set_condition, termination_deadline};
 use karpenter_kube::{delete_ignoring_not_found, is_conflict, is_not_found};
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 
 use super::{api, nodes_for, remember, write_status};

@@ -10,7 +10,6 @@ use karpenter_api::v1::{
 use karpenter_api::well_known::NODE_INITIALIZED_LABEL;
 use karpenter_core::nodeclaim_lifecycle::{initialization_blocker, is_registered, set_condition};
 use karpenter_kube::{is_conflict, is_not_found};
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 
 use super::{remember, resync};

@@ -9,7 +9,7 @@ use karpenter_core::cloud_provider::CloudError;
 use karpenter_core::nodeclaim_lifecycle::{hydrate, provider_id, set_condition, truncate_message};
 use karpenter_kube::{delete_ignoring_not_found, is_conflict, is_not_found};
 use kube::ResourceExt;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 
 use super::{
     REASON_INSUFFICIENT_CAPACITY, REASON_NODECLASS_NOT_READY, api, kube_err, remember, resync,

@@ -25,7 +25,6 @@ use karpenter_core::nodeclaim_lifecycle::{
     initialize_conditions, is_launched, provider_id, update_ready,
 };
 use karpenter_kube::{is_conflict, is_not_found};
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 
 use super::{has_finalizer, is_managed, name};

@@ -10,7 +10,6 @@ use karpenter_api::well_known::{NODE_REGISTERED_LABEL, UNREGISTERED_TAINT_KEY};
 use karpenter_api::{NodeClaim, NodeClaimStatus};
 use karpenter_core::nodeclaim_lifecycle::{is_registered, registered_node, set_condition};
 use karpenter_kube::{is_conflict, is_not_found};
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 
 use super::{REASON_UNREGISTERED_TAINT_MISSING, remember, resync};
