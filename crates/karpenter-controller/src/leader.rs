@@ -101,7 +101,12 @@ impl LeaderElector {
                         ..LeaseSpec::default()
                     }),
                 };
-                return match timeouts::api(self.api.create(&karpenter_kube::identity::post_params(), &lease)).await {
+                return match timeouts::api(
+                    self.api
+                        .create(&karpenter_kube::identity::post_params(), &lease),
+                )
+                .await
+                {
                     Ok(_) => Ok(true),
                     Err(err) if is_conflict(&err) => Ok(false),
                     Err(err) => Err(err),
@@ -141,10 +146,11 @@ impl LeaderElector {
         new_spec.lease_duration_seconds = Some(self.lease_seconds());
         new_spec.renew_time = Some(now);
         lease.spec = Some(new_spec);
-        match timeouts::api(
-            self.api
-                .replace(&self.config.name, &karpenter_kube::identity::post_params(), &lease),
-        )
+        match timeouts::api(self.api.replace(
+            &self.config.name,
+            &karpenter_kube::identity::post_params(),
+            &lease,
+        ))
         .await
         {
             Ok(updated) => {
@@ -173,10 +179,11 @@ impl LeaderElector {
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(MicroTime(self.clock.now()));
-        timeouts::api(
-            self.api
-                .replace(&lease.name_any(), &karpenter_kube::identity::post_params(), &lease),
-        )
+        timeouts::api(self.api.replace(
+            &lease.name_any(),
+            &karpenter_kube::identity::post_params(),
+            &lease,
+        ))
         .await
         .map(|_| ())
     }

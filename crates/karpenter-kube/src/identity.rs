@@ -67,6 +67,9 @@ mod tests {
             .filter(|(name, _)| *name == http::header::USER_AGENT)
             .map(|(_, value)| value.to_str().unwrap().to_owned())
             .collect();
-        assert_eq!(agents, vec![format!("karpenter-rs/{}", env!("CARGO_PKG_VERSION"))]);
+        assert_eq!(
+            agents,
+            vec![format!("karpenter-rs/{}", env!("CARGO_PKG_VERSION"))]
+        );
     }
 }

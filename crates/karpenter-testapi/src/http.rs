@@ -399,12 +399,7 @@ impl Incoming<'_> {
         writes_object.then(|| {
             let apply = self.verb == Verb::Patch
                 && PatchKind::from_content_type(self.content_type) == Some(PatchKind::Apply);
-            Writer::new(
-                self.query.get("fieldManager"),
-                self.user_agent,
-                apply,
-                sub,
-            )
+            Writer::new(self.query.get("fieldManager"), self.user_agent, apply, sub)
         })
     }
 }

@@ -160,7 +160,9 @@ async fn write_condition(ctx: &Context, name: &str, type_: &str, reason: Option<
         }
     }
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    match timeouts::api(api.replace_status(name, &karpenter_kube::identity::post_params(), &claim)).await {
+    match timeouts::api(api.replace_status(name, &karpenter_kube::identity::post_params(), &claim))
+        .await
+    {
         Ok(updated) => {
             ctx.state.write().remember(updated);
         }

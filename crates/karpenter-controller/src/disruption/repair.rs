@@ -94,7 +94,8 @@ async fn force_delete(ctx: &Context, mut claim: NodeClaim, now: Timestamp) {
         NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION.into(),
         rfc3339(now),
     );
-    match timeouts::api(api.replace(&name, &karpenter_kube::identity::post_params(), &claim)).await {
+    match timeouts::api(api.replace(&name, &karpenter_kube::identity::post_params(), &claim)).await
+    {
         Ok(updated) => {
             ctx.state.write().remember(updated);
         }

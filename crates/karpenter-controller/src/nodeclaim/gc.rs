@@ -44,9 +44,7 @@ pub fn orphaned_instances<'a>(
     now: Timestamp,
 ) -> Vec<&'a NodeClaim> {
     unclaimed_instances(instances, claims)
-        .filter(|instance| {
-            instance_age(instance, now).is_some_and(|age| age >= INSTANCE_GC_GRACE)
-        })
+        .filter(|instance| instance_age(instance, now).is_some_and(|age| age >= INSTANCE_GC_GRACE))
         .collect()
 }
 

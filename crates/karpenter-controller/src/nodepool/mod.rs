@@ -227,17 +227,23 @@ pub async fn reconcile(ctx: &Context, name: &str) -> crate::Result<()> {
     let api: Api<NodePool> = Api::all(ctx.client.clone());
     if let Some((hash, version)) = desired_hash_annotations(&pool) {
         let patch = json!({"metadata": {"annotations": {NODEPOOL_HASH_ANNOTATION: hash, NODEPOOL_HASH_VERSION_ANNOTATION: version}}});
-        timeouts::api(api.patch(name, &karpenter_kube::identity::patch_params(), &Patch::Merge(&patch)))
-            .await
-            .map_err(|e| {
-                crate::Error::kube(format!("annotate nodepool {name} with its hash"), e)
-            })?;
+        timeouts::api(api.patch(
+            name,
+            &karpenter_kube::identity::patch_params(),
+            &Patch::Merge(&patch),
+        ))
+        .await
+        .map_err(|e| crate::Error::kube(format!("annotate nodepool {name} with its hash"), e))?;
     }
     if !status_equivalent(pool.status.as_ref(), &desired) {
         let patch = json!({"status": desired});
-        timeouts::api(api.patch_status(name, &karpenter_kube::identity::patch_params(), &Patch::Merge(&patch)))
-            .await
-            .map_err(|e| crate::Error::kube(format!("update status of nodepool {name}"), e))?;
+        timeouts::api(api.patch_status(
+            name,
+            &karpenter_kube::identity::patch_params(),
+            &Patch::Merge(&patch),
+        ))
+        .await
+        .map_err(|e| crate::Error::kube(format!("update status of nodepool {name}"), e))?;
     }
     Ok(())
 }

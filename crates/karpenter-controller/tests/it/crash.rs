@@ -18,8 +18,8 @@ use std::time::Duration;
 use karpenter_api::NodeClaim;
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_testapi::{ApiError, Verb};
-use kube::api::{Api, DeleteParams};
 use kube::ResourceExt;
+use kube::api::{Api, DeleteParams};
 use tokio::time::Instant;
 
 use crate::crash_world::{self, Kubernetes, Process, Watch, ledger_instances, unsettled};
@@ -49,14 +49,38 @@ impl Rng {
 /// Requests a kill can be aimed inside: the fault hangs the first matching request (it is never
 /// answered) and the process is killed while it hangs.
 const KILL_POINTS: &[(Verb, &str, &str)] = &[
-    (Verb::Create, "configmaps", "launch: instance created, ledger being written"),
-    (Verb::Update, "nodeclaims", "launch/registration: NodeClaim status or finalizer write"),
-    (Verb::Create, "nodeclaims", "provisioning or disruption replacement: NodeClaim create"),
-    (Verb::Update, "nodes", "registration/initialization/disruption taint: Node write"),
+    (
+        Verb::Create,
+        "configmaps",
+        "launch: instance created, ledger being written",
+    ),
+    (
+        Verb::Update,
+        "nodeclaims",
+        "launch/registration: NodeClaim status or finalizer write",
+    ),
+    (
+        Verb::Create,
+        "nodeclaims",
+        "provisioning or disruption replacement: NodeClaim create",
+    ),
+    (
+        Verb::Update,
+        "nodes",
+        "registration/initialization/disruption taint: Node write",
+    ),
     (Verb::Create, "pods/eviction", "drain: eviction"),
-    (Verb::Delete, "nodeclaims", "disruption/GC/expiration: NodeClaim delete"),
+    (
+        Verb::Delete,
+        "nodeclaims",
+        "disruption/GC/expiration: NodeClaim delete",
+    ),
     (Verb::Delete, "nodes", "termination: Node delete"),
-    (Verb::Delete, "configmaps", "termination: instance deleted, ledger being written"),
+    (
+        Verb::Delete,
+        "configmaps",
+        "termination: instance deleted, ledger being written",
+    ),
 ];
 
 /// How long a hung kill point may take to be reached before the process is killed anyway.
@@ -169,7 +193,10 @@ impl Campaign {
                         .server
                         .list::<k8s_openapi::api::core::v1::Node>()
                         .into_iter()
-                        .filter(|n| n.labels().contains_key(karpenter_api::well_known::NODEPOOL_LABEL))
+                        .filter(|n| {
+                            n.labels()
+                                .contains_key(karpenter_api::well_known::NODEPOOL_LABEL)
+                        })
                         .collect();
                     if !nodes.is_empty() {
                         let pick = &nodes[self.pick(nodes.len())];
@@ -209,10 +236,10 @@ impl Campaign {
 
     /// NodePool drift: a new template label changes the pool's hash.
     fn drift(&mut self) {
-        let Some(mut pool) = self
-            .cluster
-            .server
-            .get_value("karpenter.sh/v1", "NodePool", None, "default")
+        let Some(mut pool) =
+            self.cluster
+                .server
+                .get_value("karpenter.sh/v1", "NodePool", None, "default")
         else {
             return;
         };
@@ -232,8 +259,10 @@ impl Campaign {
         if aimed {
             let (verb, resource, label) = KILL_POINTS[self.pick(KILL_POINTS.len())];
             self.cluster.server.inject_hang(Some(verb), resource, 1);
-            self.run_for(KILL_FALLBACK, |c| c.server.hung_requests().len() > hung_before)
-                .await;
+            self.run_for(KILL_FALLBACK, |c| {
+                c.server.hung_requests().len() > hung_before
+            })
+            .await;
             if self.cluster.server.hung_requests().len() > hung_before {
                 inside = Some(label);
             }
@@ -260,7 +289,8 @@ impl Campaign {
             let starting = self.start_process().await;
             self.report.restarts += 1;
             let leads = starting.running.ctx.clone();
-            self.run_for(Duration::from_secs(30), |_| leads.is_leader()).await;
+            self.run_for(Duration::from_secs(30), |_| leads.is_leader())
+                .await;
             let after = Duration::from_millis(self.rng.below(3_000));
             self.run_for(after, |_| false).await;
             starting.kill();
@@ -297,7 +327,17 @@ impl Campaign {
         while self.report.restarts < restarts {
             let Some(current) = process.take() else { break };
             round += 1;
+            let before = self.report.restarts;
             process = self.round(round, current).await;
+            if self.report.restarts / 50 > before / 50 {
+                eprintln!(
+                    "crash campaign: {} restarts, {} kills, {} NodeClaims, {:.0} s virtual",
+                    self.report.restarts,
+                    self.report.kills,
+                    self.claims_seen.len(),
+                    began.elapsed().as_secs_f64()
+                );
+            }
         }
         if let Some(process) = process {
             process.running.stop().await;
@@ -394,7 +434,10 @@ async fn pods_pending_at_a_leadership_change_are_provisioned_at_once() {
     // re-triggers, which alone would provision the pods ~5 s late.
     tokio::time::sleep(Duration::from_secs(9)).await;
     assert!(!b.running.ctx.is_leader());
-    assert!(b.running.ctx.state.read().synced(), "the follower is synced");
+    assert!(
+        b.running.ctx.state.read().synced(),
+        "the follower is synced"
+    );
     a.kill();
     for i in 0..3 {
         cluster.server.put(&inflate_pod(i)).unwrap();
@@ -407,9 +450,11 @@ async fn pods_pending_at_a_leadership_change_are_provisioned_at_once() {
         .await;
     let took_over = Instant::now();
     cluster
-        .eventually("NodeClaims for the pending pods", Duration::from_secs(15), || {
-            (cluster.server.count::<NodeClaim>() > 0).then_some(())
-        })
+        .eventually(
+            "NodeClaims for the pending pods",
+            Duration::from_secs(15),
+            || (cluster.server.count::<NodeClaim>() > 0).then_some(()),
+        )
         .await;
     let waited = took_over.elapsed();
     assert!(
@@ -427,7 +472,9 @@ async fn an_orphaned_instance_is_collected_right_after_a_restart() {
     cluster.stop_kubelet().await;
     cluster.put_default_nodepool();
     let first = Process::start(&cluster, "replica-a").await;
-    cluster.create_nodeclaim("claim-0", serde_json::json!({})).await;
+    cluster
+        .create_nodeclaim("claim-0", serde_json::json!({}))
+        .await;
     cluster
         .eventually("claim-0 launched", Duration::from_secs(30), || {
             cluster
@@ -535,7 +582,10 @@ async fn every_write_names_the_field_manager() {
         .iter()
         .filter(|r| r.field_manager.as_deref() != Some("karpenter"))
         .collect();
-    assert!(unnamed.is_empty(), "writes without the field manager: {unnamed:?}");
+    assert!(
+        unnamed.is_empty(),
+        "writes without the field manager: {unnamed:?}"
+    );
     for resource in ["nodeclaims", "nodes", "leases", "events", "configmaps"] {
         assert!(
             writes.iter().any(|r| r.resource == resource),

@@ -284,9 +284,9 @@ fn bind(cluster: &SimCluster) {
                 && node_is_ready(n)
                 && n.spec.as_ref().is_none_or(|s| {
                     s.unschedulable != Some(true)
-                        && s.taints.as_ref().is_none_or(|t| {
-                            t.iter().all(|t| t.effect == "PreferNoSchedule")
-                        })
+                        && s.taints
+                            .as_ref()
+                            .is_none_or(|t| t.iter().all(|t| t.effect == "PreferNoSchedule"))
                 })
         })
         .collect();
@@ -396,7 +396,8 @@ impl Watch {
                 self.foreign_node = Some(now);
             }
             (Some(_), None) => {
-                self.foreign_touched.push(format!("node {FOREIGN_NODE} deleted"));
+                self.foreign_touched
+                    .push(format!("node {FOREIGN_NODE} deleted"));
                 self.foreign_node = None;
             }
             _ => {}

@@ -3,9 +3,9 @@
 //! Integration tests of the controller runtime against the in-process API server
 //! (`karpenter-testapi`), in virtual time. One binary; add modules here.
 
-mod disruption;
 mod crash;
 mod crash_world;
+mod disruption;
 mod e2e_inflate;
 mod e2e_seed_flow;
 mod faults;

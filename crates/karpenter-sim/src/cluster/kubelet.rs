@@ -332,7 +332,9 @@ impl SimKubelet {
             let Ok(node) = self.inner.provider.registered_node(&instance.provider_id) else {
                 continue;
             };
-            match timeouts::api(node_api.create(&karpenter_kube::identity::post_params(), &node)).await {
+            match timeouts::api(node_api.create(&karpenter_kube::identity::post_params(), &node))
+                .await
+            {
                 Ok(created) => {
                     tracing::info!(node = %name, provider_id = %instance.provider_id, "sim kubelet registered node");
                     self.remember_node(&created);
@@ -543,9 +545,13 @@ impl SimKubelet {
                     existing.spec = lease.spec;
                     // A Lease of an earlier Node of the same name gets the current owner.
                     existing.metadata.owner_references = lease.metadata.owner_references;
-                    timeouts::api(api.replace(name, &karpenter_kube::identity::post_params(), &existing))
-                        .await
-                        .map(|_| ())
+                    timeouts::api(api.replace(
+                        name,
+                        &karpenter_kube::identity::post_params(),
+                        &existing,
+                    ))
+                    .await
+                    .map(|_| ())
                 }
                 None => timeouts::api(api.create(&karpenter_kube::identity::post_params(), &lease))
                     .await
@@ -637,7 +643,13 @@ impl SimKubelet {
                 100 + seq % 100
             );
             updated.status = Some(running_status(&updated, &instance.private_ip, &pod_ip, now));
-            match timeouts::api(api.replace_status(name, &karpenter_kube::identity::post_params(), &updated)).await {
+            match timeouts::api(api.replace_status(
+                name,
+                &karpenter_kube::identity::post_params(),
+                &updated,
+            ))
+            .await
+            {
                 Ok(_) => self.forget_pod(&key, &pod),
                 Err(err) if is_conflict(&err) || is_not_found(&err) => {}
                 Err(err) => return Err(kube_err(format!("start pod {namespace}/{name}"))(err)),

@@ -336,7 +336,9 @@ async fn sim_controller_provisions_and_terminates_inflate_nodes() {
         own.iter()
             .all(|r| r.user_agent.as_deref() == Some(format!("karpenter-rs/{version}").as_str())),
         "{:?}",
-        own.iter().map(|r| &r.user_agent).collect::<std::collections::BTreeSet<_>>()
+        own.iter()
+            .map(|r| &r.user_agent)
+            .collect::<std::collections::BTreeSet<_>>()
     );
     assert!(
         own.iter()

@@ -65,7 +65,13 @@ pub(super) async fn initialize(
             .insert(NODE_INITIALIZED_LABEL.into(), "true".into());
         let node_name = node.name_any();
         let node_api = Api::<Node>::all(ctx.client.clone());
-        match timeouts::api(node_api.replace(&node_name, &karpenter_kube::identity::post_params(), &desired)).await {
+        match timeouts::api(node_api.replace(
+            &node_name,
+            &karpenter_kube::identity::post_params(),
+            &desired,
+        ))
+        .await
+        {
             Ok(updated) => remember(ctx, &updated),
             Err(err) if is_conflict(&err) || is_not_found(&err) => {
                 resync(ctx, &node_api, node).await;

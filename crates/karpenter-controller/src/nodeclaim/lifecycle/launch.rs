@@ -69,10 +69,13 @@ pub(super) async fn launch(
             {
                 updated.metadata.labels = claim.metadata.labels.clone();
                 updated.metadata.annotations = claim.metadata.annotations.clone();
-                updated =
-                    timeouts::api(api(ctx).replace(&claim_name, &karpenter_kube::identity::post_params(), &updated))
-                        .await
-                        .map_err(kube_err(format!("label launched nodeclaim {claim_name}")))?;
+                updated = timeouts::api(api(ctx).replace(
+                    &claim_name,
+                    &karpenter_kube::identity::post_params(),
+                    &updated,
+                ))
+                .await
+                .map_err(kube_err(format!("label launched nodeclaim {claim_name}")))?;
             }
             remember(ctx, &updated);
             tracing::info!(

@@ -101,7 +101,13 @@ pub async fn reconcile(ctx: &Context, claim: NodeClaim) -> crate::Result<()> {
             .finalizers
             .get_or_insert_default()
             .push(TERMINATION_FINALIZER.to_string());
-        match timeouts::api(api(ctx).replace(&claim_name, &karpenter_kube::identity::post_params(), &claim)).await {
+        match timeouts::api(api(ctx).replace(
+            &claim_name,
+            &karpenter_kube::identity::post_params(),
+            &claim,
+        ))
+        .await
+        {
             Ok(updated) => {
                 remember(ctx, &updated);
                 claim = updated;
@@ -151,7 +157,13 @@ pub(super) async fn write_status(
         return Ok(());
     }
     let claim_name = name(claim);
-    match timeouts::api(api(ctx).replace_status(&claim_name, &karpenter_kube::identity::post_params(), claim)).await {
+    match timeouts::api(api(ctx).replace_status(
+        &claim_name,
+        &karpenter_kube::identity::post_params(),
+        claim,
+    ))
+    .await
+    {
         Ok(updated) => {
             remember(ctx, &updated);
             Ok(())

@@ -72,7 +72,13 @@ pub(super) async fn register(
     let node_name = node.name_any();
     if desired != *node {
         let node_api = Api::<Node>::all(ctx.client.clone());
-        match timeouts::api(node_api.replace(&node_name, &karpenter_kube::identity::post_params(), &desired)).await {
+        match timeouts::api(node_api.replace(
+            &node_name,
+            &karpenter_kube::identity::post_params(),
+            &desired,
+        ))
+        .await
+        {
             Ok(updated) => remember(ctx, &updated),
             Err(err) if is_conflict(&err) || is_not_found(&err) => {
                 resync(ctx, &node_api, node).await;
