@@ -88,7 +88,8 @@ const KILL_FALLBACK: Duration = Duration::from_secs(20);
 /// How long a cluster may take to settle after a restart (the dead leader's Lease expires after
 /// 15 s; drift replacements, drains and garbage collection need their own minutes at most).
 const SETTLE_LIMIT: Duration = Duration::from_secs(600);
-const STEP: Duration = Duration::from_millis(100);
+/// How often the world (ReplicaSet, scheduler, pod GC) acts and the invariants are sampled.
+const STEP: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Default)]
 struct Report {
@@ -158,7 +159,7 @@ impl Campaign {
     async fn run_for(&mut self, duration: Duration, mut until: impl FnMut(&SimCluster) -> bool) {
         let deadline = Instant::now() + duration;
         while Instant::now() < deadline && !until(&self.cluster) {
-            tokio::time::sleep(STEP).await;
+            tokio::time::sleep(STEP.min(deadline - Instant::now())).await;
             self.kube.step(&self.cluster);
             self.watch.observe(&self.cluster);
             for claim in self.cluster.server.list::<NodeClaim>() {
