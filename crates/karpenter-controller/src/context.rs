@@ -48,6 +48,38 @@ impl Clock for TokioClock {
     }
 }
 
+/// The moments a replica starts to work: it leads and its caches are synced, after not doing
+/// both (start-up, a lease taken over from a crashed or stopped leader). The loops run a pass
+/// at that moment instead of at their next tick: a new leader provisions the pods that waited
+/// for it, collects orphaned instances and resumes launches and drains at once.
+#[derive(Debug)]
+pub struct WorkStarts {
+    leadership: watch::Receiver<bool>,
+    synced: watch::Receiver<bool>,
+    /// Whether the last look saw the replica working (leading and synced).
+    working: bool,
+}
+
+impl WorkStarts {
+    /// Resolves when the replica starts to work (at once if it works and this is the first
+    /// call). Cancel-safe: a `select!` may drop it; what it has seen stays seen.
+    pub async fn next(&mut self) {
+        loop {
+            let working = *self.leadership.borrow_and_update() && *self.synced.borrow_and_update();
+            let started = working && !self.working;
+            self.working = working;
+            if started {
+                return;
+            }
+            // Both senders live in the `Context`; if one is gone the replica is stopping.
+            tokio::select! {
+                changed = self.leadership.changed() => if changed.is_err() { std::future::pending::<()>().await },
+                changed = self.synced.changed() => if changed.is_err() { std::future::pending::<()>().await },
+            }
+        }
+    }
+}
+
 /// Shared controller context.
 pub struct Context {
     pub client: kube::Client,
@@ -124,6 +156,15 @@ impl Context {
         self.leader_rx.clone()
     }
 
+    /// The moments this replica starts to work (see [`WorkStarts`]); each loop takes its own.
+    pub fn work_starts(&self) -> WorkStarts {
+        WorkStarts {
+            leadership: self.leadership(),
+            synced: self.state.synced_changes(),
+            working: false,
+        }
+    }
+
     pub(crate) fn set_leader(&self, leader: bool) {
         self.metrics.leader.set(i64::from(leader));
         self.leader_tx.send_replace(leader);
@@ -149,6 +190,28 @@ impl Context {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn work_starts_when_leading_and_synced_and_again_after_a_lost_lease() {
+        let (leader, leadership) = watch::channel(false);
+        let (synced_tx, synced) = watch::channel(false);
+        let mut starts = WorkStarts {
+            leadership,
+            synced,
+            working: false,
+        };
+        let mut started = || futures::FutureExt::now_or_never(starts.next()).is_some();
+        assert!(!started(), "neither leading nor synced");
+        leader.send_replace(true);
+        assert!(!started(), "leading, caches not synced");
+        synced_tx.send_replace(true);
+        assert!(started(), "leading and synced");
+        assert!(!started(), "once per start");
+        leader.send_replace(false);
+        assert!(!started());
+        leader.send_replace(true);
+        assert!(started(), "a lease taken again starts work again");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn tokio_clock_follows_virtual_time() {

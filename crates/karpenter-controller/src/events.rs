@@ -20,7 +20,6 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use karpenter_core::clock::Clock;
 use karpenter_kube::{lock, stopped};
-use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 
 use crate::timeouts;
@@ -233,7 +232,7 @@ impl Events {
             let Some(event) = event else { break };
             let namespace = event.metadata.namespace.clone().unwrap_or_default();
             let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-            let params = PostParams::default();
+            let params = karpenter_kube::identity::post_params();
             let write = timeouts::api(api.create(&params, &event));
             tokio::select! {
                 biased;

@@ -14,7 +14,6 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use karpenter_core::clock::Clock;
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -102,7 +101,12 @@ impl LeaderElector {
                         ..LeaseSpec::default()
                     }),
                 };
-                return match timeouts::api(self.api.create(&PostParams::default(), &lease)).await {
+                return match timeouts::api(
+                    self.api
+                        .create(&karpenter_kube::identity::post_params(), &lease),
+                )
+                .await
+                {
                     Ok(_) => Ok(true),
                     Err(err) if is_conflict(&err) => Ok(false),
                     Err(err) => Err(err),
@@ -142,10 +146,11 @@ impl LeaderElector {
         new_spec.lease_duration_seconds = Some(self.lease_seconds());
         new_spec.renew_time = Some(now);
         lease.spec = Some(new_spec);
-        match timeouts::api(
-            self.api
-                .replace(&self.config.name, &PostParams::default(), &lease),
-        )
+        match timeouts::api(self.api.replace(
+            &self.config.name,
+            &karpenter_kube::identity::post_params(),
+            &lease,
+        ))
         .await
         {
             Ok(updated) => {
@@ -174,10 +179,11 @@ impl LeaderElector {
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(MicroTime(self.clock.now()));
-        timeouts::api(
-            self.api
-                .replace(&lease.name_any(), &PostParams::default(), &lease),
-        )
+        timeouts::api(self.api.replace(
+            &lease.name_any(),
+            &karpenter_kube::identity::post_params(),
+            &lease,
+        ))
         .await
         .map(|_| ())
     }

@@ -27,6 +27,9 @@ pub mod timeouts;
 pub mod workers;
 
 pub use context::{Context, TokioClock};
+/// Who the controller is on the wire (User-Agent, field manager); the binary identifies its client
+/// with it.
+pub use karpenter_kube::identity;
 pub use settings::Settings;
 
 /// Errors of the controller runtime.

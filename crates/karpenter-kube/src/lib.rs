@@ -1,10 +1,12 @@
-//! Small Kubernetes helpers every I/O crate needs (the controller, the sim cluster): what an API
+//! Small Kubernetes helpers every I/O crate needs (the controller, the sim cluster): who we are
+//! on the wire ([`identity`]: User-Agent and field manager), what an API
 //! error means ([`errors`]), one bound for every call ([`timeouts`]), locks that survive a panicked holder ([`sync`]) and the shutdown signal
 //! every loop waits on ([`shutdown`]).
 //!
 //! Written once here so a fix (say, a 410 on a watch) lands everywhere at once.
 
 pub mod errors;
+pub mod identity;
 pub mod shutdown;
 pub mod sync;
 pub mod timeouts;

@@ -19,7 +19,8 @@ use crate::patch::PatchKind;
 use crate::registry::ResourceInfo;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::server::{Inner, RequestRecord, Verb};
-use crate::store::{Change, ChangeKind, DeleteOptions, Target, WatchStart};
+use crate::store::managed_fields::Writer;
+use crate::store::{Change, ChangeKind, DeleteOptions, Store, Target, WatchStart};
 
 /// The body type of every response.
 pub type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
@@ -217,6 +218,12 @@ pub(crate) async fn handle(inner: Arc<Inner>, request: Request<Bytes>) -> Respon
             .get(crate::server::CLIENT_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
+        field_manager: query.get("fieldManager").map(str::to_owned),
+        user_agent: parts
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
     };
     match inner.take_fault(&record) {
         Some(FaultEffect::Error(error)) => {
@@ -259,15 +266,15 @@ pub(crate) async fn handle(inner: Arc<Inner>, request: Request<Bytes>) -> Respon
     let response = if verb == Verb::Watch {
         watch(&inner, &target, &query, present)
     } else {
-        match execute(
-            &inner,
+        let request = Incoming {
             verb,
-            &target,
-            &query,
-            &content_type,
-            &body,
-            &present,
-        ) {
+            target: &target,
+            query: &query,
+            content_type: &content_type,
+            user_agent: record.user_agent.as_deref(),
+            body: &body,
+        };
+        match execute(&inner, &request, &present) {
             Ok((code, value)) => json_response(code, &value),
             Err(error) => error_response(&error),
         }
@@ -372,15 +379,56 @@ impl Presenter {
     }
 }
 
+/// One request to an object endpoint, as [`execute`] serves it.
+struct Incoming<'a> {
+    verb: Verb,
+    target: &'a ObjectsRoute,
+    query: &'a Query,
+    content_type: &'a str,
+    user_agent: Option<&'a str>,
+    body: &'a Bytes,
+}
+
+impl Incoming<'_> {
+    /// Who the API server records in `managedFields` for this request (writes of objects only:
+    /// evictions and bindings change pods, not the object sent).
+    fn writer(&self) -> Option<Writer> {
+        let sub = self.target.subresource.as_deref();
+        let writes_object = matches!(self.verb, Verb::Create | Verb::Update | Verb::Patch)
+            && !matches!(sub, Some("eviction" | "binding"));
+        writes_object.then(|| {
+            let apply = self.verb == Verb::Patch
+                && PatchKind::from_content_type(self.content_type) == Some(PatchKind::Apply);
+            Writer::new(self.query.get("fieldManager"), self.user_agent, apply, sub)
+        })
+    }
+}
+
 fn execute(
     inner: &Inner,
-    verb: Verb,
-    target: &ObjectsRoute,
-    query: &Query,
-    content_type: &str,
-    body: &Bytes,
+    request: &Incoming<'_>,
     present: &Presenter,
 ) -> Result<(u16, Value), ApiError> {
+    let mut store = inner.store();
+    store.set_writer(request.writer());
+    let result = execute_locked(&mut store, request, present);
+    store.set_writer(None);
+    result
+}
+
+fn execute_locked(
+    store: &mut Store,
+    request: &Incoming<'_>,
+    present: &Presenter,
+) -> Result<(u16, Value), ApiError> {
+    let Incoming {
+        verb,
+        target,
+        query,
+        content_type,
+        body,
+        ..
+    } = *request;
     let res = &target.res;
     let ns = target.namespace.as_deref();
     let name = target.name.as_deref().unwrap_or_default();
@@ -390,7 +438,6 @@ fn execute(
     } else {
         Target::Main
     };
-    let mut store = inner.store();
     let strict = query.get("fieldValidation") == Some("Strict");
     match verb {
         Verb::Get => Ok((200, present.object(&store.get(res, ns, name)?))),

@@ -74,6 +74,10 @@ pub struct RequestRecord {
     pub code: u16,
     /// Who sent it: the name given to [`TestApiServer::client_named`] (`None` otherwise).
     pub client: Option<String>,
+    /// The `fieldManager` query parameter, if any.
+    pub field_manager: Option<String>,
+    /// The `User-Agent` header, if any.
+    pub user_agent: Option<String>,
 }
 
 pub(crate) struct Inner {

@@ -15,6 +15,7 @@ use crate::registry::{Registry, ResourceInfo};
 use crate::selector::{FieldSelector, LabelSelector};
 
 mod gc;
+pub(crate) mod managed_fields;
 
 /// Supplies `creationTimestamp`/`deletionTimestamp` values; tests may pass a virtual clock.
 pub type Clock = Arc<dyn Fn() -> jiff::Timestamp + Send + Sync>;
@@ -124,6 +125,9 @@ pub(crate) struct Store {
     sender: broadcast::Sender<Arc<Change>>,
     clock: Clock,
     pub pods_terminate_immediately: bool,
+    /// Who sends the write being served (recorded in `managedFields`); `None` for the
+    /// server's own changes (garbage collection, graceful deletion, test set-up).
+    writer: Option<managed_fields::Writer>,
 }
 
 const GENERATE_NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -195,7 +199,23 @@ impl Store {
             sender,
             clock,
             pods_terminate_immediately: false,
+            writer: None,
         }
+    }
+
+    /// Names the sender of the writes that follow (until set again), for `managedFields`.
+    pub(crate) fn set_writer(&mut self, writer: Option<managed_fields::Writer>) {
+        self.writer = writer;
+    }
+
+    /// Stamps the current writer into `object`'s `managedFields`, unless the write changes
+    /// nothing (`old` equal but for the resourceVersion).
+    fn stamp_writer(&self, object: &mut Value, old: Option<&Value>) {
+        let Some(writer) = &self.writer else { return };
+        if old.is_some_and(|old| without_rv(old) == without_rv(object)) {
+            return;
+        }
+        managed_fields::stamp(object, writer, &self.timestamp(0));
     }
 
     pub(crate) fn resource_version(&self) -> u64 {
@@ -345,6 +365,7 @@ impl Store {
         meta.insert("generation".into(), json!(1));
         meta.remove("deletionTimestamp");
         meta.remove("deletionGracePeriodSeconds");
+        self.stamp_writer(&mut object, None);
         Ok(self.commit(key, ChangeKind::Added, object, None))
     }
 
@@ -400,7 +421,8 @@ impl Store {
             return Err(ApiError::conflict(&what, name, CONFLICT));
         }
         let new = prepare_update(res, &old, object, target)?;
-        let new = self.admit(res, name, new, Some(&old))?;
+        let mut new = self.admit(res, name, new, Some(&old))?;
+        self.stamp_writer(&mut new, Some(&old));
         Ok(self.commit_update(res, key, old, new))
     }
 
@@ -932,6 +954,7 @@ fn prepare_update(
         .cloned()
         .unwrap_or_default();
     let meta = metadata_mut(&mut result);
+    managed_fields::keep_when_unset(meta, &old_meta);
     for field in [
         "name",
         "namespace",

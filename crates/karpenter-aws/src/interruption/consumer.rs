@@ -391,8 +391,10 @@ impl InterruptionConsumer {
         for target in &targets {
             for (reason, message) in &events {
                 let event = event(target, reason, message, now);
-                if let Err(e) =
-                    karpenter_kube::timeouts::api(api.create(&PostParams::default(), &event)).await
+                if let Err(e) = karpenter_kube::timeouts::api(
+                    api.create(&karpenter_kube::identity::post_params(), &event),
+                )
+                .await
                 {
                     tracing::debug!(error = %e, reason, "interruption event not written");
                 }

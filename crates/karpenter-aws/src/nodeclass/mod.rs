@@ -326,9 +326,13 @@ async fn write_finalizers(
         "resourceVersion": node_class.resource_version(),
         "finalizers": finalizers,
     }});
-    timeouts::api(api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)))
-        .await
-        .map_err(kube_err(&name, "write finalizers"))
+    timeouts::api(api.patch(
+        &name,
+        &karpenter_kube::identity::patch_params(),
+        &Patch::Merge(&patch),
+    ))
+    .await
+    .map_err(kube_err(&name, "write finalizers"))
 }
 
 async fn reconcile_live(
@@ -575,9 +579,13 @@ async fn write_status(
         "metadata": {"resourceVersion": node_class.resource_version()},
         "status": status_patch(node_class.status.as_ref(), status),
     });
-    timeouts::api(api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)))
-        .await
-        .map_err(kube_err(&name, "write status"))?;
+    timeouts::api(api.patch_status(
+        &name,
+        &karpenter_kube::identity::patch_params(),
+        &Patch::Merge(&patch),
+    ))
+    .await
+    .map_err(kube_err(&name, "write status"))?;
     Ok(())
 }
 
@@ -620,9 +628,13 @@ async fn stamp_hash(
         wk::EC2NODECLASS_HASH_ANNOTATION: hash,
         wk::EC2NODECLASS_HASH_VERSION_ANNOTATION: crate::drift::HASH_VERSION,
     }}});
-    timeouts::api(api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)))
-        .await
-        .map_err(kube_err(&name, "write hash annotations"))?;
+    timeouts::api(api.patch(
+        &name,
+        &karpenter_kube::identity::patch_params(),
+        &Patch::Merge(&patch),
+    ))
+    .await
+    .map_err(kube_err(&name, "write hash annotations"))?;
     Ok(())
 }
 

@@ -25,7 +25,6 @@ use karpenter_core::disruption::drift::{DriftContext, drift_reason};
 use karpenter_core::disruption::emptiness::consolidation_block;
 use karpenter_core::instance_type::InstanceType;
 use karpenter_kube::{is_conflict, is_not_found};
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 
 use crate::context::Context;
@@ -161,7 +160,9 @@ async fn write_condition(ctx: &Context, name: &str, type_: &str, reason: Option<
         }
     }
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    match timeouts::api(api.replace_status(name, &PostParams::default(), &claim)).await {
+    match timeouts::api(api.replace_status(name, &karpenter_kube::identity::post_params(), &claim))
+        .await
+    {
         Ok(updated) => {
             ctx.state.write().remember(updated);
         }

@@ -100,10 +100,13 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     let mut notices = Notices::default();
     let mut holds = repair::RepairHolds::default();
     let mut leadership = ctx.leadership();
+    let mut starts = ctx.work_starts();
     let mut next = tokio::time::Instant::now();
     loop {
         tokio::select! {
             () = stopped(&mut shutdown) => break,
+            // A new leader looks at once (the sleep arm fires next).
+            () = starts.next() => next = tokio::time::Instant::now(),
             Some(done) = in_flight.tasks.join_next_with_id() => {
                 let id = match done {
                     Ok((id, marked)) => {

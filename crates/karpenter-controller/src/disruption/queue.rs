@@ -25,7 +25,7 @@ use karpenter_core::disruption::{Command, Method};
 use karpenter_core::state::ClusterState;
 use karpenter_core::taints::NO_SCHEDULE;
 use karpenter_kube::is_not_found;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 
 use crate::context::Context;
@@ -174,9 +174,10 @@ async fn run(
     // 2. Launch the replacements.
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     for replacement in &command.replacements {
-        let claim = timeouts::api(api.create(&PostParams::default(), replacement))
-            .await
-            .map_err(|err| crate::Error::kube("create replacement nodeclaim", err))?;
+        let claim =
+            timeouts::api(api.create(&karpenter_kube::identity::post_params(), replacement))
+                .await
+                .map_err(|err| crate::Error::kube("create replacement nodeclaim", err))?;
         let name = claim.name_any();
         tracing::info!(nodeclaim = %name, nodepool = ?claim.labels().get(karpenter_api::well_known::NODEPOOL_LABEL), "created replacement nodeclaim");
         ctx.metrics
@@ -422,7 +423,9 @@ async fn set_taint(ctx: &Context, node_name: &str, on: bool) -> crate::Result<()
         } else {
             taints.retain(|t| !(t.key == DISRUPTED_TAINT_KEY && t.effect == NO_SCHEDULE));
         }
-        match timeouts::api(api.replace(node_name, &PostParams::default(), &node)).await {
+        match timeouts::api(api.replace(node_name, &karpenter_kube::identity::post_params(), &node))
+            .await
+        {
             Ok(updated) => {
                 ctx.state.write().remember(updated);
                 return Ok(());
@@ -467,7 +470,13 @@ async fn set_disruption_reason(
         if !changed {
             return Ok(());
         }
-        match timeouts::api(api.replace_status(claim_name, &PostParams::default(), &claim)).await {
+        match timeouts::api(api.replace_status(
+            claim_name,
+            &karpenter_kube::identity::post_params(),
+            &claim,
+        ))
+        .await
+        {
             Ok(updated) => {
                 ctx.state.write().remember(updated);
                 return Ok(());

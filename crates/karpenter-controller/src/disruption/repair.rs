@@ -15,7 +15,7 @@ use karpenter_api::NodeClaim;
 use karpenter_api::well_known::NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION;
 use karpenter_core::disruption::repair::{BLOCKED_RECHECK, RepairBlocked, plan_repairs};
 use karpenter_kube::{is_conflict, is_not_found};
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 
 use crate::context::Context;
@@ -94,7 +94,8 @@ async fn force_delete(ctx: &Context, mut claim: NodeClaim, now: Timestamp) {
         NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION.into(),
         rfc3339(now),
     );
-    match timeouts::api(api.replace(&name, &PostParams::default(), &claim)).await {
+    match timeouts::api(api.replace(&name, &karpenter_kube::identity::post_params(), &claim)).await
+    {
         Ok(updated) => {
             ctx.state.write().remember(updated);
         }

@@ -43,19 +43,46 @@ pub fn orphaned_instances<'a>(
     claims: &[NodeClaim],
     now: Timestamp,
 ) -> Vec<&'a NodeClaim> {
+    unclaimed_instances(instances, claims)
+        .filter(|instance| instance_age(instance, now).is_some_and(|age| age >= INSTANCE_GC_GRACE))
+        .collect()
+}
+
+/// How long until the youngest unclaimed instance karpenter-rs launched is old enough to be an
+/// orphan (`None` when there is none): the collector looks again then instead of a whole
+/// [`GC_PERIOD`] later, so a controller that restarts often still collects what it leaked.
+pub fn next_orphan_check(
+    instances: &[NodeClaim],
+    claims: &[NodeClaim],
+    now: Timestamp,
+) -> Option<Duration> {
+    unclaimed_instances(instances, claims)
+        .filter_map(|instance| instance_age(instance, now))
+        .filter(|age| *age < INSTANCE_GC_GRACE)
+        .filter_map(|age| INSTANCE_GC_GRACE.checked_sub(age))
+        .filter_map(|wait| Duration::try_from(wait).ok())
+        .min()
+}
+
+fn instance_age(instance: &NodeClaim, now: Timestamp) -> Option<SignedDuration> {
+    instance
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|created| now.duration_since(created.0))
+}
+
+/// Instances karpenter-rs launched (they carry the NodePool label) that no NodeClaim claims.
+fn unclaimed_instances<'a>(
+    instances: &'a [NodeClaim],
+    claims: &[NodeClaim],
+) -> impl Iterator<Item = &'a NodeClaim> {
     let claimed_ids: BTreeSet<&str> = claims.iter().filter_map(provider_id).collect();
     instances
         .iter()
         .filter(|instance| instance.labels().contains_key(NODEPOOL_LABEL))
-        .filter(|instance| {
-            instance
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .is_some_and(|created| now.duration_since(created.0) >= INSTANCE_GC_GRACE)
-        })
-        .filter(|instance| provider_id(instance).is_none_or(|id| !claimed_ids.contains(id)))
-        .filter(|instance| {
+        .filter(move |instance| provider_id(instance).is_none_or(|id| !claimed_ids.contains(id)))
+        .filter(move |instance| {
             !claims.iter().any(|claim| {
                 claim.name_any() == instance.name_any()
                     && match (claim.uid(), instance.uid()) {
@@ -64,7 +91,6 @@ pub fn orphaned_instances<'a>(
                     }
             })
         })
-        .collect()
 }
 
 /// Registered, not-deleting NodeClaims whose instance the provider no longer lists and whose
@@ -92,34 +118,47 @@ pub fn lost_nodeclaims<'a>(
         .collect()
 }
 
-/// Runs garbage collection every [`GC_PERIOD`] while leading, until `shutdown`. Its own loop, so
-/// a slow NodeClaim reconcile never delays it (and every call in a pass has a timeout).
+/// Runs garbage collection while leading, until `shutdown`: once as soon as the replica leads
+/// with synced caches (start-up, a lease taken over), then every [`GC_PERIOD`], and early when
+/// an unclaimed instance is about to pass its grace period ([`next_orphan_check`]). Its own
+/// loop, so a slow NodeClaim reconcile never delays it (and every call in a pass has a timeout).
 pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     let mut collector = tokio::time::interval(GC_PERIOD);
     collector.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut starts = ctx.work_starts();
+    let mut recheck: Option<tokio::time::Instant> = None;
     loop {
+        let early = async {
+            match recheck {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = stopped(&mut shutdown) => break,
             _ = collector.tick() => {}
+            () = starts.next() => {}
+            () = early => {}
         }
+        recheck = None;
         if !(ctx.is_leader() && ctx.state.read().synced()) {
             continue;
         }
         let pass = collect(&ctx);
         tokio::select! {
             () = stopped(&mut shutdown) => break,
-            result = pass => {
-                if let Err(err) = result {
-                    tracing::error!(error = %err, "nodeclaim garbage collection failed");
-                }
+            result = pass => match result {
+                Ok(next) => recheck = next.map(|wait| tokio::time::Instant::now() + wait),
+                Err(err) => tracing::error!(error = %err, "nodeclaim garbage collection failed"),
             }
         }
     }
 }
 
 /// One garbage-collection pass. NodeClaims are listed from the API server (not the cache), so
-/// a NodeClaim created a moment ago always protects its instance.
-pub async fn collect(ctx: &Context) -> crate::Result<()> {
+/// a NodeClaim created a moment ago always protects its instance. Returns when to look again
+/// for an unclaimed instance still within its grace period ([`next_orphan_check`]).
+pub async fn collect(ctx: &Context) -> crate::Result<Option<Duration>> {
     let instances =
         timeouts::cloud(ctx.cloud.list())
             .await
@@ -136,6 +175,7 @@ pub async fn collect(ctx: &Context) -> crate::Result<()> {
             .filter(|c| is_managed(ctx, c))
             .collect();
     let now = ctx.now();
+    let recheck = next_orphan_check(&instances, &claims, now);
     for orphan in orphaned_instances(&instances, &claims, now) {
         let id = provider_id(orphan).unwrap_or_default();
         tracing::info!(provider_id = %id, nodeclaim = %orphan.name_any(), "garbage collecting instance with no nodeclaim");
@@ -179,7 +219,7 @@ pub async fn collect(ctx: &Context) -> crate::Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(recheck)
 }
 
 #[cfg(test)]
@@ -230,6 +270,13 @@ mod tests {
             orphaned_instances(&instances, &claims, t0()).is_empty(),
             "too young"
         );
+        let ten_seconds_in = t0().checked_add(SignedDuration::from_secs(10)).unwrap();
+        assert_eq!(
+            next_orphan_check(&instances, &claims, ten_seconds_in),
+            Some(Duration::from_secs(20)),
+            "b turns into an orphan 30 s after its launch"
+        );
+        assert_eq!(next_orphan_check(&instances, &claims, later), None);
     }
 
     #[test]

@@ -62,10 +62,13 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     let mut lifecycle = tokio::time::interval(RECONCILE_PERIOD);
     lifecycle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut leadership = ctx.leadership();
+    let mut starts = ctx.work_starts();
     loop {
         tokio::select! {
             () = stopped(&mut shutdown) => break,
             done = workers.next_finished() => workers.finished(done, ctx.now()),
+            // A new leader resumes launches and registrations at once.
+            () = starts.next() => lifecycle::start_reconciles(&ctx, &mut workers),
             // A replica that stopped leading drops its in-flight writes at once.
             Ok(()) = leadership.changed() => {
                 if !ctx.is_leader() {

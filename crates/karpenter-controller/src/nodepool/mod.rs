@@ -17,7 +17,7 @@ use karpenter_api::well_known::{
 };
 use karpenter_api::{NodePool, NodePoolStatus};
 use karpenter_core::resources::{Quantity, ResourceList};
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::watch;
@@ -227,17 +227,23 @@ pub async fn reconcile(ctx: &Context, name: &str) -> crate::Result<()> {
     let api: Api<NodePool> = Api::all(ctx.client.clone());
     if let Some((hash, version)) = desired_hash_annotations(&pool) {
         let patch = json!({"metadata": {"annotations": {NODEPOOL_HASH_ANNOTATION: hash, NODEPOOL_HASH_VERSION_ANNOTATION: version}}});
-        timeouts::api(api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)))
-            .await
-            .map_err(|e| {
-                crate::Error::kube(format!("annotate nodepool {name} with its hash"), e)
-            })?;
+        timeouts::api(api.patch(
+            name,
+            &karpenter_kube::identity::patch_params(),
+            &Patch::Merge(&patch),
+        ))
+        .await
+        .map_err(|e| crate::Error::kube(format!("annotate nodepool {name} with its hash"), e))?;
     }
     if !status_equivalent(pool.status.as_ref(), &desired) {
         let patch = json!({"status": desired});
-        timeouts::api(api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)))
-            .await
-            .map_err(|e| crate::Error::kube(format!("update status of nodepool {name}"), e))?;
+        timeouts::api(api.patch_status(
+            name,
+            &karpenter_kube::identity::patch_params(),
+            &Patch::Merge(&patch),
+        ))
+        .await
+        .map_err(|e| crate::Error::kube(format!("update status of nodepool {name}"), e))?;
     }
     Ok(())
 }
@@ -273,6 +279,7 @@ fn update_metrics(ctx: &Context, pool: &NodePool, status: &NodePoolStatus) {
 /// Reconciles every NodePool whenever something changes (see [`Context::nodepools_changed`])
 /// and at least every `nodepool_status_period`, until `shutdown` turns true.
 pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+    let mut starts = ctx.work_starts();
     let period = ctx
         .settings
         .nodepool_status_period
@@ -295,6 +302,8 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
         crate::state::ignored::report(&ctx).await;
         tokio::select! {
             () = ctx.nodepools_changed.notified() => {}
+            // A new leader writes what its predecessor left stale at once.
+            () = starts.next() => {}
             () = tokio::time::sleep(period) => {}
             _ = shutdown.wait_for(|stop| *stop) => return,
         }

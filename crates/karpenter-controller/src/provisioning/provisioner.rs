@@ -12,7 +12,6 @@ use karpenter_core::instance_type::InstanceType;
 use karpenter_core::pod::Pod;
 use karpenter_core::provisioning::{self as pipeline, Snapshot, nodeclaim};
 use karpenter_core::scheduling::{SchedulerOptions, SchedulingResults};
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
@@ -344,7 +343,7 @@ async fn create_nodeclaims(
     reason: &str,
 ) -> Vec<String> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    let params = PostParams::default();
+    let params = karpenter_kube::identity::post_params();
     // In parallel, but bounded: HTTP/1.1 carries one request per connection, so a pass of a
     // thousand NodeClaims would otherwise open a thousand connections (each with its buffers,
     // kept idle in the pool afterwards). Results stay in order.
@@ -429,18 +428,29 @@ async fn create_nodeclaims(
     created
 }
 
-/// The provisioner loop: one pass per closed batch window, until `shutdown` turns true. A
-/// helper task re-triggers still-unplaced pods (provisionable, or reschedulable on a deleting
-/// node) every [`RETRIGGER_PERIOD`].
+/// The provisioner loop: one pass per closed batch window, and one the moment this replica
+/// starts to work (leads with synced caches: the pods that waited for a leader are all known
+/// by then, so no window is opened for them), until `shutdown` turns true. A helper task
+/// re-triggers still-unplaced pods (provisionable, or reschedulable on a deleting node) every
+/// [`RETRIGGER_PERIOD`].
 pub async fn run(ctx: Arc<Context>, mut batcher: Batcher, mut shutdown: watch::Receiver<bool>) {
-    let retrigger = tokio::spawn(retrigger_provisionable(ctx.clone()));
+    // Aborted with the loop, also when the loop itself is aborted (a crashed replica must not
+    // leave a ticker behind that keeps its state alive).
+    let _retrigger = AbortOnDrop(tokio::spawn(retrigger_provisionable(ctx.clone())));
+    let mut starts = ctx.work_starts();
     loop {
-        let window = tokio::select! {
-            window = batcher.wait() => window,
-            _ = shutdown.wait_for(|stop| *stop) => None,
-        };
-        let Some(window) = window else { break };
-        tracing::debug!(triggers = window.triggers.len(), window = ?(window.closed - window.opened), "batch window closed");
+        // A window cut short by a start loses only its triggers: the pass reads every pending
+        // pod from the state.
+        tokio::select! {
+            window = batcher.wait() => {
+                let Some(window) = window else { break };
+                tracing::debug!(triggers = window.triggers.len(), window = ?(window.closed - window.opened), "batch window closed");
+            }
+            () = starts.next() => {
+                tracing::debug!("leading with synced caches, provisioning at once");
+            }
+            _ = shutdown.wait_for(|stop| *stop) => break,
+        }
         match provision(&ctx).await {
             Ok(outcome) if outcome.waiting_for_sync => {
                 // Try again shortly: the pods are still pending and will re-trigger.
@@ -449,7 +459,15 @@ pub async fn run(ctx: Arc<Context>, mut batcher: Batcher, mut shutdown: watch::R
             Err(err) => tracing::error!(error = %err, "provisioning failed"),
         }
     }
-    retrigger.abort();
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 async fn retrigger_provisionable(ctx: Arc<Context>) {

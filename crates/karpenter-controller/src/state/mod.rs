@@ -9,21 +9,49 @@ pub mod reflector;
 
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use tokio::sync::watch;
+
 pub use karpenter_core::state::{
     ClusterState, Kind, Nomination, Source, StateNode, Tracked, node, object_key, version,
 };
 
 /// The state behind a lock, shared by every controller.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SharedState {
     inner: RwLock<ClusterState>,
+    /// Whether every kind has been listed ([`ClusterState::synced`]), for loops that start
+    /// work the moment the caches are synced ([`crate::context::WorkStarts`]).
+    synced: watch::Sender<bool>,
+}
+
+impl Default for SharedState {
+    fn default() -> Self {
+        Self::new(ClusterState::default())
+    }
 }
 
 impl SharedState {
     pub fn new(state: ClusterState) -> Self {
+        let synced = state.synced();
         SharedState {
             inner: RwLock::new(state),
+            synced: watch::Sender::new(synced),
         }
+    }
+
+    /// Publishes the state's sync status (the watchers call it after each initial list).
+    pub fn publish_synced(&self) {
+        let synced = self.read().synced();
+        self.synced.send_if_modified(|published| {
+            let changed = *published != synced;
+            *published = synced;
+            changed
+        });
+    }
+
+    /// Follows the state's sync status (see [`SharedState::publish_synced`]).
+    pub fn synced_changes(&self) -> watch::Receiver<bool> {
+        self.synced.subscribe()
     }
 
     /// A poisoned lock only means a panic elsewhere; the data is still consistent enough to read.

@@ -208,6 +208,7 @@ where
                     state.reset(objs);
                     state.reset_ignored(K::KIND, ignored);
                 }
+                state.publish_synced();
                 for key in &keys {
                     let held = K::map(&mut state.write()).get(key).cloned();
                     if let Some(obj) = held {

@@ -30,7 +30,7 @@ use karpenter_core::taints::NO_SCHEDULE;
 use karpenter_kube::{
     delete_ignoring_not_found, is_conflict, is_not_found, lock, status_code, stopped,
 };
-use kube::api::{DeleteParams, EvictParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, EvictParams, Preconditions};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
@@ -124,10 +124,13 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     let mut ticker = tokio::time::interval(RECONCILE_PERIOD);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut leadership = ctx.leadership();
+    let mut starts = ctx.work_starts();
     loop {
         tokio::select! {
             () = stopped(&mut shutdown) => break,
             done = workers.next_finished() => workers.finished(done, ctx.now()),
+            // A new leader resumes the drains its predecessor left at once.
+            () = starts.next() => terminator.start_reconciles(&ctx, &mut workers),
             // A replica that stopped leading drops its in-flight writes at once.
             Ok(()) = leadership.changed() => {
                 if !ctx.is_leader() {
@@ -240,7 +243,7 @@ impl Terminator {
             let desired = tainted_for_termination(&node);
             match timeouts::api(Api::<Node>::all(ctx.client.clone()).replace(
                 &node_name,
-                &PostParams::default(),
+                &karpenter_kube::identity::post_params(),
                 &desired,
             ))
             .await
@@ -312,7 +315,7 @@ impl Terminator {
             .retain(|f| f != TERMINATION_FINALIZER);
         match timeouts::api(Api::<Node>::all(ctx.client.clone()).replace(
             &node_name,
-            &PostParams::default(),
+            &karpenter_kube::identity::post_params(),
             &node,
         ))
         .await
@@ -376,7 +379,7 @@ impl Terminator {
                         preconditions,
                         ..DeleteParams::default()
                     }),
-                    ..EvictParams::default()
+                    post_options: karpenter_kube::identity::post_params(),
                 };
                 timeouts::api(api.evict(&action.name, &params))
                     .await

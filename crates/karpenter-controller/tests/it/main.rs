@@ -3,6 +3,8 @@
 //! Integration tests of the controller runtime against the in-process API server
 //! (`karpenter-testapi`), in virtual time. One binary; add modules here.
 
+mod crash;
+mod crash_world;
 mod disruption;
 mod e2e_inflate;
 mod e2e_seed_flow;

@@ -23,7 +23,7 @@ use karpenter_core::clock::Clock;
 use karpenter_core::node::{node_ready_condition as ready_condition, pod_is_ready};
 use karpenter_core::taints::{NO_EXECUTE, NO_SCHEDULE};
 use karpenter_kube::{is_conflict, is_not_found, lock, stopped, timeouts};
-use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, Preconditions};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
@@ -332,7 +332,9 @@ impl SimKubelet {
             let Ok(node) = self.inner.provider.registered_node(&instance.provider_id) else {
                 continue;
             };
-            match timeouts::api(node_api.create(&PostParams::default(), &node)).await {
+            match timeouts::api(node_api.create(&karpenter_kube::identity::post_params(), &node))
+                .await
+            {
                 Ok(created) => {
                     tracing::info!(node = %name, provider_id = %instance.provider_id, "sim kubelet registered node");
                     self.remember_node(&created);
@@ -469,7 +471,7 @@ impl SimKubelet {
         mut desired: Node,
     ) -> Result<Option<Node>, SimKubeletError> {
         let name = before.name_any();
-        let pp = PostParams::default();
+        let pp = karpenter_kube::identity::post_params();
         let mut current = before.clone();
         if before.spec.as_ref().and_then(|s| s.taints.as_ref())
             != desired.spec.as_ref().and_then(|s| s.taints.as_ref())
@@ -543,11 +545,15 @@ impl SimKubelet {
                     existing.spec = lease.spec;
                     // A Lease of an earlier Node of the same name gets the current owner.
                     existing.metadata.owner_references = lease.metadata.owner_references;
-                    timeouts::api(api.replace(name, &PostParams::default(), &existing))
-                        .await
-                        .map(|_| ())
+                    timeouts::api(api.replace(
+                        name,
+                        &karpenter_kube::identity::post_params(),
+                        &existing,
+                    ))
+                    .await
+                    .map(|_| ())
                 }
-                None => timeouts::api(api.create(&PostParams::default(), &lease))
+                None => timeouts::api(api.create(&karpenter_kube::identity::post_params(), &lease))
                     .await
                     .map(|_| ()),
             };
@@ -637,7 +643,13 @@ impl SimKubelet {
                 100 + seq % 100
             );
             updated.status = Some(running_status(&updated, &instance.private_ip, &pod_ip, now));
-            match timeouts::api(api.replace_status(name, &PostParams::default(), &updated)).await {
+            match timeouts::api(api.replace_status(
+                name,
+                &karpenter_kube::identity::post_params(),
+                &updated,
+            ))
+            .await
+            {
                 Ok(_) => self.forget_pod(&key, &pod),
                 Err(err) if is_conflict(&err) || is_not_found(&err) => {}
                 Err(err) => return Err(kube_err(format!("start pod {namespace}/{name}"))(err)),

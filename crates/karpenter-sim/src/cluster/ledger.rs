@@ -25,7 +25,7 @@ use karpenter_core::cloud_provider::{
 use karpenter_core::instance_type::InstanceType;
 use karpenter_kube::{delete_ignoring_not_found, is_conflict, is_not_found, lock, timeouts};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams};
 use tokio::sync::watch;
 
 use crate::SimCloudProvider;
@@ -238,7 +238,12 @@ impl LedgerStore {
             data: Some(BTreeMap::from([(INSTANCE_KEY.to_string(), json)])),
             ..ConfigMap::default()
         };
-        match timeouts::api(self.api.create(&PostParams::default(), &cm)).await {
+        match timeouts::api(
+            self.api
+                .create(&karpenter_kube::identity::post_params(), &cm),
+        )
+        .await
+        {
             Ok(_) => Ok(()),
             Err(err) if is_conflict(&err) => Ok(()),
             Err(err) => Err(self.kube_error("create", &name)(err)),
@@ -257,10 +262,11 @@ impl LedgerStore {
             let written = match current {
                 Some(mut cm) => {
                     cm.data = Some(data.clone());
-                    timeouts::api(
-                        self.api
-                            .replace(LEDGER_CONFIGMAP, &PostParams::default(), &cm),
-                    )
+                    timeouts::api(self.api.replace(
+                        LEDGER_CONFIGMAP,
+                        &karpenter_kube::identity::post_params(),
+                        &cm,
+                    ))
                     .await
                     .map_err(|err| (err, "update"))
                 }
@@ -274,9 +280,12 @@ impl LedgerStore {
                         data: Some(data.clone()),
                         ..ConfigMap::default()
                     };
-                    timeouts::api(self.api.create(&PostParams::default(), &cm))
-                        .await
-                        .map_err(|err| (err, "create"))
+                    timeouts::api(
+                        self.api
+                            .create(&karpenter_kube::identity::post_params(), &cm),
+                    )
+                    .await
+                    .map_err(|err| (err, "create"))
                 }
             };
             match written {

@@ -167,6 +167,8 @@ async fn kube_config(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Confi
     // watches' server-side timeout). Every call is bounded again by the controller's own
     // per-call timeouts (`karpenter_controller::timeouts`).
     config.connect_timeout = Some(Duration::from_secs(10));
+    // `karpenter-rs/VERSION` on every request (audit logs, managedFields of older servers).
+    karpenter_controller::identity::identify(&mut config);
     Ok(config)
 }
 

@@ -323,6 +323,33 @@ async fn sim_controller_provisions_and_terminates_inflate_nodes() {
     })
     .await;
 
+    // Identity on the wire: the controller's requests (the test's own client sends no
+    // User-Agent) carry `karpenter-rs/VERSION`, and its writes field manager `karpenter`.
+    let own: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.user_agent.is_some())
+        .collect();
+    assert!(!own.is_empty(), "no request with a User-Agent");
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        own.iter()
+            .all(|r| r.user_agent.as_deref() == Some(format!("karpenter-rs/{version}").as_str())),
+        "{:?}",
+        own.iter()
+            .map(|r| &r.user_agent)
+            .collect::<std::collections::BTreeSet<_>>()
+    );
+    assert!(
+        own.iter()
+            .filter(|r| matches!(
+                r.verb,
+                karpenter_testapi::Verb::Create
+                    | karpenter_testapi::Verb::Update
+                    | karpenter_testapi::Verb::Patch
+            ))
+            .all(|r| r.field_manager.as_deref() == Some("karpenter"))
+    );
     assert_eq!(
         ledger_field(&server, "lastInstanceSeq")
             .as_ref()

@@ -10,7 +10,7 @@ use karpenter_api::well_known::{
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_core::nodeclaim_lifecycle::{set_condition, termination_deadline};
 use karpenter_kube::{delete_ignoring_not_found, is_conflict, is_not_found};
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 
 use super::{api, nodes_for, remember, write_status};
@@ -36,7 +36,13 @@ pub(super) async fn finalize(ctx: &Context, claim: NodeClaim) -> crate::Result<(
             NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION.into(),
             rfc3339(deadline),
         );
-        match timeouts::api(api(ctx).replace(&claim_name, &PostParams::default(), &claim)).await {
+        match timeouts::api(api(ctx).replace(
+            &claim_name,
+            &karpenter_kube::identity::post_params(),
+            &claim,
+        ))
+        .await
+        {
             Ok(updated) => {
                 remember(ctx, &updated);
                 claim = updated;
@@ -93,7 +99,13 @@ pub(super) async fn finalize(ctx: &Context, claim: NodeClaim) -> crate::Result<(
         .finalizers
         .get_or_insert_default()
         .retain(|f| f != TERMINATION_FINALIZER);
-    match timeouts::api(api(ctx).replace(&claim_name, &PostParams::default(), &claim)).await {
+    match timeouts::api(api(ctx).replace(
+        &claim_name,
+        &karpenter_kube::identity::post_params(),
+        &claim,
+    ))
+    .await
+    {
         Ok(_) => {}
         Err(err) if is_conflict(&err) || is_not_found(&err) => return Ok(()),
         Err(err) => {

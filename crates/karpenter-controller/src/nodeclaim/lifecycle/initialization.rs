@@ -10,7 +10,6 @@ use karpenter_api::v1::{
 use karpenter_api::well_known::NODE_INITIALIZED_LABEL;
 use karpenter_core::nodeclaim_lifecycle::{initialization_blocker, is_registered, set_condition};
 use karpenter_kube::{is_conflict, is_not_found};
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 
 use super::{remember, resync};
@@ -66,7 +65,13 @@ pub(super) async fn initialize(
             .insert(NODE_INITIALIZED_LABEL.into(), "true".into());
         let node_name = node.name_any();
         let node_api = Api::<Node>::all(ctx.client.clone());
-        match timeouts::api(node_api.replace(&node_name, &PostParams::default(), &desired)).await {
+        match timeouts::api(node_api.replace(
+            &node_name,
+            &karpenter_kube::identity::post_params(),
+            &desired,
+        ))
+        .await
+        {
             Ok(updated) => remember(ctx, &updated),
             Err(err) if is_conflict(&err) || is_not_found(&err) => {
                 resync(ctx, &node_api, node).await;

@@ -10,7 +10,7 @@ use karpenter_core::cloud_provider::CloudError;
 use karpenter_core::nodeclaim_lifecycle::{hydrate, provider_id, set_condition, truncate_message};
 use karpenter_kube::{delete_ignoring_not_found, is_conflict, is_not_found};
 use kube::ResourceExt;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 
 use super::{
     REASON_INSUFFICIENT_CAPACITY, REASON_NODECLASS_NOT_READY, api, kube_err, remember, resync,
@@ -57,7 +57,7 @@ pub(super) async fn launch(
             let recorded = async {
                 let mut labelled = if relabelled {
                     // The main resource keeps its stored status: only the metadata changes here.
-                    timeouts::api(api(ctx).replace(&claim_name, &PostParams::default(), claim))
+                    timeouts::api(api(ctx).replace(&claim_name, &karpenter_kube::identity::post_params(), claim))
                         .await?
                 } else {
                     claim.clone()
@@ -65,7 +65,7 @@ pub(super) async fn launch(
                 labelled.status = claim.status.clone();
                 timeouts::api(api(ctx).replace_status(
                     &claim_name,
-                    &PostParams::default(),
+                    &karpenter_kube::identity::post_params(),
                     &labelled,
                 ))
                 .await

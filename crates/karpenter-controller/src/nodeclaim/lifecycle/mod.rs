@@ -25,7 +25,6 @@ use karpenter_core::nodeclaim_lifecycle::{
     initialize_conditions, is_launched, provider_id, update_ready,
 };
 use karpenter_kube::{is_conflict, is_not_found};
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 
 use super::{has_finalizer, is_managed, name};
@@ -102,7 +101,13 @@ pub async fn reconcile(ctx: &Context, claim: NodeClaim) -> crate::Result<()> {
             .finalizers
             .get_or_insert_default()
             .push(TERMINATION_FINALIZER.to_string());
-        match timeouts::api(api(ctx).replace(&claim_name, &PostParams::default(), &claim)).await {
+        match timeouts::api(api(ctx).replace(
+            &claim_name,
+            &karpenter_kube::identity::post_params(),
+            &claim,
+        ))
+        .await
+        {
             Ok(updated) => {
                 remember(ctx, &updated);
                 claim = updated;
@@ -152,7 +157,13 @@ pub(super) async fn write_status(
         return Ok(());
     }
     let claim_name = name(claim);
-    match timeouts::api(api(ctx).replace_status(&claim_name, &PostParams::default(), claim)).await {
+    match timeouts::api(api(ctx).replace_status(
+        &claim_name,
+        &karpenter_kube::identity::post_params(),
+        claim,
+    ))
+    .await
+    {
         Ok(updated) => {
             remember(ctx, &updated);
             Ok(())

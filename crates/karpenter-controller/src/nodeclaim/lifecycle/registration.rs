@@ -10,7 +10,6 @@ use karpenter_api::well_known::{NODE_REGISTERED_LABEL, UNREGISTERED_TAINT_KEY};
 use karpenter_api::{NodeClaim, NodeClaimStatus};
 use karpenter_core::nodeclaim_lifecycle::{is_registered, registered_node, set_condition};
 use karpenter_kube::{is_conflict, is_not_found};
-use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 
 use super::{REASON_UNREGISTERED_TAINT_MISSING, remember, resync};
@@ -73,7 +72,13 @@ pub(super) async fn register(
     let node_name = node.name_any();
     if desired != *node {
         let node_api = Api::<Node>::all(ctx.client.clone());
-        match timeouts::api(node_api.replace(&node_name, &PostParams::default(), &desired)).await {
+        match timeouts::api(node_api.replace(
+            &node_name,
+            &karpenter_kube::identity::post_params(),
+            &desired,
+        ))
+        .await
+        {
             Ok(updated) => remember(ctx, &updated),
             Err(err) if is_conflict(&err) || is_not_found(&err) => {
                 resync(ctx, &node_api, node).await;
