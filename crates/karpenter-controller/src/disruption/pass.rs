@@ -463,7 +463,10 @@ impl InvalidDoNotDisruptEvents {
 /// The earliest instant a node blocked now frees itself (a do-not-disrupt duration running out,
 /// `consolidateAfter` passing), so the loop looks again then rather than at its next poll.
 pub fn next_unblock(pass: &Pass) -> Option<jiff::Timestamp> {
-    pass.blocked.iter().filter_map(|r| r.reason.frees_at()).min()
+    pass.blocked
+        .iter()
+        .filter_map(|r| r.reason.frees_at())
+        .min()
 }
 
 #[cfg(test)]

@@ -309,20 +309,16 @@ async fn an_invalid_do_not_disrupt_value_is_ignored_and_said_on_the_pod() {
         )
         .await;
     cluster
-        .eventually(
-            "a warning on the pod",
-            Duration::from_secs(60),
-            || {
-                let warned = controller
-                    .ctx
-                    .events
-                    .with_reason(REASON_INVALID_DO_NOT_DISRUPT);
-                events_on(&warned, "Pod", "sloppy")
-                    .iter()
-                    .any(|e| e.message.contains("\"soon\""))
-                    .then_some(())
-            },
-        )
+        .eventually("a warning on the pod", Duration::from_secs(60), || {
+            let warned = controller
+                .ctx
+                .events
+                .with_reason(REASON_INVALID_DO_NOT_DISRUPT);
+            events_on(&warned, "Pod", "sloppy")
+                .iter()
+                .any(|e| e.message.contains("\"soon\""))
+                .then_some(())
+        })
         .await;
     tokio::time::sleep(Duration::from_secs(60)).await;
     let warned = controller

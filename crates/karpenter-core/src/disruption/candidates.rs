@@ -513,10 +513,10 @@ fn do_not_disrupt_block(pods: &[&Pod], now: Timestamp) -> Option<BlockReason> {
                     until: None,
                 });
             }
-            pod::DoNotDisrupt::Until(until) if now < until => {
-                if latest.is_none_or(|(t, _)| until > t) {
-                    latest = Some((until, pod));
-                }
+            pod::DoNotDisrupt::Until(until)
+                if now < until && latest.is_none_or(|(t, _)| until > t) =>
+            {
+                latest = Some((until, pod));
             }
             _ => {}
         }

@@ -197,7 +197,16 @@ mod tests {
         assert_eq!(secs("300ms"), Ok(0.3));
         assert_eq!(secs("-5s"), Ok(-5.0));
         assert_eq!(secs("0"), Ok(0.0));
-        for bad in ["", "5", "true", "5d", "h", "1e3s", "1.2.3s", "9999999999999999999h"] {
+        for bad in [
+            "",
+            "5",
+            "true",
+            "5d",
+            "h",
+            "1e3s",
+            "1.2.3s",
+            "9999999999999999999h",
+        ] {
             assert!(parse_go_duration(bad).is_err(), "{bad:?} parsed");
         }
     }

@@ -72,7 +72,6 @@ pub fn is_owned_by_node(pod: &Pod) -> bool {
     is_owned_by(pod, "Node")
 }
 
-
 /// The kube-scheduler marked the pod `PodScheduled=False` with reason `Unschedulable`.
 pub fn failed_to_schedule(pod: &Pod) -> bool {
     pod.status

@@ -150,7 +150,9 @@ mod tests {
                              "status": {"startTime": TERMINATING}});
         let p = pod(started);
         assert!(!is_reschedulable(&p, &[], now()));
-        let later = now().checked_add(jiff::SignedDuration::from_mins(2)).unwrap();
+        let later = now()
+            .checked_add(jiff::SignedDuration::from_mins(2))
+            .unwrap();
         assert!(is_reschedulable(&p, &[], later));
         let invalid = json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "soon"}}});
         assert!(is_reschedulable(&pod(invalid), &[], now()));
@@ -189,7 +191,10 @@ mod tests {
             pdb(json!({"selector": {}, "maxUnavailable": 0})),
         ];
         for budget in &blocking {
-            assert!(!is_reschedulable(&pod(json!({})), &[budget], now()), "{budget:?}");
+            assert!(
+                !is_reschedulable(&pod(json!({})), &[budget], now()),
+                "{budget:?}"
+            );
         }
         let passing = [
             pdb(json!({"selector": web, "maxUnavailable": 1})),
@@ -198,10 +203,17 @@ mod tests {
             pdb(json!({"maxUnavailable": 0})),
         ];
         for budget in &passing {
-            assert!(is_reschedulable(&pod(json!({})), &[budget], now()), "{budget:?}");
+            assert!(
+                is_reschedulable(&pod(json!({})), &[budget], now()),
+                "{budget:?}"
+            );
         }
         let mut other_namespace = pdb(json!({"selector": web, "maxUnavailable": 0}));
         other_namespace.metadata.namespace = Some("other".into());
-        assert!(is_reschedulable(&pod(json!({})), &[&other_namespace], now()));
+        assert!(is_reschedulable(
+            &pod(json!({})),
+            &[&other_namespace],
+            now()
+        ));
     }
 }

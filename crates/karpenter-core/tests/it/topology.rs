@@ -931,7 +931,11 @@ fn topology_node_affinity_policy_honor_leaves_out_domains_of_nodes_the_pods_cann
     };
     for policy in [None, Some("Honor")] {
         let r = run(policy);
-        assert!(r.unschedulable.is_empty(), "{policy:?}: {:?}", r.unschedulable);
+        assert!(
+            r.unschedulable.is_empty(),
+            "{policy:?}: {:?}",
+            r.unschedulable
+        );
         assert_eq!(sorted_counts(&zone_counts(&r, |_| true)), vec![2, 2]);
     }
     // Ignore: the empty third zone holds the others to a skew of one each.

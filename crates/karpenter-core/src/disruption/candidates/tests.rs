@@ -443,7 +443,10 @@ fn eventual_disruption_with_termination_grace_period_ignores_pod_blocks_graceful
     );
     state.apply(pdb("web-pdb", 0, json!({})));
     assert!(verdict(&state, DisruptionClass::Eventual).is_ok());
-    assert!(matches!(rejected(&state), BlockReason::DoNotDisruptPod { .. }));
+    assert!(matches!(
+        rejected(&state),
+        BlockReason::DoNotDisruptPod { .. }
+    ));
 
     let mut without_tgp = one_node(blocked_pods);
     without_tgp.apply(pdb("web-pdb", 0, json!({})));

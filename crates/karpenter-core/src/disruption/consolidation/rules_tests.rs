@@ -21,7 +21,12 @@ fn on_demand_pool() -> Vec<karpenter_api::NodePool> {
 
 /// The hourly cost after the pass's commands: what the cluster costs minus what they save.
 fn end_cost(world: &World, pass: &crate::disruption::Pass) -> f64 {
-    world.hourly_cost() - pass.commands.iter().map(|c| c.savings_per_hour).sum::<f64>()
+    world.hourly_cost()
+        - pass
+            .commands
+            .iter()
+            .map(|c| c.savings_per_hour)
+            .sum::<f64>()
 }
 
 fn assert_cost(actual: f64, expected: f64) {
@@ -116,7 +121,11 @@ fn multi_node_still_merges_into_a_cheaper_type_than_any_candidate() {
     assert_cost(end_cost(&world, &pass), 0.10);
 }
 
-fn with_do_not_disrupt(mut p: crate::pod::Pod, value: &str, started: Option<Timestamp>) -> crate::pod::Pod {
+fn with_do_not_disrupt(
+    mut p: crate::pod::Pod,
+    value: &str,
+    started: Option<Timestamp>,
+) -> crate::pod::Pod {
     p.metadata.annotations.get_or_insert_default().insert(
         karpenter_api::well_known::DO_NOT_DISRUPT_ANNOTATION.into(),
         value.into(),
@@ -235,7 +244,10 @@ fn can_consolidate_from_on_demand_to_the_same_type_on_a_reservation() {
     )
     .with_types(&types);
     let pass = decide(&world.input());
-    let command = pass.commands.first().unwrap_or_else(|| panic!("{:?}", pass.blocked));
+    let command = pass
+        .commands
+        .first()
+        .unwrap_or_else(|| panic!("{:?}", pass.blocked));
     assert_eq!(command.decision(), Decision::Replace);
     let replacement = &command.replacements[0];
     assert_eq!(capacity_types_of(replacement), ["reserved"]);
@@ -257,7 +269,10 @@ fn can_consolidate_from_one_reserved_offering_to_a_cheaper_one() {
     .with_types(&types);
     assert_cost(world.hourly_cost(), 0.30);
     let pass = decide(&world.input());
-    let command = pass.commands.first().unwrap_or_else(|| panic!("{:?}", pass.blocked));
+    let command = pass
+        .commands
+        .first()
+        .unwrap_or_else(|| panic!("{:?}", pass.blocked));
     assert_eq!(command.decision(), Decision::Replace);
     let replacement = &command.replacements[0];
     assert_eq!(capacity_types_of(replacement), ["reserved"]);
@@ -318,7 +333,10 @@ fn can_replace_nodes_considering_the_pdb_policy_always_allow() {
     // its pod is moved like any other: a replacement is launched first.
     let world = web_pod_under_pdb("AlwaysAllow");
     let pass = decide(&world.input());
-    let command = pass.commands.first().unwrap_or_else(|| panic!("{:?}", pass.blocked));
+    let command = pass
+        .commands
+        .first()
+        .unwrap_or_else(|| panic!("{:?}", pass.blocked));
     assert_eq!(command.decision(), Decision::Replace);
     assert_eq!(command.candidates[0].reschedulable_pods, ["default/p"]);
     assert_cost(end_cost(&world, &pass), 0.10);
@@ -327,5 +345,8 @@ fn can_replace_nodes_considering_the_pdb_policy_always_allow() {
     let pass = decide(&world.input());
     assert!(pass.commands.is_empty());
     let reason = &pass.blocked.iter().find(|r| r.name == "a").unwrap().reason;
-    assert!(matches!(reason, BlockReason::PdbBlocks { .. }), "{reason:?}");
+    assert!(
+        matches!(reason, BlockReason::PdbBlocks { .. }),
+        "{reason:?}"
+    );
 }

@@ -214,7 +214,10 @@ fn drift_waits_until_the_longest_do_not_disrupt_duration_runs_out() {
         "consolidateAfter": "Never", "budgets": [{"nodes": "100%"}]}}),
     )];
     let t0 = crate::disruption::testkit::t0();
-    let at = |mins: i64| t0.checked_add(jiff::SignedDuration::from_mins(mins)).unwrap();
+    let at = |mins: i64| {
+        t0.checked_add(jiff::SignedDuration::from_mins(mins))
+            .unwrap()
+    };
     let mut world = World::new(
         pools,
         vec![node("d", "medium.4x", "on-demand", "default")],
