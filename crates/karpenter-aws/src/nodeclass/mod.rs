@@ -27,7 +27,7 @@ use karpenter_api::well_known as wk;
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_kube::timeouts::{self, API_CALL_TIMEOUT, CLOUD_CALL_TIMEOUT};
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;

@@ -393,7 +393,7 @@ impl Timeline {
                 pod: action.key.clone(),
                 node: name.to_string(),
                 forced,
-                do_not_disrupt: drain::has_do_not_disrupt(&evicted),
+                do_not_disrupt: drain::has_do_not_disrupt(&evicted, now),
                 forced_from: deadline.map(|d| {
                     d.checked_sub(SignedDuration::from_secs(grace_seconds(&evicted)))
                         .unwrap_or(d)
