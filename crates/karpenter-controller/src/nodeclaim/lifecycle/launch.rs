@@ -57,8 +57,12 @@ pub(super) async fn launch(
             let recorded = async {
                 let mut labelled = if relabelled {
                     // The main resource keeps its stored status: only the metadata changes here.
-                    timeouts::api(api(ctx).replace(&claim_name, &karpenter_kube::identity::post_params(), claim))
-                        .await?
+                    timeouts::api(api(ctx).replace(
+                        &claim_name,
+                        &karpenter_kube::identity::post_params(),
+                        claim,
+                    ))
+                    .await?
                 } else {
                     claim.clone()
                 };
