@@ -86,7 +86,8 @@ pub fn is_drainable(pod: &Pod, now: Timestamp) -> bool {
         && !is_owned_by_node(pod)
 }
 
-fn grace_seconds(pod: &Pod) -> i64 {
+/// A pod's `terminationGracePeriodSeconds`, Kubernetes' 30 s when unset, never negative.
+pub fn grace_seconds(pod: &Pod) -> i64 {
     pod.spec
         .as_ref()
         .and_then(|s| s.termination_grace_period_seconds)

@@ -4,11 +4,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn karpenter(args: &[&str], stdin: &str) -> Output {
+/// Runs the built binary from the repository root with `stdin` piped in.
+pub(crate) fn karpenter(args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_karpenter"))
         .args(args)
         .current_dir(repo())

@@ -23,7 +23,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_core::disruption::candidates::Rejection;
 use karpenter_core::disruption::{BudgetAllowance, DisruptionReason, PoolNodeCount};
-use karpenter_core::drain::{self, Action, DEFAULT_POD_GRACE_SECONDS};
+use karpenter_core::drain::{self, Action, grace_seconds};
 use karpenter_core::nodeclaim_lifecycle::termination_deadline;
 use karpenter_core::pod::{Pod, key as pod_key};
 use karpenter_core::provisioning::reschedulable::moves_with_its_node;
@@ -522,14 +522,6 @@ impl Timeline {
         }
         next
     }
-}
-
-fn grace_seconds(pod: &Pod) -> i64 {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds)
-        .unwrap_or(DEFAULT_POD_GRACE_SECONDS)
-        .max(0)
 }
 
 /// A command's decision and savings once its replacements change: an expiration that had to
