@@ -17,7 +17,7 @@ pub enum Format {
     Yaml,
 }
 
-/// `-o` of the commands that print manifests (`crds`, `convert`, `bench workload`): YAML
+/// `-o` of the commands that print manifests (`crds`, `convert`): YAML
 /// documents, or a JSON `kind: List` of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ManifestFormat {
@@ -92,6 +92,84 @@ where
     table
 }
 
+/// A report of one result as `key value` lines, the keys in a column (`bench disruption`'s table).
+pub fn key_values<K: Display, V: Display>(rows: &[(K, V)]) -> String {
+    let width = rows
+        .iter()
+        .map(|(key, _)| key.to_string().chars().count())
+        .max()
+        .unwrap_or(0);
+    rows.iter()
+        .map(|(key, value)| format!("{:<width$} {value}\n", key.to_string()))
+        .collect()
+}
+
+/// How a [`StreamedTable`] column lines up its cells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Align {
+    Left,
+    Right,
+}
+
+/// One column of a [`StreamedTable`]: its header and its width in characters.
+#[derive(Clone, Debug)]
+pub struct Column {
+    name: &'static str,
+    width: usize,
+    align: Align,
+}
+
+impl Column {
+    pub fn new(name: &'static str, width: usize, align: Align) -> Self {
+        Column { name, width, align }
+    }
+
+    fn pad(&self, cell: &str) -> String {
+        let width = self.width;
+        match self.align {
+            Align::Left => format!("{cell:<width$}"),
+            Align::Right => format!("{cell:>width$}"),
+        }
+    }
+}
+
+/// A table printed a row at a time as results arrive, for runs that take minutes (`bench
+/// scheduling`): fixed-width columns, as the house table cannot fit widths it has not seen yet,
+/// and the header before the first row.
+#[derive(Debug)]
+pub struct StreamedTable {
+    columns: Vec<Column>,
+    header_printed: bool,
+}
+
+impl StreamedTable {
+    pub fn new(columns: Vec<Column>) -> Self {
+        StreamedTable {
+            columns,
+            header_printed: false,
+        }
+    }
+
+    /// Prints one row (and the header first); cells beyond the columns are left out.
+    pub fn row<S: AsRef<str>>(&mut self, cells: &[S]) {
+        if !self.header_printed {
+            self.header_printed = true;
+            let header: Vec<&str> = self.columns.iter().map(|c| c.name).collect();
+            line(&self.format(&header));
+        }
+        line(&self.format(cells));
+    }
+
+    fn format<S: AsRef<str>>(&self, cells: &[S]) -> String {
+        self.columns
+            .iter()
+            .zip(cells)
+            .map(|(column, cell)| column.pad(cell.as_ref()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
 /// A spinner on stderr while something long runs (drawn only when stderr is a terminal); the
 /// caller clears it with `finish_and_clear`.
 pub fn spinner(message: String) -> indicatif::ProgressBar {
@@ -133,5 +211,21 @@ mod tests {
         let rendered = t.to_string();
         assert!(rendered.starts_with('┌'), "{rendered}");
         assert!(rendered.contains("│ A ┆ B │"), "{rendered}");
+    }
+
+    #[test]
+    fn streamed_rows_keep_their_column_widths() {
+        let table = StreamedTable::new(vec![
+            Column::new("name", 6, Align::Left),
+            Column::new("n", 4, Align::Right),
+        ]);
+        assert_eq!(table.format(&["name", "n"]), "name      n");
+        assert_eq!(table.format(&["ab", "12345"]), "ab     12345");
+    }
+
+    #[test]
+    fn key_values_line_up_the_values() {
+        let report = key_values(&[("nodes", "3"), ("decide pass", "0.1 s")]);
+        assert_eq!(report, "nodes       3\ndecide pass 0.1 s\n");
     }
 }

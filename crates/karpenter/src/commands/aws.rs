@@ -4,8 +4,10 @@
 
 use std::process::ExitCode;
 
-use crate::aws_iam as iam;
 use anyhow::Context;
+
+use crate::aws_iam as iam;
+use crate::output;
 
 /// Flags of `karpenter aws`.
 #[derive(Debug, clap::Args)]
@@ -72,7 +74,7 @@ fn iam_command(args: IamArgs) -> anyhow::Result<ExitCode> {
     if args.cluster_name.trim().is_empty() {
         anyhow::bail!("--cluster-name must not be empty");
     }
-    let text = match args.output {
+    match args.output {
         IamOutput::Json => {
             let queue = args
                 .interruption_queue
@@ -85,16 +87,12 @@ fn iam_command(args: IamArgs) -> anyhow::Result<ExitCode> {
                 &args.cluster_name,
                 queue,
             );
-            let mut text = serde_json::to_string_pretty(&iam::controller_policy(&scope))
-                .context("rendering the policy")?;
-            text.push('\n');
-            text
+            output::json(&iam::controller_policy(&scope)).context("printing the policy")?;
         }
         IamOutput::Cloudformation => {
-            serde_saphyr::to_string(&iam::cloudformation_template(&args.cluster_name))
-                .context("rendering the CloudFormation template")?
+            output::yaml(&iam::cloudformation_template(&args.cluster_name))
+                .context("printing the CloudFormation template")?;
         }
-    };
-    print!("{text}");
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,6 +1,7 @@
 //! `karpenter bench scheduling`: upstream's scheduling benchmark workload, timed.
-//! `karpenter bench controller`: the controller process's time and memory on N pending pods
-//! (see `bench_controller`).
+//! `karpenter bench disruption`: one disruption pass over a large cluster (`bench_disruption`).
+//! Both need only the core; the controller benchmark, which needs a cluster (the test API
+//! server), is the dev tool `karpenter-bench` (crates/karpenter-bench), not part of this binary.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -9,7 +10,7 @@ use karpenter_core::scheduling::benchmark;
 use karpenter_core::scheduling::{PreferencePolicy, Scheduler};
 use serde::Serialize;
 
-use crate::output::{self, Format, ManifestFormat};
+use crate::output::{self, Align, Column, Format, StreamedTable};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -21,28 +22,9 @@ pub struct Args {
 pub enum Target {
     /// Time the provisioning scheduler on upstream's benchmark workload (400 instance types).
     Scheduling(SchedulingArgs),
-    /// Run the sim controller (a child process) on the test API server with N pending pods in
-    /// Deployments; report nodes, time to all bound and the controller's peak memory.
-    Controller(super::bench_controller::ControllerArgs),
-    /// Print `bench controller`'s workload (Deployments, NodePool, EC2NodeClass) as YAML, for
-    /// `karpenter simulate -f -`.
-    Workload(WorkloadArgs),
     /// Time one full disruption pass (`decide`) over a large simulated cluster (1,000 nodes,
     /// 10,000 pods by default): candidates evaluated, commands found, peak memory.
     Disruption(super::bench_disruption::DisruptionBenchArgs),
-}
-
-#[derive(Debug, clap::Args)]
-pub struct WorkloadArgs {
-    /// Pods in all (replicas of the Deployments).
-    #[arg(long, default_value_t = 2000, value_parser = pod_count)]
-    pub pods: usize,
-    /// Seed for the Deployment mix.
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
-    /// Output format: multi-document YAML, or a JSON list (`kind: List`), as `convert` prints.
-    #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
-    pub output: ManifestFormat,
 }
 
 /// A pod count of at least one: a benchmark of nothing measures nothing.
@@ -144,77 +126,34 @@ fn unreachable_row(workload: &str) -> Row {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.target {
         Target::Scheduling(args) => run_scheduling(args),
-        Target::Controller(args) => run_controller(&args),
         Target::Disruption(args) => super::bench_disruption::run(&args),
-        Target::Workload(args) => {
-            let manifests = super::bench_controller::workload_manifests(args.pods, args.seed);
-            match args.output {
-                ManifestFormat::Yaml => {
-                    let documents = manifests
-                        .iter()
-                        .map(serde_saphyr::to_string)
-                        .collect::<Result<Vec<_>, _>>()?;
-                    output::yaml_documents(&documents);
-                }
-                ManifestFormat::Json => output::json(
-                    &serde_json::json!({ "apiVersion": "v1", "kind": "List", "items": manifests }),
-                )?,
-            }
-            Ok(ExitCode::SUCCESS)
-        }
     }
 }
 
-fn run_controller(args: &super::bench_controller::ControllerArgs) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let report = runtime.block_on(super::bench_controller::measure(args))?;
-    output::render(args.format(), &report, controller_table)?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn controller_table(report: &super::bench_controller::ControllerReport) -> String {
-    let kib = |v: Option<u64>| {
-        v.map_or("n/a".to_string(), |k| {
-            format!("{:.1} MiB", k as f64 / 1024.0)
-        })
-    };
-    [
-        format!("pods                 {}", report.pods),
-        format!("deployments          {}", report.deployments),
-        format!("nodes                {}", report.nodes),
-        format!("nodeclaims           {}", report.node_claims),
-        format!("all bound after      {:.1} s", report.seconds_to_all_bound),
-        format!("controller idle RSS  {}", kib(report.idle_rss_kib)),
-        format!("controller peak RSS  {} (VmHWM)", kib(report.peak_rss_kib)),
-        format!("controller final RSS {}", kib(report.final_rss_kib)),
-    ]
-    .iter()
-    .map(|line| format!("{line}\n"))
-    .collect()
-}
-
 fn run_scheduling(args: SchedulingArgs) -> anyhow::Result<ExitCode> {
-    // The table streams a row per run as it ends; JSON and YAML print the rows at the end.
-    let table = args.output == Format::Table;
+    // The table streams a row per run as it ends (a full sweep takes minutes); JSON and YAML
+    // print the rows at the end.
+    let mut streamed = (args.output == Format::Table).then(scheduling_table);
     let sizes = if args.pods.is_empty() {
         vec![1, 50, 100, 500, 1000, 1500, 2000, 5000, 10000, 20000]
     } else {
         args.pods.clone()
     };
     let mut rows = Vec::new();
+    let mut record = |row: Row| {
+        if let Some(table) = streamed.as_mut() {
+            table.row(&row_cells(&row));
+        }
+        rows.push(row);
+    };
     for &n in &sizes {
         let pods = benchmark::diverse_pods(n, args.seed);
-        rows.push(measure(
+        record(measure(
             "diverse",
             &pods,
             PreferencePolicy::Respect,
             args.repeat,
         ));
-        if table {
-            print_row(rows.last(), rows.len() == 1);
-        }
     }
     if args.run_preferences() {
         let pods = benchmark::preference_pods(4000, args.seed);
@@ -222,22 +161,11 @@ fn run_scheduling(args: SchedulingArgs) -> anyhow::Result<ExitCode> {
             ("respect-preferences", PreferencePolicy::Respect),
             ("ignore-preferences", PreferencePolicy::Ignore),
         ] {
-            rows.push(measure(name, &pods, policy, args.repeat));
-            if table {
-                print_row(rows.last(), rows.len() == 1);
-            }
+            record(measure(name, &pods, policy, args.repeat));
         }
     }
-    if !table {
-        output::render(args.output, &rows, |_| String::new())?;
-    } else {
-        let pods: usize = rows.iter().map(|r| r.pods).sum();
-        let seconds: f64 = rows.iter().map(|r| r.seconds).sum();
-        output::line(&format!(
-            "total: {pods} pods in {seconds:.3}s ({:.0} pods/s)",
-            pods as f64 / seconds.max(1e-9)
-        ));
-    }
+    // The table's rows are out already: its rendering is the total line.
+    output::render(args.output, &rows, |rows| total_line(rows))?;
     let failed = rows
         .iter()
         .any(|r| r.unschedulable > 0 || wrong_node_count(r).is_some());
@@ -260,26 +188,42 @@ fn run_scheduling(args: SchedulingArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+fn scheduling_table() -> StreamedTable {
+    StreamedTable::new(vec![
+        Column::new("workload", 20, Align::Left),
+        Column::new("pods", 7, Align::Right),
+        Column::new("nodeclaims", 11, Align::Right),
+        Column::new("unschedulable", 13, Align::Right),
+        Column::new("seconds", 10, Align::Right),
+        Column::new("pods/s", 12, Align::Right),
+    ])
+}
+
+fn row_cells(row: &Row) -> [String; 6] {
+    [
+        row.workload.clone(),
+        row.pods.to_string(),
+        row.node_claims.to_string(),
+        row.unschedulable.to_string(),
+        format!("{:.4}", row.seconds),
+        format!("{:.0}", row.pods_per_second),
+    ]
+}
+
+fn total_line(rows: &[Row]) -> String {
+    let pods: usize = rows.iter().map(|r| r.pods).sum();
+    let seconds: f64 = rows.iter().map(|r| r.seconds).sum();
+    format!(
+        "total: {pods} pods in {seconds:.3}s ({:.0} pods/s)\n",
+        pods as f64 / seconds.max(1e-9)
+    )
+}
+
 /// Upstream's invariant for the diverse mix: one node per hostname anti-affinity pod (pods / 5;
 /// fewer than five pods are all generic and share one node). The expected count when violated.
 fn wrong_node_count(row: &Row) -> Option<usize> {
     let expected = (row.pods / 5).max(row.pods.min(1));
     (row.workload == "diverse" && row.node_claims != expected).then_some(expected)
-}
-
-fn print_row(row: Option<&Row>, header: bool) {
-    if header {
-        output::line(&format!(
-            "{:<20} {:>7} {:>11} {:>13} {:>10} {:>12}",
-            "workload", "pods", "nodeclaims", "unschedulable", "seconds", "pods/s"
-        ));
-    }
-    if let Some(r) = row {
-        output::line(&format!(
-            "{:<20} {:>7} {:>11} {:>13} {:>10.4} {:>12.0}",
-            r.workload, r.pods, r.node_claims, r.unschedulable, r.seconds, r.pods_per_second
-        ));
-    }
 }
 
 #[cfg(test)]

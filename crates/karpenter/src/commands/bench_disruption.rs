@@ -148,9 +148,7 @@ fn table(report: &DisruptionBenchReport) -> String {
             }),
         ),
     ];
-    rows.iter()
-        .map(|(key, value)| format!("{key:<22} {value}\n"))
-        .collect()
+    output::key_values(&rows)
 }
 
 pub fn measure(args: &DisruptionBenchArgs) -> anyhow::Result<DisruptionBenchReport> {
@@ -258,8 +256,15 @@ pub fn measure(args: &DisruptionBenchArgs) -> anyhow::Result<DisruptionBenchRepo
         commands: pass.commands.len(),
         disrupted_nodes: pass.commands.iter().map(|c| c.candidates.len()).sum(),
         blocked: pass.blocked.len(),
-        peak_rss_kib: super::bench_controller::memory_kib(std::process::id()).0,
+        peak_rss_kib: peak_rss_kib(),
     })
+}
+
+/// This process's peak resident memory (`VmHWM` in `/proc/self/status`, KiB; Linux only).
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let value = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+    value.trim().trim_end_matches("kB").trim().parse().ok()
 }
 
 fn node_objects(

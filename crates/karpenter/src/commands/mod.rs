@@ -2,7 +2,6 @@
 
 pub mod aws;
 pub mod bench;
-mod bench_controller;
 mod bench_disruption;
 pub mod controller;
 mod controller_aws;

@@ -1,34 +1,33 @@
-//! `karpenter bench controller` end to end on a small workload, so the harness cannot rot: the
+//! `karpenter-bench controller` (crates/karpenter-bench, a dev tool outside this binary) end to
+//! end on a small workload and on the binary these tests build, so the harness cannot rot: the
 //! API server, the controller child process and the harness's binder must still work together,
 //! and the report must carry every field. Nothing here is timed.
 
+use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 
+use karpenter_bench::{ControllerOptions, to_yaml_documents, workload_manifests};
 use serde_json::Value;
 
 #[test]
 fn bench_controller_binds_fifty_pods_and_reports_the_controllers_memory() {
-    let output = Command::new(env!("CARGO_BIN_EXE_karpenter"))
-        .args([
-            "bench",
-            "controller",
-            "--pods",
-            "50",
-            "-o",
-            "json",
-            "--timeout",
-            "300",
-        ])
-        .output()
+    let options = ControllerOptions {
+        pods: 50,
+        seed: 42,
+        timeout: Duration::from_secs(300),
+        karpenter: PathBuf::from(env!("CARGO_BIN_EXE_karpenter")),
+        controller_prefix: None,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "bench controller failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        output.status
-    );
-    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let report = runtime
+        .block_on(karpenter_bench::measure(&options))
+        .unwrap_or_else(|err| panic!("bench controller failed: {err:#}"));
+    // The JSON shape `karpenter-bench controller -o json` prints (docs/benchmarks.md).
+    let report = serde_json::to_value(&report).unwrap();
     let number = |field: &str| {
         report[field]
             .as_f64()
@@ -58,19 +57,15 @@ fn bench_controller_binds_fifty_pods_and_reports_the_controllers_memory() {
     }
 }
 
-/// `bench workload` prints the same mix as manifests that `simulate` plans in full.
+/// `karpenter-bench workload` prints the same mix as manifests that `simulate` plans in full.
 #[test]
 fn bench_workload_manifests_simulate_with_every_pod_placed() {
-    let workload = Command::new(env!("CARGO_BIN_EXE_karpenter"))
-        .args(["bench", "workload", "--pods", "60"])
-        .output()
-        .unwrap();
-    assert!(workload.status.success());
+    let manifests = workload_manifests(60, 42);
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("bench-workload-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("workload.yaml");
-    std::fs::write(&file, &workload.stdout).unwrap();
+    std::fs::write(&file, to_yaml_documents(&manifests).unwrap()).unwrap();
     let plan = Command::new(env!("CARGO_BIN_EXE_karpenter"))
         .args(["simulate", "-o", "json", "-f"])
         .arg(&file)

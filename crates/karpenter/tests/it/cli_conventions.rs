@@ -87,24 +87,6 @@ fn bench_disruption_takes_dash_o_and_still_reads_json() {
 }
 
 #[test]
-fn bench_workload_prints_json_as_a_list() {
-    let (json, _) = succeeded(&karpenter(
-        &["bench", "workload", "--pods", "12", "-o", "json"],
-        "",
-    ));
-    let list: Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(list["kind"], "List");
-    let replicas: i64 = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["kind"] == "Deployment")
-        .map(|d| d["spec"]["replicas"].as_i64().unwrap())
-        .sum();
-    assert_eq!(replicas, 12);
-}
-
-#[test]
 fn crds_take_dash_o_json() {
     let (json, _) = succeeded(&karpenter(&["crds", "-o", "json"], ""));
     let list: Value = serde_json::from_str(&json).unwrap();

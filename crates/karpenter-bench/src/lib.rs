@@ -1,0 +1,15 @@
+//! The controller benchmark harness, a dev tool outside the shipped `karpenter` binary (so the
+//! binary does not link the test API server). `karpenter-bench controller` measures a
+//! `karpenter controller` child process on N pending pods; `karpenter-bench workload` prints the
+//! same workload as manifests for `karpenter simulate`. See docs/benchmarks.md.
+//!
+//! A library too, so `karpenter`'s integration tests run the harness on the binary they built.
+
+mod binder;
+pub mod controller;
+mod process;
+pub mod workload;
+
+pub use controller::{ControllerOptions, ControllerReport, measure};
+pub use process::memory_kib;
+pub use workload::{to_json_list, to_yaml_documents, workload_manifests};
