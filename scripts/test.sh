@@ -12,6 +12,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+# The output snapshots (crates/karpenter/tests/it/snapshots.rs) are compared, never written: a
+# difference fails the test and leaves no `.snap.new` behind. To accept a deliberate change, run
+# the tests once with INSTA_UPDATE=always and review the diff of the `.snap` files.
+export INSTA_UPDATE=no
+
 STEP_LOG_DIR="$(mktemp -d -t karpenter-test.XXXXXX)"
 STEP_NAMES=()
 STEP_RESULTS=()

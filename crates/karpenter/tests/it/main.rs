@@ -22,3 +22,4 @@ mod getting_started;
 mod no_aws_feature;
 mod simulate;
 mod simulate_disruption;
+mod snapshots;
