@@ -203,4 +203,3 @@ pub async fn measure(args: &ControllerOptions) -> anyhow::Result<ControllerRepor
     let _ = std::fs::remove_dir_all(&dir);
     Ok(report)
 }
-

@@ -211,7 +211,10 @@ mod tests {
         let table = controller_table(&report);
         assert!(table.contains("all bound after      12.3 s\n"), "{table}");
         assert!(table.contains("controller idle RSS  2.0 MiB\n"), "{table}");
-        assert!(table.contains("controller peak RSS  n/a (VmHWM)\n"), "{table}");
+        assert!(
+            table.contains("controller peak RSS  n/a (VmHWM)\n"),
+            "{table}"
+        );
         assert_eq!(table.lines().count(), 8);
     }
 }

@@ -260,7 +260,6 @@ pub fn node_class() -> Value {
     })
 }
 
-
 #[cfg(test)]
 mod tests {
     use karpenter_core::pod::Pod;
@@ -317,11 +316,13 @@ mod tests {
     fn the_yaml_stream_has_one_document_per_manifest() {
         let manifests = workload_manifests(12, 42);
         let yaml = to_yaml_documents(&manifests).unwrap();
-        assert!(yaml.starts_with("---\napiVersion: karpenter.k8s.aws/v1\n"), "{yaml}");
+        assert!(
+            yaml.starts_with("---\napiVersion: karpenter.k8s.aws/v1\n"),
+            "{yaml}"
+        );
         assert_eq!(
             yaml.lines().filter(|l| *l == "---").count(),
             manifests.len()
         );
     }
-
 }

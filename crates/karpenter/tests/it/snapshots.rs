@@ -299,7 +299,14 @@ fn aws_iam_in_each_variant() {
     );
     snapshot_run(
         "aws_iam__cloudformation",
-        &["aws", "iam", "--cluster-name", "demo", "-o", "cloudformation"],
+        &[
+            "aws",
+            "iam",
+            "--cluster-name",
+            "demo",
+            "-o",
+            "cloudformation",
+        ],
     );
     snapshot_run(
         "aws_iam__error__empty_cluster_name",
@@ -314,14 +321,7 @@ fn aws_iam_in_each_variant() {
 
 #[test]
 fn bench_reports_in_every_format_with_timings_redacted() {
-    let scheduling = [
-        "bench",
-        "scheduling",
-        "--pods",
-        "10,25",
-        "--repeat",
-        "1",
-    ];
+    let scheduling = ["bench", "scheduling", "--pods", "10,25", "--repeat", "1"];
     let disruption = ["bench", "disruption", "--nodes", "12"];
     for (format, extra) in [
         ("table", &[][..]),
