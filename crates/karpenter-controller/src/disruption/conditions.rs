@@ -21,7 +21,8 @@ use karpenter_api::v1::{
 use karpenter_api::well_known::NODEPOOL_LABEL;
 use karpenter_core::disruption::ProviderDrift;
 use karpenter_core::disruption::candidates::{DisruptionClass, candidates};
-use karpenter_core::disruption::drift::{DriftContext, drift_reason};
+use karpenter_core::disruption::command::DriftContext;
+use karpenter_core::disruption::drift::drift_reason;
 use karpenter_core::disruption::emptiness::consolidation_block;
 use karpenter_core::instance_type::InstanceType;
 use karpenter_kube::{is_conflict, is_not_found};
