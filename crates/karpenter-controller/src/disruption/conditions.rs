@@ -29,6 +29,7 @@ use karpenter_kube::{is_conflict, is_not_found};
 use kube::{Api, ResourceExt};
 
 use crate::context::Context;
+use crate::writes::Leader;
 use crate::timeouts;
 
 /// The `Consolidatable` writes the state calls for: NodeClaim name → wanted (`true`: set
@@ -59,7 +60,7 @@ pub fn consolidatable_changes(
 /// Writes the `Consolidatable` changes (a conflict or a vanished NodeClaim just waits for the
 /// next pass).
 pub async fn update_consolidatable(
-    ctx: &Context,
+    ctx: &Leader,
     instance_types: &BTreeMap<String, Vec<Arc<InstanceType>>>,
 ) {
     for (name, wanted) in consolidatable_changes(ctx, instance_types) {
@@ -128,7 +129,7 @@ pub fn drifted_changes(
 
 /// Writes the `Drifted` changes (see [`drifted_changes`]).
 pub async fn update_drifted(
-    ctx: &Context,
+    ctx: &Leader,
     instance_types: &BTreeMap<String, Vec<Arc<InstanceType>>>,
     provider_drift: &ProviderDrift,
 ) {
@@ -139,7 +140,7 @@ pub async fn update_drifted(
 
 /// Sets condition `type_` to `True` with `reason` (or removes it for `None`) on the NodeClaim as
 /// the state holds it; a conflict or a vanished NodeClaim just waits for the next pass.
-async fn write_condition(ctx: &Context, name: &str, type_: &str, reason: Option<String>) {
+async fn write_condition(ctx: &Leader, name: &str, type_: &str, reason: Option<String>) {
     let Some(mut claim) = ctx.state.read().nodeclaim(name).cloned() else {
         return;
     };
@@ -160,7 +161,7 @@ async fn write_condition(ctx: &Context, name: &str, type_: &str, reason: Option<
             status.clear_condition(type_);
         }
     }
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let api: Api<NodeClaim> = Api::all(ctx.writer());
     match timeouts::api(api.replace_status(name, &karpenter_kube::identity::post_params(), &claim))
         .await
     {

@@ -17,7 +17,7 @@ use karpenter_api::well_known as wk;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_controller::provisioning::CoreScheduler;
 use karpenter_controller::run::{Options, ProviderTask, RunningController};
-use karpenter_controller::state::pod::node_name;
+use karpenter_core::pod::node_name;
 use karpenter_controller::{Context, Settings};
 use karpenter_core::cloud_provider::{
     CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::well_known as wk;
 use karpenter_controller::provisioning::CoreScheduler;
-use karpenter_controller::state::pod::node_name;
+use karpenter_core::pod::node_name;
 use karpenter_core::pod::Pod;
 use karpenter_core::pod::effective_requests as pod_requests;
 use karpenter_core::resources::{Quantity, ResourceList};

@@ -9,7 +9,7 @@ use jiff::Timestamp;
 use karpenter_api::NodeClaim;
 use karpenter_api::well_known as wk;
 use karpenter_controller::provisioning::CoreScheduler;
-use karpenter_controller::state::Kind;
+use karpenter_core::state::Kind;
 use karpenter_controller::{Context, Settings, TokioClock};
 use karpenter_core::clock::Clock;
 use karpenter_sim::SimCloudProvider;

@@ -12,7 +12,7 @@ use karpenter_api::NodeClaim;
 use karpenter_api::well_known as wk;
 use karpenter_controller::provisioning::{Solver, solver::NoScheduler};
 use karpenter_controller::run::{Options, RunningController};
-use karpenter_controller::state::pod::node_name;
+use karpenter_core::pod::node_name;
 use karpenter_controller::{Context, Settings, TokioClock};
 use karpenter_core::clock::Clock;
 use karpenter_core::instance_type::{InstanceType, Offering};
