@@ -12,11 +12,11 @@ use karpenter_core::cloud_provider::CloudProvider;
 use tokio::sync::{Notify, watch};
 
 use crate::events::Events;
-use crate::writes::{self, CloudReads, Leader, Terms};
 use crate::metrics::Metrics;
 use crate::provisioning::{Batcher, Solver, Trigger};
 use crate::settings::Settings;
 use crate::state::SharedState;
+use crate::writes::{self, CloudReads, Leader, Terms};
 
 /// A [`Clock`] that reads tokio's clock, offset from a fixed epoch. Under
 /// `#[tokio::test(start_paused = true)]` tokio's auto-advance moves timers and timestamps

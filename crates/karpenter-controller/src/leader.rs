@@ -205,7 +205,8 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
         return;
     }
     let config = LeaseConfig::from_settings(&ctx.settings);
-    let mut elector = LeaderElector::new(ctx.raw_client().clone(), config.clone(), ctx.clock.clone());
+    let mut elector =
+        LeaderElector::new(ctx.raw_client().clone(), config.clone(), ctx.clock.clone());
     // When the last successful round was sent; leading is only valid until + renew_deadline.
     let mut renewed_at: Option<Instant> = None;
     loop {

@@ -170,8 +170,8 @@ impl RunningController {
             .into_iter()
             .map(|task| {
                 let future = (task.start)(ProviderTaskContext {
-                    // Providers' tasks gate their own writes (the sim kubelet writes as kubelets
-                    // do, on every replica).
+                    // The raw client: a provider's task follows `leadership` itself (it writes
+                    // only while leading, see docs/controller.md "Writing a provider").
                     client: ctx.raw_client().clone(),
                     leadership: ctx.leadership(),
                     shutdown: shutdown_rx.clone(),

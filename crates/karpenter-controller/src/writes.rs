@@ -14,8 +14,8 @@
 use std::future::Future;
 use std::ops::Deref;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 
 use http::{Method, Request, Response};
@@ -40,11 +40,13 @@ pub struct NotLeader(&'static str);
 
 /// The terms of this replica as the lease task opens and closes them: `Some(term)` while it
 /// leads.
-#[derive(Debug)]
 pub(crate) struct Terms {
     tx: watch::Sender<Option<Term>>,
     /// The last term opened, so a term taken again is a new one.
     opened: AtomicU64,
+    /// The writer client of the open term, built once per term (a client spawns its buffer
+    /// task, so not once per [`Leader`]).
+    writer: Mutex<Option<(Term, kube::Client)>>,
 }
 
 impl Terms {
@@ -53,6 +55,7 @@ impl Terms {
         Terms {
             tx: watch::Sender::new(leading.then_some(1)),
             opened: AtomicU64::new(u64::from(leading)),
+            writer: Mutex::new(None),
         }
     }
 
@@ -78,6 +81,19 @@ impl Terms {
 
     fn subscribe(&self) -> watch::Receiver<Option<Term>> {
         self.tx.subscribe()
+    }
+
+    /// The client that writes while `term` is open.
+    fn writer(&self, raw: &kube::Client, term: Term) -> kube::Client {
+        let mut cached = karpenter_kube::lock(&self.writer);
+        match cached.as_ref() {
+            Some((built_for, client)) if *built_for == term => client.clone(),
+            _ => {
+                let client = gated(raw, Allow::During(term, self.subscribe()));
+                *cached = Some((term, client.clone()));
+                client
+            }
+        }
     }
 }
 
@@ -235,12 +251,11 @@ impl Leader {
     /// The writer of the term open now, if this replica leads.
     pub(crate) fn of(ctx: &Arc<Context>, raw: &kube::Client, terms: &Terms) -> Option<Self> {
         let term = terms.current()?;
-        let subscribed = terms.subscribe();
         Some(Leader {
             ctx: ctx.clone(),
-            writer: gated(raw, Allow::During(term, subscribed.clone())),
+            writer: terms.writer(raw, term),
             term,
-            terms: subscribed,
+            terms: terms.subscribe(),
         })
     }
 
@@ -312,7 +327,10 @@ mod tests {
         assert!(!first.permits(), "losing the lease revokes the term");
         terms.set_leading(true);
         assert_eq!(terms.current(), Some(2));
-        assert!(!first.permits(), "a later term does not revive an earlier one");
+        assert!(
+            !first.permits(),
+            "a later term does not revive an earlier one"
+        );
         assert!(Allow::During(2, terms.subscribe()).permits());
         assert!(!Allow::Nothing.permits());
         let events = Allow::WhileLeading(terms.subscribe());

@@ -29,8 +29,8 @@ use karpenter_kube::{is_conflict, is_not_found};
 use kube::{Api, ResourceExt};
 
 use crate::context::Context;
-use crate::writes::Leader;
 use crate::timeouts;
+use crate::writes::Leader;
 
 /// The `Consolidatable` writes the state calls for: NodeClaim name → wanted (`true`: set
 /// `True`; `false`: clear).

@@ -11,10 +11,10 @@ use karpenter_kube::is_not_found;
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 
-use crate::writes::Leader;
 use crate::metrics::NodeClaimDisruptedLabels;
 use crate::nodeclaim::is_managed;
 use crate::timeouts;
+use crate::writes::Leader;
 
 /// Deletes every expired NodeClaim this provider manages; returns the next instant one expires
 /// (when the loop should look again).

@@ -13,8 +13,8 @@
 //! loses that in-memory mark; the loop's [`clean_leftovers`] then untaints whatever a command
 //! left behind, as upstream's does.
 
-use std::sync::Arc;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -30,13 +30,13 @@ use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 
 use crate::context::Context;
-use crate::writes::Leader;
 use crate::events::{
     EventRecord, EventType, REASON_DISRUPTION_LAUNCHING, REASON_DISRUPTION_TERMINATING,
     REASON_DISRUPTION_WAITING_READINESS,
 };
 use crate::metrics::{DisruptionDecisionLabels, NodeClaimDisruptedLabels};
 use crate::timeouts;
+use crate::writes::Leader;
 
 /// How long the replacements may take to initialize before the command is rolled back
 /// (upstream: clamp(80 ms × commands, 10 min, 1 h); a controller runs few commands at once).

@@ -19,11 +19,11 @@ use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 
 use crate::context::Context;
-use crate::writes::Leader;
 use crate::events::{EventRecord, EventType, REASON_NODE_REPAIR_BLOCKED};
 use crate::metrics::NodeClaimDisruptedLabels;
 use crate::nodeclaim::{is_managed, rfc3339};
 use crate::timeouts;
+use crate::writes::Leader;
 
 /// The metric reason of a repair (upstream `UnhealthyReason`).
 pub const UNHEALTHY_REASON: &str = "unhealthy";

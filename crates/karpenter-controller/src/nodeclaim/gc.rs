@@ -27,9 +27,9 @@ use tokio::sync::watch;
 
 use super::is_managed;
 use crate::context::Context;
-use crate::writes::Leader;
 use crate::metrics::NodeClaimDisruptedLabels;
 use crate::timeouts;
+use crate::writes::Leader;
 
 /// Upstream runs NodeClaim garbage collection every 2 minutes.
 pub const GC_PERIOD: Duration = Duration::from_secs(120);

@@ -21,7 +21,6 @@ use crate::backoff::BackoffPolicy;
 use crate::context::Context;
 use crate::workers::{MAX_CONCURRENT_RECONCILES, Workers, run_reconciler};
 
-
 /// How often every NodeClaim is reconciled (upstream requeues registration/initialization and
 /// instance-termination polls at 1–5 s; one period keeps the loop simple). A NodeClaim whose
 /// reconcile failed waits out its own backoff instead (1 s → 5 min).
@@ -57,9 +56,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
         BackoffPolicy::RECONCILE,
         MAX_CONCURRENT_RECONCILES,
     );
-    run_reconciler(ctx, shutdown, workers, RECONCILE_PERIOD, |leader, workers| {
-        lifecycle::start_reconciles(leader, workers);
-    })
+    run_reconciler(
+        ctx,
+        shutdown,
+        workers,
+        RECONCILE_PERIOD,
+        |leader, workers| {
+            lifecycle::start_reconciles(leader, workers);
+        },
+    )
     .await;
 }
 

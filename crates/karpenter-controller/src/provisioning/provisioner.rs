@@ -11,15 +11,14 @@ use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::instance_type::InstanceType;
 use karpenter_core::nodepool::{exceeded_limit, limits, usage};
 use karpenter_core::pod::{Pod, key as pod_key};
-use karpenter_core::state::ClusterState;
 use karpenter_core::provisioning::{self as pipeline, Snapshot, nodeclaim};
 use karpenter_core::scheduling::{SchedulerOptions, SchedulingResults};
+use karpenter_core::state::ClusterState;
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
 use super::batcher::Batcher;
 use crate::context::Context;
-use crate::writes::Leader;
 use crate::events::{
     EventRecord, EventType, REASON_FAILED_SCHEDULING, REASON_NOMINATED, kind_name,
 };
@@ -27,6 +26,7 @@ use crate::metrics::{ControllerLabels, NodeClaimCreatedLabels};
 use crate::nodepool;
 use crate::settings::Settings;
 use crate::timeouts;
+use crate::writes::Leader;
 
 /// How often still-provisionable pods re-trigger the batcher (upstream requeues every 10 s).
 pub const RETRIGGER_PERIOD: Duration = Duration::from_secs(10);

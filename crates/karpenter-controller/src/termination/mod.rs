@@ -27,9 +27,7 @@ use karpenter_core::cloud_provider::CloudError;
 use karpenter_core::node::{node_is_ready, node_provider_id};
 use karpenter_core::pod::Pod;
 use karpenter_core::taints::NO_SCHEDULE;
-use karpenter_kube::{
-    delete_ignoring_not_found, is_conflict, is_not_found, lock, status_code,
-};
+use karpenter_kube::{delete_ignoring_not_found, is_conflict, is_not_found, lock, status_code};
 use kube::api::{DeleteParams, EvictParams, Preconditions};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
@@ -123,9 +121,15 @@ pub fn drain_reason(claim: Option<&NodeClaim>) -> String {
 pub async fn run(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
     let terminator = Arc::new(Terminator::default());
     let workers = Workers::new("node", BackoffPolicy::RECONCILE, MAX_CONCURRENT_RECONCILES);
-    run_reconciler(ctx, shutdown, workers, RECONCILE_PERIOD, |leader, workers| {
-        terminator.start_reconciles(leader, workers);
-    })
+    run_reconciler(
+        ctx,
+        shutdown,
+        workers,
+        RECONCILE_PERIOD,
+        |leader, workers| {
+            terminator.start_reconciles(leader, workers);
+        },
+    )
     .await;
 }
 

@@ -160,7 +160,13 @@ async fn a_follower_sends_no_writes_and_a_write_that_forgot_to_ask_is_refused() 
     assert!(refused(label_nodepool(b.ctx.client.clone(), "b").await));
     assert!(refused(label_nodepool(a.ctx.client.clone(), "a").await));
     let pool: NodePool = server.get(None, "default").unwrap();
-    assert!(!pool.metadata.labels.unwrap_or_default().contains_key("written-by"));
+    assert!(
+        !pool
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key("written-by")
+    );
 
     let follower_writes = writes_of(&server, "replica-b", 0);
     assert!(follower_writes.is_empty(), "{follower_writes:?}");
@@ -212,7 +218,10 @@ async fn losing_the_lease_revokes_the_writer_and_stops_writes() {
     while !a.ctx.is_leader() {
         advance(Duration::from_millis(500)).await;
         waited += Duration::from_millis(500);
-        assert!(waited < Duration::from_secs(30), "A did not take the lease again");
+        assert!(
+            waited < Duration::from_secs(30),
+            "A did not take the lease again"
+        );
     }
     let again = a.ctx.leader().expect("A leads again");
     assert!(again.term() > leader.term());

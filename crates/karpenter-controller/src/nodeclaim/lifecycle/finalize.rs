@@ -14,10 +14,10 @@ use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 
 use super::{api, nodes_for, remember, write_status};
-use crate::writes::Leader;
 use crate::metrics::{NodeClaimLabels, NodePoolLabels, seconds_since};
 use crate::nodeclaim::{has_finalizer, name, rfc3339};
 use crate::timeouts;
+use crate::writes::Leader;
 
 /// The NodeClaim finalizer: deadline annotation, delete the Node (its finalizer drains), then
 /// terminate the instance until the provider says it is gone, then let the NodeClaim go.

@@ -13,9 +13,9 @@ use karpenter_kube::{is_conflict, is_not_found};
 use kube::{Api, ResourceExt};
 
 use super::{remember, resync};
-use crate::writes::Leader;
 use crate::nodeclaim::name;
 use crate::timeouts;
+use crate::writes::Leader;
 
 pub(super) async fn initialize(
     ctx: &Leader,

@@ -15,11 +15,11 @@ use kube::api::DeleteParams;
 use super::{
     REASON_INSUFFICIENT_CAPACITY, REASON_NODECLASS_NOT_READY, api, kube_err, remember, resync,
 };
-use crate::writes::Leader;
 use crate::events::{EventRecord, EventType};
 use crate::metrics::NodeClaimDisruptedLabels;
 use crate::nodeclaim::name;
 use crate::timeouts;
+use crate::writes::Leader;
 
 pub(super) enum LaunchOutcome {
     Launched,

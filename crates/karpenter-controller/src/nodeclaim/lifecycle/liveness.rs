@@ -6,8 +6,8 @@ use karpenter_api::NodeClaim;
 use karpenter_core::nodeclaim_lifecycle::liveness_verdict;
 
 use super::launch::delete_claim;
-use crate::writes::Leader;
 use crate::nodeclaim::name;
+use crate::writes::Leader;
 
 pub(super) async fn check_liveness(
     ctx: &Leader,

@@ -14,7 +14,6 @@ mod launch;
 mod liveness;
 mod registration;
 
-
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::well_known::TERMINATION_FINALIZER;
 use karpenter_api::{NodeClaim, NodeClaimStatus};
@@ -27,9 +26,9 @@ use kube::{Api, ResourceExt};
 
 use super::{has_finalizer, is_managed, name};
 use crate::context::Context;
-use crate::writes::Leader;
 use crate::timeouts;
 use crate::workers::Workers;
+use crate::writes::Leader;
 use launch::LaunchOutcome;
 
 pub const REASON_INSUFFICIENT_CAPACITY: &str = "InsufficientCapacityError";

@@ -13,11 +13,11 @@ use karpenter_kube::{is_conflict, is_not_found};
 use kube::{Api, ResourceExt};
 
 use super::{REASON_UNREGISTERED_TAINT_MISSING, remember, resync};
-use crate::writes::Leader;
 use crate::events::{EventRecord, EventType};
 use crate::metrics::NodePoolLabels;
 use crate::nodeclaim::name;
 use crate::timeouts;
+use crate::writes::Leader;
 
 pub(super) async fn register(
     ctx: &Leader,
