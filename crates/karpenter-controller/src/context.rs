@@ -158,7 +158,8 @@ impl Context {
         (Arc::new(ctx), batcher)
     }
 
-    /// Only the leader writes to the API server; every replica keeps its state warm.
+    /// Whether this replica leads now (what loops react to; writing takes a [`Leader`] from
+    /// [`Context::leader`]). Every replica keeps its state warm.
     pub fn is_leader(&self) -> bool {
         *self.leader_rx.borrow()
     }

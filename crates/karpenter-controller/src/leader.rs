@@ -189,7 +189,8 @@ impl LeaderElector {
     }
 }
 
-/// Runs the election for this replica until `shutdown`, flipping [`Context::is_leader`]. With
+/// Runs the election for this replica until `shutdown`, flipping [`Context::is_leader`] and
+/// opening or closing the write term behind [`Context::leader`] (see [`crate::writes`]). With
 /// leader election disabled this replica simply leads.
 ///
 /// Never two writers, also when the API server hangs instead of failing: a leader's renewal
