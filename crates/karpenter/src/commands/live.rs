@@ -1,0 +1,361 @@
+//! Reading a live cluster for `explain`, `diff` and `simulate --from-cluster`: read-only (lists,
+//! never a write), paginated, every request bounded. The objects become the same `Manifests`
+//! `simulate -f` builds from files, so everything after the read is the offline pipeline; the
+//! same objects written as YAML (`--snapshot-out`) are a snapshot `simulate -f` reads again.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
+use karpenter_api::v1::EC2NodeClass;
+use karpenter_api::{NodeClaim, NodePool};
+use karpenter_simulate::{ManifestError, Manifests};
+use kube::api::{ApiResource, DynamicObject, ListParams};
+use kube::{Api, Resource};
+use serde_json::Value;
+
+use crate::output;
+
+/// Objects per list request: large clusters are read in pages, as kubectl does.
+pub const PAGE_SIZE: u32 = 500;
+
+/// Where the snapshot's objects say they come from in messages.
+pub const SNAPSHOT_SOURCE: &str = "cluster";
+
+/// `--kubeconfig` and `--context` of the commands that read a cluster.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ClusterArgs {
+    /// Kubeconfig to use (default: $KUBECONFIG or ~/.kube/config, else the in-cluster
+    /// service account).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use (default: its current context).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+}
+
+/// What was read: the objects, as the API server returned them (minus `managedFields`), in a
+/// fixed kind order.
+pub struct Snapshot {
+    pub objects: Vec<Value>,
+    /// `kind: count`, for notes and the benchmark.
+    pub counts: Vec<(&'static str, usize)>,
+    pub requests: usize,
+    pub elapsed: Duration,
+}
+
+impl Snapshot {
+    /// The objects as `simulate` holds them.
+    pub fn manifests(&self) -> anyhow::Result<Manifests> {
+        let mut manifests = Manifests::new();
+        match manifests.load_objects(SNAPSHOT_SOURCE, self.objects.iter().cloned()) {
+            Ok(()) => Ok(manifests),
+            Err(ManifestError::Invalid(problems)) => {
+                let first = problems.first().map(ToString::to_string).unwrap_or_default();
+                anyhow::bail!(
+                    "the cluster's objects could not be read as manifests ({} problem(s)); first: {first}",
+                    problems.len()
+                )
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Writes the snapshot as YAML documents `simulate -f` reads again.
+    pub fn write_yaml(&self, path: &Path) -> anyhow::Result<()> {
+        let mut text = String::new();
+        for object in &self.objects {
+            text.push_str("---\n");
+            text.push_str(&serde_saphyr::to_string(object)?);
+        }
+        std::fs::write(path, text)
+            .with_context(|| format!("cannot write the snapshot to {}", path.display()))
+    }
+}
+
+/// Reads the cluster `args` name (the kinds `simulate` uses), on a runtime of its own.
+pub fn read(args: &ClusterArgs) -> anyhow::Result<Snapshot> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting tokio")?;
+    runtime.block_on(read_async(args))
+}
+
+async fn client(args: &ClusterArgs) -> anyhow::Result<(kube::Client, String)> {
+    let options = kube::config::KubeConfigOptions {
+        context: args.context.clone(),
+        ..Default::default()
+    };
+    let mut config = match (&args.kubeconfig, &args.context) {
+        (Some(path), _) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &options)
+                .await
+                .with_context(|| format!("cannot load kubeconfig {}", path.display()))?
+        }
+        (None, Some(_)) => kube::Config::from_kubeconfig(&options)
+            .await
+            .context("cannot load the kubeconfig context")?,
+        (None, None) => kube::Config::infer().await.context(
+            "no cluster configuration found (not in a pod, no ~/.kube/config); pass --kubeconfig",
+        )?,
+    };
+    config.connect_timeout = Some(Duration::from_secs(10));
+    config.read_timeout = Some(Duration::from_secs(60));
+    karpenter_controller::identity::identify(&mut config);
+    let url = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
+    Ok((client, url))
+}
+
+async fn read_async(args: &ClusterArgs) -> anyhow::Result<Snapshot> {
+    let started = Instant::now();
+    let (client, url) = client(args).await?;
+    let reader = Reader {
+        client: &client,
+        url: &url,
+    };
+    // One kind after another would be eleven round trips in a row; all at once, each paginated.
+    let (pools, classes, claims, nodes, pods, pdbs, daemonsets, namespaces, pvcs, pvs, storage) =
+        tokio::try_join!(
+            reader.list::<NodePool>(Required::Yes),
+            reader.list::<EC2NodeClass>(Required::No),
+            reader.list::<NodeClaim>(Required::Yes),
+            reader.list::<Node>(Required::Yes),
+            reader.list::<Pod>(Required::Yes),
+            reader.list::<PodDisruptionBudget>(Required::Yes),
+            reader.list::<DaemonSet>(Required::Yes),
+            reader.list::<Namespace>(Required::Yes),
+            reader.list::<PersistentVolumeClaim>(Required::Yes),
+            reader.list::<PersistentVolume>(Required::Yes),
+            reader.list::<StorageClass>(Required::Yes),
+        )?;
+    let lists = [
+        pools, classes, claims, nodes, pods, pdbs, daemonsets, namespaces, pvcs, pvs, storage,
+    ];
+    let mut objects = Vec::new();
+    let mut counts = Vec::new();
+    let mut requests = 0;
+    for list in lists {
+        counts.push((list.kind, list.objects.len()));
+        requests += list.requests;
+        objects.extend(list.objects);
+    }
+    Ok(Snapshot {
+        objects,
+        counts,
+        requests,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Whether a kind missing from the API server (its CRD not installed) is an error.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Required {
+    Yes,
+    /// EC2NodeClass: a cluster without the AWS provider has none.
+    No,
+}
+
+struct Listed {
+    kind: &'static str,
+    objects: Vec<Value>,
+    requests: usize,
+}
+
+struct Reader<'a> {
+    client: &'a kube::Client,
+    url: &'a str,
+}
+
+impl Reader<'_> {
+    /// Every object of kind `K`, page by page, each page bounded by the API call timeout.
+    async fn list<K>(&self, required: Required) -> anyhow::Result<Listed>
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let resource = ApiResource::erase::<K>(&());
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let kind: &'static str = leak_kind(&resource.kind);
+        let mut objects = Vec::new();
+        let mut requests = 0;
+        let mut token: Option<String> = None;
+        loop {
+            let mut params = ListParams::default().limit(PAGE_SIZE);
+            if let Some(token) = &token {
+                params = params.continue_token(token);
+            }
+            requests += 1;
+            let page = match karpenter_controller::timeouts::api(api.list(&params)).await {
+                Ok(page) => page,
+                Err(err) if required == Required::No && is_not_found(&err) => {
+                    return Ok(Listed {
+                        kind,
+                        objects,
+                        requests,
+                    });
+                }
+                Err(err) => {
+                    return Err(anyhow::anyhow!(one_line(&err))).with_context(|| {
+                        format!("cannot read {} from the cluster at {}", resource.plural, self.url)
+                    });
+                }
+            };
+            for item in page.items {
+                if let Some(object) = snapshot_object(item, &resource) {
+                    objects.push(object);
+                }
+            }
+            token = page.metadata.continue_.filter(|t| !t.is_empty());
+            if token.is_none() {
+                break;
+            }
+        }
+        Ok(Listed {
+            kind,
+            objects,
+            requests,
+        })
+    }
+}
+
+/// The kinds read are a fixed handful; their names live for the whole run anyway.
+fn leak_kind(kind: &str) -> &'static str {
+    match kind {
+        "NodePool" => "NodePool",
+        "EC2NodeClass" => "EC2NodeClass",
+        "NodeClaim" => "NodeClaim",
+        "Node" => "Node",
+        "Pod" => "Pod",
+        "PodDisruptionBudget" => "PodDisruptionBudget",
+        "DaemonSet" => "DaemonSet",
+        "Namespace" => "Namespace",
+        "PersistentVolumeClaim" => "PersistentVolumeClaim",
+        "PersistentVolume" => "PersistentVolume",
+        "StorageClass" => "StorageClass",
+        _ => "object",
+    }
+}
+
+fn is_not_found(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 404)
+}
+
+/// kube's errors as one line (some carry the server's multi-line body).
+fn one_line(err: &kube::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(inner) = source {
+        let inner_text = inner.to_string();
+        if !text.contains(&inner_text) {
+            text.push_str(": ");
+            text.push_str(&inner_text);
+        }
+        source = inner.source();
+    }
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The object as a manifest: its `apiVersion` and `kind` (list items may lack them), without
+/// `managedFields` (bulk no decision reads). Pods that have finished hold no resources and are
+/// left out, as the controller's state leaves them out.
+fn snapshot_object(item: DynamicObject, resource: &ApiResource) -> Option<Value> {
+    let mut value = serde_json::to_value(item).ok()?;
+    let object = value.as_object_mut()?;
+    object.insert("apiVersion".into(), Value::String(resource.api_version.clone()));
+    object.insert("kind".into(), Value::String(resource.kind.clone()));
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.remove("managedFields");
+    }
+    if resource.kind == "Pod" {
+        let phase = value.pointer("/status/phase").and_then(Value::as_str);
+        if matches!(phase, Some("Succeeded" | "Failed")) {
+            return None;
+        }
+    }
+    Some(value)
+}
+
+/// Reads the cluster and prints what was read on stderr (for tables; JSON/YAML stay clean).
+pub fn read_manifests(args: &ClusterArgs, verbose: bool) -> anyhow::Result<(Snapshot, Manifests)> {
+    let snapshot = read(args)?;
+    report_read(&snapshot, verbose);
+    let manifests = snapshot.manifests()?;
+    Ok((snapshot, manifests))
+}
+
+/// `simulate --from-cluster`: the cluster's manifests, the snapshot written to `snapshot_out`
+/// first when asked (so a snapshot that does not load can still be reported).
+pub fn snapshot_manifests(
+    args: &ClusterArgs,
+    snapshot_out: Option<&Path>,
+    verbose: bool,
+) -> anyhow::Result<Manifests> {
+    let snapshot = read(args)?;
+    if let Some(path) = snapshot_out {
+        snapshot.write_yaml(path)?;
+        if verbose {
+            output::note(format!("snapshot written to {}", path.display()));
+        }
+    }
+    report_read(&snapshot, verbose);
+    snapshot.manifests()
+}
+
+fn report_read(snapshot: &Snapshot, verbose: bool) {
+    if !verbose {
+        return;
+    }
+    let counts: Vec<String> = snapshot
+        .counts
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(kind, n)| format!("{n} {kind}"))
+        .collect();
+    output::note(format!(
+        "read {} from the cluster in {:.1} s ({} list requests)",
+        counts.join(", "),
+        snapshot.elapsed.as_secs_f64(),
+        snapshot.requests
+    ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finished_pods_are_left_out_and_managed_fields_dropped() {
+        let resource = ApiResource::erase::<Pod>(&());
+        let pod = |phase: &str| -> DynamicObject {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "default",
+                             "managedFields": [{"manager": "kubectl"}]},
+                "status": {"phase": phase}
+            }))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        assert!(snapshot_object(pod("Succeeded"), &resource).is_none());
+        assert!(snapshot_object(pod("Failed"), &resource).is_none());
+        let kept = snapshot_object(pod("Running"), &resource);
+        let kept = kept.as_ref();
+        assert_eq!(
+            kept.and_then(|v| v.pointer("/kind")),
+            Some(&Value::from("Pod"))
+        );
+        assert_eq!(
+            kept.and_then(|v| v.pointer("/apiVersion")),
+            Some(&Value::from("v1"))
+        );
+        assert!(kept.and_then(|v| v.pointer("/metadata/managedFields")).is_none());
+    }
+}
