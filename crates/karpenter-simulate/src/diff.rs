@@ -36,6 +36,14 @@ pub struct DriftedNode {
     pub reason: String,
 }
 
+/// A drifted node the rollout leaves in place, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldNode {
+    pub node: String,
+    pub reason: String,
+}
+
 /// A pod that schedules today and would not after the change.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -63,8 +71,12 @@ pub struct DiffReport {
     /// From now until the last drift replacement completed (its old node gone), in virtual
     /// time under the budgets; 0 when nothing drifts.
     pub rollout_seconds: i64,
-    /// False when drifted nodes were still on their way out at the end of the run (`until`).
+    /// False when a drifted node is still there at the end of the run: held (see `held`) or
+    /// still on its way out when `until` was reached.
     pub rollout_complete: bool,
+    /// Drifted nodes the rollout could not replace, with the reason (a do-not-disrupt pod, a
+    /// PDB, a budget), or `still on its way out` at `until`.
+    pub held: Vec<HeldNode>,
     /// Pods that schedule today and would not after the change.
     pub unschedulable: Vec<UnschedulableAfter>,
 }
@@ -150,7 +162,21 @@ pub fn diff(
         .iter()
         .flat_map(|c| c.replacements.iter().cloned())
         .collect();
-    let rollout_complete = drift_commands.iter().all(|c| c.completed_at.is_some());
+    let held: Vec<HeldNode> = drifted
+        .iter()
+        .filter(|d| report.after.nodes.iter().any(|n| n.name == d.node))
+        .map(|d| HeldNode {
+            node: d.node.clone(),
+            reason: report
+                .blocked
+                .iter()
+                .find(|b| b.name == d.node)
+                .map(|b| b.reason.clone())
+                .unwrap_or_else(|| "still on its way out".to_string()),
+        })
+        .collect();
+    let rollout_complete =
+        held.is_empty() && drift_commands.iter().all(|c| c.completed_at.is_some());
     let end = drift_commands
         .iter()
         .filter_map(|c| c.completed_at.as_deref()?.parse::<Timestamp>().ok())
@@ -188,6 +214,7 @@ pub fn diff(
         monthly_cost_after: round6(hourly_cost_after * HOURS_PER_MONTH),
         rollout_seconds,
         rollout_complete,
+        held,
         unschedulable,
     })
 }

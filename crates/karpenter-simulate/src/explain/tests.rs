@@ -223,6 +223,7 @@ fn a_template_label_change_drifts_every_node_and_rolls_out_one_at_a_time() {
     assert!(report.drifted.iter().all(|d| d.reason == "NodePoolDrifted"));
     assert_eq!(report.replacements.len(), 3);
     assert!(report.rollout_complete);
+    assert!(report.held.is_empty());
     // Three replacements one after another: each at least initialization + drain + shutdown.
     assert!(
         report.rollout_seconds >= 3 * 60,

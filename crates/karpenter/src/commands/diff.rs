@@ -118,7 +118,8 @@ fn render_table(report: &DiffReport) -> String {
         out.push_str(&format!("{table}\n"));
     }
     if !report.replacements.is_empty() {
-        let mut table = output::table(["REPLACEMENT", "INSTANCE TYPE", "ZONE", "CAPACITY", "$/HOUR"]);
+        let mut table =
+            output::table(["REPLACEMENT", "INSTANCE TYPE", "ZONE", "CAPACITY", "$/HOUR"]);
         for r in &report.replacements {
             table.add_row(vec![
                 Cell::new(&r.name),
@@ -144,12 +145,19 @@ fn render_table(report: &DiffReport) -> String {
         let state = if report.rollout_complete {
             "completes"
         } else {
-            "is still running at --until"
+            "is not complete"
         };
         out.push_str(&format!(
             "rollout: {} replacement(s) under the budgets; it {state} after {took}\n",
             report.replacements.len()
         ));
+    }
+    if !report.held.is_empty() {
+        let mut table = output::table(["DRIFTED NODE NOT REPLACED", "REASON"]);
+        for held in &report.held {
+            table.add_row([&held.node, &held.reason]);
+        }
+        out.push_str(&format!("{table}\n"));
     }
     if !report.unschedulable.is_empty() {
         let mut table = output::table(["UNSCHEDULABLE POD", "REASON"]);

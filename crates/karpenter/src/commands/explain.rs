@@ -80,7 +80,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The sim provider on the embedded catalogue of the cluster's region.
-pub fn provider_for(manifests: &Manifests, region: Option<&str>) -> anyhow::Result<SimCloudProvider> {
+pub fn provider_for(
+    manifests: &Manifests,
+    region: Option<&str>,
+) -> anyhow::Result<SimCloudProvider> {
     let region = region
         .map(str::to_string)
         .or_else(|| cluster_region(manifests))
@@ -93,7 +96,12 @@ fn cluster_region(manifests: &Manifests) -> Option<String> {
     manifests
         .nodes
         .iter()
-        .filter_map(|n| n.metadata.labels.as_ref()?.get(karpenter_api::well_known::REGION_LABEL))
+        .filter_map(|n| {
+            n.metadata
+                .labels
+                .as_ref()?
+                .get(karpenter_api::well_known::REGION_LABEL)
+        })
         .next()
         .cloned()
 }
@@ -208,14 +216,24 @@ fn render_nodepool(answer: &NodePoolExplanation) -> String {
         answer.monthly_cost
     );
     if !answer.nodes.is_empty() {
-        let mut table = output::table(["NODE", "INSTANCE TYPE", "ZONE", "CAPACITY", "$/HOUR", "PODS", "DRIFT"]);
+        let mut table = output::table([
+            "NODE",
+            "INSTANCE TYPE",
+            "ZONE",
+            "CAPACITY",
+            "$/HOUR",
+            "PODS",
+            "DRIFT",
+        ]);
         for node in &answer.nodes {
             table.add_row([
                 node.name.clone(),
                 node.facts.instance_type.clone().unwrap_or_default(),
                 node.facts.zone.clone().unwrap_or_default(),
                 node.facts.capacity_type.clone().unwrap_or_default(),
-                node.facts.price.map_or_else(|| "?".into(), |p| format!("{p:.4}")),
+                node.facts
+                    .price
+                    .map_or_else(|| "?".into(), |p| format!("{p:.4}")),
                 node.pods.to_string(),
                 node.drifted.clone().unwrap_or_default(),
             ]);
@@ -235,7 +253,9 @@ fn render_nodepool(answer: &NodePoolExplanation) -> String {
     for budget in &answer.budgets {
         table.add_row([
             budget.explanation.clone(),
-            budget.allowed.map_or_else(|| "unlimited".into(), |n| n.to_string()),
+            budget
+                .allowed
+                .map_or_else(|| "unlimited".into(), |n| n.to_string()),
             budget.changes_at.clone().unwrap_or_default(),
         ]);
     }

@@ -8,9 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{
-    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
-};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use karpenter_api::v1::EC2NodeClass;
@@ -57,7 +55,10 @@ impl Snapshot {
         match manifests.load_objects(SNAPSHOT_SOURCE, self.objects.iter().cloned()) {
             Ok(()) => Ok(manifests),
             Err(ManifestError::Invalid(problems)) => {
-                let first = problems.first().map(ToString::to_string).unwrap_or_default();
+                let first = problems
+                    .first()
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
                 anyhow::bail!(
                     "the cluster's objects could not be read as manifests ({} problem(s)); first: {first}",
                     problems.len()
@@ -125,20 +126,19 @@ async fn read_async(args: &ClusterArgs) -> anyhow::Result<Snapshot> {
         url: &url,
     };
     // One kind after another would be eleven round trips in a row; all at once, each paginated.
-    let (pools, classes, claims, nodes, pods, pdbs, daemonsets, namespaces, pvcs, pvs, storage) =
-        tokio::try_join!(
-            reader.list::<NodePool>(Required::Yes),
-            reader.list::<EC2NodeClass>(Required::No),
-            reader.list::<NodeClaim>(Required::Yes),
-            reader.list::<Node>(Required::Yes),
-            reader.list::<Pod>(Required::Yes),
-            reader.list::<PodDisruptionBudget>(Required::Yes),
-            reader.list::<DaemonSet>(Required::Yes),
-            reader.list::<Namespace>(Required::Yes),
-            reader.list::<PersistentVolumeClaim>(Required::Yes),
-            reader.list::<PersistentVolume>(Required::Yes),
-            reader.list::<StorageClass>(Required::Yes),
-        )?;
+    let (pools, classes, claims, nodes, pods, pdbs, daemonsets, namespaces, pvcs, pvs, storage) = tokio::try_join!(
+        reader.list::<NodePool>(Required::Yes),
+        reader.list::<EC2NodeClass>(Required::No),
+        reader.list::<NodeClaim>(Required::Yes),
+        reader.list::<Node>(Required::Yes),
+        reader.list::<Pod>(Required::Yes),
+        reader.list::<PodDisruptionBudget>(Required::Yes),
+        reader.list::<DaemonSet>(Required::Yes),
+        reader.list::<Namespace>(Required::Yes),
+        reader.list::<PersistentVolumeClaim>(Required::Yes),
+        reader.list::<PersistentVolume>(Required::Yes),
+        reader.list::<StorageClass>(Required::Yes),
+    )?;
     let lists = [
         pools, classes, claims, nodes, pods, pdbs, daemonsets, namespaces, pvcs, pvs, storage,
     ];
@@ -206,7 +206,10 @@ impl Reader<'_> {
                 }
                 Err(err) => {
                     return Err(anyhow::anyhow!(one_line(&err))).with_context(|| {
-                        format!("cannot read {} from the cluster at {}", resource.plural, self.url)
+                        format!(
+                            "cannot read {} from the cluster at {}",
+                            resource.plural, self.url
+                        )
                     });
                 }
             };
@@ -271,7 +274,10 @@ fn one_line(err: &kube::Error) -> String {
 fn snapshot_object(item: DynamicObject, resource: &ApiResource) -> Option<Value> {
     let mut value = serde_json::to_value(item).ok()?;
     let object = value.as_object_mut()?;
-    object.insert("apiVersion".into(), Value::String(resource.api_version.clone()));
+    object.insert(
+        "apiVersion".into(),
+        Value::String(resource.api_version.clone()),
+    );
     object.insert("kind".into(), Value::String(resource.kind.clone()));
     if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata.remove("managedFields");
@@ -356,6 +362,9 @@ mod tests {
             kept.and_then(|v| v.pointer("/apiVersion")),
             Some(&Value::from("v1"))
         );
-        assert!(kept.and_then(|v| v.pointer("/metadata/managedFields")).is_none());
+        assert!(
+            kept.and_then(|v| v.pointer("/metadata/managedFields"))
+                .is_none()
+        );
     }
 }

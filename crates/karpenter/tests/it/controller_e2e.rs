@@ -54,7 +54,12 @@ pub(crate) fn free_port() -> u16 {
         .port()
 }
 
-pub(crate) fn spawn_controller(kubeconfig: &Path, dir: &Path, name: &str, metrics_port: u16) -> Controller {
+pub(crate) fn spawn_controller(
+    kubeconfig: &Path,
+    dir: &Path,
+    name: &str,
+    metrics_port: u16,
+) -> Controller {
     let log = dir.join(format!("controller-{name}.log"));
     let file = std::fs::File::create(&log).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_karpenter"))
@@ -81,7 +86,11 @@ pub(crate) fn spawn_controller(kubeconfig: &Path, dir: &Path, name: &str, metric
 }
 
 /// Polls `check` every 100 ms until it returns `Some`, failing after `limit`.
-pub(crate) async fn eventually<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+pub(crate) async fn eventually<T>(
+    what: &str,
+    limit: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(value) = check() {

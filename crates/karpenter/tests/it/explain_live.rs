@@ -108,14 +108,15 @@ async fn install(server: &TestApiServer) {
         .await
         .unwrap();
     let pool: NodePool = serde_json::from_value(node_pool("e2e")).unwrap();
-    Api::<NodePool>::all(client).create(&pp, &pool).await.unwrap();
+    Api::<NodePool>::all(client)
+        .create(&pp, &pool)
+        .await
+        .unwrap();
 }
 
 fn test_dir(name: &str, port: u16) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "{name}-{}-{port}",
-        std::process::id()
-    ));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{name}-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -135,8 +136,14 @@ async fn explain_diff_and_from_cluster_answer_on_a_live_cluster_and_never_write(
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pp = PostParams::default();
     let protected = json!({"karpenter.sh/do-not-disrupt": "true"});
-    for (name, annotations) in [("web-0", protected), ("web-1", json!({})), ("web-2", json!({}))] {
-        pods.create(&pp, &pod(name, "1", annotations)).await.unwrap();
+    for (name, annotations) in [
+        ("web-0", protected),
+        ("web-1", json!({})),
+        ("web-2", json!({})),
+    ] {
+        pods.create(&pp, &pod(name, "1", annotations))
+            .await
+            .unwrap();
     }
     let limit = Duration::from_secs(90);
     let nodes: Vec<String> = eventually("three initialized nodes", limit, || {
@@ -161,7 +168,9 @@ async fn explain_diff_and_from_cluster_answer_on_a_live_cluster_and_never_write(
         server.put_value(value).unwrap();
     }
     // A pod no m5.large can hold, created once the nodes are there.
-    pods.create(&pp, &pod("huge", "1000", json!({}))).await.unwrap();
+    pods.create(&pp, &pod("huge", "1000", json!({})))
+        .await
+        .unwrap();
 
     // The huge pod: its NodePool and the resource it lacks.
     let out = run(args(&kubeconfig, &["explain", "pod", "default/huge"])).await;
@@ -174,15 +183,17 @@ async fn explain_diff_and_from_cluster_answer_on_a_live_cluster_and_never_write(
     );
 
     // The do-not-disrupt pod's node names that pod.
-    let out = run(args(&kubeconfig, &["explain", "node", &nodes[0], "-o", "json"])).await;
+    let out = run(args(
+        &kubeconfig,
+        &["explain", "node", &nodes[0], "-o", "json"],
+    ))
+    .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
     let reasons = answer["reasons"].as_array().unwrap();
     assert!(
-        reasons
-            .iter()
-            .any(|r| r["object"] == "Pod/default/web-0"
-                && r["reason"].as_str().unwrap().contains("do-not-disrupt")),
+        reasons.iter().any(|r| r["object"] == "Pod/default/web-0"
+            && r["reason"].as_str().unwrap().contains("do-not-disrupt")),
         "{answer:#}"
     );
     assert_eq!(answer["candidate"], false);
@@ -208,7 +219,22 @@ async fn explain_diff_and_from_cluster_answer_on_a_live_cluster_and_never_write(
         assert!(drifted.contains(&node.as_str()), "{node} not in {report:#}");
     }
     assert!(report["rolloutSeconds"].as_i64().unwrap() > 0, "{report:#}");
-    for key in ["replacements", "hourlyCostBefore", "hourlyCostAfter", "unschedulable"] {
+    // The node of the do-not-disrupt pod drifts too, but the rollout cannot take it.
+    assert_eq!(report["held"][0]["node"], nodes[0].as_str(), "{report:#}");
+    assert!(
+        report["held"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("web-0"),
+        "{report:#}"
+    );
+    assert_eq!(report["rolloutComplete"], false);
+    for key in [
+        "replacements",
+        "hourlyCostBefore",
+        "hourlyCostAfter",
+        "unschedulable",
+    ] {
         assert!(report.get(key).is_some(), "{key} missing: {report:#}");
     }
     assert_eq!(
@@ -256,10 +282,20 @@ async fn explain_diff_and_from_cluster_answer_on_a_live_cluster_and_never_write(
     for words in [
         vec!["explain", "nodepool", "default"],
         vec!["diff", "-f", file.to_str().unwrap()],
-        vec!["simulate", "--from-cluster", "--disruption", "--until", "1h"],
+        vec![
+            "simulate",
+            "--from-cluster",
+            "--disruption",
+            "--until",
+            "1h",
+        ],
     ] {
         let out = run(args(&kubeconfig, &words)).await;
-        assert!(out.status.code().is_some_and(|c| c <= 1), "{words:?}: {}", text(&out.stderr));
+        assert!(
+            out.status.code().is_some_and(|c| c <= 1),
+            "{words:?}: {}",
+            text(&out.stderr)
+        );
     }
     let requests = server.requests();
     assert!(requests.iter().any(|r| r.verb == Verb::List));
@@ -307,7 +343,11 @@ async fn bad_input_gets_one_line_errors_and_the_documented_exit_codes() {
     pool["spec"]["disruption"]["consolidationPolicy"] = json!("Sometimes");
     std::fs::write(&invalid, serde_json::to_string(&pool).unwrap()).unwrap();
     server.clear_requests();
-    let out = run(args(&kubeconfig, &["diff", "-f", invalid.to_str().unwrap()])).await;
+    let out = run(args(
+        &kubeconfig,
+        &["diff", "-f", invalid.to_str().unwrap()],
+    ))
+    .await;
     assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("consolidationPolicy"), "{stderr}");
