@@ -250,14 +250,14 @@ where
     if merged.get("spec") == live.get("spec") {
         return None;
     }
-    if pool_hash && merged.pointer("/spec/template") != live.pointer("/spec/template") {
-        if let Some(annotations) = merged
+    if pool_hash
+        && merged.pointer("/spec/template") != live.pointer("/spec/template")
+        && let Some(annotations) = merged
             .pointer_mut("/metadata/annotations")
             .and_then(Value::as_object_mut)
-        {
-            annotations.remove(NODEPOOL_HASH_ANNOTATION);
-            annotations.remove(NODEPOOL_HASH_VERSION_ANNOTATION);
-        }
+    {
+        annotations.remove(NODEPOOL_HASH_ANNOTATION);
+        annotations.remove(NODEPOOL_HASH_VERSION_ANNOTATION);
     }
     let merged: K = serde_json::from_value(merged).ok()?;
     objects[index] = merged;

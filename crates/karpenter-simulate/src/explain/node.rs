@@ -226,10 +226,10 @@ fn explain(
                 .collect(),
             savings_per_hour: super::round6(command.savings_per_hour),
         });
-    if decision.is_none() {
-        if let Some(blocked) = pass.blocked.iter().find(|r| r.name == name) {
-            push(Reason::from_block(&blocked.reason));
-        }
+    if decision.is_none()
+        && let Some(blocked) = pass.blocked.iter().find(|r| r.name == name)
+    {
+        push(Reason::from_block(&blocked.reason));
     }
 
     // The pool's budgets: each reason's allowance now and when it changes.

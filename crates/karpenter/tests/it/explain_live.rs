@@ -372,3 +372,51 @@ async fn bad_input_gets_one_line_errors_and_the_documented_exit_codes() {
     assert_eq!(out.status.code(), Some(2));
     one_line(&out);
 }
+
+/// `docs/benchmarks.md`: reading a cluster of 10,000 pods on 100 nodes (the read, and the whole
+/// command). Ignored by default (it measures; it asserts only what must hold at any speed):
+/// `cargo test --release -p karpenter --test it explain_live::reading_ten_thousand_pods -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement for docs/benchmarks.md"]
+async fn reading_ten_thousand_pods() {
+    let server = TestApiServer::new();
+    let tcp = server.serve_tcp().await.unwrap();
+    let dir = test_dir("explain-bench", tcp.addr().port());
+    let kubeconfig = dir.join("kubeconfig");
+    tcp.write_kubeconfig(&kubeconfig).unwrap();
+    install(&server).await;
+    for n in 0..100 {
+        server
+            .put_value(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": format!("node-{n}"), "labels": {
+                    "node.kubernetes.io/instance-type": "m5.24xlarge",
+                    "topology.kubernetes.io/zone": "us-east-1a",
+                    "kubernetes.io/hostname": format!("node-{n}")
+                }},
+                "status": {"allocatable": {"cpu": "96", "memory": "384Gi", "pods": "110"},
+                           "capacity": {"cpu": "96", "memory": "384Gi", "pods": "110"}}
+            }))
+            .unwrap();
+    }
+    for i in 0..10_000 {
+        let mut value = serde_json::to_value(pod(&format!("app-{i}"), "100m", json!({}))).unwrap();
+        value["spec"]["nodeName"] = json!(format!("node-{}", i % 100));
+        value["status"] = json!({"phase": "Running"});
+        server.put_value(value).unwrap();
+    }
+    let started = std::time::Instant::now();
+    let out = run(args(&kubeconfig, &["simulate", "--from-cluster"])).await;
+    let wall = started.elapsed();
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("10000 Pod"), "{stderr}");
+    let started = std::time::Instant::now();
+    let out = run(args(&kubeconfig, &["explain", "node", "node-7"])).await;
+    let explain_wall = started.elapsed();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    eprintln!(
+        "BENCH simulate --from-cluster: {wall:?} wall; explain node: {explain_wall:?} wall; {}",
+        stderr.trim()
+    );
+}
