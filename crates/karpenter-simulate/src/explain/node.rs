@@ -12,6 +12,7 @@ use karpenter_core::disruption::budgets::{BudgetAllowance, DisruptionReason, Poo
 use karpenter_core::disruption::candidates::{
     DisruptionClass, OfferingCatalog, candidates as disruption_candidates,
 };
+use karpenter_core::disruption::consolidation::evaluate_each;
 use karpenter_core::disruption::drift::{DriftContext, drift_reason};
 use karpenter_core::disruption::emptiness::{consolidatable_at, consolidation_block};
 use karpenter_core::disruption::expiration::expires_at;
@@ -197,14 +198,15 @@ fn explain(
     let scheduler = input.options.clone();
     let options = DisruptionOptions::default();
     let provider_drift = ProviderDrift::new();
-    let pass = decide(&DisruptionInput {
+    let disruption_input = DisruptionInput {
         state,
         instance_types: &types,
         scheduler: &scheduler,
         options: &options,
         provider_drift: &provider_drift,
         now,
-    });
+    };
+    let pass = decide(&disruption_input);
     let decision = pass
         .commands
         .iter()
@@ -226,10 +228,45 @@ fn explain(
                 .collect(),
             savings_per_hour: super::round6(command.savings_per_hour),
         });
+    let pass_reason = pass.blocked.iter().find(|r| r.name == name);
     if decision.is_none()
-        && let Some(blocked) = pass.blocked.iter().find(|r| r.name == name)
+        && let Some(blocked) = pass_reason
     {
         push(Reason::from_block(&blocked.reason));
+    }
+    // A pass stops at the first command: a candidate it did not reach is judged on its own, as
+    // single-node consolidation would judge it (no cheaper option, pods that would not fit).
+    if decision.is_none() && pass_reason.is_none() && candidate.is_some() {
+        let mut each = BTreeMap::new();
+        let commands = evaluate_each(&disruption_input, &mut each);
+        if let Some(rejection) = each.get(name) {
+            push(Reason::from_block(&rejection.reason));
+        } else if let Some(method) = pass.method {
+            let alone = commands
+                .iter()
+                .find(|c| c.candidates.iter().any(|n| n.name == name))
+                .map(|c| {
+                    format!(
+                        "; on its own it would be {}d (reason {}, saving ${:.4}/h)",
+                        if c.replacements.is_empty() {
+                            "delete"
+                        } else {
+                            "replace"
+                        },
+                        c.reason.as_str(),
+                        c.savings_per_hour
+                    )
+                })
+                .unwrap_or_default();
+            push(Reason {
+                reason: format!(
+                    "this pass's {} command goes first; the node is looked at again in the next pass{alone}",
+                    method.as_str()
+                ),
+                object: None,
+                until: None,
+            });
+        }
     }
 
     // The pool's budgets: each reason's allowance now and when it changes.

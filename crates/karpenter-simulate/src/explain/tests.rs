@@ -248,3 +248,22 @@ fn a_template_label_change_drifts_every_node_and_rolls_out_one_at_a_time() {
     assert!(report.drifted.is_empty());
     assert_eq!(report.rollout_seconds, 0);
 }
+
+#[test]
+fn a_candidate_the_pass_did_not_reach_is_judged_on_its_own() {
+    // Emptiness takes node-b first; node-a (one 1-cpu pod on an m5.large, the cheapest type the
+    // pool allows) is then judged alone, as single-node consolidation would.
+    let manifests = load(EMPTY);
+    let provider = provider();
+    let answer = explain_node(&input(&manifests, &provider), "node-a").unwrap();
+    assert!(answer.candidate);
+    assert!(answer.decision.is_none());
+    assert!(!answer.reasons.is_empty(), "{answer:?}");
+    let text: Vec<&str> = answer.reasons.iter().map(|r| r.reason.as_str()).collect();
+    // Its pod fits on node-b once emptiness keeps node-b: alone, node-a would be deleted.
+    assert!(
+        text.iter().any(|t| t.contains("empty command goes first")
+            && t.contains("on its own it would be deleted (reason Underutilized")),
+        "{text:?}"
+    );
+}

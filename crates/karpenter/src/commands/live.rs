@@ -14,7 +14,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_simulate::{ManifestError, Manifests};
-use kube::api::{ApiResource, DynamicObject, ListParams};
+use kube::api::{ApiResource, DynamicObject, ListParams, ObjectList};
 use kube::{Api, Resource};
 use serde_json::Value;
 
@@ -186,48 +186,56 @@ impl Reader<'_> {
         let resource = ApiResource::erase::<K>(&());
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
         let kind: &'static str = leak_kind(&resource.kind);
-        let mut objects = Vec::new();
-        let mut requests = 0;
-        let mut token: Option<String> = None;
-        loop {
-            let mut params = ListParams::default().limit(PAGE_SIZE);
-            if let Some(token) = &token {
-                params = params.continue_token(token);
+        let fetch = |params: ListParams| {
+            let api = api.clone();
+            async move { karpenter_controller::timeouts::api(api.list(&params)).await }
+        };
+        let (items, requests) = match paginate(fetch).await {
+            Ok(read) => read,
+            Err(err) if required == Required::No && is_not_found(&err) => (Vec::new(), 1),
+            Err(err) => {
+                return Err(anyhow::anyhow!(one_line(&err))).with_context(|| {
+                    format!(
+                        "cannot read {} from the cluster at {}",
+                        resource.plural, self.url
+                    )
+                });
             }
-            requests += 1;
-            let page = match karpenter_controller::timeouts::api(api.list(&params)).await {
-                Ok(page) => page,
-                Err(err) if required == Required::No && is_not_found(&err) => {
-                    return Ok(Listed {
-                        kind,
-                        objects,
-                        requests,
-                    });
-                }
-                Err(err) => {
-                    return Err(anyhow::anyhow!(one_line(&err))).with_context(|| {
-                        format!(
-                            "cannot read {} from the cluster at {}",
-                            resource.plural, self.url
-                        )
-                    });
-                }
-            };
-            for item in page.items {
-                if let Some(object) = snapshot_object(item, &resource) {
-                    objects.push(object);
-                }
-            }
-            token = page.metadata.continue_.filter(|t| !t.is_empty());
-            if token.is_none() {
-                break;
-            }
-        }
+        };
+        let objects = items
+            .into_iter()
+            .filter_map(|item| snapshot_object(item, &resource))
+            .collect();
         Ok(Listed {
             kind,
             objects,
             requests,
         })
+    }
+}
+
+/// Every item of a list, [`PAGE_SIZE`] at a time, following `continue` until the server says the
+/// list is complete; returns the items and the number of requests.
+async fn paginate<F, Fut>(mut fetch: F) -> Result<(Vec<DynamicObject>, usize), kube::Error>
+where
+    F: FnMut(ListParams) -> Fut,
+    Fut: std::future::Future<Output = Result<ObjectList<DynamicObject>, kube::Error>>,
+{
+    let mut items = Vec::new();
+    let mut requests = 0;
+    let mut token: Option<String> = None;
+    loop {
+        let mut params = ListParams::default().limit(PAGE_SIZE);
+        if let Some(token) = &token {
+            params = params.continue_token(token);
+        }
+        requests += 1;
+        let page = fetch(params).await?;
+        items.extend(page.items);
+        token = page.metadata.continue_.filter(|t| !t.is_empty());
+        if token.is_none() {
+            return Ok((items, requests));
+        }
     }
 }
 
@@ -338,6 +346,56 @@ fn report_read(snapshot: &Snapshot, verbose: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A list of 1,200 pods served in pages: every page asks for [`PAGE_SIZE`], each next page
+    /// passes the previous page's `continue`, and the read stops when it is empty.
+    #[test]
+    fn lists_follow_continue_until_the_last_page() {
+        let total = 1_200usize;
+        let mut seen: Vec<(Option<u32>, Option<String>)> = Vec::new();
+        let fetch = |params: ListParams| {
+            seen.push((params.limit, params.continue_token.clone()));
+            let start: usize = params
+                .continue_token
+                .as_deref()
+                .map_or(0, |t| t.parse().unwrap_or(usize::MAX));
+            let limit = params.limit.map_or(total, |l| l as usize);
+            let end = start.saturating_add(limit).min(total);
+            let items: Vec<Value> = (start..end)
+                .map(|i| serde_json::json!({"metadata": {"name": format!("p{i}")}}))
+                .collect();
+            let next = if end < total {
+                end.to_string()
+            } else {
+                String::new()
+            };
+            let page: ObjectList<DynamicObject> = serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "PodList",
+                "metadata": {"continue": next},
+                "items": items
+            }))
+            .unwrap_or_else(|e| panic!("{e}"));
+            std::future::ready(Ok(page))
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (items, requests) = runtime
+            .block_on(paginate(fetch))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(items.len(), total);
+        assert_eq!(requests, 3);
+        assert_eq!(
+            seen,
+            [
+                (Some(PAGE_SIZE), None),
+                (Some(PAGE_SIZE), Some("500".to_string())),
+                (Some(PAGE_SIZE), Some("1000".to_string())),
+            ]
+        );
+        let last = items.last().and_then(|i| i.metadata.name.clone());
+        assert_eq!(last.as_deref(), Some("p1199"));
+    }
 
     #[test]
     fn finished_pods_are_left_out_and_managed_fields_dropped() {

@@ -59,6 +59,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if !args.from_cluster && (args.cluster.kubeconfig.is_some() || args.cluster.context.is_some()) {
+        anyhow::bail!("--kubeconfig and --context read a live cluster: add --from-cluster");
+    }
     let mut manifests = if args.from_cluster {
         super::live::snapshot_manifests(
             &args.cluster,
