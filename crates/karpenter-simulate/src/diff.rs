@@ -202,7 +202,9 @@ pub fn diff(
         )
         .filter(|u| !unschedulable_before.contains(&u.pod))
         .collect();
-    unschedulable.dedup_by(|a, b| a.pod == b.pod);
+    // The plan's and the loop's end state may name the same pod: once, with the first reason.
+    let mut named = BTreeSet::new();
+    unschedulable.retain(|u| named.insert(u.pod.clone()));
     let hourly_cost_after = report.after.hourly_cost;
     Ok(DiffReport {
         changed,

@@ -267,3 +267,71 @@ fn a_candidate_the_pass_did_not_reach_is_judged_on_its_own() {
         "{text:?}"
     );
 }
+
+#[test]
+fn requirements_too_small_for_the_pods_leave_them_unschedulable_and_the_nodes_held() {
+    let pending = r#"
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: new-web, namespace: default}
+spec:
+  containers:
+    - name: app
+      image: nginx
+      resources:
+        requests: {cpu: "1", memory: 2Gi}
+"#;
+    let in_sync = rollout_in_sync();
+    let pool = in_sync.node_pools[0].clone();
+    let mut live = Manifests::new();
+    let hash = karpenter_core::nodepool::hash::template_hash(&pool);
+    live.load_str(
+        "cluster.yaml",
+        &format!("{}{pending}", ROLLOUT.replace("an-older-template", &hash)),
+    )
+    .unwrap();
+    let mut small = pool;
+    for requirement in &mut small.spec.template.spec.requirements {
+        match requirement.key.as_str() {
+            "karpenter.k8s.aws/instance-family" => requirement.values = vec!["t3".into()],
+            "node.kubernetes.io/instance-type" => requirement.values = vec!["t3.nano".into()],
+            _ => {}
+        }
+    }
+    let mut changes = Manifests::new();
+    changes.node_pools.push(small);
+    let settings = DisruptionSettings {
+        now: now(),
+        until: SignedDuration::from_hours(24),
+        max_steps: MAX_STEPS,
+        feature_gates: Default::default(),
+        timeline: TimelineSettings::default(),
+    };
+    let report = crate::diff::diff(
+        &live,
+        &changes,
+        &provider(),
+        SchedulerOptions::default(),
+        settings,
+    )
+    .unwrap();
+    assert_eq!(report.drifted.len(), 3, "{report:?}");
+    assert!(
+        report
+            .drifted
+            .iter()
+            .all(|d| d.reason == "RequirementsDrifted")
+    );
+    let pods: Vec<&str> = report
+        .unschedulable
+        .iter()
+        .map(|u| u.pod.as_str())
+        .collect();
+    assert_eq!(pods, ["default/new-web"], "{report:?}");
+    assert!(report.unschedulable[0].reason.contains("nodepool default"));
+    // No t3.nano holds the running pods: the drifted nodes stay, each with the reason.
+    assert_eq!(report.held.len(), 3, "{report:?}");
+    assert!(!report.rollout_complete);
+    assert!(report.replacements.is_empty());
+}
