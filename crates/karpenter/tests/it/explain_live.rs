@@ -366,6 +366,29 @@ async fn bad_input_gets_one_line_errors_and_the_documented_exit_codes() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = one_line(&out);
     assert!(stderr.contains("cannot read"), "{stderr}");
+    // `--context` picks another context of the same kubeconfig: the unreachable one is current.
+    let two_contexts = dir.join("two-contexts");
+    std::fs::write(
+        &two_contexts,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: good\n  cluster:\n    server: {}\n\
+             - name: gone\n  cluster:\n    server: http://127.0.0.1:{port}\n\
+             contexts:\n- name: good\n  context:\n    cluster: good\n    user: u\n\
+             - name: gone\n  context:\n    cluster: gone\n    user: u\n\
+             current-context: gone\nusers:\n- name: u\n  user: {{}}\n",
+            tcp.url()
+        ),
+    )
+    .unwrap();
+    let out = run(args(&two_contexts, &["explain", "nodepool", "default"])).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let out = run(args(
+        &two_contexts,
+        &["explain", "nodepool", "default", "--context", "good"],
+    ))
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("nodepool default: 0 node(s)"));
     let valid = dir.join("valid.yaml");
     std::fs::write(&valid, serde_json::to_string(&node_pool("e2e")).unwrap()).unwrap();
     let out = run(args(&unreachable, &["diff", "-f", valid.to_str().unwrap()])).await;
