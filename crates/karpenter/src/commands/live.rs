@@ -14,8 +14,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_simulate::{ManifestError, Manifests};
-use kube::api::{ApiResource, DynamicObject, ListParams, ObjectList};
-use kube::{Api, Resource};
+use kube::Resource;
+use kube::api::{ApiResource, ListParams, ObjectList};
 use serde_json::Value;
 
 use crate::output;
@@ -184,11 +184,17 @@ impl Reader<'_> {
         K: Resource<DynamicType = ()>,
     {
         let resource = ApiResource::erase::<K>(&());
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
         let kind: &'static str = leak_kind(&resource.kind);
+        // Items as plain JSON: they become manifests, so decoding them into typed metadata
+        // first (and encoding them back) would only cost time.
+        let request = kube::core::Request::new(K::url_path(&(), None));
         let fetch = |params: ListParams| {
-            let api = api.clone();
-            async move { karpenter_controller::timeouts::api(api.list(&params)).await }
+            let built = request.list(&params).map_err(kube::Error::BuildRequest);
+            let client = self.client.clone();
+            async move {
+                karpenter_controller::timeouts::api(client.request::<ObjectList<Value>>(built?))
+                    .await
+            }
         };
         let (items, requests) = match paginate(fetch).await {
             Ok(read) => read,
@@ -216,10 +222,11 @@ impl Reader<'_> {
 
 /// Every item of a list, [`PAGE_SIZE`] at a time, following `continue` until the server says the
 /// list is complete; returns the items and the number of requests.
-async fn paginate<F, Fut>(mut fetch: F) -> Result<(Vec<DynamicObject>, usize), kube::Error>
+async fn paginate<T, F, Fut>(mut fetch: F) -> Result<(Vec<T>, usize), kube::Error>
 where
+    T: Clone,
     F: FnMut(ListParams) -> Fut,
-    Fut: std::future::Future<Output = Result<ObjectList<DynamicObject>, kube::Error>>,
+    Fut: std::future::Future<Output = Result<ObjectList<T>, kube::Error>>,
 {
     let mut items = Vec::new();
     let mut requests = 0;
@@ -279,8 +286,7 @@ fn one_line(err: &kube::Error) -> String {
 /// The object as a manifest: its `apiVersion` and `kind` (list items may lack them), without
 /// `managedFields` (bulk no decision reads). Pods that have finished hold no resources and are
 /// left out, as the controller's state leaves them out.
-fn snapshot_object(item: DynamicObject, resource: &ApiResource) -> Option<Value> {
-    let mut value = serde_json::to_value(item).ok()?;
+fn snapshot_object(mut value: Value, resource: &ApiResource) -> Option<Value> {
     let object = value.as_object_mut()?;
     object.insert(
         "apiVersion".into(),
@@ -369,7 +375,7 @@ mod tests {
             } else {
                 String::new()
             };
-            let page: ObjectList<DynamicObject> = serde_json::from_value(serde_json::json!({
+            let page: ObjectList<Value> = serde_json::from_value(serde_json::json!({
                 "apiVersion": "v1", "kind": "PodList",
                 "metadata": {"continue": next},
                 "items": items
@@ -393,20 +399,19 @@ mod tests {
                 (Some(PAGE_SIZE), Some("1000".to_string())),
             ]
         );
-        let last = items.last().and_then(|i| i.metadata.name.clone());
-        assert_eq!(last.as_deref(), Some("p1199"));
+        let last = items.last().and_then(|i| i.pointer("/metadata/name"));
+        assert_eq!(last, Some(&Value::from("p1199")));
     }
 
     #[test]
     fn finished_pods_are_left_out_and_managed_fields_dropped() {
         let resource = ApiResource::erase::<Pod>(&());
-        let pod = |phase: &str| -> DynamicObject {
-            serde_json::from_value(serde_json::json!({
+        let pod = |phase: &str| -> Value {
+            serde_json::json!({
                 "metadata": {"name": "p", "namespace": "default",
                              "managedFields": [{"manager": "kubectl"}]},
                 "status": {"phase": phase}
-            }))
-            .unwrap_or_else(|e| panic!("{e}"))
+            })
         };
         assert!(snapshot_object(pod("Succeeded"), &resource).is_none());
         assert!(snapshot_object(pod("Failed"), &resource).is_none());
