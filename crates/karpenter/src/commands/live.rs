@@ -3,6 +3,7 @@
 //! `simulate -f` builds from files, so everything after the read is the offline pipeline; the
 //! same objects written as YAML (`--snapshot-out`) are a snapshot `simulate -f` reads again.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -49,23 +50,41 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// The objects as `simulate` holds them.
+    /// The objects as `simulate` holds them. An object the checks refuse (a field this version
+    /// does not know, say) is left out with a warning: the cluster has it, and one odd object
+    /// must not keep every other from being explained. A pod bound to a node the lists did not
+    /// return (deleted between two lists) is left out the same way.
     pub fn manifests(&self) -> anyhow::Result<Manifests> {
-        let mut manifests = Manifests::new();
-        match manifests.load_objects(SNAPSHOT_SOURCE, self.objects.iter().cloned()) {
-            Ok(()) => Ok(manifests),
-            Err(ManifestError::Invalid(problems)) => {
-                let first = problems
-                    .first()
-                    .map(ToString::to_string)
-                    .unwrap_or_default();
-                anyhow::bail!(
-                    "the cluster's objects could not be read as manifests ({} problem(s)); first: {first}",
-                    problems.len()
-                )
-            }
-            Err(err) => Err(err.into()),
+        let nodes: BTreeSet<&str> = self
+            .objects
+            .iter()
+            .filter(|o| o.get("kind").and_then(Value::as_str) == Some("Node"))
+            .filter_map(|o| o.pointer("/metadata/name").and_then(Value::as_str))
+            .collect();
+        let orphan = |o: &Value| {
+            o.get("kind").and_then(Value::as_str) == Some("Pod")
+                && o.pointer("/spec/nodeName")
+                    .and_then(Value::as_str)
+                    .is_some_and(|node| !node.is_empty() && !nodes.contains(node))
+        };
+        let orphans = self.objects.iter().filter(|o| orphan(o)).count();
+        if orphans > 0 {
+            output::warning(format!(
+                "{orphans} pod(s) bound to nodes the cluster no longer lists are left out"
+            ));
         }
+        let mut manifests = Manifests::new();
+        let objects = self.objects.iter().filter(|o| !orphan(o)).cloned();
+        match manifests.load_objects(SNAPSHOT_SOURCE, objects) {
+            Ok(()) => {}
+            Err(ManifestError::Invalid(problems)) => {
+                for problem in &problems {
+                    output::warning(format!("{problem} (left out)"));
+                }
+            }
+            Err(err) => return Err(err.into()),
+        }
+        Ok(manifests)
     }
 
     /// Writes the snapshot as YAML documents `simulate -f` reads again.
@@ -401,6 +420,39 @@ mod tests {
         );
         let last = items.last().and_then(|i| i.pointer("/metadata/name"));
         assert_eq!(last, Some(&Value::from("p1199")));
+    }
+
+    /// A race between lists (a pod bound to a node listed no more) and an object the checks
+    /// refuse each leave out that object only.
+    #[test]
+    fn odd_objects_are_left_out_and_the_rest_is_kept() {
+        let pod = |name: &str, node: &str| {
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}})
+        };
+        let snapshot = Snapshot {
+            objects: vec![
+                serde_json::json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+                    "metadata": {"name": "bad"},
+                    "spec": {"disruption": {"consolidationPolicy": "Sometimes"}}}),
+                serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}),
+                pod("here", "n1"),
+                pod("orphan", "gone"),
+            ],
+            counts: Vec::new(),
+            requests: 0,
+            elapsed: Duration::ZERO,
+        };
+        let manifests = snapshot.manifests().unwrap_or_else(|e| panic!("{e}"));
+        assert!(manifests.node_pools.is_empty());
+        assert_eq!(manifests.nodes.len(), 1);
+        let bound: Vec<_> = manifests
+            .bound_pods
+            .iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .collect();
+        assert_eq!(bound, ["here"]);
     }
 
     #[test]
