@@ -353,6 +353,13 @@ async fn bad_input_gets_one_line_errors_and_the_documented_exit_codes() {
     assert!(stderr.contains("consolidationPolicy"), "{stderr}");
     assert!(server.requests().is_empty(), "diff read the cluster");
 
+    // The file as it was applied (the server added its defaults): nothing would change.
+    let valid = dir.join("valid.yaml");
+    std::fs::write(&valid, serde_json::to_string(&node_pool("e2e")).unwrap()).unwrap();
+    let out = run(args(&kubeconfig, &["diff", "-f", valid.to_str().unwrap()])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("no change"));
+
     // An API server that does not answer.
     let port = free_port();
     let unreachable = dir.join("unreachable");
@@ -389,8 +396,6 @@ async fn bad_input_gets_one_line_errors_and_the_documented_exit_codes() {
     .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("nodepool default: 0 node(s)"));
-    let valid = dir.join("valid.yaml");
-    std::fs::write(&valid, serde_json::to_string(&node_pool("e2e")).unwrap()).unwrap();
     let out = run(args(&unreachable, &["diff", "-f", valid.to_str().unwrap()])).await;
     assert_eq!(out.status.code(), Some(2));
     one_line(&out);
