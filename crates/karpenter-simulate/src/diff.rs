@@ -295,9 +295,53 @@ fn merge(target: &mut Value, patch: &Value, last_applied: Option<&Value>) {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
     use serde_json::json;
 
     use super::*;
+
+    /// Small JSON objects two levels deep over a few keys, so patches overlap their targets.
+    fn object() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![any::<u8>().prop_map(Value::from), Just(Value::Null)];
+        let inner = prop::collection::btree_map("[abc]", leaf.clone(), 0..3)
+            .prop_map(|m| Value::Object(m.into_iter().collect()));
+        prop::collection::btree_map("[abcd]", prop_oneof![leaf, inner], 0..4)
+            .prop_map(|m| Value::Object(m.into_iter().collect()))
+    }
+
+    /// Whether every field of `patch` is in `merged` with the patch's value (objects field by
+    /// field).
+    fn carries(merged: &Value, patch: &Value) -> bool {
+        match (merged, patch) {
+            (Value::Object(m), Value::Object(p)) => p
+                .iter()
+                .all(|(k, v)| m.get(k).is_some_and(|mv| carries(mv, v))),
+            _ => merged == patch,
+        }
+    }
+
+    proptest! {
+        /// Without a last apply: the file's fields win, the others stay, and applying the same
+        /// file twice changes nothing more (what makes a second `diff` after `apply` say "no
+        /// change").
+        #[test]
+        fn a_merge_carries_the_patch_keeps_the_rest_and_is_idempotent(
+            target in object(),
+            patch in object(),
+        ) {
+            let mut merged = target.clone();
+            merge(&mut merged, &patch, None);
+            prop_assert!(carries(&merged, &patch), "{merged} lacks {patch}");
+            for (key, value) in target.as_object().into_iter().flatten() {
+                if patch.get(key).is_none() {
+                    prop_assert_eq!(merged.get(key), Some(value));
+                }
+            }
+            let mut twice = merged.clone();
+            merge(&mut twice, &patch, None);
+            prop_assert_eq!(twice, merged);
+        }
+    }
 
     #[test]
     fn a_merge_keeps_defaults_and_drops_what_the_last_apply_set() {
