@@ -276,6 +276,43 @@ async fn explain_diff_and_from_cluster_answer_on_a_live_cluster_and_never_write(
     let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(plan["unschedulable"][0]["pod"], "default/huge", "{plan:#}");
 
+    // Files on top of the snapshot: a new Deployment's pods are planned with the cluster's.
+    let deployment = dir.join("deployment.yaml");
+    std::fs::write(
+        &deployment,
+        serde_json::to_string(&json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "new", "namespace": "default"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "new"}},
+                "template": {
+                    "metadata": {"labels": {"app": "new"}},
+                    "spec": {"containers": [{"name": "app", "image": "nginx",
+                        "resources": {"requests": {"cpu": "1"}}}]}
+                }
+            }
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let out = run(args(
+        &kubeconfig,
+        &[
+            "simulate",
+            "--from-cluster",
+            "-f",
+            deployment.to_str().unwrap(),
+            "-o",
+            "json",
+        ],
+    ))
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["summary"]["pods"], 3, "{plan:#}");
+    assert_eq!(plan["summary"]["scheduled"], 2, "{plan:#}");
+
     // Read-only: with the controller stopped, the three commands send lists and nothing else.
     drop(controller);
     server.clear_requests();
