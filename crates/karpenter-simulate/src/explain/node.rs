@@ -12,8 +12,8 @@ use karpenter_core::disruption::budgets::{BudgetAllowance, DisruptionReason, Poo
 use karpenter_core::disruption::candidates::{
     DisruptionClass, OfferingCatalog, candidates as disruption_candidates,
 };
-use karpenter_core::disruption::consolidation::evaluate_each;
 use karpenter_core::disruption::command::DriftContext;
+use karpenter_core::disruption::consolidation::evaluate_each;
 use karpenter_core::disruption::drift::drift_reason;
 use karpenter_core::disruption::emptiness::{consolidatable_at, consolidation_block};
 use karpenter_core::disruption::expiration::expires_at;
