@@ -365,6 +365,8 @@ fn help_of_every_command() {
         &["validate"],
         &["convert"],
         &["simulate"],
+        &["explain"],
+        &["diff"],
         &["bench"],
         &["bench", "scheduling"],
         &["bench", "disruption"],
