@@ -27,21 +27,41 @@ pub enum ManifestFormat {
 
 /// Writes `text` to stdout as it is.
 pub fn text(text: &str) {
-    print!("{text}");
+    let mut out = std::io::stdout().lock();
+    if let Err(err) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        stdout_failed(&err);
+    }
 }
 
 /// Writes one line to stdout.
 pub fn line(line: &str) {
-    println!("{line}");
+    text(&format!("{line}\n"));
+}
+
+/// Stdout cannot be written. A closed pipe (`karpenter crds | head`) means the reader has what it
+/// wanted: stop quietly with success, as `cat` and `rg` do, instead of a panic and a backtrace.
+/// Anything else (a full disk) is an error, said once.
+fn stdout_failed(err: &std::io::Error) -> ! {
+    if err.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("error: writing to stdout: {err}");
+    std::process::exit(1);
 }
 
 /// Writes `value` to stdout as pretty JSON, with a final newline. Streamed: a plan of 200,000
 /// pods is ~50 MB of JSON, which as one string would cost more memory than the solve.
 pub fn json<T: Serialize>(value: &T) -> anyhow::Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    serde_json::to_writer_pretty(&mut out, value)?;
-    out.write_all(b"\n")?;
-    out.flush()?;
+    if let Err(err) = serde_json::to_writer_pretty(&mut out, value) {
+        if let Some(kind) = err.io_error_kind() {
+            stdout_failed(&std::io::Error::from(kind));
+        }
+        return Err(err.into());
+    }
+    if let Err(err) = out.write_all(b"\n").and_then(|()| out.flush()) {
+        stdout_failed(&err);
+    }
     Ok(())
 }
 

@@ -275,3 +275,31 @@ fn convert_notes_the_kept_behaviour() {
         "{stderr}"
     );
 }
+
+/// `karpenter crds | head -1`: the reader closes the pipe early; the command stops quietly with
+/// success (no panic, no backtrace), whatever the format.
+#[test]
+fn a_closed_stdout_pipe_ends_the_command_quietly() {
+    for args in [&["crds"][..], &["crds", "-o", "json"][..]] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter"))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Read one chunk (as `head` does), then close the pipe.
+        let mut first = [0u8; 64];
+        let read = std::io::Read::read(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+        assert!(read > 0);
+        drop(child.stdout.take());
+        let output = child.wait_with_output().unwrap();
+        let stderr = text(&output.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(
+            output.status.success(),
+            "{args:?}: {:?} {stderr}",
+            output.status
+        );
+    }
+}
