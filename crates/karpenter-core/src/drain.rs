@@ -15,7 +15,7 @@ use kube_core::ResourceExt;
 
 pub use crate::pod::has_do_not_disrupt;
 use crate::pod::{
-    is_owned_by_daemonset, is_owned_by_node, is_terminal, is_terminating, key as pod_key,
+    is_owned_by_daemonset, is_owned_by_node, is_terminal, is_terminating, key,
 };
 use crate::taints::{NO_SCHEDULE, tolerates};
 
@@ -144,7 +144,7 @@ pub struct DrainPlan {
 
 fn action(pod: &Pod, action: Action) -> PodAction {
     PodAction {
-        key: pod_key(pod),
+        key: key(pod),
         namespace: pod.namespace().unwrap_or_default(),
         name: pod.name_any(),
         uid: pod.uid().unwrap_or_default(),

@@ -36,11 +36,10 @@ impl Solver for NoScheduler {
                 .iter()
                 .enumerate()
                 .map(|(pod, p)| {
-                    let (namespace, name) = karpenter_core::pod::pod_key(p);
                     UnschedulablePod {
                         pod,
-                        namespace,
-                        name,
+                        namespace: karpenter_core::pod::namespace(p).to_string(),
+                        name: karpenter_core::pod::name(p).to_string(),
                         explanation: "no scheduler is configured (NoScheduler)".into(),
                     }
                 })
