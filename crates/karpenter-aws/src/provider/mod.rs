@@ -16,11 +16,9 @@ use karpenter_api::v1::{ConditionsExt, EC2NodeClass, NodeClaim, NodePool};
 use karpenter_api::well_known as wk;
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::{
-    CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
+    CloudError, CloudProvider, parse_claim, DriftReason, NodeClassKind, RepairPolicy,
 };
 use karpenter_core::instance_type::InstanceType;
-use karpenter_core::requirements::Requirements;
-use karpenter_core::resources::ResourceList;
 
 use crate::fleet::{self, FleetPlan, PlanError, PlanInput, TemplateGroup};
 use crate::instance::{self, Instance, LaunchError};
@@ -443,22 +441,6 @@ pub fn reservation_labels(
         );
     }
     labels
-}
-
-fn parse_claim(node_claim: &NodeClaim) -> Result<(Requirements, ResourceList), CloudError> {
-    let invalid = |message: String| CloudError::Create {
-        reason: "InvalidNodeClaim".to_string(),
-        message,
-    };
-    let requirements =
-        Requirements::from_node_selector_with_min_values(&node_claim.spec.requirements)
-            .map_err(|e| invalid(format!("spec.requirements: {e}")))?;
-    let requests = match &node_claim.spec.resources {
-        Some(r) => ResourceList::from_k8s(&r.requests)
-            .map_err(|e| invalid(format!("spec.resources.requests: {e}")))?,
-        None => ResourceList::new(),
-    };
-    Ok((requirements, requests))
 }
 
 fn add_reservation_labels(
