@@ -288,13 +288,7 @@ fn plan_keeping(
         .into_iter()
         .map(|c| (c, Vec::new()));
     for (mut node_claim, pod_names) in decided.chain(fixed) {
-        let node_pool = node_claim
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(wk::NODEPOOL_LABEL))
-            .cloned()
-            .unwrap_or_default();
+        let node_pool = node_claim.nodepool_name().unwrap_or_default().to_string();
         let counter = counters.entry(node_pool.clone()).or_default();
         *counter += 1;
         let name = format!("{node_pool}-{:05}", *counter);

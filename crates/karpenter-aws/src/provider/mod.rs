@@ -211,13 +211,7 @@ impl AwsCloudProvider {
             .ami_family()
             .and_then(AmiFamily::parse)
             .ok_or_else(|| not_ready("no AMI family".to_string()))?;
-        let node_pool = node_claim
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(wk::NODEPOOL_LABEL))
-            .cloned()
-            .unwrap_or_default();
+        let node_pool = node_claim.nodepool_name().unwrap_or_default().to_string();
         let tags = instance::launch_tags(
             &self.cluster.name,
             &node_pool,

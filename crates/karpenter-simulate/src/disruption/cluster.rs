@@ -305,11 +305,7 @@ impl<'p> SimCluster<'p> {
         now: Timestamp,
         initialized_at: Timestamp,
     ) -> String {
-        let pool = claim
-            .labels()
-            .get(wk::NODEPOOL_LABEL)
-            .cloned()
-            .unwrap_or_default();
+        let pool = claim.nodepool_name().unwrap_or_default().to_string();
         let name = self.fresh_name(&pool);
         let launched_type = self
             .pool_types
