@@ -290,13 +290,15 @@ mod tests {
     #[test]
     fn an_unreadable_claim_is_an_invalid_nodeclaim_create_error() {
         let mut bad = claim_without_resources();
-        bad.spec.resources = Some(
-            serde_json::from_value(json!({"requests": {"cpu": "lots"}})).unwrap(),
-        );
+        bad.spec.resources =
+            Some(serde_json::from_value(json!({"requests": {"cpu": "lots"}})).unwrap());
         match parse_claim(&bad) {
             Err(CloudError::Create { reason, message }) => {
                 assert_eq!(reason, "InvalidNodeClaim");
-                assert!(message.starts_with("spec.resources.requests: "), "{message}");
+                assert!(
+                    message.starts_with("spec.resources.requests: "),
+                    "{message}"
+                );
             }
             other => panic!("expected an InvalidNodeClaim error, got {other:?}"),
         }

@@ -16,7 +16,8 @@ use karpenter_api::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodePool};
 use karpenter_catalog::{Catalog, NodeClassShape, ProviderSettings};
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::{
-    CloudError, CloudProvider, node_resources, parse_claim, DriftReason, NodeClassKind, RepairPolicy,
+    CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy, node_resources,
+    parse_claim,
 };
 use karpenter_core::instance_type::InstanceType;
 use karpenter_core::resources::ResourceList;

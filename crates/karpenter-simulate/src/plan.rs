@@ -123,7 +123,6 @@ pub struct PlanOutcome {
     pub node_claims: Vec<NodeClaim>,
 }
 
-
 /// Rejects invalid NodePools with the same checks as `validate` and the controller.
 fn check_node_pool(node_pool: &NodePool) -> Result<(), SimulateError> {
     let mut errors: Vec<String> = validation::validate_nodepool(node_pool)

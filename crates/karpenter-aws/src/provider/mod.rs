@@ -16,7 +16,7 @@ use karpenter_api::v1::{ConditionsExt, EC2NodeClass, NodeClaim, NodePool};
 use karpenter_api::well_known as wk;
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::{
-    CloudError, CloudProvider, parse_claim, DriftReason, NodeClassKind, RepairPolicy,
+    CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy, parse_claim,
 };
 use karpenter_core::instance_type::InstanceType;
 
@@ -218,7 +218,7 @@ impl AwsCloudProvider {
             &class_name,
             &node_class.spec.tags,
         )
-        .map_err(not_ready)?;
+        .map_err(|restricted| not_ready(restricted.to_string()))?;
         let types = self.types_of(node_class).await?;
         let (requirements, requests) = parse_claim(node_claim)?;
         let plan = fleet::plan(&PlanInput {

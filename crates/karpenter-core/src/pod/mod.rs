@@ -13,7 +13,8 @@ mod do_not_disrupt;
 mod object;
 
 pub use do_not_disrupt::{
-    DoNotDisrupt, do_not_disrupt, has_do_not_disrupt, invalid_do_not_disrupt, parse_go_duration,
+    DoNotDisrupt, GoDurationError, do_not_disrupt, has_do_not_disrupt, invalid_do_not_disrupt,
+    parse_go_duration,
 };
 
 pub use object::{Container, Pod, PodSpec, PodStatus, Volume};

@@ -65,7 +65,6 @@ impl PodWork {
     }
 }
 
-
 /// The part of a Node the kubelet reads: enough for [`super::kubelet::node_lifecycle`] to decide
 /// whether a write is due, and for a Lease's owner reference.
 pub fn node_view(node: &Node) -> Node {
