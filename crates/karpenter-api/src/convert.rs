@@ -1051,18 +1051,18 @@ fn nodeclaim_v1beta1(
     ctx.leftovers("spec", spec);
     let value = json!({ "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": metadata, "spec": out });
     let nodeclaim: NodeClaim =
-        serde_json::from_value(value).map_err(|source| ConvertError::NotValidV1 {
+        serde_json::from_value(value).map_err(|error| ConvertError::NotValidV1 {
             kind: "NodeClaim",
-            source,
+            error,
         })?;
     Ok(vec![V1Object::NodeClaim(Box::new(nodeclaim))])
 }
 
 fn typed_nodepool(metadata: Value, spec: Map<String, Value>) -> Result<NodePool, ConvertError> {
     let value = json!({ "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": metadata, "spec": spec });
-    serde_json::from_value(value).map_err(|source| ConvertError::NotValidV1 {
+    serde_json::from_value(value).map_err(|error| ConvertError::NotValidV1 {
         kind: "NodePool",
-        source,
+        error,
     })
 }
 
@@ -1071,9 +1071,9 @@ fn typed_ec2nodeclass(
     spec: Map<String, Value>,
 ) -> Result<EC2NodeClass, ConvertError> {
     let value = json!({ "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": metadata, "spec": spec });
-    serde_json::from_value(value).map_err(|source| ConvertError::NotValidV1 {
+    serde_json::from_value(value).map_err(|error| ConvertError::NotValidV1 {
         kind: "EC2NodeClass",
-        source,
+        error,
     })
 }
 

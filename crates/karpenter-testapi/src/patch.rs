@@ -30,15 +30,15 @@ impl PatchKind {
     }
 }
 
-/// Why a patch does not apply.
+/// Why a patch does not apply (the underlying error is printed in the message).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum PatchError {
     #[error("a merge or apply patch must be a JSON object")]
     NotAnObject,
     #[error("the JSON patch is not a list of operations: {0}")]
-    NotOperations(#[source] serde_json::Error),
+    NotOperations(serde_json::Error),
     #[error("the JSON patch does not apply: {0}")]
-    DoesNotApply(#[source] json_patch::PatchError),
+    DoesNotApply(json_patch::PatchError),
 }
 
 /// Applies a patch body to a copy of `current`; the error says why the patch does not apply.

@@ -27,11 +27,11 @@ pub enum ConvertError {
     CustomAmiWithoutSelector,
     /// The converted object does not deserialize as the v1 type (a bug of the mapping, or a
     /// value v1 rejects).
-    #[error("converted {kind} is not valid v1: {source}")]
+    #[error("converted {kind} is not valid v1: {error}")]
     NotValidV1 {
         kind: &'static str,
-        #[source]
-        source: serde_json::Error,
+        /// Printed in the message, so not also the `source()` (a `{:#}` chain would repeat it).
+        error: serde_json::Error,
     },
     /// Two documents convert to objects of the same kind and name.
     #[error(
@@ -44,10 +44,10 @@ pub enum ConvertError {
 /// A converted object could not be written as YAML or JSON.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
-    #[error("{0}")]
-    Yaml(#[source] serde_saphyr::SerializeError),
-    #[error("{0}")]
-    Json(#[source] serde_json::Error),
+    #[error(transparent)]
+    Yaml(serde_saphyr::SerializeError),
+    #[error(transparent)]
+    Json(serde_json::Error),
 }
 
 /// How a JSON value's kind reads in a message ("a string", "a list", ...).

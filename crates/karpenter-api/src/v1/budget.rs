@@ -19,9 +19,9 @@ pub enum BudgetError {
     #[error("budget schedule {schedule:?} is not a valid cron expression: {reason}")]
     InvalidSchedule { schedule: String, reason: String },
     #[error("budget duration {duration:?} is invalid: {reason}")]
+    /// The reason is printed in the message, so not also the `source()`.
     InvalidDuration {
         duration: String,
-        #[source]
         reason: DurationError,
     },
     #[error("budget schedule and duration must be set together")]

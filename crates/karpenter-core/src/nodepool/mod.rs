@@ -49,10 +49,11 @@ pub fn usage_without(state: &ClusterState, pool: &str, without: &BTreeSet<String
     total
 }
 
-/// A NodePool's `spec.limits` holds a value that is not a quantity.
+/// A NodePool's `spec.limits` holds a value that is not a quantity (printed in the message, so
+/// not also the `source()`: a `{:#}` chain would repeat it).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("spec.limits: {0}")]
-pub struct LimitsError(#[source] pub QuantityError);
+pub struct LimitsError(pub QuantityError);
 
 /// The pool's limits, parsed; an unparsable limit is reported naming the resource.
 pub fn limits(pool: &NodePool) -> Result<ResourceList, LimitsError> {
