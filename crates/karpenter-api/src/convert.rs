@@ -13,7 +13,10 @@ use crate::v1::{EC2NodeClass, NodeClaim, NodePool};
 use crate::validation::is_legacy;
 use crate::well_known;
 
+mod error;
 mod names;
+
+pub use error::{ConvertError, WriteError};
 
 /// How much a [`Warning`] matters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,23 +72,23 @@ impl V1Object {
     }
 
     /// YAML in the types' field order (apiVersion, kind, metadata, spec).
-    pub fn to_yaml(&self) -> Result<String, String> {
+    pub fn to_yaml(&self) -> Result<String, WriteError> {
         let result = match self {
             Self::NodePool(o) => serde_saphyr::to_string(o),
             Self::NodeClaim(o) => serde_saphyr::to_string(o),
             Self::EC2NodeClass(o) => serde_saphyr::to_string(o),
         };
-        result.map_err(|err| err.to_string())
+        result.map_err(WriteError::Yaml)
     }
 
     /// Pretty JSON.
-    pub fn to_json(&self) -> Result<String, String> {
+    pub fn to_json(&self) -> Result<String, WriteError> {
         let result = match self {
             Self::NodePool(o) => serde_json::to_string_pretty(o),
             Self::NodeClaim(o) => serde_json::to_string_pretty(o),
             Self::EC2NodeClass(o) => serde_json::to_string_pretty(o),
         };
-        result.map_err(|err| err.to_string())
+        result.map_err(WriteError::Json)
     }
 }
 
@@ -98,14 +101,14 @@ pub struct Input {
 }
 
 /// What became of one input document.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub enum Output {
     /// Not a legacy Karpenter object: emit the original text unchanged.
     PassThrough,
     /// The v1 objects replacing the legacy one (none for objects with no v1 equivalent).
     Converted(Vec<V1Object>),
     /// The legacy object could not be converted.
-    Failed(String),
+    Failed(ConvertError),
 }
 
 /// Converts a batch of documents. Kubelet settings move from NodePools/Provisioners to the
@@ -186,7 +189,7 @@ fn take_map(
     map: &mut Map<String, Value>,
     key: &str,
     path: &str,
-) -> Result<Map<String, Value>, String> {
+) -> Result<Map<String, Value>, ConvertError> {
     match map.remove(key) {
         Some(Value::Object(inner)) => Ok(inner),
         None | Some(Value::Null) => Ok(Map::new()),
@@ -199,7 +202,7 @@ fn take_string(
     map: &mut Map<String, Value>,
     key: &str,
     path: &str,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, ConvertError> {
     match map.remove(key) {
         Some(Value::String(s)) => Ok(Some(s)),
         None | Some(Value::Null) => Ok(None),
@@ -208,7 +211,7 @@ fn take_string(
 }
 
 /// Checks that the list at `key` (if any) is a list of objects, as requirements and taints are.
-fn check_object_list(map: &Map<String, Value>, key: &str, path: &str) -> Result<(), String> {
+fn check_object_list(map: &Map<String, Value>, key: &str, path: &str) -> Result<(), ConvertError> {
     match map.get(key) {
         None | Some(Value::Null) => Ok(()),
         Some(Value::Array(items)) => match items.iter().position(|i| !i.is_object()) {
@@ -219,18 +222,12 @@ fn check_object_list(map: &Map<String, Value>, key: &str, path: &str) -> Result<
     }
 }
 
-fn malformed(path: &str, expected: &str, found: &Value) -> String {
-    let kind = match found {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    };
-    format!(
-        "{path}: Invalid value: {found}: must be {expected}, not {kind} (nothing was converted, so nothing is dropped silently)"
-    )
+fn malformed(path: &str, expected: &'static str, found: &Value) -> ConvertError {
+    ConvertError::Malformed {
+        path: path.to_string(),
+        expected,
+        found: found.clone(),
+    }
 }
 
 fn non_empty(map: Map<String, Value>) -> Option<Value> {
@@ -338,7 +335,7 @@ impl Converter {
             field: String::new(),
         };
         let Value::Object(mut object) = input.value.clone() else {
-            return Output::Failed("not an object".into());
+            return Output::Failed(ConvertError::NotAnObject);
         };
         object.remove("apiVersion");
         object.remove("kind");
@@ -389,7 +386,7 @@ impl Converter {
         ctx: &mut Ctx<'_>,
         metadata: Value,
         mut spec: Map<String, Value>,
-    ) -> Result<Vec<V1Object>, String> {
+    ) -> Result<Vec<V1Object>, ConvertError> {
         let name = text(&metadata, "/name");
         let mut template_metadata = Map::new();
         for field in ["labels", "annotations"] {
@@ -456,9 +453,9 @@ impl Converter {
         spec.remove("kubeletConfiguration");
         match spec.remove("ttlSecondsUntilExpired") {
             Some(ttl) => {
-                let secs = ttl
-                    .as_u64()
-                    .ok_or("spec.ttlSecondsUntilExpired must be a non-negative integer")?;
+                let secs = ttl.as_u64().ok_or(ConvertError::NotASecondCount {
+                    field: "spec.ttlSecondsUntilExpired",
+                })?;
                 template_spec.insert("expireAfter".into(), json!(compact_duration(secs)));
             }
             // v1alpha5 never expired nodes by default; keep that.
@@ -496,9 +493,9 @@ impl Converter {
                 disruption.insert("consolidateAfter".into(), json!("0s"));
             }
             (false, Some(ttl)) => {
-                let secs = ttl
-                    .as_u64()
-                    .ok_or("spec.ttlSecondsAfterEmpty must be a non-negative integer")?;
+                let secs = ttl.as_u64().ok_or(ConvertError::NotASecondCount {
+                    field: "spec.ttlSecondsAfterEmpty",
+                })?;
                 disruption.insert("consolidationPolicy".into(), json!("WhenEmpty"));
                 disruption.insert("consolidateAfter".into(), json!(compact_duration(secs)));
             }
@@ -539,7 +536,7 @@ impl Converter {
         metadata: Value,
         mut spec: Map<String, Value>,
         name: &str,
-    ) -> Result<Vec<V1Object>, String> {
+    ) -> Result<Vec<V1Object>, ConvertError> {
         let mut out = Map::new();
         let subnets = spec.remove("subnetSelector");
         out.insert(
@@ -611,7 +608,7 @@ impl Converter {
         metadata: Value,
         mut spec: Map<String, Value>,
         name: &str,
-    ) -> Result<Vec<V1Object>, String> {
+    ) -> Result<Vec<V1Object>, ConvertError> {
         let mut out = Map::new();
         let family = take_string(&mut spec, "amiFamily", "spec.amiFamily")?;
         check_object_list(&spec, "amiSelectorTerms", "spec.amiSelectorTerms")?;
@@ -751,7 +748,7 @@ fn convert_requirements(
     ctx: &mut Ctx<'_>,
     field: &str,
     requirements: Value,
-) -> Result<Value, String> {
+) -> Result<Value, ConvertError> {
     let items = match requirements {
         Value::Array(items) => items,
         Value::Null => return Ok(json!([])),
@@ -791,7 +788,7 @@ fn selector_terms(
     field: &str,
     selector: Option<Value>,
     names_allowed: bool,
-) -> Result<Value, String> {
+) -> Result<Value, ConvertError> {
     let selector = match selector {
         Some(Value::Object(selector)) => selector,
         None | Some(Value::Null) => {
@@ -877,7 +874,7 @@ fn place_ami_selection(
     out: &mut Map<String, Value>,
     family: String,
     terms: Option<Vec<Value>>,
-) -> Result<(), String> {
+) -> Result<(), ConvertError> {
     if family == "AL2" {
         ctx.note(
             "spec.amiFamily",
@@ -891,7 +888,7 @@ fn place_ami_selection(
         }
         _ => {
             if family == "Custom" {
-                return Err("amiFamily Custom without an AMI selector cannot be converted: add amiSelectorTerms".into());
+                return Err(ConvertError::CustomAmiWithoutSelector);
             }
             let alias = format!("{}@latest", family.to_lowercase());
             ctx.warn("spec.amiFamily", format!("v1 requires amiSelectorTerms: selecting the latest AMIs with alias {alias}; pin a version (e.g. {}@v20240807) for production", family.to_lowercase()));
@@ -926,7 +923,7 @@ fn nodepool_v1beta1(
     ctx: &mut Ctx<'_>,
     metadata: Value,
     mut spec: Map<String, Value>,
-) -> Result<Vec<V1Object>, String> {
+) -> Result<Vec<V1Object>, ConvertError> {
     let mut template = take_map(&mut spec, "template", "spec.template")?;
     let mut template_spec = take_map(&mut template, "spec", "spec.template.spec")?;
     for field in ["requirements", "taints", "startupTaints"] {
@@ -1029,7 +1026,7 @@ fn nodeclaim_v1beta1(
     ctx: &mut Ctx<'_>,
     metadata: Value,
     mut spec: Map<String, Value>,
-) -> Result<Vec<V1Object>, String> {
+) -> Result<Vec<V1Object>, ConvertError> {
     let reference = take_map(&mut spec, "nodeClassRef", "spec.nodeClassRef")?;
     for field in ["requirements", "taints", "startupTaints"] {
         check_object_list(&spec, field, &format!("spec.{field}"))?;
@@ -1053,21 +1050,31 @@ fn nodeclaim_v1beta1(
     out.entry("requirements").or_insert_with(|| json!([]));
     ctx.leftovers("spec", spec);
     let value = json!({ "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": metadata, "spec": out });
-    let nodeclaim: NodeClaim = serde_json::from_value(value)
-        .map_err(|err| format!("converted NodeClaim is not valid v1: {err}"))?;
+    let nodeclaim: NodeClaim =
+        serde_json::from_value(value).map_err(|error| ConvertError::NotValidV1 {
+            kind: "NodeClaim",
+            error,
+        })?;
     Ok(vec![V1Object::NodeClaim(Box::new(nodeclaim))])
 }
 
-fn typed_nodepool(metadata: Value, spec: Map<String, Value>) -> Result<NodePool, String> {
+fn typed_nodepool(metadata: Value, spec: Map<String, Value>) -> Result<NodePool, ConvertError> {
     let value = json!({ "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": metadata, "spec": spec });
-    serde_json::from_value(value)
-        .map_err(|err| format!("converted NodePool is not valid v1: {err}"))
+    serde_json::from_value(value).map_err(|error| ConvertError::NotValidV1 {
+        kind: "NodePool",
+        error,
+    })
 }
 
-fn typed_ec2nodeclass(metadata: Value, spec: Map<String, Value>) -> Result<EC2NodeClass, String> {
+fn typed_ec2nodeclass(
+    metadata: Value,
+    spec: Map<String, Value>,
+) -> Result<EC2NodeClass, ConvertError> {
     let value = json!({ "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": metadata, "spec": spec });
-    serde_json::from_value(value)
-        .map_err(|err| format!("converted EC2NodeClass is not valid v1: {err}"))
+    serde_json::from_value(value).map_err(|error| ConvertError::NotValidV1 {
+        kind: "EC2NodeClass",
+        error,
+    })
 }
 
 #[cfg(test)]
@@ -1127,6 +1134,7 @@ mod tests {
         for (yaml, field) in cases {
             match convert_yaml(yaml) {
                 Output::Failed(reason) => {
+                    let reason = reason.to_string();
                     assert!(
                         reason.starts_with(&format!("{field}: ")),
                         "{field}: {reason}"

@@ -2,9 +2,33 @@
 //! index (what `validate` prints and what `convert` passes through untouched) and the line it
 //! starts on; `kind: List` items with their lines; near misses of Karpenter's kinds.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::validation::ValidationError;
+
+/// Why a YAML document does not parse, worded for the manifest's author: the file's line, the
+/// parser's message without its advice to library callers, and what to do when a parser limit
+/// was hit.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{}{message}{hint}", line.map(|l| format!("line {l}: ")).unwrap_or_default())]
+pub struct YamlError {
+    /// The file line the parser stopped at, when it says.
+    pub line: Option<usize>,
+    pub message: String,
+    hint: &'static str,
+    /// The parser's own error. Not the `source()`: a chain printer would repeat the advice to
+    /// library callers that `message` replaces.
+    parser: Arc<serde_saphyr::Error>,
+}
+
+impl YamlError {
+    /// The parser's error, as it reported it.
+    pub fn parser_error(&self) -> &serde_saphyr::Error {
+        &self.parser
+    }
+}
 
 /// One YAML document of a manifest.
 #[derive(Clone, Debug)]
@@ -19,7 +43,7 @@ pub struct Document {
     /// The document's text, without the `---` separator.
     pub text: String,
     /// The parsed document, or why it does not parse (lines in the message are the file's).
-    pub value: Result<Value, String>,
+    pub value: Result<Value, YamlError>,
 }
 
 /// Deepest nesting a manifest may have. Kubernetes objects (even with `managedFields`) stay
@@ -78,7 +102,7 @@ pub fn split_documents(text: &str) -> Vec<Document> {
 /// readers' size cap lets through loads (a `kubectl get pods -A -o yaml` List of thousands of
 /// pods with `managedFields` needs millions of nodes); only nesting depth and alias expansion
 /// stay bounded. `first_line` is the document's line in its file, so errors name file lines.
-pub fn parse_yaml(text: &str, first_line: usize) -> Result<Value, String> {
+pub fn parse_yaml(text: &str, first_line: usize) -> Result<Value, YamlError> {
     let mut options = serde_saphyr::Options::default();
     options.with_snippet = false;
     let mut budget = serde_saphyr::Budget::default();
@@ -108,19 +132,21 @@ pub fn parse_yaml(text: &str, first_line: usize) -> Result<Value, String> {
         // The parser names its limits as Rust values ("budget breached: Depth { depth: 65 }").
         let over_budget = matches!(err, serde_saphyr::Error::Budget { .. })
             || message.starts_with("budget breached");
-        let budget_hint = if over_budget {
+        let hint = if over_budget {
             message = if message.contains("Depth") {
                 format!("nested deeper than {MAX_YAML_DEPTH} levels")
             } else {
                 "YAML aliases expand to more nodes than the input holds".to_string()
             };
-" (a parser limit was hit: expand the aliases or split the object, e.g. `kubectl get ... -o json` per namespace)".to_string()
+            " (a parser limit was hit: expand the aliases or split the object, e.g. `kubectl get ... -o json` per namespace)"
         } else {
-            String::new()
+            ""
         };
-        match line {
-            Some(line) => format!("line {line}: {message}{budget_hint}"),
-            None => format!("{message}{budget_hint}"),
+        YamlError {
+            line,
+            message,
+            hint,
+            parser: Arc::new(err),
         }
     })
 }
@@ -254,13 +280,13 @@ pub fn karpenter_near_miss(api_version: &str, kind: &str) -> Option<ValidationEr
 }
 
 /// Renders documents as multi-document YAML.
-pub fn to_yaml_documents(docs: &[Value]) -> Result<String, String> {
+pub fn to_yaml_documents(docs: &[Value]) -> Result<String, serde_saphyr::SerializeError> {
     let mut out = String::new();
     for (i, doc) in docs.iter().enumerate() {
         if i > 0 {
             out.push_str("---\n");
         }
-        let text = serde_saphyr::to_string(doc).map_err(|err| err.to_string())?;
+        let text = serde_saphyr::to_string(doc)?;
         out.push_str(&text);
         if !out.ends_with('\n') {
             out.push('\n');
@@ -275,12 +301,14 @@ mod tests {
 
     #[test]
     fn a_duplicate_key_says_what_the_author_can_do_not_the_parser_option() {
-        let err = parse_yaml("a: 1\nb: 2\na: 3\n", 10).unwrap_err();
+        let err = parse_yaml("a: 1\nb: 2\na: 3\n", 10)
+            .unwrap_err()
+            .to_string();
         assert!(!err.contains("DuplicateKeyPolicy"), "{err}");
         assert!(err.contains("duplicate mapping key"), "{err}");
         assert!(err.contains("keep one"), "{err}");
         assert!(err.starts_with("line 12"), "{err}");
-        let err = parse_yaml("a: 1\n---\nb: 2\n", 1).unwrap_err();
+        let err = parse_yaml("a: 1\n---\nb: 2\n", 1).unwrap_err().to_string();
         assert!(!err.contains("from_str_multiple"), "{err}");
         assert!(err.contains("one document"), "{err}");
     }
@@ -298,7 +326,7 @@ mod tests {
     fn documents_know_their_first_line_and_errors_name_file_lines() {
         let docs = split_documents("# c\na: 1\n---\nb: 2\n---\nc: [\n");
         assert_eq!(docs.iter().map(|d| d.line).collect::<Vec<_>>(), [2, 4, 6]);
-        let err = docs[2].value.as_ref().unwrap_err();
+        let err = docs[2].value.as_ref().unwrap_err().to_string();
         assert!(
             err.starts_with("line 6") || err.starts_with("line 7"),
             "{err}"
@@ -323,7 +351,7 @@ mod tests {
             "[".repeat(MAX_YAML_DEPTH + 10),
             "]".repeat(MAX_YAML_DEPTH + 10)
         );
-        let err = parse_yaml(&deep, 1).unwrap_err();
+        let err = parse_yaml(&deep, 1).unwrap_err().to_string();
         assert!(err.contains("parser limit"), "{err}");
     }
 

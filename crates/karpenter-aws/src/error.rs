@@ -105,7 +105,8 @@ impl Error {
                     transient,
                 )
             }
-            _ => (None, err.to_string(), false),
+            // The SDK error is the source, printed after this one: not copied into the message.
+            _ => (None, "SDK error".to_string(), false),
         };
         Error::Api {
             operation,

@@ -45,6 +45,14 @@ pub fn is_restricted_tag(key: &str) -> bool {
         || [NODEPOOL_TAG, NODECLAIM_TAG, NODECLASS_TAG].contains(&key)
 }
 
+/// An EC2NodeClass's `spec.tags` sets a tag Karpenter sets itself.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("EC2NodeClass {node_class} tag {key:?} is restricted: Karpenter sets it")]
+pub struct RestrictedTag {
+    pub node_class: String,
+    pub key: String,
+}
+
 /// The tags of everything launched for a NodePool through an EC2NodeClass (instances, volumes,
 /// fleets, launch templates): the EC2NodeClass's `spec.tags` plus Karpenter's. Errors name a
 /// restricted key in `spec.tags`.
@@ -53,11 +61,12 @@ pub fn launch_tags(
     node_pool: &str,
     node_class: &str,
     spec_tags: &BTreeMap<String, String>,
-) -> Result<BTreeMap<String, String>, String> {
+) -> Result<BTreeMap<String, String>, RestrictedTag> {
     if let Some(key) = spec_tags.keys().find(|k| is_restricted_tag(k)) {
-        return Err(format!(
-            "EC2NodeClass {node_class} tag {key:?} is restricted: Karpenter sets it"
-        ));
+        return Err(RestrictedTag {
+            node_class: node_class.to_string(),
+            key: key.clone(),
+        });
     }
     let mut tags = spec_tags.clone();
     tags.insert(cluster_ownership_tag(cluster_name), "owned".to_string());
@@ -588,7 +597,9 @@ mod tests {
             "karpenter.k8s.aws/ec2nodeclass",
         ] {
             let spec = BTreeMap::from([(key.to_string(), "x".to_string())]);
-            let err = launch_tags("c1", "default", "nc", &spec).unwrap_err();
+            let err = launch_tags("c1", "default", "nc", &spec)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(key), "{err}");
         }
     }

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 
 use karpenter_api::v1::{EC2NodeClass, KubeletConfiguration};
-use karpenter_core::resources::{Quantity, ResourceList};
+use karpenter_core::resources::{Quantity, QuantityError, ResourceList};
 
 use crate::ec2::InstanceTypeInfo;
 
@@ -161,23 +161,37 @@ pub enum EvictionSignal {
     Quantity(Quantity),
 }
 
+/// An eviction threshold that is neither a percentage nor a quantity.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EvictionSignalError {
+    #[error("{value:?} is not a percentage")]
+    NotAPercentage { value: String },
+    #[error("{value:?} is not between 0% and 100%")]
+    PercentageOutOfRange { value: String },
+    #[error(transparent)]
+    Quantity(#[from] QuantityError),
+}
+
 impl EvictionSignal {
-    fn parse(value: &str) -> Result<EvictionSignal, String> {
+    fn parse(value: &str) -> Result<EvictionSignal, EvictionSignalError> {
         match value.strip_suffix('%') {
             Some(percent) => {
-                let p: f64 = percent
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("{value:?} is not a percentage"))?;
+                let p: f64 =
+                    percent
+                        .trim()
+                        .parse()
+                        .map_err(|_| EvictionSignalError::NotAPercentage {
+                            value: value.to_string(),
+                        })?;
                 if !(0.0..=100.0).contains(&p) {
-                    return Err(format!("{value:?} is not between 0% and 100%"));
+                    return Err(EvictionSignalError::PercentageOutOfRange {
+                        value: value.to_string(),
+                    });
                 }
                 // The kubelet reads `100%` as "threshold disabled".
                 Ok(EvictionSignal::Percent(if p == 100.0 { 0.0 } else { p }))
             }
-            None => Quantity::parse(value)
-                .map(EvictionSignal::Quantity)
-                .map_err(|e| e.to_string()),
+            None => Ok(EvictionSignal::Quantity(Quantity::parse(value)?)),
         }
     }
 
@@ -368,7 +382,9 @@ fn signals(
     let parse = |key: &str| {
         entries
             .get(key)
-            .map(|v| EvictionSignal::parse(v).map_err(|m| (format!("{field}.{key}"), m)))
+            .map(|v| {
+                EvictionSignal::parse(v).map_err(|m| (format!("{field}.{key}"), m.to_string()))
+            })
             .transpose()
     };
     Ok(EvictionSignals {

@@ -8,6 +8,8 @@ use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::{NodeClaim, NodePool};
 
 use crate::instance_type::InstanceType;
+use crate::requirements::Requirements;
+use crate::resources::{self, ResourceList};
 
 /// Errors whose kind changes what the caller does next: [`CloudError::is_retryable`] says
 /// whether trying the same call again (with backoff) can help, or whether the caller gives up on
@@ -220,9 +222,102 @@ pub trait CloudProvider: Send + Sync {
     fn supported_node_classes(&self) -> Vec<NodeClassKind>;
 }
 
+/// A NodeClaim's requirements and resource requests, as every provider reads them before a
+/// launch; a claim that does not parse is a `Create` error with reason `InvalidNodeClaim`.
+pub fn parse_claim(node_claim: &NodeClaim) -> Result<(Requirements, ResourceList), CloudError> {
+    let invalid = |message: String| CloudError::Create {
+        reason: "InvalidNodeClaim".to_string(),
+        message,
+    };
+    let requirements =
+        Requirements::from_node_selector_with_min_values(&node_claim.spec.requirements)
+            .map_err(|e| invalid(format!("spec.requirements: {e}")))?;
+    let requests = match &node_claim.spec.resources {
+        Some(r) => ResourceList::from_k8s(&r.requests)
+            .map_err(|e| invalid(format!("spec.resources.requests: {e}")))?,
+        None => ResourceList::new(),
+    };
+    Ok((requirements, requests))
+}
+
+/// A launched node's capacity (or allocatable) from its instance type's: zero entries dropped,
+/// EFA only when the NodeClaim asked for it (as upstream).
+pub fn node_resources(list: &ResourceList, requests: &ResourceList) -> ResourceList {
+    list.iter()
+        .filter(|(name, q)| {
+            !q.is_zero() && (*name != resources::EFA || requests.contains(resources::EFA))
+        })
+        .map(|(name, q)| (name.to_string(), q))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resources::Quantity;
+    use serde_json::json;
+
+    fn claim(spec: serde_json::Value) -> NodeClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c"}, "spec": spec
+        }))
+        .unwrap()
+    }
+
+    fn node_class_ref() -> serde_json::Value {
+        json!({"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"})
+    }
+
+    #[test]
+    fn parse_claim_reads_requirements_and_requests() {
+        let claim = claim(json!({
+            "nodeClassRef": node_class_ref(),
+            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}],
+            "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}
+        }));
+        let (requirements, requests) = parse_claim(&claim).unwrap();
+        assert!(requirements.contains_key(&"karpenter.sh/capacity-type".to_string()));
+        assert_eq!(requests.get("cpu"), Quantity::from_millis(1500));
+        let bare = claim_without_resources();
+        assert!(parse_claim(&bare).unwrap().1.is_empty());
+    }
+
+    fn claim_without_resources() -> NodeClaim {
+        claim(json!({"nodeClassRef": node_class_ref(), "requirements": []}))
+    }
+
+    #[test]
+    fn an_unreadable_claim_is_an_invalid_nodeclaim_create_error() {
+        let mut bad = claim_without_resources();
+        bad.spec.resources =
+            Some(serde_json::from_value(json!({"requests": {"cpu": "lots"}})).unwrap());
+        match parse_claim(&bad) {
+            Err(CloudError::Create { reason, message }) => {
+                assert_eq!(reason, "InvalidNodeClaim");
+                assert!(
+                    message.starts_with("spec.resources.requests: "),
+                    "{message}"
+                );
+            }
+            other => panic!("expected an InvalidNodeClaim error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn node_resources_drop_zeros_and_unrequested_efa() {
+        let mut capacity = ResourceList::new();
+        capacity.set("cpu", Quantity::from_units(4));
+        capacity.set("nvidia.com/gpu", Quantity::ZERO);
+        capacity.set(resources::EFA, Quantity::from_units(1));
+        let plain = node_resources(&capacity, &ResourceList::new());
+        assert_eq!(plain.iter().map(|(n, _)| n).collect::<Vec<_>>(), ["cpu"]);
+        let mut wants_efa = ResourceList::new();
+        wants_efa.set(resources::EFA, Quantity::from_units(1));
+        let with_efa = node_resources(&capacity, &wants_efa);
+        assert_eq!(with_efa.get(resources::EFA), Quantity::from_units(1));
+        assert!(!with_efa.contains("nvidia.com/gpu"));
+    }
 
     #[derive(Debug, thiserror::Error)]
     #[error("throttled by the API")]

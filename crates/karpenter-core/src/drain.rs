@@ -14,9 +14,7 @@ use karpenter_api::well_known::DISRUPTED_TAINT_KEY;
 use kube_core::ResourceExt;
 
 pub use crate::pod::has_do_not_disrupt;
-use crate::pod::{
-    is_owned_by_daemonset, is_owned_by_node, is_terminal, is_terminating, key as pod_key,
-};
+use crate::pod::{is_owned_by_daemonset, is_owned_by_node, is_terminal, is_terminating, key};
 use crate::taints::{NO_SCHEDULE, tolerates};
 
 /// Pods deleted more than this long ago are treated as stuck and no longer block the drain.
@@ -144,7 +142,7 @@ pub struct DrainPlan {
 
 fn action(pod: &Pod, action: Action) -> PodAction {
     PodAction {
-        key: pod_key(pod),
+        key: key(pod),
         namespace: pod.namespace().unwrap_or_default(),
         name: pod.name_any(),
         uid: pod.uid().unwrap_or_default(),

@@ -11,7 +11,7 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use karpenter_api::manifest::{list_item_lines, list_items, split_documents};
+use karpenter_api::manifest::{YamlError, list_item_lines, list_items, split_documents};
 use serde_json::Value;
 
 /// Largest file (or stdin) any command reads: 128 MiB, room for a `kubectl get pods -A -o yaml`
@@ -231,7 +231,7 @@ impl fmt::Display for Location {
 #[derive(Clone, Debug)]
 pub struct Object {
     pub location: Location,
-    pub value: Result<Value, String>,
+    pub value: Result<Value, YamlError>,
     /// The document's text when the object is a whole document (not a List item); what `convert`
     /// passes through byte for byte.
     pub text: Option<String>,

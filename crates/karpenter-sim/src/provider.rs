@@ -16,11 +16,11 @@ use karpenter_api::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodePool};
 use karpenter_catalog::{Catalog, NodeClassShape, ProviderSettings};
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::{
-    CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
+    CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy, node_resources,
+    parse_claim,
 };
 use karpenter_core::instance_type::InstanceType;
-use karpenter_core::requirements::Requirements;
-use karpenter_core::resources::{self, ResourceList};
+use karpenter_core::resources::ResourceList;
 use serde::{Deserialize, Serialize};
 
 use crate::launch::{self, LaunchChoice};
@@ -624,32 +624,6 @@ fn find_by_provider_id<'a>(
         .ok_or_else(|| {
             CloudError::NodeClaimNotFound(format!("no instance with provider ID {provider_id}"))
         })
-}
-
-fn parse_claim(node_claim: &NodeClaim) -> Result<(Requirements, ResourceList), CloudError> {
-    let invalid = |message: String| CloudError::Create {
-        reason: "InvalidNodeClaim".to_string(),
-        message,
-    };
-    let requirements =
-        Requirements::from_node_selector_with_min_values(&node_claim.spec.requirements)
-            .map_err(|e| invalid(format!("spec.requirements: {e}")))?;
-    let requests = match &node_claim.spec.resources {
-        Some(r) => ResourceList::from_k8s(&r.requests)
-            .map_err(|e| invalid(format!("spec.resources.requests: {e}")))?,
-        None => ResourceList::new(),
-    };
-    Ok((requirements, requests))
-}
-
-/// Node capacity: zero entries dropped, EFA only when the NodeClaim asked for it (upstream).
-fn node_resources(list: &ResourceList, requests: &ResourceList) -> ResourceList {
-    list.iter()
-        .filter(|(name, q)| {
-            !q.is_zero() && (*name != resources::EFA || requests.contains(resources::EFA))
-        })
-        .map(|(name, q)| (name.to_string(), q))
-        .collect()
 }
 
 /// An instance's ID from its sequence number (`i-` and 17 hex digits, like EC2's).

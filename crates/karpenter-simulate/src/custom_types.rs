@@ -74,7 +74,8 @@ pub fn parse_instance_types(
 ) -> Result<Vec<InstanceType>, CustomTypesError> {
     // Through the manifest reader's YAML parser (its messages name file lines, without the
     // parser's source snippets), then as a typed value.
-    let value = karpenter_api::manifest::parse_yaml(text, 1).map_err(CustomTypesError::Parse)?;
+    let value = karpenter_api::manifest::parse_yaml(text, 1)
+        .map_err(|err| CustomTypesError::Parse(err.to_string()))?;
     if value.is_null() {
         return Err(CustomTypesError::Parse("the file is empty".into()));
     }

@@ -4,8 +4,8 @@
 use std::borrow::Borrow;
 use std::sync::Arc;
 
+use karpenter_core::pod;
 use karpenter_core::pod::Pod;
-use karpenter_core::pod::pod_key;
 
 /// One pod to schedule: a pod of the input, or replica `ordinal` of a workload whose shared pod
 /// carries the workload's name (the replica is named `<workload>-<ordinal>`, as before sharing).
@@ -43,7 +43,7 @@ impl PendingPod {
     }
 
     pub fn namespace(&self) -> String {
-        pod_key(&self.pod).0
+        pod::namespace(&self.pod).to_string()
     }
 
     /// The pod's name: a replica's is `<workload>-<ordinal>`.

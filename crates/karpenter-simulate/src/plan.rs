@@ -12,8 +12,7 @@ use karpenter_api::well_known as wk;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_catalog::{NodeClassShape, ProviderSettings};
 use karpenter_core::instance_type::InstanceType;
-use karpenter_core::pod::Pod;
-use karpenter_core::pod::pod_key;
+use karpenter_core::pod;
 use karpenter_core::provisioning::{self as pipeline, Snapshot, nodeclaim};
 use karpenter_core::requirements::Requirements;
 use karpenter_core::resources::ResourceList;
@@ -124,11 +123,6 @@ pub struct PlanOutcome {
     pub node_claims: Vec<NodeClaim>,
 }
 
-fn pod_name(pod: &Pod) -> String {
-    let (namespace, name) = pod_key(pod);
-    format!("{namespace}/{name}")
-}
-
 /// Rejects invalid NodePools with the same checks as `validate` and the controller.
 fn check_node_pool(node_pool: &NodePool) -> Result<(), SimulateError> {
     let mut errors: Vec<String> = validation::validate_nodepool(node_pool)
@@ -233,7 +227,7 @@ fn plan_keeping(
             .any(|n| n.metadata.name.as_deref() == Some(*node))
         {
             return Err(SimulateError::UnknownNode {
-                pod: pod_name(&pods[0]),
+                pod: pod::key(&pods[0]),
                 node: node.to_string(),
             });
         }
@@ -293,13 +287,7 @@ fn plan_keeping(
         .into_iter()
         .map(|c| (c, Vec::new()));
     for (mut node_claim, pod_names) in decided.chain(fixed) {
-        let node_pool = node_claim
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(wk::NODEPOOL_LABEL))
-            .cloned()
-            .unwrap_or_default();
+        let node_pool = node_claim.nodepool_name().unwrap_or_default().to_string();
         let counter = counters.entry(node_pool.clone()).or_default();
         *counter += 1;
         let name = format!("{node_pool}-{:05}", *counter);

@@ -30,21 +30,31 @@ impl PatchKind {
     }
 }
 
+/// Why a patch does not apply (the underlying error is printed in the message).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PatchError {
+    #[error("a merge or apply patch must be a JSON object")]
+    NotAnObject,
+    #[error("the JSON patch is not a list of operations: {0}")]
+    NotOperations(serde_json::Error),
+    #[error("the JSON patch does not apply: {0}")]
+    DoesNotApply(json_patch::PatchError),
+}
+
 /// Applies a patch body to a copy of `current`; the error says why the patch does not apply.
-pub(crate) fn apply(kind: PatchKind, current: &Value, body: &Value) -> Result<Value, String> {
+pub(crate) fn apply(kind: PatchKind, current: &Value, body: &Value) -> Result<Value, PatchError> {
     let mut doc = current.clone();
     match kind {
         PatchKind::Merge | PatchKind::Strategic | PatchKind::Apply => {
             if !body.is_object() {
-                return Err("a merge or apply patch must be a JSON object".into());
+                return Err(PatchError::NotAnObject);
             }
             json_patch::merge(&mut doc, body);
         }
         PatchKind::Json => {
             let ops: json_patch::Patch = serde_json::from_value(tolerate_null_tests(current, body))
-                .map_err(|e| format!("the JSON patch is not a list of operations: {e}"))?;
-            json_patch::patch(&mut doc, &ops)
-                .map_err(|e| format!("the JSON patch does not apply: {e}"))?;
+                .map_err(PatchError::NotOperations)?;
+            json_patch::patch(&mut doc, &ops).map_err(PatchError::DoesNotApply)?;
         }
     }
     Ok(doc)

@@ -501,7 +501,7 @@ impl Store {
             Err(not_found) => return Err(not_found),
         };
         let patched = patch::apply(kind, &current, body)
-            .map_err(|why| ApiError::invalid(&what, name, &why))?;
+            .map_err(|why| ApiError::invalid(&what, name, &why.to_string()))?;
         self.update(res, ns, name, patched, target)
     }
 

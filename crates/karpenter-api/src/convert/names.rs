@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Input, Output, V1Object, text};
+use super::{ConvertError, Input, Output, V1Object, text};
 use crate::validation::v1_kind;
 
 impl V1Object {
@@ -79,7 +79,10 @@ pub(super) fn refuse_duplicate_names(inputs: &[Input], outputs: Vec<Output>) -> 
                 }
                 match producers.get(&(kind.clone(), name.clone())) {
                     Some(first) if first.converted || converted => {
-                        clashes.push(format!("{kind} {name:?} is also produced by {}", first.described));
+                        clashes.push(format!(
+                            "{kind} {name:?} is also produced by {}",
+                            first.described
+                        ));
                     }
                     Some(_) => {}
                     None => {
@@ -96,10 +99,7 @@ pub(super) fn refuse_duplicate_names(inputs: &[Input], outputs: Vec<Output>) -> 
             if clashes.is_empty() {
                 output
             } else {
-                Output::Failed(format!(
-                    "{}: the API server keeps one object per name, so one would be lost; rename one of them (and the nodeClassRef pointing at it)",
-                    clashes.join("; ")
-                ))
+                Output::Failed(ConvertError::NameClash { clashes })
             }
         })
         .collect()
@@ -128,9 +128,9 @@ mod tests {
     const V1BETA1_NODEPOOL: &str = "apiVersion: karpenter.sh/v1beta1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      nodeClassRef: {name: default}\n";
     const V1_NODEPOOL: &str = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      requirements: []\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n";
 
-    fn failure(output: &Output) -> &str {
+    fn failure(output: &Output) -> String {
         match output {
-            Output::Failed(reason) => reason,
+            Output::Failed(reason) => reason.to_string(),
             other => panic!("expected a failure, got {other:?}"),
         }
     }

@@ -5,7 +5,8 @@ use croner::Cron;
 use croner::parser::{CronParser, Seconds};
 use jiff::{Timestamp, tz::TimeZone};
 
-use super::{Budget, NodePool, duration::parse_go_duration_secs};
+use super::duration::{DurationError, parse_go_duration_secs};
+use super::{Budget, NodePool};
 
 /// Disruption reasons a budget may be limited to.
 pub const BUDGET_REASONS: [&str; 3] = ["Underutilized", "Empty", "Drifted"];
@@ -18,7 +19,11 @@ pub enum BudgetError {
     #[error("budget schedule {schedule:?} is not a valid cron expression: {reason}")]
     InvalidSchedule { schedule: String, reason: String },
     #[error("budget duration {duration:?} is invalid: {reason}")]
-    InvalidDuration { duration: String, reason: String },
+    /// The reason is printed in the message, so not also the `source()`.
+    InvalidDuration {
+        duration: String,
+        reason: DurationError,
+    },
     #[error("budget schedule and duration must be set together")]
     ScheduleWithoutDuration,
 }

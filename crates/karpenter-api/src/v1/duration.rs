@@ -33,7 +33,7 @@ impl NillableDuration {
     }
 
     /// Parses `Never` or a Go duration made of `h`, `m`, `s` parts.
-    pub fn parse(raw: &str) -> Result<Self, String> {
+    pub fn parse(raw: &str) -> Result<Self, DurationError> {
         if raw == "Never" {
             return Ok(Self {
                 raw: raw.into(),
@@ -67,11 +67,28 @@ impl fmt::Display for NillableDuration {
     }
 }
 
+/// Why a duration does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("empty duration")]
+    Empty,
+    #[error("invalid duration {raw:?}: unexpected {found:?} (use h, m, s, e.g. 720h or 1h30m)")]
+    UnexpectedCharacter { raw: String, found: char },
+    #[error("invalid duration {raw:?}: unit {unit:?} without a number")]
+    UnitWithoutNumber { raw: String, unit: char },
+    #[error("invalid duration {raw:?}: number too large")]
+    NumberTooLarge { raw: String },
+    #[error("invalid duration {raw:?}: too large")]
+    TooLarge { raw: String },
+    #[error("invalid duration {raw:?}: missing unit after {digits} (use h, m or s)")]
+    MissingUnit { raw: String, digits: String },
+}
+
 /// Parses a Go duration restricted to whole `h`/`m`/`s` units (Karpenter's CRD pattern
 /// `^([0-9]+(s|m|h))+$`) into seconds.
-pub fn parse_go_duration_secs(raw: &str) -> Result<i64, String> {
+pub fn parse_go_duration_secs(raw: &str) -> Result<i64, DurationError> {
     if raw.is_empty() {
-        return Err("empty duration".into());
+        return Err(DurationError::Empty);
     }
     let mut total: i64 = 0;
     let mut digits = String::new();
@@ -85,29 +102,34 @@ pub fn parse_go_duration_secs(raw: &str) -> Result<i64, String> {
             'm' => 60,
             's' => 1,
             _ => {
-                return Err(format!(
-                    "invalid duration {raw:?}: unexpected {ch:?} (use h, m, s, e.g. 720h or 1h30m)"
-                ));
+                return Err(DurationError::UnexpectedCharacter {
+                    raw: raw.to_string(),
+                    found: ch,
+                });
             }
         };
         if digits.is_empty() {
-            return Err(format!(
-                "invalid duration {raw:?}: unit {ch:?} without a number"
-            ));
+            return Err(DurationError::UnitWithoutNumber {
+                raw: raw.to_string(),
+                unit: ch,
+            });
         }
-        let n: i64 = digits
-            .parse()
-            .map_err(|_| format!("invalid duration {raw:?}: number too large"))?;
+        let n: i64 = digits.parse().map_err(|_| DurationError::NumberTooLarge {
+            raw: raw.to_string(),
+        })?;
         total = n
             .checked_mul(unit)
             .and_then(|v| total.checked_add(v))
-            .ok_or_else(|| format!("invalid duration {raw:?}: too large"))?;
+            .ok_or_else(|| DurationError::TooLarge {
+                raw: raw.to_string(),
+            })?;
         digits.clear();
     }
     if !digits.is_empty() {
-        return Err(format!(
-            "invalid duration {raw:?}: missing unit after {digits} (use h, m or s)"
-        ));
+        return Err(DurationError::MissingUnit {
+            raw: raw.to_string(),
+            digits,
+        });
     }
     Ok(total)
 }

@@ -8,7 +8,7 @@ mod nodepool;
 mod shared;
 
 pub use budget::*;
-pub use duration::{NillableDuration, format_go_duration, parse_go_duration_secs};
+pub use duration::{DurationError, NillableDuration, format_go_duration, parse_go_duration_secs};
 pub use ec2nodeclass::*;
 pub use nodeclaim::*;
 pub use nodepool::*;

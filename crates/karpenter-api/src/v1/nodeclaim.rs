@@ -138,3 +138,22 @@ impl NodeClaim {
             .map(String::as_str)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodepool_name_reads_the_nodepool_label() {
+        let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c", "labels": {"karpenter.sh/nodepool": "general"}},
+            "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "d"},
+                     "requirements": []}
+        }))
+        .unwrap();
+        assert_eq!(claim.nodepool_name(), Some("general"));
+        claim.metadata.labels = None;
+        assert_eq!(claim.nodepool_name(), None);
+    }
+}

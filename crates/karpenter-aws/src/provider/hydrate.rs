@@ -8,20 +8,11 @@ use karpenter_api::v1::{
     EC2NodeClass, NodeClaim, NodeClaimSpec, NodeClaimStatus, NodeSelectorRequirementWithMinValues,
 };
 use karpenter_api::well_known as wk;
+use karpenter_core::cloud_provider::node_resources;
 use karpenter_core::instance_type::InstanceType;
-use karpenter_core::resources::{self, ResourceList};
+use karpenter_core::resources::ResourceList;
 
 use crate::instance::{self, Instance};
-
-/// Node capacity: zero entries dropped, EFA only when asked for (as upstream).
-fn node_resources(list: &ResourceList, requests: &ResourceList) -> ResourceList {
-    list.iter()
-        .filter(|(name, q)| {
-            !q.is_zero() && (*name != resources::EFA || requests.contains(resources::EFA))
-        })
-        .map(|(name, q)| (name.to_string(), q))
-        .collect()
-}
 
 /// The labels an instance gives its NodeClaim: the type's, then zone, zone ID, capacity type
 /// and the NodePool/NodeClass it was launched for.
@@ -149,6 +140,7 @@ pub fn node_claim_of(instance: &Instance) -> NodeClaim {
 #[cfg(test)]
 mod tests {
     use karpenter_api::v1::EC2NodeClassSpec;
+    use karpenter_core::resources;
 
     use super::*;
 

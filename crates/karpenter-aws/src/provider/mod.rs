@@ -16,11 +16,9 @@ use karpenter_api::v1::{ConditionsExt, EC2NodeClass, NodeClaim, NodePool};
 use karpenter_api::well_known as wk;
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::{
-    CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
+    CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy, parse_claim,
 };
 use karpenter_core::instance_type::InstanceType;
-use karpenter_core::requirements::Requirements;
-use karpenter_core::resources::ResourceList;
 
 use crate::fleet::{self, FleetPlan, PlanError, PlanInput, TemplateGroup};
 use crate::instance::{self, Instance, LaunchError};
@@ -213,20 +211,14 @@ impl AwsCloudProvider {
             .ami_family()
             .and_then(AmiFamily::parse)
             .ok_or_else(|| not_ready("no AMI family".to_string()))?;
-        let node_pool = node_claim
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(wk::NODEPOOL_LABEL))
-            .cloned()
-            .unwrap_or_default();
+        let node_pool = node_claim.nodepool_name().unwrap_or_default().to_string();
         let tags = instance::launch_tags(
             &self.cluster.name,
             &node_pool,
             &class_name,
             &node_class.spec.tags,
         )
-        .map_err(not_ready)?;
+        .map_err(|restricted| not_ready(restricted.to_string()))?;
         let types = self.types_of(node_class).await?;
         let (requirements, requests) = parse_claim(node_claim)?;
         let plan = fleet::plan(&PlanInput {
@@ -443,22 +435,6 @@ pub fn reservation_labels(
         );
     }
     labels
-}
-
-fn parse_claim(node_claim: &NodeClaim) -> Result<(Requirements, ResourceList), CloudError> {
-    let invalid = |message: String| CloudError::Create {
-        reason: "InvalidNodeClaim".to_string(),
-        message,
-    };
-    let requirements =
-        Requirements::from_node_selector_with_min_values(&node_claim.spec.requirements)
-            .map_err(|e| invalid(format!("spec.requirements: {e}")))?;
-    let requests = match &node_claim.spec.resources {
-        Some(r) => ResourceList::from_k8s(&r.requests)
-            .map_err(|e| invalid(format!("spec.resources.requests: {e}")))?,
-        None => ResourceList::new(),
-    };
-    Ok((requirements, requests))
 }
 
 fn add_reservation_labels(

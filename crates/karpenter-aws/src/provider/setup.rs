@@ -23,14 +23,16 @@ use crate::pricing::PriceTable;
 use crate::reservations::ReservationAvailability;
 use crate::{AwsClients, Error, InstanceTypeProvider, Settings, SettingsError};
 
+/// Why the provider could not start. A wrapped AWS error is the `source`, never also part of the
+/// message: the binary prints the whole chain (`{:#}`), which would otherwise say it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]
     Settings(#[from] SettingsError),
-    #[error("{0}")]
+    #[error(transparent)]
     Aws(#[from] Error),
     #[error(
-        "CLUSTER_ENDPOINT is not set and eks:DescribeCluster could not tell the endpoint of cluster {cluster}: {source}"
+        "CLUSTER_ENDPOINT is not set and eks:DescribeCluster could not tell the endpoint of cluster {cluster}"
     )]
     Endpoint {
         cluster: String,
@@ -41,7 +43,7 @@ pub enum StartError {
         "the Kubernetes version is unknown: the API server's /version failed ({api}) and eks:DescribeCluster gave none"
     )]
     Version { api: String },
-    #[error("discovering instance types (ec2:DescribeInstanceTypes): {0}")]
+    #[error("discovering instance types (ec2:DescribeInstanceTypes)")]
     InstanceTypes(#[source] Error),
 }
 
@@ -288,6 +290,57 @@ pub async fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The error as the binary prints it: each cause once, joined by `: ` (anyhow's `{:#}`).
+    fn chain(err: &dyn std::error::Error) -> String {
+        let mut text = err.to_string();
+        let mut next = err.source();
+        while let Some(cause) = next {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            next = cause.source();
+        }
+        text
+    }
+
+    fn denied() -> Error {
+        Error::Api {
+            operation: "DescribeInstanceTypes",
+            code: Some("UnauthorizedOperation".into()),
+            message: "You are not authorized".into(),
+            transient: false,
+            source: "sdk".into(),
+        }
+    }
+
+    #[test]
+    fn a_failed_start_names_the_aws_error_once() {
+        let printed = chain(&StartError::InstanceTypes(denied()));
+        assert_eq!(
+            printed,
+            "discovering instance types (ec2:DescribeInstanceTypes): DescribeInstanceTypes failed: \
+             UnauthorizedOperation: You are not authorized: sdk"
+        );
+        let printed = chain(&StartError::Aws(denied()));
+        assert_eq!(
+            printed.matches("DescribeInstanceTypes failed").count(),
+            1,
+            "{printed}"
+        );
+        let printed = chain(&StartError::Endpoint {
+            cluster: "prod".into(),
+            source: denied(),
+        });
+        assert_eq!(
+            printed.matches("You are not authorized").count(),
+            1,
+            "{printed}"
+        );
+        assert!(
+            printed.starts_with("CLUSTER_ENDPOINT is not set"),
+            "{printed}"
+        );
+    }
 
     #[test]
     fn versions_keep_major_and_minor_digits() {

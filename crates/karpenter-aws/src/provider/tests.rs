@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use karpenter_api::v1::{EC2NodeClassSpec, NodeClaimTemplate, NodePoolSpec};
 use karpenter_core::clock::FakeClock;
 use karpenter_core::instance_type::{Offering, Overhead};
-use karpenter_core::resources::{self, Quantity};
+use karpenter_core::resources::{self, Quantity, ResourceList};
 
 use super::*;
 use crate::ClientOptions;

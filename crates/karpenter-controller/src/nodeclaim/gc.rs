@@ -16,7 +16,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_REGISTERED};
-use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, NODEPOOL_LABEL};
+use karpenter_api::well_known::CAPACITY_TYPE_LABEL;
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_core::node::{node_is_ready, node_provider_id};
 use karpenter_core::nodeclaim_lifecycle::provider_id;
@@ -81,7 +81,7 @@ fn unclaimed_instances<'a>(
     let claimed_ids: BTreeSet<&str> = claims.iter().filter_map(provider_id).collect();
     instances
         .iter()
-        .filter(|instance| instance.labels().contains_key(NODEPOOL_LABEL))
+        .filter(|instance| instance.nodepool_name().is_some())
         .filter(move |instance| provider_id(instance).is_none_or(|id| !claimed_ids.contains(id)))
         .filter(move |instance| {
             !claims.iter().any(|claim| {
@@ -227,6 +227,7 @@ pub async fn collect(ctx: &Leader) -> crate::Result<Option<Duration>> {
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use karpenter_api::well_known::NODEPOOL_LABEL;
     use serde_json::json;
 
     fn t0() -> Timestamp {

@@ -79,18 +79,32 @@ pub fn nodeclass_readiness(pool: &NodePool, state: &ClusterState) -> (bool, Stri
     }
 }
 
+/// Why the provisioner may not use a pool now.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum Unusable {
+    #[error("nodepool is deleting")]
+    Deleting,
+    #[error("nodepool is static (spec.replicas)")]
+    Static,
+    #[error(transparent)]
+    Invalid(#[from] validation::InvalidNodePool),
+    /// The NodeClass is missing or not ready: the `NodeClassReady` condition's reason and message.
+    #[error("{reason}: {message}")]
+    NodeClassNotReady { reason: String, message: String },
+}
+
 /// Why the provisioner may not use the pool now, or `Ok`.
-pub fn usable(pool: &NodePool, state: &ClusterState) -> Result<(), String> {
+pub fn usable(pool: &NodePool, state: &ClusterState) -> Result<(), Unusable> {
     if pool.metadata.deletion_timestamp.is_some() {
-        return Err("nodepool is deleting".into());
+        return Err(Unusable::Deleting);
     }
     if pool.spec.replicas.is_some() {
-        return Err("nodepool is static (spec.replicas)".into());
+        return Err(Unusable::Static);
     }
     validation::validate(pool)?;
     let (ready, reason, message) = nodeclass_readiness(pool, state);
     if !ready {
-        return Err(format!("{reason}: {message}"));
+        return Err(Unusable::NodeClassNotReady { reason, message });
     }
     Ok(())
 }
@@ -131,11 +145,11 @@ pub fn desired_status(pool: &NodePool, state: &ClusterState, now: Timestamp) -> 
                 "",
                 generation,
             ),
-            Err(msg) => condition(
+            Err(invalid) => condition(
                 CONDITION_VALIDATION_SUCCEEDED,
                 false,
                 "NodePoolValidationFailed",
-                msg,
+                &invalid.to_string(),
                 generation,
             ),
         },
@@ -362,6 +376,7 @@ mod tests {
         assert!(
             usable(pool, &state)
                 .unwrap_err()
+                .to_string()
                 .contains("NodeClassNotFound")
         );
 

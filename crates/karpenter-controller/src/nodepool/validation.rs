@@ -3,20 +3,21 @@
 //! validation), so a NodePool is judged the same everywhere.
 
 use karpenter_api::NodePool;
-use karpenter_api::validation::validate_nodepool;
+use karpenter_api::validation::{ValidationError, validate_nodepool};
 
-/// `Ok` or the message for the `ValidationSucceeded=False` condition: every problem, each naming
-/// its field and the fix, separated by `; `.
-pub fn validate(pool: &NodePool) -> Result<(), String> {
+/// Every problem of an invalid NodePool; its message (for the `ValidationSucceeded=False`
+/// condition) names each field and the fix, separated by `; `.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct InvalidNodePool(pub Vec<ValidationError>);
+
+/// `Ok`, or every problem of the pool.
+pub fn validate(pool: &NodePool) -> Result<(), InvalidNodePool> {
     let errors = validate_nodepool(pool);
     if errors.is_empty() {
         return Ok(());
     }
-    Err(errors
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; "))
+    Err(InvalidNodePool(errors))
 }
 
 #[cfg(test)]
@@ -41,7 +42,9 @@ mod tests {
     }
 
     fn error(pool: &NodePool) -> String {
-        validate(pool).expect_err("the pool should be invalid")
+        validate(pool)
+            .expect_err("the pool should be invalid")
+            .to_string()
     }
 
     #[test]

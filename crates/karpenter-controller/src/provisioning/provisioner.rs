@@ -363,11 +363,7 @@ async fn create_nodeclaims(
     let until = window_end(ctx);
     let mut created = Vec::new();
     for ((planned, placed), result) in accepted.into_iter().zip(results) {
-        let pool = planned
-            .labels()
-            .get(karpenter_api::well_known::NODEPOOL_LABEL)
-            .cloned()
-            .unwrap_or_default();
+        let pool = planned.nodepool_name().unwrap_or_default().to_string();
         let claim = match result {
             Ok(claim) => claim,
             Err(err) => {

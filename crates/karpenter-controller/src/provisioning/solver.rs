@@ -35,14 +35,11 @@ impl Solver for NoScheduler {
             unschedulable: pods
                 .iter()
                 .enumerate()
-                .map(|(pod, p)| {
-                    let (namespace, name) = karpenter_core::pod::pod_key(p);
-                    UnschedulablePod {
-                        pod,
-                        namespace,
-                        name,
-                        explanation: "no scheduler is configured (NoScheduler)".into(),
-                    }
+                .map(|(pod, p)| UnschedulablePod {
+                    pod,
+                    namespace: karpenter_core::pod::namespace(p).to_string(),
+                    name: karpenter_core::pod::name(p).to_string(),
+                    explanation: "no scheduler is configured (NoScheduler)".into(),
                 })
                 .collect(),
             ..SchedulingResults::default()

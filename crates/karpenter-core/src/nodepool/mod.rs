@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use karpenter_api::NodePool;
 use karpenter_api::well_known::NODES_RESOURCE;
 
-use crate::resources::{self, Quantity, ResourceList};
+use crate::resources::{self, Quantity, QuantityError, ResourceList};
 use crate::state::ClusterState;
 
 /// Capacity provisioned for `pool`: the summed capacity of its nodes and in-flight NodeClaims
@@ -49,11 +49,17 @@ pub fn usage_without(state: &ClusterState, pool: &str, without: &BTreeSet<String
     total
 }
 
+/// A NodePool's `spec.limits` holds a value that is not a quantity (printed in the message, so
+/// not also the `source()`: a `{:#}` chain would repeat it).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("spec.limits: {0}")]
+pub struct LimitsError(pub QuantityError);
+
 /// The pool's limits, parsed; an unparsable limit is reported naming the resource.
-pub fn limits(pool: &NodePool) -> Result<ResourceList, String> {
+pub fn limits(pool: &NodePool) -> Result<ResourceList, LimitsError> {
     match &pool.spec.limits {
         None => Ok(ResourceList::new()),
-        Some(map) => ResourceList::from_k8s(map).map_err(|e| format!("spec.limits: {e}")),
+        Some(map) => ResourceList::from_k8s(map).map_err(LimitsError),
     }
 }
 

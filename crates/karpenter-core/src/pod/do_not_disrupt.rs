@@ -93,9 +93,26 @@ pub fn invalid_do_not_disrupt<'a>(
         .collect()
 }
 
+/// Why a Go duration does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GoDurationError {
+    #[error("empty duration")]
+    Empty,
+    #[error("duration out of range")]
+    OutOfRange,
+    #[error("missing unit after {rest:?}")]
+    MissingUnit { rest: String },
+    #[error("a unit without a number at {rest:?}")]
+    UnitWithoutNumber { rest: String },
+    #[error("malformed number {number:?}")]
+    MalformedNumber { number: String },
+    #[error("unknown unit {unit:?}")]
+    UnknownUnit { unit: String },
+}
+
 /// Parses a Go `time.Duration` string (`"300ms"`, `"-1.5h"`, `"2h45m"`; units ns, us, µs, ms,
 /// s, m, h) as `time.ParseDuration` does, without overflowing.
-pub fn parse_go_duration(raw: &str) -> Result<SignedDuration, String> {
+pub fn parse_go_duration(raw: &str) -> Result<SignedDuration, GoDurationError> {
     let (negative, mut rest) = match raw.as_bytes().first() {
         Some(b'-') => (true, &raw[1..]),
         Some(b'+') => (false, &raw[1..]),
@@ -105,21 +122,27 @@ pub fn parse_go_duration(raw: &str) -> Result<SignedDuration, String> {
         return Ok(SignedDuration::ZERO);
     }
     if rest.is_empty() {
-        return Err("empty duration".into());
+        return Err(GoDurationError::Empty);
     }
-    let too_large = || "duration out of range".to_string();
+    let too_large = || GoDurationError::OutOfRange;
     let mut total_nanos: i128 = 0;
     while !rest.is_empty() {
         let number_end = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("missing unit after {rest:?}"))?;
+            .ok_or_else(|| GoDurationError::MissingUnit {
+                rest: rest.to_string(),
+            })?;
         let (number, tail) = rest.split_at(number_end);
         let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
         if whole.is_empty() && fraction.is_empty() {
-            return Err(format!("a unit without a number at {rest:?}"));
+            return Err(GoDurationError::UnitWithoutNumber {
+                rest: rest.to_string(),
+            });
         }
         if fraction.contains('.') {
-            return Err(format!("malformed number {number:?}"));
+            return Err(GoDurationError::MalformedNumber {
+                number: number.to_string(),
+            });
         }
         let unit_end = tail
             .find(|c: char| c.is_ascii_digit() || c == '.')
@@ -132,7 +155,11 @@ pub fn parse_go_duration(raw: &str) -> Result<SignedDuration, String> {
             "s" => 1_000_000_000,
             "m" => 60_000_000_000,
             "h" => 3_600_000_000_000,
-            other => return Err(format!("unknown unit {other:?}")),
+            other => {
+                return Err(GoDurationError::UnknownUnit {
+                    unit: other.to_string(),
+                });
+            }
         };
         let whole: i128 = if whole.is_empty() {
             0

@@ -13,7 +13,8 @@ mod do_not_disrupt;
 mod object;
 
 pub use do_not_disrupt::{
-    DoNotDisrupt, do_not_disrupt, has_do_not_disrupt, invalid_do_not_disrupt, parse_go_duration,
+    DoNotDisrupt, GoDurationError, do_not_disrupt, has_do_not_disrupt, invalid_do_not_disrupt,
+    parse_go_duration,
 };
 
 pub use object::{Container, Pod, PodSpec, PodStatus, Volume};
@@ -30,21 +31,25 @@ pub struct PodError {
     pub source: QuantityError,
 }
 
-/// `namespace/name` of a pod (`default` namespace when unset).
-pub fn pod_key(pod: &Pod) -> (String, String) {
-    (
-        pod.metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".to_string()),
-        pod.metadata.name.clone().unwrap_or_default(),
-    )
+/// The namespace a pod lives in: `default` when unset, as the API server defaults it. The one
+/// place that rule is written, so every key and message names a pod the same way.
+pub fn namespace(pod: &Pod) -> &str {
+    pod.metadata
+        .namespace
+        .as_deref()
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or("default")
 }
 
-/// `namespace/name` as one string, the key the cluster state tracks pods by.
+/// The pod's name (empty when unset).
+pub fn name(pod: &Pod) -> &str {
+    pod.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// `namespace/name`, the one key pods are known by: the cluster state, nominations, the drain,
+/// `simulate` and the sim kubelet all key pods with it.
 pub fn key(pod: &Pod) -> String {
-    let (namespace, name) = pod_key(pod);
-    format!("{namespace}/{name}")
+    format!("{}/{}", namespace(pod), name(pod))
 }
 
 /// The node the pod is bound to, if any.
@@ -162,10 +167,9 @@ fn is_restartable_sidecar(c: &Container) -> bool {
 /// before i))`, plus pod `overhead`; pod-level `spec.resources` requests override the container
 /// aggregate for the resources they name.
 pub fn effective_requests(pod: &Pod) -> Result<ResourceList, PodError> {
-    let (namespace, name) = pod_key(pod);
     let err = |field: String, source: QuantityError| PodError {
-        namespace: namespace.clone(),
-        name: name.clone(),
+        namespace: namespace(pod).to_string(),
+        name: name(pod).to_string(),
         field,
         source,
     };
@@ -224,6 +228,19 @@ mod tests {
                 {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn key_defaults_a_missing_namespace_to_default() {
+        let mut pod = pending_pod("web-1", "1");
+        assert_eq!(key(&pod), "default/web-1");
+        pod.metadata.namespace = Some("shop".into());
+        assert_eq!(key(&pod), "shop/web-1");
+        for missing in [None, Some(String::new())] {
+            pod.metadata.namespace = missing;
+            assert_eq!(namespace(&pod), "default");
+            assert_eq!(key(&pod), "default/web-1");
+        }
     }
 
     #[test]

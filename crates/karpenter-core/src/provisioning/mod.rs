@@ -78,7 +78,7 @@ pub fn static_nodeclaims(state: &ClusterState) -> Vec<NodeClaim> {
         let held = state
             .nodeclaims()
             .filter(|c| c.metadata.deletion_timestamp.is_none())
-            .filter(|c| c.labels().get(karpenter_api::well_known::NODEPOOL_LABEL) == Some(&name))
+            .filter(|c| c.nodepool_name() == Some(name.as_str()))
             .count();
         let missing = usize::try_from(replicas.max(0))
             .unwrap_or(usize::MAX)

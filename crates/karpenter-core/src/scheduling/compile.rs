@@ -13,7 +13,7 @@ use karpenter_api::well_known;
 
 use super::VolumeInput;
 use super::intern::{FxMap, Interner, Key, Reqs, ResVec, Sym};
-use crate::pod::{effective_requests, is_terminating, pod_key};
+use crate::pod::{self, effective_requests, is_terminating};
 use crate::requirements::{Requirement, Requirements};
 
 /// A compiled label selector; `None` selects nothing (nil or invalid selectors).
@@ -400,7 +400,7 @@ pub(crate) const DRA_UNSUPPORTED: &str =
     "pod has Dynamic Resource Allocation requirements that are not yet supported by Karpenter";
 
 pub(crate) fn compile_pod(pod: &Pod, ctx: &CompileContext, interner: &mut Interner) -> PodInfo {
-    let (namespace, _) = pod_key(pod);
+    let namespace = pod::namespace(pod).to_string();
     let mut info = PodInfo {
         ns: Some(interner.value(&namespace)),
         labels: sorted_labels(pod.metadata.labels.as_ref(), interner),

@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::NodeClaim;
 use karpenter_core::node::pod_is_ready;
-use karpenter_core::pod::Pod;
+use karpenter_core::pod::{self, Pod};
 use karpenter_kube::lock;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -56,17 +56,13 @@ impl PodWork {
             return None;
         }
         Some(PodWork {
-            namespace: pod.namespace().unwrap_or_default(),
+            namespace: pod::namespace(pod).to_string(),
             name: pod.name_any(),
             uid: pod.metadata.uid.clone(),
             node: node.to_string(),
             deleting,
         })
     }
-}
-
-fn pod_key(pod: &Pod) -> String {
-    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
 }
 
 /// The part of a Node the kubelet reads: enough for [`super::kubelet::node_lifecycle`] to decide
@@ -154,12 +150,12 @@ pub(crate) struct PodsToRun(pub BTreeMap<String, PodWork>);
 impl Section<Pod> for PodsToRun {
     fn apply(&mut self, pod: &Pod) {
         match PodWork::of(pod) {
-            Some(work) => self.0.insert(pod_key(pod), work),
-            None => self.0.remove(&pod_key(pod)),
+            Some(work) => self.0.insert(pod::key(pod), work),
+            None => self.0.remove(&pod::key(pod)),
         };
     }
     fn delete(&mut self, pod: &Pod) {
-        self.0.remove(&pod_key(pod));
+        self.0.remove(&pod::key(pod));
     }
 }
 
@@ -306,6 +302,18 @@ mod tests {
         pods.apply(&terminating);
         assert!(pods.0["d/a"].deleting);
         pods.delete(&terminating);
+        assert!(pods.0.is_empty());
+    }
+
+    #[test]
+    fn a_pod_without_a_namespace_is_keyed_in_default() {
+        let mut pods = PodsToRun::default();
+        let bound = pod(json!({"metadata": {"name": "a"},
+                               "spec": {"containers": [], "nodeName": "n1"}}));
+        pods.apply(&bound);
+        assert_eq!(pods.0.keys().collect::<Vec<_>>(), ["default/a"]);
+        assert_eq!(pods.0["default/a"].namespace, "default");
+        pods.delete(&bound);
         assert!(pods.0.is_empty());
     }
 

@@ -18,8 +18,7 @@ use karpenter_api::v1::{
 use karpenter_api::well_known as wk;
 use karpenter_core::disruption::candidates::OfferingCatalog;
 use karpenter_core::instance_type::InstanceType;
-use karpenter_core::pod::key as pod_key;
-use karpenter_core::pod::{Pod, PodStatus};
+use karpenter_core::pod::{self, Pod, PodStatus};
 use karpenter_core::provisioning::reschedulable::moves_with_its_node;
 use karpenter_core::scheduling::SchedulerOptions;
 use karpenter_core::state::ClusterState;
@@ -94,7 +93,7 @@ impl<'p> SimCluster<'p> {
                 if !has_condition(&p, "Ready") {
                     set_ready(&mut p, true, now);
                 }
-                (pod_key(&p), p)
+                (pod::key(&p), p)
             })
             .collect();
         SimCluster {
@@ -306,11 +305,7 @@ impl<'p> SimCluster<'p> {
         now: Timestamp,
         initialized_at: Timestamp,
     ) -> String {
-        let pool = claim
-            .labels()
-            .get(wk::NODEPOOL_LABEL)
-            .cloned()
-            .unwrap_or_default();
+        let pool = claim.nodepool_name().unwrap_or_default().to_string();
         let name = self.fresh_name(&pool);
         let launched_type = self
             .pool_types
@@ -447,7 +442,7 @@ impl<'p> SimCluster<'p> {
         mark_scheduled(&mut pod, now);
         // Ready at once on a running node, else when its node initializes.
         set_ready(&mut pod, self.initialized_or_gone(node), now);
-        self.pods.insert(pod_key(&pod), pod);
+        self.pods.insert(pod::key(&pod), pod);
     }
 
     /// Removes the Node `node` (and its NodeClaim); returns its pods that need a new home
@@ -517,7 +512,7 @@ impl<'p> SimCluster<'p> {
             }
             pod.status = None;
             queue.push(PendingPod::single(pod.clone()));
-            pending.insert(pod_key(&pod), pod);
+            pending.insert(pod::key(&pod), pod);
         }
         let outcome = plan_with(&self.manifests(queue), self.provider, self.options.clone())?;
         let initialized_at = now.checked_add(INITIALIZATION).unwrap_or(now);

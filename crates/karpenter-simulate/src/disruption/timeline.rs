@@ -25,7 +25,7 @@ use karpenter_core::disruption::candidates::Rejection;
 use karpenter_core::disruption::{BudgetAllowance, DisruptionReason, PoolNodeCount};
 use karpenter_core::drain::{self, Action, grace_seconds};
 use karpenter_core::nodeclaim_lifecycle::termination_deadline;
-use karpenter_core::pod::{Pod, key as pod_key};
+use karpenter_core::pod::{self, Pod};
 use karpenter_core::provisioning::reschedulable::moves_with_its_node;
 use karpenter_core::state::ClusterState;
 
@@ -371,7 +371,7 @@ impl Timeline {
         let plan = drain::plan(&everyone, now, deadline);
         let mut moved = Vec::new();
         for action in plan.actions {
-            let Some(pod) = bound.iter().find(|p| pod_key(p) == action.key) else {
+            let Some(pod) = bound.iter().find(|p| pod::key(p) == action.key) else {
                 continue;
             };
             let (forced, grace) = match action.action {

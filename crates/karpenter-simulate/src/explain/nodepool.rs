@@ -1,10 +1,8 @@
 //! `explain nodepool NAME`: its budgets now and when they change, its limits and how much of
 //! them its NodeClaims use, its nodes (drifted or not) and what they cost.
 
-use karpenter_api::well_known::NODEPOOL_LABEL;
 use karpenter_core::disruption::budgets::{BudgetAllowance, DisruptionReason, PoolNodeCount};
 use karpenter_core::resources::{Quantity, ResourceList};
-use kube_core::ResourceExt;
 use serde::{Deserialize, Serialize};
 
 use super::node::{NodeFacts, drift_of};
@@ -92,7 +90,7 @@ pub fn explain_nodepool(
     let mut used = ResourceList::new();
     for claim in state
         .nodeclaims()
-        .filter(|c| c.labels().get(NODEPOOL_LABEL).map(String::as_str) == Some(name))
+        .filter(|c| c.nodepool_name() == Some(name))
     {
         if let Some(capacity) = claim
             .status

@@ -2,7 +2,7 @@
 //! provisioner would put it, or why it cannot, per NodePool and per constraint (the scheduler's
 //! own explanation, the text of the controller's `FailedScheduling` events).
 
-use karpenter_core::pod::pod_key;
+use karpenter_core::pod;
 use serde::{Deserialize, Serialize};
 
 use super::node::NodeFacts;
@@ -48,10 +48,7 @@ pub fn explain_pod(input: &ExplainInput<'_>, key: &str) -> Result<PodExplanation
         format!("default/{key}")
     };
     let manifests = input.manifests;
-    if let Some(pod) = manifests.bound_pods.iter().find(|p| {
-        let (namespace, name) = pod_key(p);
-        format!("{namespace}/{name}") == key
-    }) {
+    if let Some(pod) = manifests.bound_pods.iter().find(|p| pod::key(p) == key) {
         let node = pod
             .spec
             .as_ref()

@@ -44,7 +44,8 @@ pub struct DisruptionArgs {
 }
 
 pub(crate) fn parse_duration(raw: &str) -> Result<SignedDuration, String> {
-    NillableDuration::parse(raw)?
+    NillableDuration::parse(raw)
+        .map_err(|err| err.to_string())?
         .duration()
         .filter(|d| !d.is_negative())
         .ok_or_else(|| format!("{raw:?} is not a duration (use e.g. 24h or 90m)"))

@@ -246,11 +246,11 @@ pub(super) fn run<P: std::borrow::Borrow<Pod>>(
     results.unschedulable = unschedulable
         .into_iter()
         .map(|(p, explanation)| {
-            let (namespace, name) = crate::pod::pod_key(std::borrow::Borrow::borrow(&pods[p]));
+            let pod: &Pod = std::borrow::Borrow::borrow(&pods[p]);
             UnschedulablePod {
                 pod: p,
-                namespace,
-                name,
+                namespace: crate::pod::namespace(pod).to_string(),
+                name: crate::pod::name(pod).to_string(),
                 explanation,
             }
         })
