@@ -187,7 +187,7 @@ async fn run(
                 .await
                 .map_err(|err| crate::Error::kube("create replacement nodeclaim", err))?;
         let name = claim.name_any();
-        tracing::info!(nodeclaim = %name, nodepool = ?claim.labels().get(karpenter_api::well_known::NODEPOOL_LABEL), "created replacement nodeclaim");
+        tracing::info!(nodeclaim = %name, nodepool = ?claim.nodepool_name(), "created replacement nodeclaim");
         ctx.metrics
             .nodeclaims_created
             .get_or_create(&crate::metrics::NodeClaimCreatedLabels {

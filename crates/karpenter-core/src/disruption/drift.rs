@@ -16,8 +16,7 @@ use jiff::{SignedDuration, Timestamp};
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_DRIFTED};
 use karpenter_api::well_known::{
     CAPACITY_TYPE_LABEL, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, INSTANCE_TYPE_LABEL,
-    NODEPOOL_HASH_ANNOTATION, NODEPOOL_HASH_VERSION, NODEPOOL_HASH_VERSION_ANNOTATION,
-    NODEPOOL_LABEL, ZONE_LABEL,
+    NODEPOOL_HASH_ANNOTATION, NODEPOOL_HASH_VERSION, NODEPOOL_HASH_VERSION_ANNOTATION, ZONE_LABEL,
 };
 use karpenter_api::{NodeClaim, NodePool};
 use kube_core::ResourceExt;
@@ -319,7 +318,7 @@ pub fn static_drift<'a>(
         let held = input
             .state
             .nodeclaims()
-            .filter(|c| c.labels().get(NODEPOOL_LABEL) == Some(&pool_name))
+            .filter(|c| c.nodepool_name() == Some(pool_name.as_str()))
             .count();
         if i64::try_from(held).unwrap_or(i64::MAX) > replicas {
             continue;

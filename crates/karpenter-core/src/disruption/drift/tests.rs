@@ -270,13 +270,7 @@ fn static_drift_replaces_one_for_one_from_the_template() {
     let command = &pass.commands[0];
     assert_eq!(command.candidates[0].name, "s1");
     assert_eq!(command.replacements.len(), 1);
-    assert_eq!(
-        command.replacements[0]
-            .labels()
-            .get(NODEPOOL_LABEL)
-            .map(String::as_str),
-        Some("fixed")
-    );
+    assert_eq!(command.replacements[0].nodepool_name(), Some("fixed"));
 }
 
 /// A NodeClaim of `size` and `capacity_type` created at t0, judged `hours` later against `types`.
