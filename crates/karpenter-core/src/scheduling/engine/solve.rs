@@ -68,10 +68,12 @@ impl Engine {
                     }
                     return None;
                 }
+                // Under CostOptimal a pod joins only NodeClaims of its group's types.
+                let masked = self.pod_mask(c.pool, pod.index).map(|m| c.types.and(m));
                 self.claim_check(
                     c.pool,
                     &c.reqs,
-                    &c.types,
+                    masked.as_ref().unwrap_or(&c.types),
                     c.reserved,
                     &c.requests,
                     c.hostname,
