@@ -13,7 +13,7 @@ use karpenter_controller::state::Kind;
 use karpenter_controller::{Context, Settings, TokioClock};
 use karpenter_core::clock::Clock;
 use karpenter_sim::SimCloudProvider;
-use karpenter_sim::simulate::{Manifests, plan};
+use karpenter_simulate::{Manifests, plan};
 use karpenter_testapi::TestApiServer;
 use kube::Api;
 use kube::api::ListParams;

@@ -7,7 +7,7 @@ use anyhow::bail;
 use karpenter_api::convert::{Input, Level, Output, convert};
 use karpenter_api::manifest::to_yaml_documents;
 use karpenter_api::validation::{Outcome, validate_document};
-use karpenter_sim::simulate::sources::objects;
+use karpenter_input::objects;
 
 use super::input::{EXIT_NOTHING_CHECKED, read_inputs};
 use crate::output::{self, ManifestFormat};

@@ -1,9 +1,9 @@
 //! `-f FILE|DIR|-` for every command, through the one shared reader
-//! (`karpenter_sim::simulate::sources`); its notes (skipped entries, empty input) go to stderr.
+//! (`karpenter_input`); its notes (skipped entries, empty input) go to stderr.
 
 use std::path::PathBuf;
 
-use karpenter_sim::simulate::sources::{Sources, read_sources};
+use karpenter_input::{Sources, read_sources};
 
 use crate::output;
 

@@ -1,5 +1,5 @@
 //! `karpenter simulate`: plan the nodes for a set of manifests on the `sim` provider, offline.
-//! The work happens in `karpenter_sim::simulate`; this file parses flags and prints.
+//! The work happens in `karpenter_simulate`; this file parses flags and prints.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +12,7 @@ use karpenter_catalog::{Catalog, DEFAULT_REGION};
 use karpenter_core::clock::SystemClock;
 use karpenter_core::resources::{CPU, MEMORY, Quantity, ResourceList};
 use karpenter_sim::SimCloudProvider;
-use karpenter_sim::simulate::{self, ManifestError, Manifests, Plan};
+use karpenter_simulate::{self as simulate, ManifestError, Manifests, Plan};
 
 use super::input::read_inputs;
 use super::policies::PolicyArgs;

@@ -1,5 +1,5 @@
 //! `karpenter simulate --disruption`: the flags, the run in virtual time
-//! (`karpenter_sim::simulate::disruption`) and the table for people.
+//! (`karpenter_simulate::disruption`) and the table for people.
 
 use anyhow::Context;
 use comfy_table::{Cell, CellAlignment};
@@ -8,9 +8,9 @@ use karpenter_api::v1::NillableDuration;
 use karpenter_core::feature_gates::FeatureGates;
 use karpenter_core::scheduling::SchedulerOptions;
 use karpenter_sim::SimCloudProvider;
-use karpenter_sim::simulate::disruption::report::DisruptionReport;
-use karpenter_sim::simulate::disruption::{DEFAULT_INSTANCE_SHUTDOWN_SECONDS, TimelineSettings};
-use karpenter_sim::simulate::{
+use karpenter_simulate::disruption::report::DisruptionReport;
+use karpenter_simulate::disruption::{DEFAULT_INSTANCE_SHUTDOWN_SECONDS, TimelineSettings};
+use karpenter_simulate::{
     DisruptionSettings, Manifests, PlanOutcome, PlanWithDisruption, simulate_disruption,
 };
 
@@ -61,7 +61,7 @@ pub fn run(
         // The binary is the one place allowed to read the wall clock.
         now: args.now.unwrap_or_else(Timestamp::now),
         until: args.until,
-        max_steps: karpenter_sim::simulate::disruption::MAX_STEPS,
+        max_steps: karpenter_simulate::disruption::MAX_STEPS,
         feature_gates: args.feature_gates,
         timeline: TimelineSettings {
             pod_termination: args

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use karpenter_api::validation::{
     Outcome, ValidationError, unexpanded_variables, v1_kind, validate_document,
 };
-use karpenter_sim::simulate::sources::{DuplicateNames, Location, identity, objects};
+use karpenter_input::{DuplicateNames, Location, identity, objects};
 use serde::Serialize;
 use serde_json::Value;
 

@@ -115,3 +115,135 @@ fn every_crate_but_the_aws_provider_is_a_default_member() {
     assert!(expected.remove("karpenter-aws"));
     assert_eq!(members, expected);
 }
+
+/// One `[dependencies]` entry: its name, the features it asks for, whether it is optional.
+#[derive(Debug)]
+struct Dependency {
+    name: String,
+    features: Vec<String>,
+    optional: bool,
+}
+
+/// The `[dependencies]` entries and the `[features]` table of one manifest.
+fn dependencies_and_features(manifest: &str) -> (Vec<Dependency>, BTreeMap<String, Vec<String>>) {
+    let quoted = |text: &str| -> Vec<String> {
+        text.split('"')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
+    };
+    let mut section = String::new();
+    let mut deps = Vec::new();
+    let mut features = BTreeMap::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line.to_string();
+            continue;
+        }
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        let key = key.trim().trim_end_matches(".workspace").to_string();
+        if section == "[dependencies]" {
+            let asked = value
+                .split_once("features")
+                .map(|(_, rest)| quoted(&rest[..rest.find(']').unwrap_or(rest.len())]))
+                .unwrap_or_default();
+            deps.push(Dependency {
+                name: key,
+                features: asked,
+                optional: value.contains("optional = true"),
+            });
+        } else if section == "[features]" {
+            features.insert(key, quoted(value));
+        }
+    }
+    (deps, features)
+}
+
+/// Every external crate `krate` (with `features` on) links through our crates' `[dependencies]`,
+/// with the features asked of it.
+fn linked_external_crates(
+    root: &Path,
+    krate: &str,
+    features: &[String],
+) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut todo = vec![(krate.to_string(), features.to_vec())];
+    let mut seen = BTreeSet::new();
+    while let Some((name, on)) = todo.pop() {
+        if !seen.insert((name.clone(), on.clone())) {
+            continue;
+        }
+        let manifest =
+            std::fs::read_to_string(root.join("crates").join(&name).join("Cargo.toml")).unwrap();
+        let (deps, table) = dependencies_and_features(&manifest);
+        let enabled: BTreeSet<String> = on
+            .iter()
+            .flat_map(|f| table.get(f).cloned().unwrap_or_default())
+            .filter_map(|entry| entry.strip_prefix("dep:").map(str::to_string))
+            .collect();
+        for dep in deps {
+            if dep.optional && !enabled.contains(&dep.name) {
+                continue;
+            }
+            if dep.name.starts_with("karpenter") {
+                todo.push((dep.name, dep.features));
+            } else {
+                out.entry(dep.name).or_default().extend(dep.features);
+            }
+        }
+    }
+    out
+}
+
+/// The pure rooms stay pure: the core, the API types, the catalogue, the `-f` reader and the
+/// `simulate` pipeline (with the sim provider it runs) link no async runtime, no kube client, no
+/// HTTP stack and no AWS SDK. A new I/O dependency fails here, not in a review.
+#[test]
+fn the_pure_crates_link_no_io_stack() {
+    let root = workspace_root();
+    let is_io = |name: &str, features: &BTreeSet<String>| {
+        [
+            "tokio",
+            "hyper",
+            "hyper-util",
+            "reqwest",
+            "axum",
+            "tower",
+            "futures",
+            "prometheus-client",
+        ]
+        .contains(&name)
+            || name.starts_with("aws-")
+            || (name == "kube"
+                && features.iter().any(|f| {
+                    ["client", "runtime", "rustls-tls", "openssl-tls", "ws"].contains(&f.as_str())
+                }))
+    };
+    for krate in [
+        "karpenter-api",
+        "karpenter-core",
+        "karpenter-catalog",
+        "karpenter-input",
+        "karpenter-simulate",
+    ] {
+        let io: Vec<String> = linked_external_crates(root, krate, &[])
+            .into_iter()
+            .filter(|(name, features)| is_io(name, features))
+            .map(|(name, features)| format!("{name} {features:?}"))
+            .collect();
+        assert!(io.is_empty(), "{krate} links I/O crates: {io:?}");
+    }
+    // The check itself sees I/O where it is: the sim provider with its `cluster` feature, the controller.
+    let cluster = linked_external_crates(root, "karpenter-sim", &["cluster".to_string()]);
+    assert!(
+        cluster.contains_key("tokio") && cluster["kube"].contains("client"),
+        "{cluster:?}"
+    );
+    assert!(linked_external_crates(root, "karpenter-controller", &[]).contains_key("tokio"));
+}

@@ -200,3 +200,61 @@ fn the_status_words_catch_what_they_are_for() {
         assert_eq!(status_word(fine), None, "{fine}");
     }
 }
+
+/// The backticked paths of one section of `docs/architecture.md` (up to the next `## `).
+fn paths_in_section(doc: &str, heading: &str) -> Vec<String> {
+    let Some(start) = doc.find(heading) else {
+        return Vec::new();
+    };
+    let section = &doc[start..];
+    let end = section[3..].find("\n## ").map_or(section.len(), |i| i + 3);
+    section[..end]
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|name| name.contains('/') && !name.contains(' '))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The map is one hop from a concept to its code: every file it names exists, and it links every
+/// doc.
+#[test]
+fn the_architecture_map_names_files_that_exist_and_links_every_doc() {
+    let root = repo();
+    let doc = read(&root.join("docs/architecture.md"));
+    let paths = paths_in_section(&doc, "## Where each concept lives");
+    assert!(
+        paths.len() > 40,
+        "the concept table names only {} paths",
+        paths.len()
+    );
+    let missing: Vec<&String> = paths.iter().filter(|p| !root.join(p).exists()).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names files that do not exist: {missing:?}"
+    );
+    let mut unlinked = Vec::new();
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        if name.ends_with(".md")
+            && name != "architecture.md"
+            && !doc.contains(&format!("]({name})"))
+        {
+            unlinked.push(name);
+        }
+    }
+    assert!(
+        unlinked.is_empty(),
+        "docs/architecture.md does not link: {unlinked:?}"
+    );
+}
+
+#[test]
+fn the_map_check_reads_paths_of_its_section_only() {
+    let doc = "## A\n`x/y.rs`\n## Where each concept lives\n| c | `a/b.rs`, `c/d.rs` |\n`not a/path`\n## Next\n`e/f.rs`\n";
+    assert_eq!(
+        paths_in_section(doc, "## Where each concept lives"),
+        vec!["a/b.rs".to_string(), "c/d.rs".to_string()]
+    );
+}

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::manifests::{IgnoredDocument, Manifests};
 use super::pending::PendingPod;
-use crate::SimCloudProvider;
+use karpenter_sim::SimCloudProvider;
 
 /// Why no plan could be made.
 #[derive(Debug, thiserror::Error)]

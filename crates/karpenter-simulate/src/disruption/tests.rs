@@ -7,7 +7,7 @@ use karpenter_core::clock::FakeClock;
 use super::timeline::Trace;
 use super::*;
 
-const EMPTY: &str = include_str!("../../../../../examples/disruption-empty/cluster.yaml");
+const EMPTY: &str = include_str!("../../../../examples/disruption-empty/cluster.yaml");
 
 fn run(
     yaml: &str,
@@ -18,7 +18,7 @@ fn run(
     let mut manifests = Manifests::new();
     manifests.load_str("cluster.yaml", yaml).unwrap();
     let provider = SimCloudProvider::new("us-east-1", Arc::new(FakeClock::new(now))).unwrap();
-    let outcome = super::super::plan(&manifests, &provider).unwrap();
+    let outcome = crate::plan(&manifests, &provider).unwrap();
     simulate_disruption(
         &manifests,
         &provider,
@@ -69,15 +69,15 @@ fn idle_stretches_are_skipped_not_polled() {
     assert!(run(EMPTY, SignedDuration::from_hours(24), 10).is_ok());
 }
 
-const ROLLOUT: &str = include_str!("../../../../../examples/disruption-rollout/cluster.yaml");
-const DRIFTED: &str = include_str!("../../../../../examples/disruption-drifted/cluster.yaml");
+const ROLLOUT: &str = include_str!("../../../../examples/disruption-rollout/cluster.yaml");
+const DRIFTED: &str = include_str!("../../../../examples/disruption-drifted/cluster.yaml");
 
 fn run_traced(yaml: &str) -> (DisruptionReport, Trace) {
     let now: Timestamp = "2026-01-30T23:00:00Z".parse().unwrap();
     let mut manifests = Manifests::new();
     manifests.load_str("cluster.yaml", yaml).unwrap();
     let provider = SimCloudProvider::new("us-east-1", Arc::new(FakeClock::new(now))).unwrap();
-    let outcome = super::super::plan(&manifests, &provider).unwrap();
+    let outcome = crate::plan(&manifests, &provider).unwrap();
     super::run(
         &manifests,
         &provider,

@@ -32,7 +32,7 @@ use karpenter_core::state::ClusterState;
 use super::cluster::SimCluster;
 use super::pdb;
 use super::report::{CommandReport, round6};
-use crate::simulate::plan::SimulateError;
+use crate::plan::SimulateError;
 
 /// How long an instance takes from termination to gone by default: EC2 instances spend tens of
 /// seconds to a few minutes in `shutting-down`; a round minute.

@@ -1,7 +1,7 @@
 //! The simulated cluster `simulate --disruption` runs on: the input's Nodes, NodeClaims and bound
 //! pods plus everything the simulation launched, kept as API objects so every step builds the
 //! same [`ClusterState`] the controller would see. Pods that lose their node go through the
-//! provisioning pipeline again ([`super::super::plan_with`], the code of the first plan).
+//! provisioning pipeline again ([`crate::plan_with`], the code of the first plan).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,15 +23,15 @@ use karpenter_core::pod::{Pod, PodStatus};
 use karpenter_core::provisioning::reschedulable::moves_with_its_node;
 use karpenter_core::scheduling::SchedulerOptions;
 use karpenter_core::state::ClusterState;
-use kube::ResourceExt;
+use kube_core::ResourceExt;
 
-use super::super::manifests::Manifests;
-use super::super::pending::PendingPod;
-use super::super::plan::{PlanOutcome, SimulateError, plan_with};
 use super::pdb;
 use super::report::{NodeReport, ReplacementReport, UnschedulableReport};
-use crate::SimCloudProvider;
-use crate::launch::LaunchChoice;
+use crate::manifests::Manifests;
+use crate::pending::PendingPod;
+use crate::plan::{PlanOutcome, SimulateError, plan_with};
+use karpenter_sim::SimCloudProvider;
+use karpenter_sim::launch::LaunchChoice;
 
 /// How long a launched node takes to initialize in virtual time (issue 10).
 pub const INITIALIZATION: SignedDuration = SignedDuration::from_secs(60);

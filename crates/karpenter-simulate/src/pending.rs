@@ -70,7 +70,7 @@ impl Borrow<Pod> for PendingPod {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::simulate::Manifests;
+    use crate::Manifests;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     #[test]

@@ -7,7 +7,7 @@ use karpenter_api::well_known as wk;
 use karpenter_core::clock::FakeClock;
 use karpenter_core::resources::Quantity;
 use karpenter_sim::SimCloudProvider;
-use karpenter_sim::simulate::{self, Manifests, Plan, PlannedNodeClaim, SimulateError};
+use karpenter_simulate::{self as simulate, Manifests, Plan, PlannedNodeClaim, SimulateError};
 
 fn provider() -> SimCloudProvider {
     SimCloudProvider::new("us-east-1", Arc::new(FakeClock::default())).unwrap()

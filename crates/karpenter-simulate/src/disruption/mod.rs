@@ -34,9 +34,9 @@ use karpenter_core::state::ClusterState;
 
 use super::manifests::Manifests;
 use super::plan::{PlanOutcome, SimulateError};
-use crate::SimCloudProvider;
 pub use cluster::INITIALIZATION;
 use cluster::{SimCluster, replacement_report};
+use karpenter_sim::SimCloudProvider;
 pub use report::PlanWithDisruption;
 use report::{
     After, Before, BlockedNode, CandidateReport, CommandReport, DisruptionReport, round6,

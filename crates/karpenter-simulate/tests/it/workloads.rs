@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use karpenter_core::clock::FakeClock;
 use karpenter_sim::SimCloudProvider;
-use karpenter_sim::simulate::{self, Manifests, Plan};
+use karpenter_simulate::{self as simulate, Manifests, Plan};
 
 const NODEPOOL: &str = r#"
 apiVersion: karpenter.sh/v1

@@ -10,11 +10,11 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_core::pod::{Pod, PodSpec};
 
-use super::super::manifests::{DEFAULT_NAMESPACE, MAX_PODS, Manifests, Problem};
-use super::super::pending::PendingPod;
-use super::super::sources::Location;
 use super::Finding;
 use super::admission::{self, ClaimTemplates};
+use crate::manifests::{DEFAULT_NAMESPACE, MAX_PODS, Manifests, Problem};
+use crate::pending::PendingPod;
+use karpenter_input::Location;
 
 /// A workload read but not yet expanded: expansion needs the whole input.
 #[derive(Clone, Debug)]
@@ -72,7 +72,7 @@ impl Manifests {
     /// Expands every workload read so far into pods, in input order, after the admission the
     /// API server would run (RuntimeClass) and with the claims a StatefulSet's controller would
     /// create. Problems name the workload's document and field.
-    pub(in crate::simulate) fn admit_workloads(&mut self, problems: &mut Vec<Problem>) {
+    pub(crate) fn admit_workloads(&mut self, problems: &mut Vec<Problem>) {
         let workloads = std::mem::take(&mut self.workloads_to_admit);
         let mut claims: ClaimKeys = self.claims.iter().map(claim_key).collect();
         let default_class = admission::default_storage_class(&self.storage_classes);

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
@@ -23,10 +22,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::pending::PendingPod;
-use super::sources::{
-    DuplicateNames, Location, Object, ReadError, Source, Sources, identity, objects, read_sources,
-};
 use super::workloads::{self, Workload, WorkloadSource};
+use karpenter_input::{
+    DuplicateNames, Location, Object, ReadError, Source, Sources, identity, objects,
+};
 
 /// Why the input could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -149,13 +148,6 @@ const USED_KINDS: [&str; 16] = [
 impl Manifests {
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Loads a file, or every `*.yaml`/`*.yml`/`*.json` file under a directory (sorted,
-    /// recursive), with the shared reader ([`super::sources`]).
-    pub fn load_path(&mut self, path: &Path) -> Result<(), ManifestError> {
-        let read = read_sources(&[path.to_path_buf()], &mut std::io::empty())?;
-        self.load_sources(read)
     }
 
     /// Loads one YAML (or JSON) text with any number of documents; `source_name` names it in

@@ -368,7 +368,7 @@ fn run_case(case: &ClusterCase) -> (DisruptionReport, Trace, &'static Catalog, S
     let yaml = cluster_yaml(case, catalog);
     let mut manifests = Manifests::new();
     manifests.load_str("cluster.yaml", &yaml).unwrap();
-    let outcome = super::super::plan(&manifests, provider).unwrap();
+    let outcome = crate::plan(&manifests, provider).unwrap();
     let (report, trace) = run(
         &manifests,
         provider,

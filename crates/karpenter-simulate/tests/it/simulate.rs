@@ -11,7 +11,7 @@ use karpenter_core::requirements::Requirements;
 use karpenter_core::resources::ResourceList;
 use karpenter_core::taints::first_untolerated;
 use karpenter_sim::SimCloudProvider;
-use karpenter_sim::simulate::{self, Manifests, Plan, SimulateError};
+use karpenter_simulate::{self as simulate, Manifests, Plan, SimulateError};
 use proptest::prelude::*;
 
 fn examples() -> PathBuf {
@@ -160,7 +160,9 @@ fn check_plan(manifests: &Manifests, provider: &SimCloudProvider, plan: &Plan) {
 
 fn plan_dir(dir: &str) -> (Manifests, Plan) {
     let mut manifests = Manifests::new();
-    manifests.load_path(&examples().join(dir)).unwrap();
+    let read =
+        karpenter_input::read_sources(&[examples().join(dir)], &mut std::io::empty()).unwrap();
+    manifests.load_sources(read).unwrap();
     let provider = embedded();
     let outcome = simulate::plan(&manifests, &provider).unwrap();
     check_plan(&manifests, &provider, &outcome.plan);

@@ -1,12 +1,15 @@
-//! `karpenter simulate` as a library: load manifests, plan, report. The CLI only parses flags
-//! and prints; the controller tests and `explain` reuse this.
+//! `karpenter simulate` as a library: manifests → cluster state → plan and disruption report.
+//!
+//! Pure: no kube client, no async runtime, no filesystem. Input arrives as text already read by
+//! `karpenter-input` (the one `-f` reader), instances come from the in-memory
+//! [`karpenter_sim::SimCloudProvider`], and time is virtual. The `karpenter` binary only parses
+//! flags and prints; the controller tests reuse the same pipeline.
 
 pub mod custom_types;
 pub mod disruption;
 pub mod manifests;
 pub mod pending;
 pub mod plan;
-pub mod sources;
 mod workloads;
 
 pub use custom_types::{CustomTypesError, parse_instance_types};

@@ -10,8 +10,8 @@
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use karpenter_core::pod::{self, Pod};
-use kube::ResourceExt;
-use kube::core::{Selector, SelectorExt};
+use kube_core::ResourceExt;
+use kube_core::{Selector, SelectorExt};
 
 /// What the disruption controller writes into a PDB's status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::super::plan::Plan;
+use crate::plan::Plan;
 
 /// The plan and, after it, what the disruption loop did in virtual time.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
