@@ -11,6 +11,8 @@ mod compile;
 mod engine;
 pub mod input;
 mod intern;
+#[cfg(test)]
+mod packing_properties;
 pub mod packing_workloads;
 mod topology;
 

@@ -1,6 +1,8 @@
 //! `karpenter bench scheduling`: upstream's scheduling benchmark workload, timed.
 //! `karpenter bench controller`: the controller process's time and memory on N pending pods
 //! (see `bench_controller`).
+//! `karpenter bench packing`: plan cost against the lower bound per packing policy
+//! (see `bench_packing`).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -30,6 +32,9 @@ pub enum Target {
     /// Time one full disruption pass (`decide`) over a large simulated cluster (1,000 nodes,
     /// 10,000 pods by default): candidates evaluated, commands found, peak memory.
     Disruption(super::bench_disruption::DisruptionBenchArgs),
+    /// Plan cost against the fractional lower bound, and planning time, for both packing
+    /// policies on generated workloads over the embedded catalogue (docs/benchmarks.md).
+    Packing(super::bench_packing::PackingArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -146,6 +151,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Target::Scheduling(args) => run_scheduling(args),
         Target::Controller(args) => run_controller(&args),
         Target::Disruption(args) => super::bench_disruption::run(&args),
+        Target::Packing(args) => super::bench_packing::run(&args),
         Target::Workload(args) => {
             let manifests = super::bench_controller::workload_manifests(args.pods, args.seed);
             match args.output {
