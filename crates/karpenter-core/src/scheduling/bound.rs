@@ -240,16 +240,15 @@ mod tests {
     /// The certificate: x covers the demand, the duals price no column below its cost, and both
     /// objectives agree, so no mix is cheaper.
     fn assert_optimal(columns: &[Column], demand: [f64; 3], mix: &Mix) {
-        for r in 0..RESOURCES {
+        for (r, &wanted) in demand.iter().enumerate() {
             let covered: f64 = mix
                 .amounts
                 .iter()
                 .map(|&(j, x)| columns[j].room[r] * x)
                 .sum();
             assert!(
-                covered >= demand[r] * (1.0 - 1e-7),
-                "row {r}: {covered} < {}",
-                demand[r]
+                covered >= wanted * (1.0 - 1e-7),
+                "row {r}: {covered} < {wanted}"
             );
         }
         for c in columns {

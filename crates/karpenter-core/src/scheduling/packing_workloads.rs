@@ -136,7 +136,7 @@ impl Workload {
                 Profile::MemoryHeavy => 6144 + rng.below(10241) as i64,
             };
             let memory_mib = (cpu * mib_per_cpu / 1000).max(64);
-            let spread = self.spread_every > 0 && deployment % self.spread_every == 0;
+            let spread = self.spread_every > 0 && deployment.is_multiple_of(self.spread_every);
             let pod = Arc::new(deployment_pod(
                 &format!("{}-{deployment}", self.name),
                 cpu,

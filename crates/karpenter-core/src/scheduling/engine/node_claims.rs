@@ -110,7 +110,7 @@ impl Engine {
     /// Keeps the claim's types that match `reqs`, have a compatible offering, fit `total` plus
     /// their daemonset overhead and fit the pool's limits (given what the claim already reserves).
     /// Returns lowered-minValues requirements under BestEffort.
-    fn filter_types(
+    pub(super) fn filter_types(
         &self,
         pool_index: usize,
         candidates: &Bits,

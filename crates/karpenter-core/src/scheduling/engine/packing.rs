@@ -69,6 +69,26 @@ impl Engine {
         results
     }
 
+    /// A CostOptimal run's NodeClaims were grown within their group's types; each may launch as
+    /// any type of its pool that holds what it got (its requirements, pods, host ports, limits
+    /// and minValues, as [`Engine::filter_types`] checks for every placement), so a partly filled
+    /// node takes a cheaper type of another family when one holds it.
+    pub(super) fn widen_types(&self, claims: &mut [Claim]) {
+        for claim in claims {
+            let base = &self.pools[claim.pool].base;
+            if let Ok((types, None)) = self.filter_types(
+                claim.pool,
+                base,
+                claim.reserved,
+                &claim.reqs,
+                &claim.requests,
+                &claim.host_ports,
+            ) {
+                claim.types = types;
+            }
+        }
+    }
+
     /// The pool's usable types (compatible with it, with an available offering it allows), each
     /// at its cheapest such offering and with its room beyond its daemonset overhead.
     pub(super) fn type_columns(&self, pi: usize) -> Vec<TypeColumn> {

@@ -218,7 +218,10 @@ pub(super) fn run<P: std::borrow::Borrow<Pod>>(
             unschedulable.insert(p, text);
         }
     }
-    let claims = std::mem::take(&mut engine.claims);
+    let mut claims = std::mem::take(&mut engine.claims);
+    if engine.pod_groups.is_some() {
+        engine.widen_types(&mut claims);
+    }
     let mut shapes = FxMap::default();
     let mut budget = engine.limit_budget();
     for claim in &claims {
