@@ -22,7 +22,8 @@ pub enum Command {
     Convert(commands::convert::Args),
     /// Benchmarks: `bench scheduling` (upstream's scheduling workload, timed), `bench controller`
     /// (the sim controller's time and memory on N pods), `bench workload` (that workload as
-    /// manifests), `bench disruption` (one disruption pass over a large cluster).
+    /// manifests), `bench disruption` (one disruption pass over a large cluster), `bench packing`
+    /// (plan cost against the lower bound per packing policy).
     Bench(commands::bench::Args),
     /// Plan the nodes for a set of manifests on the built-in `sim` provider (no cluster needed).
     Simulate(commands::simulate::Args),
