@@ -16,6 +16,7 @@ use crate::metrics::Metrics;
 use crate::provisioning::{Batcher, Solver, Trigger};
 use crate::settings::Settings;
 use crate::state::SharedState;
+use crate::writes::{self, CloudReads, Leader, Terms};
 
 /// A [`Clock`] that reads tokio's clock, offset from a fixed epoch. Under
 /// `#[tokio::test(start_paused = true)]` tokio's auto-advance moves timers and timestamps
@@ -80,12 +81,19 @@ impl WorkStarts {
     }
 }
 
-/// Shared controller context.
+/// Shared controller context. Reads only: what writes takes a [`Leader`] ([`Context::leader`],
+/// see [`crate::writes`]).
 pub struct Context {
+    /// Reads the API server; a mutating request through it is refused.
     pub client: kube::Client,
     pub settings: Settings,
     pub state: Arc<SharedState>,
-    pub cloud: Arc<dyn CloudProvider>,
+    /// The cloud's answers; launching and terminating go through [`Leader::cloud_writes`].
+    pub cloud: CloudReads,
+    /// The client as the binary built it: the lease and the provider's tasks write with it.
+    raw_client: kube::Client,
+    cloud_provider: Arc<dyn CloudProvider>,
+    terms: Terms,
     pub solver: Arc<dyn Solver>,
     pub clock: Arc<dyn Clock>,
     pub metrics: Arc<Metrics>,
@@ -124,16 +132,20 @@ impl Context {
         metrics
             .leader
             .set(i64::from(settings.disable_leader_election));
+        let terms = Terms::new(settings.disable_leader_election);
         let ctx = Context {
             events: Arc::new(Events::new(
-                Some(client.clone()),
+                Some(writes::events_client(&client, &terms)),
                 clock.clone(),
                 metrics.events_dropped.clone(),
             )),
-            client,
+            client: writes::read_client(&client),
+            raw_client: client,
             settings,
             state: Arc::new(SharedState::default()),
-            cloud,
+            cloud: CloudReads::new(cloud.clone()),
+            cloud_provider: cloud,
+            terms,
             solver,
             clock,
             metrics,
@@ -146,9 +158,29 @@ impl Context {
         (Arc::new(ctx), batcher)
     }
 
-    /// Only the leader writes to the API server; every replica keeps its state warm.
+    /// Whether this replica leads now (what loops react to; writing takes a [`Leader`] from
+    /// [`Context::leader`]). Every replica keeps its state warm.
     pub fn is_leader(&self) -> bool {
         *self.leader_rx.borrow()
+    }
+
+    /// The right to write for the term open now: `None` unless this replica leads.
+    pub fn leader(self: &Arc<Self>) -> Option<Leader> {
+        Leader::of(self, &self.raw_client, &self.terms)
+    }
+
+    /// [`Context::leader`] once the caches are synced too: when the loops act.
+    pub fn working(self: &Arc<Self>) -> Option<Leader> {
+        self.leader().filter(|_| self.state.read().synced())
+    }
+
+    /// The client as the binary built it, for the lease and the provider's tasks only.
+    pub(crate) fn raw_client(&self) -> &kube::Client {
+        &self.raw_client
+    }
+
+    pub(crate) fn cloud_provider(&self) -> &dyn CloudProvider {
+        self.cloud_provider.as_ref()
     }
 
     /// A receiver that changes when leadership is gained or lost.
@@ -165,7 +197,9 @@ impl Context {
         }
     }
 
+    /// The lease task's switch: opens a write term on acquire, closes it on loss.
     pub(crate) fn set_leader(&self, leader: bool) {
+        self.terms.set_leading(leader);
         self.metrics.leader.set(i64::from(leader));
         self.leader_tx.send_replace(leader);
     }

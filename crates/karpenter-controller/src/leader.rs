@@ -189,7 +189,8 @@ impl LeaderElector {
     }
 }
 
-/// Runs the election for this replica until `shutdown`, flipping [`Context::is_leader`]. With
+/// Runs the election for this replica until `shutdown`, flipping [`Context::is_leader`] and
+/// opening or closing the write term behind [`Context::leader`] (see [`crate::writes`]). With
 /// leader election disabled this replica simply leads.
 ///
 /// Never two writers, also when the API server hangs instead of failing: a leader's renewal
@@ -205,7 +206,8 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
         return;
     }
     let config = LeaseConfig::from_settings(&ctx.settings);
-    let mut elector = LeaderElector::new(ctx.client.clone(), config.clone(), ctx.clock.clone());
+    let mut elector =
+        LeaderElector::new(ctx.raw_client().clone(), config.clone(), ctx.clock.clone());
     // When the last successful round was sent; leading is only valid until + renew_deadline.
     let mut renewed_at: Option<Instant> = None;
     loop {

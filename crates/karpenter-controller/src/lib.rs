@@ -4,7 +4,8 @@
 //! their background tasks through [`run::ProviderTask`].
 //!
 //! Every replica runs the watchers and keeps its state warm; only the leader writes (see
-//! [`leader`]). Controllers get an `Arc<Context>` ([`context::Context`]) holding everything they
+//! [`leader`] for the election and [`writes`] for the one gate: writes need a
+//! [`writes::Leader`], which only the leader gets). Controllers get an `Arc<Context>` ([`context::Context`]) holding everything they
 //! share. Time comes from a [`karpenter_core::clock::Clock`] and tokio timers, so tests drive it
 //! with `#[tokio::test(start_paused = true)]`.
 
@@ -25,6 +26,7 @@ pub mod state;
 pub mod termination;
 pub mod timeouts;
 pub mod workers;
+pub mod writes;
 
 pub use context::{Context, TokioClock};
 /// Who the controller is on the wire (User-Agent, field manager); the binary identifies its client

@@ -24,7 +24,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::clock::Clock;
-use karpenter_core::pod::Pod;
+use karpenter_core::pod::{self, Pod};
+use karpenter_core::state::Tracked;
 use kube::{Api, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
@@ -34,7 +35,6 @@ use crate::context::Context;
 use crate::metrics::Metrics;
 use crate::provisioning::Batcher;
 use crate::state::reflector::reflect;
-use crate::state::{Tracked, pod};
 use crate::{disruption, leader, nodeclaim, nodepool, provisioning, server, termination};
 
 /// A running replica. Drop-safe, but call [`RunningController::stop`] for a graceful shutdown
@@ -170,7 +170,9 @@ impl RunningController {
             .into_iter()
             .map(|task| {
                 let future = (task.start)(ProviderTaskContext {
-                    client: ctx.client.clone(),
+                    // The raw client: a provider's task follows `leadership` itself (it writes
+                    // only while leading, see docs/controller.md "Writing a provider").
+                    client: ctx.raw_client().clone(),
                     leadership: ctx.leadership(),
                     shutdown: shutdown_rx.clone(),
                     clock: ctx.clock.clone(),
@@ -183,7 +185,7 @@ impl RunningController {
             spawn_reflector::<Pod>(&ctx, |ctx, p| {
                 if pod::is_provisionable(p) && p.metadata.deletion_timestamp.is_none() {
                     ctx.provisioning_trigger
-                        .trigger(p.uid().unwrap_or_else(|| pod::pod_key(p)));
+                        .trigger(p.uid().unwrap_or_else(|| pod::key(p)));
                 }
             }),
             spawn_reflector::<Node>(&ctx, on_capacity_change),

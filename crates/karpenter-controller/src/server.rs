@@ -31,7 +31,7 @@ pub fn refresh_gauges(ctx: &Context) {
         .set(i64::try_from(state.nodes().count()).unwrap_or(i64::MAX));
     ctx.metrics.pods_state.clear();
     for pod in state.pods() {
-        let node = crate::state::pod::node_name(pod)
+        let node = karpenter_core::pod::node_name(pod)
             .unwrap_or_default()
             .to_string();
         let nodepool = state

@@ -9,11 +9,17 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
 use jiff::Timestamp;
+use karpenter_kube::stopped;
+use tokio::sync::watch;
 use tokio::task::{JoinError, JoinSet};
 
 use crate::backoff::{Backoff, BackoffPolicy};
+use crate::context::Context;
+use crate::writes::Leader;
 
 /// Upper bound on reconciles in flight per loop.
 pub const MAX_CONCURRENT_RECONCILES: usize = 64;
@@ -164,6 +170,46 @@ impl Workers {
         self.tasks.abort_all();
         self.in_flight.clear();
     }
+}
+
+/// The loop of a per-object reconciler (NodeClaim lifecycle, node termination), until
+/// `shutdown` turns true: every `period`, and at once when the replica starts to work (a new
+/// leader resumes what its predecessor left), `start` starts reconciles under the [`Leader`] of
+/// the term; finished ones are booked as they end; a replica that stops leading drops its
+/// in-flight reconciles (their writes) at once.
+pub async fn run_reconciler(
+    ctx: Arc<Context>,
+    mut shutdown: watch::Receiver<bool>,
+    mut workers: Workers,
+    period: Duration,
+    start: impl Fn(&Leader, &mut Workers),
+) {
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut leadership = ctx.leadership();
+    let mut starts = ctx.work_starts();
+    loop {
+        tokio::select! {
+            () = stopped(&mut shutdown) => break,
+            done = workers.next_finished() => workers.finished(done, ctx.now()),
+            () = starts.next() => {
+                if let Some(leader) = ctx.leader() {
+                    start(&leader, &mut workers);
+                }
+            }
+            Ok(()) = leadership.changed() => {
+                if !ctx.is_leader() {
+                    workers.stop();
+                }
+            }
+            _ = ticker.tick() => {
+                if let Some(leader) = ctx.working() {
+                    start(&leader, &mut workers);
+                }
+            }
+        }
+    }
+    workers.stop();
 }
 
 #[cfg(test)]

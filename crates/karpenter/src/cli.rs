@@ -27,6 +27,12 @@ pub enum Command {
     Bench(commands::bench::Args),
     /// Plan the nodes for a set of manifests on the built-in `sim` provider (no cluster needed).
     Simulate(commands::simulate::Args),
+    /// Explain a live cluster's pod, node, NodeClaim or NodePool with the controller's reasons
+    /// (read-only).
+    Explain(commands::explain::Args),
+    /// What applying NodePools/EC2NodeClasses would do to a live cluster: drift, replacements,
+    /// cost, rollout time (read-only; exit 0 no change, 1 changes, 2 error).
+    Diff(commands::diff::Args),
     /// AWS account set-up (`aws iam`: the controller policy and the CloudFormation template).
     Aws(commands::aws::Args),
     /// Run the controller against a cluster (watchers, provisioner, NodePool status, leader election).

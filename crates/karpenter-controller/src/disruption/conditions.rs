@@ -21,7 +21,8 @@ use karpenter_api::v1::{
 use karpenter_api::well_known::NODEPOOL_LABEL;
 use karpenter_core::disruption::ProviderDrift;
 use karpenter_core::disruption::candidates::{DisruptionClass, candidates};
-use karpenter_core::disruption::drift::{DriftContext, drift_reason};
+use karpenter_core::disruption::command::DriftContext;
+use karpenter_core::disruption::drift::drift_reason;
 use karpenter_core::disruption::emptiness::consolidation_block;
 use karpenter_core::instance_type::InstanceType;
 use karpenter_kube::{is_conflict, is_not_found};
@@ -29,6 +30,7 @@ use kube::{Api, ResourceExt};
 
 use crate::context::Context;
 use crate::timeouts;
+use crate::writes::Leader;
 
 /// The `Consolidatable` writes the state calls for: NodeClaim name → wanted (`true`: set
 /// `True`; `false`: clear).
@@ -58,7 +60,7 @@ pub fn consolidatable_changes(
 /// Writes the `Consolidatable` changes (a conflict or a vanished NodeClaim just waits for the
 /// next pass).
 pub async fn update_consolidatable(
-    ctx: &Context,
+    ctx: &Leader,
     instance_types: &BTreeMap<String, Vec<Arc<InstanceType>>>,
 ) {
     for (name, wanted) in consolidatable_changes(ctx, instance_types) {
@@ -127,7 +129,7 @@ pub fn drifted_changes(
 
 /// Writes the `Drifted` changes (see [`drifted_changes`]).
 pub async fn update_drifted(
-    ctx: &Context,
+    ctx: &Leader,
     instance_types: &BTreeMap<String, Vec<Arc<InstanceType>>>,
     provider_drift: &ProviderDrift,
 ) {
@@ -138,7 +140,7 @@ pub async fn update_drifted(
 
 /// Sets condition `type_` to `True` with `reason` (or removes it for `None`) on the NodeClaim as
 /// the state holds it; a conflict or a vanished NodeClaim just waits for the next pass.
-async fn write_condition(ctx: &Context, name: &str, type_: &str, reason: Option<String>) {
+async fn write_condition(ctx: &Leader, name: &str, type_: &str, reason: Option<String>) {
     let Some(mut claim) = ctx.state.read().nodeclaim(name).cloned() else {
         return;
     };
@@ -159,7 +161,7 @@ async fn write_condition(ctx: &Context, name: &str, type_: &str, reason: Option<
             status.clear_condition(type_);
         }
     }
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let api: Api<NodeClaim> = Api::all(ctx.writer());
     match timeouts::api(api.replace_status(name, &karpenter_kube::identity::post_params(), &claim))
         .await
     {

@@ -11,14 +11,14 @@ use karpenter_kube::is_not_found;
 use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 
-use crate::context::Context;
 use crate::metrics::NodeClaimDisruptedLabels;
 use crate::nodeclaim::is_managed;
 use crate::timeouts;
+use crate::writes::Leader;
 
 /// Deletes every expired NodeClaim this provider manages; returns the next instant one expires
 /// (when the loop should look again).
-pub async fn delete_expired(ctx: &Context) -> Option<Timestamp> {
+pub async fn delete_expired(ctx: &Leader) -> Option<Timestamp> {
     let now = ctx.now();
     let (expired, next): (Vec<NodeClaim>, Option<Timestamp>) = {
         let state = ctx.state.read();
@@ -30,7 +30,7 @@ pub async fn delete_expired(ctx: &Context) -> Option<Timestamp> {
             .collect();
         (claims, next_expiry(&state, now))
     };
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let api: Api<NodeClaim> = Api::all(ctx.writer());
     for claim in expired {
         let name = claim.name_any();
         match timeouts::api(api.delete(&name, &DeleteParams::default())).await {

@@ -28,6 +28,7 @@ use tokio::sync::watch;
 use tokio::task::{Id, JoinSet};
 
 use crate::context::Context;
+use crate::writes::Leader;
 
 /// How often the loop runs when no method acted (upstream `pollingPeriod`).
 pub const POLL_PERIOD: Duration = Duration::from_secs(10);
@@ -56,7 +57,7 @@ struct InFlight {
 }
 
 impl InFlight {
-    fn spawn(&mut self, ctx: &Arc<Context>, command: Command) {
+    fn spawn(&mut self, ctx: &Leader, command: Command) {
         let task_ctx = ctx.clone();
         let running = command.clone();
         let handle = self.tasks.spawn(async move {
@@ -123,8 +124,8 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
                 }
             }
             () = tokio::time::sleep_until(next) => {
-                let wait = if ctx.is_leader() && ctx.state.read().synced() {
-                    let (outcome, wait) = tick(&ctx, &mut in_flight, &mut notices, &mut holds, &mut shutdown).await;
+                let wait = if let Some(leader) = ctx.working() {
+                    let (outcome, wait) = tick(&leader, &mut in_flight, &mut notices, &mut holds, &mut shutdown).await;
                     if outcome.started > 0 {
                         tracing::debug!(?outcome, "disruption pass");
                     }
@@ -148,7 +149,7 @@ struct Notices {
 
 /// One tick of the loop (see the module docs); returns what it did and how long to wait.
 async fn tick(
-    ctx: &Arc<Context>,
+    ctx: &Leader,
     in_flight: &mut InFlight,
     notices: &mut Notices,
     holds: &mut repair::RepairHolds,

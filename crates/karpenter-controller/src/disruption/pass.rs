@@ -508,7 +508,7 @@ mod tests {
         )))
         .unwrap();
         assert_eq!(disabled.0, REASON_UNCONSOLIDATABLE);
-        let score = karpenter_core::disruption::balanced::PoolScore {
+        let score = karpenter_core::disruption::score::PoolScore {
             nodepool: "default".into(),
             score: 0.32,
             savings: 0.2,

@@ -14,6 +14,7 @@
 //! left behind, as upstream's does.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -35,6 +36,7 @@ use crate::events::{
 };
 use crate::metrics::{DisruptionDecisionLabels, NodeClaimDisruptedLabels};
 use crate::timeouts;
+use crate::writes::Leader;
 
 /// How long the replacements may take to initialize before the command is rolled back
 /// (upstream: clamp(80 ms × commands, 10 min, 1 h); a controller runs few commands at once).
@@ -59,6 +61,8 @@ pub enum CommandError {
     ReplacementDeleted(String),
     #[error("replacements were not initialized within {0:?}")]
     ReplacementTimeout(Duration),
+    #[error("this replica does not lead")]
+    NotLeader,
     #[error(transparent)]
     Controller(#[from] crate::Error),
 }
@@ -88,7 +92,11 @@ pub fn release(state: &mut ClusterState, command: &Command) {
 }
 
 /// Claims the candidates and runs the command (see [`execute`]).
-pub async fn run_command(ctx: &Context, command: Command) -> Result<Vec<String>, CommandError> {
+pub async fn run_command(
+    ctx: &Arc<Context>,
+    command: Command,
+) -> Result<Vec<String>, CommandError> {
+    let ctx = &ctx.leader().ok_or(CommandError::NotLeader)?;
     if !claim(&mut ctx.state.write(), &command) {
         return Err(CommandError::AlreadyInFlight);
     }
@@ -101,7 +109,7 @@ pub async fn run_command(ctx: &Context, command: Command) -> Result<Vec<String>,
 /// everything is rolled back (untainted, condition cleared, replacements deleted, state marks
 /// released).
 pub async fn execute(
-    ctx: &Context,
+    ctx: &Leader,
     mut command: Command,
     timeout: Duration,
 ) -> Result<Vec<String>, CommandError> {
@@ -131,7 +139,7 @@ pub async fn execute(
 }
 
 async fn run(
-    ctx: &Context,
+    ctx: &Leader,
     command: &mut Command,
     created: &mut Vec<String>,
     timeout: Duration,
@@ -172,7 +180,7 @@ async fn run(
     }
 
     // 2. Launch the replacements.
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let api: Api<NodeClaim> = Api::all(ctx.writer());
     for replacement in &command.replacements {
         let claim =
             timeouts::api(api.create(&karpenter_kube::identity::post_params(), replacement))
@@ -256,12 +264,12 @@ async fn run(
 }
 
 async fn wait_initialized(
-    ctx: &Context,
+    ctx: &Leader,
     command: &Command,
     created: &[String],
     timeout: Duration,
 ) -> Result<(), CommandError> {
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let api: Api<NodeClaim> = Api::all(ctx.writer());
     let deadline = tokio::time::Instant::now() + timeout;
     let mut waiting: BTreeSet<String> = created.iter().cloned().collect();
     loop {
@@ -310,8 +318,8 @@ fn is_initialized(claim: &NodeClaim) -> bool {
 /// an initialized one is ordinary capacity now), untaints the candidates, clears their
 /// condition and releases the state marks. Best effort: what fails here the loop's
 /// [`clean_leftovers`] retries.
-async fn rollback(ctx: &Context, command: &Command, created: &[String]) {
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+async fn rollback(ctx: &Leader, command: &Command, created: &[String]) {
+    let api: Api<NodeClaim> = Api::all(ctx.writer());
     for name in created {
         match timeouts::api(api.get_opt(name)).await {
             Ok(Some(claim)) if !is_initialized(&claim) => {
@@ -341,7 +349,7 @@ async fn rollback(ctx: &Context, command: &Command, created: &[String]) {
 /// Cleans what a crashed or failed command left behind (upstream's loop step 3): Nodes with the
 /// `karpenter.sh/disrupted:NoSchedule` taint and NodeClaims with the `DisruptionReason`
 /// condition that no command is working on and that are not being deleted.
-pub async fn clean_leftovers(ctx: &Context) {
+pub async fn clean_leftovers(ctx: &Leader) {
     let (nodes, claims) = {
         let state = ctx.state.read();
         let mut nodes = Vec::new();
@@ -397,8 +405,8 @@ pub fn has_disrupted_taint(node: &Node) -> bool {
 
 /// Adds (`on`) or removes the disrupted taint; read-modify-write with the resourceVersion,
 /// retried on conflict. A Node that is gone needs nothing.
-async fn set_taint(ctx: &Context, node_name: &str, on: bool) -> crate::Result<()> {
-    let api: Api<Node> = Api::all(ctx.client.clone());
+async fn set_taint(ctx: &Leader, node_name: &str, on: bool) -> crate::Result<()> {
+    let api: Api<Node> = Api::all(ctx.writer());
     for _ in 0..CONFLICT_RETRIES {
         let Some(mut node) = timeouts::api(api.get_opt(node_name))
             .await
@@ -442,11 +450,11 @@ async fn set_taint(ctx: &Context, node_name: &str, on: bool) -> crate::Result<()
 
 /// Sets the NodeClaim's `DisruptionReason` condition to `reason`, or clears it (`None`).
 async fn set_disruption_reason(
-    ctx: &Context,
+    ctx: &Leader,
     claim_name: &str,
     reason: Option<&str>,
 ) -> crate::Result<()> {
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let api: Api<NodeClaim> = Api::all(ctx.writer());
     for _ in 0..CONFLICT_RETRIES {
         let Some(mut claim) = timeouts::api(api.get_opt(claim_name))
             .await

@@ -23,6 +23,7 @@ use crate::events::{EventRecord, EventType, REASON_NODE_REPAIR_BLOCKED};
 use crate::metrics::NodeClaimDisruptedLabels;
 use crate::nodeclaim::{is_managed, rfc3339};
 use crate::timeouts;
+use crate::writes::Leader;
 
 /// The metric reason of a repair (upstream `UnhealthyReason`).
 pub const UNHEALTHY_REASON: &str = "unhealthy";
@@ -35,7 +36,7 @@ pub struct RepairHolds {
 
 /// Repairs the nodes due (when the gate is on); returns when a node next becomes due or a held
 /// one is looked at again.
-pub async fn repair_unhealthy(ctx: &Context, holds: &mut RepairHolds) -> Option<Timestamp> {
+pub async fn repair_unhealthy(ctx: &Leader, holds: &mut RepairHolds) -> Option<Timestamp> {
     if !ctx.settings.feature_gates.node_repair {
         return None;
     }
@@ -87,9 +88,9 @@ pub async fn repair_unhealthy(ctx: &Context, holds: &mut RepairHolds) -> Option<
 }
 
 /// Stamps the termination deadline `now` on the NodeClaim, then deletes it.
-async fn force_delete(ctx: &Context, mut claim: NodeClaim, now: Timestamp) {
+async fn force_delete(ctx: &Leader, mut claim: NodeClaim, now: Timestamp) {
     let name = claim.name_any();
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let api: Api<NodeClaim> = Api::all(ctx.writer());
     claim.metadata.annotations.get_or_insert_default().insert(
         NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION.into(),
         rfc3339(now),

@@ -29,6 +29,7 @@ use super::is_managed;
 use crate::context::Context;
 use crate::metrics::NodeClaimDisruptedLabels;
 use crate::timeouts;
+use crate::writes::Leader;
 
 /// Upstream runs NodeClaim garbage collection every 2 minutes.
 pub const GC_PERIOD: Duration = Duration::from_secs(120);
@@ -141,10 +142,10 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
             () = early => {}
         }
         recheck = None;
-        if !(ctx.is_leader() && ctx.state.read().synced()) {
+        let Some(leader) = ctx.working() else {
             continue;
-        }
-        let pass = collect(&ctx);
+        };
+        let pass = collect(&leader);
         tokio::select! {
             () = stopped(&mut shutdown) => break,
             result = pass => match result {
@@ -158,7 +159,7 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
 /// One garbage-collection pass. NodeClaims are listed from the API server (not the cache), so
 /// a NodeClaim created a moment ago always protects its instance. Returns when to look again
 /// for an unclaimed instance still within its grace period ([`next_orphan_check`]).
-pub async fn collect(ctx: &Context) -> crate::Result<Option<Duration>> {
+pub async fn collect(ctx: &Leader) -> crate::Result<Option<Duration>> {
     let instances =
         timeouts::cloud(ctx.cloud.list())
             .await
@@ -179,7 +180,7 @@ pub async fn collect(ctx: &Context) -> crate::Result<Option<Duration>> {
     for orphan in orphaned_instances(&instances, &claims, now) {
         let id = provider_id(orphan).unwrap_or_default();
         tracing::info!(provider_id = %id, nodeclaim = %orphan.name_any(), "garbage collecting instance with no nodeclaim");
-        match timeouts::cloud(ctx.cloud.delete(orphan)).await {
+        match timeouts::cloud(ctx.cloud_writes().delete(orphan)).await {
             Ok(()) | Err(CloudError::NodeClaimNotFound(_)) => {}
             Err(err) => {
                 tracing::warn!(provider_id = %id, error = %err, "failed to terminate orphaned instance")
@@ -192,7 +193,7 @@ pub async fn collect(ctx: &Context) -> crate::Result<Option<Duration>> {
         .map(str::to_string)
         .collect();
     let nodes: Vec<Node> = ctx.state.read().nodes().cloned().collect();
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let api: Api<NodeClaim> = Api::all(ctx.writer());
     for lost in lost_nodeclaims(&claims, &instance_ids, &nodes) {
         tracing::info!(nodeclaim = %lost.name_any(), "garbage collecting nodeclaim whose instance is gone");
         match timeouts::api(api.delete(&lost.name_any(), &DeleteParams::default())).await {

@@ -14,15 +14,12 @@ use std::time::Duration;
 use jiff::Timestamp;
 use karpenter_api::NodeClaim;
 use karpenter_api::well_known::TERMINATION_FINALIZER;
-use karpenter_kube::stopped;
 use kube::ResourceExt;
 use tokio::sync::watch;
 
 use crate::backoff::BackoffPolicy;
 use crate::context::Context;
-use crate::workers::{MAX_CONCURRENT_RECONCILES, Workers};
-
-pub use lifecycle::{LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT};
+use crate::workers::{MAX_CONCURRENT_RECONCILES, Workers, run_reconciler};
 
 /// How often every NodeClaim is reconciled (upstream requeues registration/initialization and
 /// instance-termination polls at 1–5 s; one period keeps the loop simple). A NodeClaim whose
@@ -53,36 +50,22 @@ pub(crate) fn parse_time(raw: &str) -> Option<Timestamp> {
 /// Runs the lifecycle loop until `shutdown` turns true: every [`RECONCILE_PERIOD`] each managed
 /// NodeClaim that is not already being reconciled and not backing off gets its own reconcile
 /// task ([`Workers`]), so a slow or failing NodeClaim never delays the others.
-pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
-    let mut workers = Workers::new(
+pub async fn run(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
+    let workers = Workers::new(
         "nodeclaim",
         BackoffPolicy::RECONCILE,
         MAX_CONCURRENT_RECONCILES,
     );
-    let mut lifecycle = tokio::time::interval(RECONCILE_PERIOD);
-    lifecycle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut leadership = ctx.leadership();
-    let mut starts = ctx.work_starts();
-    loop {
-        tokio::select! {
-            () = stopped(&mut shutdown) => break,
-            done = workers.next_finished() => workers.finished(done, ctx.now()),
-            // A new leader resumes launches and registrations at once.
-            () = starts.next() => lifecycle::start_reconciles(&ctx, &mut workers),
-            // A replica that stopped leading drops its in-flight writes at once.
-            Ok(()) = leadership.changed() => {
-                if !ctx.is_leader() {
-                    workers.stop();
-                }
-            }
-            _ = lifecycle.tick() => {
-                if ctx.is_leader() && ctx.state.read().synced() {
-                    lifecycle::start_reconciles(&ctx, &mut workers);
-                }
-            }
-        }
-    }
-    workers.stop();
+    run_reconciler(
+        ctx,
+        shutdown,
+        workers,
+        RECONCILE_PERIOD,
+        |leader, workers| {
+            lifecycle::start_reconciles(leader, workers);
+        },
+    )
+    .await;
 }
 
 /// The NodeClaim's name for logs.

@@ -5,7 +5,7 @@
 
 pub mod validation;
 
-pub use karpenter_core::nodepool::{exceeded_limit, hash, limits, usage};
+use karpenter_core::nodepool::{hash, limits, usage};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +17,7 @@ use karpenter_api::well_known::{
 };
 use karpenter_api::{NodePool, NodePoolStatus};
 use karpenter_core::resources::{Quantity, ResourceList};
+use karpenter_core::state::ClusterState;
 use kube::api::Patch;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -24,7 +25,6 @@ use tokio::sync::watch;
 
 use crate::context::Context;
 use crate::metrics::NodePoolResourceLabels;
-use crate::state::ClusterState;
 use crate::timeouts;
 
 pub const CONDITION_READY: &str = "Ready";
@@ -211,7 +211,7 @@ pub fn desired_hash_annotations(pool: &NodePool) -> Option<(String, &'static str
 }
 
 /// Brings one NodePool's annotations, status and metrics up to date. Writes only as leader.
-pub async fn reconcile(ctx: &Context, name: &str) -> crate::Result<()> {
+pub async fn reconcile(ctx: &Arc<Context>, name: &str) -> crate::Result<()> {
     let (pool, desired) = {
         let state = ctx.state.read();
         let Some(pool) = state.nodepool(name).cloned() else {
@@ -221,10 +221,10 @@ pub async fn reconcile(ctx: &Context, name: &str) -> crate::Result<()> {
         (pool, desired)
     };
     update_metrics(ctx, &pool, &desired);
-    if !ctx.is_leader() {
+    let Some(leader) = ctx.leader() else {
         return Ok(());
-    }
-    let api: Api<NodePool> = Api::all(ctx.client.clone());
+    };
+    let api: Api<NodePool> = Api::all(leader.writer());
     if let Some((hash, version)) = desired_hash_annotations(&pool) {
         let patch = json!({"metadata": {"annotations": {NODEPOOL_HASH_ANNOTATION: hash, NODEPOOL_HASH_VERSION_ANNOTATION: version}}});
         timeouts::api(api.patch(
@@ -314,6 +314,7 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
 mod tests {
     use super::*;
     use crate::state::fixtures::*;
+    use karpenter_core::nodepool::exceeded_limit;
 
     fn t0() -> Timestamp {
         Timestamp::from_second(1_704_067_200).unwrap()

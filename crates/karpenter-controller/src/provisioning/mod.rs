@@ -11,6 +11,5 @@ pub mod provisioner;
 pub mod solver;
 
 pub use batcher::{BatchWindow, Batcher, Trigger};
-pub use karpenter_core::provisioning::{nodeclaim, reschedulable};
 pub use provisioner::{ProvisionOutcome, provision, run};
 pub use solver::{CoreScheduler, NoScheduler, Solver};

@@ -9,9 +9,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::instance_type::InstanceType;
-use karpenter_core::pod::Pod;
+use karpenter_core::nodepool::{exceeded_limit, limits, usage};
+use karpenter_core::pod::{Pod, key as pod_key};
 use karpenter_core::provisioning::{self as pipeline, Snapshot, nodeclaim};
 use karpenter_core::scheduling::{SchedulerOptions, SchedulingResults};
+use karpenter_core::state::ClusterState;
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
 
@@ -23,9 +25,8 @@ use crate::events::{
 use crate::metrics::{ControllerLabels, NodeClaimCreatedLabels};
 use crate::nodepool;
 use crate::settings::Settings;
-use crate::state::ClusterState;
-use crate::state::pod::pod_key;
 use crate::timeouts;
+use crate::writes::Leader;
 
 /// How often still-provisionable pods re-trigger the batcher (upstream requeues every 10 s).
 pub const RETRIGGER_PERIOD: Duration = Duration::from_secs(10);
@@ -103,7 +104,7 @@ pub(crate) fn pods_to_place(state: &ClusterState, now: jiff::Timestamp) -> Vec<&
 }
 
 /// One provisioning pass. Writes (NodeClaims, events) happen only when this replica leads.
-pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
+pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
     let (pools, static_claims, pending) = {
         let state = ctx.state.read();
         if !state.synced() {
@@ -120,9 +121,11 @@ pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
         )
     };
     let mut outcome = ProvisionOutcome::default();
-    if ctx.is_leader() && !static_claims.is_empty() {
+    if let Some(leader) = ctx.leader()
+        && !static_claims.is_empty()
+    {
         let accepted = static_claims.into_iter().map(|c| (c, Vec::new())).collect();
-        outcome.created = create_nodeclaims(ctx, &[], accepted, "static").await;
+        outcome.created = create_nodeclaims(&leader, &[], accepted, "static").await;
     }
     if pending == 0 {
         return Ok(outcome);
@@ -197,9 +200,10 @@ pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
         .set(i64::try_from(results.unschedulable.len()).unwrap_or(i64::MAX));
 
     outcome.unschedulable = results.unschedulable.len();
-    if !ctx.is_leader() {
+    let Some(leader) = ctx.leader() else {
         return Ok(outcome);
-    }
+    };
+    let ctx = &leader;
     record_unschedulable(ctx, &pods, &results, &problems).await;
     outcome.nominated_existing = nominate_existing(ctx, &pods, &results).await;
     if !results.new_node_claims.is_empty() {
@@ -217,7 +221,7 @@ pub async fn provision(ctx: &Context) -> crate::Result<ProvisionOutcome> {
 }
 
 async fn record_unschedulable(
-    ctx: &Context,
+    ctx: &Leader,
     pods: &[Arc<Pod>],
     results: &SchedulingResults,
     problems: &[String],
@@ -244,7 +248,7 @@ async fn record_unschedulable(
     }
 }
 
-async fn nominate_existing(ctx: &Context, pods: &[Arc<Pod>], results: &SchedulingResults) -> usize {
+async fn nominate_existing(ctx: &Leader, pods: &[Arc<Pod>], results: &SchedulingResults) -> usize {
     let until = window_end(ctx);
     let mut count = 0;
     for placement in &results.existing_nodes {
@@ -304,9 +308,9 @@ async fn within_limits(
             tracing::error!(nodepool = %decision.node_pool, "scheduler planned a nodeclaim for an unknown nodepool");
             continue;
         };
-        let limits = nodepool::limits(pool).unwrap_or_default();
-        let usage = nodepool::usage(&ctx.state.read(), &decision.node_pool);
-        if let Some(exceeded) = nodepool::exceeded_limit(&limits, &usage) {
+        let limits = limits(pool).unwrap_or_default();
+        let usage = usage(&ctx.state.read(), &decision.node_pool);
+        if let Some(exceeded) = exceeded_limit(&limits, &usage) {
             tracing::warn!(nodepool = %decision.node_pool, reason = %exceeded, "not creating nodeclaim, nodepool limit exceeded");
             for &i in &decision.pods {
                 if let Some(pod) = pods.get(i).map(|p| &**p) {
@@ -338,12 +342,12 @@ const PARALLEL_CREATES: usize = 32;
 /// Creates the NodeClaims, remembers them in the state at once and nominates their pods.
 /// `reason` labels `nodeclaims_created_total` (`provisioned`, `static`).
 async fn create_nodeclaims(
-    ctx: &Context,
+    ctx: &Leader,
     pods: &[Arc<Pod>],
     accepted: Vec<(NodeClaim, Vec<usize>)>,
     reason: &str,
 ) -> Vec<String> {
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let api: Api<NodeClaim> = Api::all(ctx.writer());
     let params = karpenter_kube::identity::post_params();
     // In parallel, but bounded: HTTP/1.1 carries one request per connection, so a pass of a
     // thousand NodeClaims would otherwise open a thousand connections (each with its buffers,
@@ -499,7 +503,7 @@ async fn retrigger_provisionable(ctx: Arc<Context>) {
 /// The EC2NodeClass `pool` references, as the state holds it (cloned: the state's lock is not
 /// held across the provider call).
 fn pool_node_class(
-    state: &crate::state::ClusterState,
+    state: &ClusterState,
     pool: &NodePool,
 ) -> Option<karpenter_api::v1::EC2NodeClass> {
     let reference = &pool.spec.template.spec.node_class_ref;

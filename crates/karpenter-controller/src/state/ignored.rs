@@ -4,17 +4,19 @@
 //! state, counted in `karpenter_cluster_state_ignored_objects{kind}` and reported with a Warning
 //! event on the object, while everything else keeps working.
 
+use std::sync::Arc;
+
 use crate::context::Context;
 use crate::events::{EventRecord, EventType};
 
-pub use karpenter_core::state::ignored::{IgnoredObject, IgnoredObjects, kind_label};
+use karpenter_core::state::ignored::{IgnoredObject, kind_label};
 
 /// Event reason on an object karpenter-rs skips.
 pub const REASON_FAILED_TO_DECODE: &str = "FailedToDecode";
 
 /// Refreshes the ignored-objects gauge and (leader only) publishes a Warning event on each
 /// skipped object; the event recorder de-duplicates repeats.
-pub async fn report(ctx: &Context) {
+pub async fn report(ctx: &Arc<Context>) {
     let ignored: Vec<IgnoredObject> = {
         let state = ctx.state.read();
         for (kind, count) in state.ignored_objects().counts() {
@@ -27,11 +29,13 @@ pub async fn report(ctx: &Context) {
         }
         state.ignored_objects().iter().cloned().collect()
     };
-    if !ctx.is_leader() {
+    // Events are writes: only the leader publishes them.
+    let Some(leader) = ctx.leader() else {
         return;
-    }
+    };
     for object in ignored {
-        ctx.events
+        leader
+            .events
             .publish(EventRecord {
                 involved: object.reference.clone(),
                 event_type: EventType::Warning,

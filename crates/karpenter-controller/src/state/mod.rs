@@ -1,19 +1,16 @@
 //! The controller's side of the cluster state: the pure index lives in
-//! [`karpenter_core::state`] (re-exported here); this module adds the watchers that feed it
+//! [`karpenter_core::state`]; this module adds the watchers that feed it
 //! ([`reflector`]), the lock every controller shares it through ([`SharedState`]), and the
 //! reporting of objects it cannot decode ([`ignored`]).
 
 pub mod ignored;
-pub mod pod;
 pub mod reflector;
 
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use tokio::sync::watch;
 
-pub use karpenter_core::state::{
-    ClusterState, Kind, Nomination, Source, StateNode, Tracked, node, object_key, version,
-};
+use karpenter_core::state::ClusterState;
 
 /// The state behind a lock, shared by every controller.
 #[derive(Debug)]

@@ -24,8 +24,10 @@ use serde::de::DeserializeOwned;
 
 use serde_json::Value;
 
-use super::ignored::IgnoredObject;
-use super::{Kind, SharedState, Tracked};
+use karpenter_core::state::ignored::IgnoredObject;
+use karpenter_core::state::{Kind, Tracked};
+
+use super::SharedState;
 
 /// `kubectl apply`'s copy of the whole manifest.
 const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";

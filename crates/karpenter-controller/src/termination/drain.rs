@@ -1,9 +1,8 @@
 //! Draining a node: which pods to evict, in which order and when to force-delete them is pure
-//! and lives in [`karpenter_core::drain`] (re-exported here); this module adds the per-pod
+//! and lives in [`karpenter_core::drain`]; this module adds the per-pod
 //! eviction retry backoff the termination controller keeps between passes.
 
 use jiff::{SignedDuration, Timestamp};
-pub use karpenter_core::drain::*;
 
 use crate::backoff::{Backoff, BackoffPolicy};
 

@@ -27,9 +27,7 @@ use karpenter_core::cloud_provider::CloudError;
 use karpenter_core::node::{node_is_ready, node_provider_id};
 use karpenter_core::pod::Pod;
 use karpenter_core::taints::NO_SCHEDULE;
-use karpenter_kube::{
-    delete_ignoring_not_found, is_conflict, is_not_found, lock, status_code, stopped,
-};
+use karpenter_kube::{delete_ignoring_not_found, is_conflict, is_not_found, lock, status_code};
 use kube::api::{DeleteParams, EvictParams, Preconditions};
 use kube::{Api, ResourceExt};
 use tokio::sync::watch;
@@ -40,8 +38,10 @@ use crate::events::{EventRecord, EventType};
 use crate::metrics::{EvictionRequestLabels, NodePoolLabels, PodsDrainedLabels, seconds_since};
 use crate::nodeclaim::{has_finalizer, parse_time};
 use crate::timeouts;
-use crate::workers::{MAX_CONCURRENT_RECONCILES, Workers};
-use drain::{Action, EvictionBackoff, PodAction};
+use crate::workers::{MAX_CONCURRENT_RECONCILES, Workers, run_reconciler};
+use crate::writes::Leader;
+use drain::EvictionBackoff;
+use karpenter_core::drain::{self as drain_plan, Action, PodAction};
 
 pub const REASON_EVICTED: &str = "Evicted";
 pub const REASON_DISRUPTED: &str = "Disrupted";
@@ -118,38 +118,24 @@ pub fn drain_reason(claim: Option<&NodeClaim>) -> String {
 
 /// Runs the node termination loop until `shutdown` turns true: each deleting Node gets its own
 /// reconcile task every [`RECONCILE_PERIOD`] unless one is in flight or it is backing off.
-pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
     let terminator = Arc::new(Terminator::default());
-    let mut workers = Workers::new("node", BackoffPolicy::RECONCILE, MAX_CONCURRENT_RECONCILES);
-    let mut ticker = tokio::time::interval(RECONCILE_PERIOD);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut leadership = ctx.leadership();
-    let mut starts = ctx.work_starts();
-    loop {
-        tokio::select! {
-            () = stopped(&mut shutdown) => break,
-            done = workers.next_finished() => workers.finished(done, ctx.now()),
-            // A new leader resumes the drains its predecessor left at once.
-            () = starts.next() => terminator.start_reconciles(&ctx, &mut workers),
-            // A replica that stopped leading drops its in-flight writes at once.
-            Ok(()) = leadership.changed() => {
-                if !ctx.is_leader() {
-                    workers.stop();
-                }
-            }
-            _ = ticker.tick() => {
-                if ctx.is_leader() && ctx.state.read().synced() {
-                    terminator.start_reconciles(&ctx, &mut workers);
-                }
-            }
-        }
-    }
-    workers.stop();
+    let workers = Workers::new("node", BackoffPolicy::RECONCILE, MAX_CONCURRENT_RECONCILES);
+    run_reconciler(
+        ctx,
+        shutdown,
+        workers,
+        RECONCILE_PERIOD,
+        |leader, workers| {
+            terminator.start_reconciles(leader, workers);
+        },
+    )
+    .await;
 }
 
 impl Terminator {
     /// Starts a reconcile for every deleting Node we own that is not in flight or backing off.
-    pub fn start_reconciles(self: &Arc<Self>, ctx: &Arc<Context>, workers: &mut Workers) {
+    pub fn start_reconciles(self: &Arc<Self>, ctx: &Leader, workers: &mut Workers) {
         let candidates: Vec<String> = ctx
             .state
             .read()
@@ -165,7 +151,7 @@ impl Terminator {
     }
 
     /// One step of terminating one Node.
-    pub async fn reconcile(&self, ctx: &Context, node: Node) -> crate::Result<()> {
+    pub async fn reconcile(&self, ctx: &Leader, node: Node) -> crate::Result<()> {
         let node_name = node.name_any();
         let Some(pid) = node_provider_id(&node).map(str::to_string) else {
             return Ok(());
@@ -179,7 +165,7 @@ impl Terminator {
             })
             .cloned()
             .collect();
-        let claim_api: Api<NodeClaim> = Api::all(ctx.client.clone());
+        let claim_api: Api<NodeClaim> = Api::all(ctx.writer());
         for claim in claims
             .iter()
             .filter(|c| c.metadata.deletion_timestamp.is_none())
@@ -241,7 +227,7 @@ impl Terminator {
 
         if !has_disrupted_taint(&node) {
             let desired = tainted_for_termination(&node);
-            match timeouts::api(Api::<Node>::all(ctx.client.clone()).replace(
+            match timeouts::api(Api::<Node>::all(ctx.writer()).replace(
                 &node_name,
                 &karpenter_kube::identity::post_params(),
                 &desired,
@@ -257,10 +243,10 @@ impl Terminator {
         let now = ctx.now();
         let pods: Vec<Pod> = ctx.state.read().pods_on_node(&node_name).cloned().collect();
         let refs: Vec<&Pod> = pods.iter().collect();
-        let plan = drain::plan(&refs, now, deadline);
+        let plan = drain_plan::plan(&refs, now, deadline);
         lock(&self.backoff).retain(|key, uid| {
             pods.iter()
-                .any(|p| crate::state::pod::pod_key(p) == key && p.uid().as_deref() == Some(uid))
+                .any(|p| karpenter_core::pod::key(p) == key && p.uid().as_deref() == Some(uid))
         });
         let reason = drain_reason(claim.as_ref());
         for action in &plan.actions {
@@ -290,7 +276,7 @@ impl Terminator {
         }
 
         if let Some(instance) = &instance_claim {
-            match timeouts::cloud(ctx.cloud.delete(instance)).await {
+            match timeouts::cloud(ctx.cloud_writes().delete(instance)).await {
                 // Terminating; poll until the provider no longer knows it.
                 Ok(()) => return Ok(()),
                 Err(CloudError::NodeClaimNotFound(_)) => {}
@@ -306,14 +292,14 @@ impl Terminator {
     }
 
     /// Removes our finalizer: the Node goes away.
-    async fn release(&self, ctx: &Context, node: &Node) -> crate::Result<()> {
+    async fn release(&self, ctx: &Leader, node: &Node) -> crate::Result<()> {
         let node_name = node.name_any();
         let mut node = node.clone();
         node.metadata
             .finalizers
             .get_or_insert_default()
             .retain(|f| f != TERMINATION_FINALIZER);
-        match timeouts::api(Api::<Node>::all(ctx.client.clone()).replace(
+        match timeouts::api(Api::<Node>::all(ctx.writer()).replace(
             &node_name,
             &karpenter_kube::identity::post_params(),
             &node,
@@ -357,7 +343,7 @@ impl Terminator {
 
     async fn act(
         &self,
-        ctx: &Context,
+        ctx: &Leader,
         node: &Node,
         action: &PodAction,
         reason: &str,
@@ -367,7 +353,7 @@ impl Terminator {
             return;
         }
         let api: Api<k8s_openapi::api::core::v1::Pod> =
-            Api::namespaced(ctx.client.clone(), &action.namespace);
+            Api::namespaced(ctx.writer(), &action.namespace);
         let preconditions = Some(Preconditions {
             uid: Some(action.uid.clone()),
             resource_version: None,

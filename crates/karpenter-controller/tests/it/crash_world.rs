@@ -17,7 +17,6 @@ use karpenter_api::well_known as wk;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_controller::provisioning::CoreScheduler;
 use karpenter_controller::run::{Options, ProviderTask, RunningController};
-use karpenter_controller::state::pod::node_name;
 use karpenter_controller::{Context, Settings};
 use karpenter_core::cloud_provider::{
     CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
@@ -25,6 +24,7 @@ use karpenter_core::cloud_provider::{
 use karpenter_core::instance_type::InstanceType;
 use karpenter_core::node::{node_is_ready, node_provider_id};
 use karpenter_core::pod::Pod;
+use karpenter_core::pod::node_name;
 use karpenter_core::resources::ResourceList;
 use karpenter_sim::SimInstance;
 use karpenter_sim::cluster::{SimCloud, SimKubeletOptions};

@@ -13,8 +13,7 @@ use karpenter_api::{NodeClaim, NodePool};
 use karpenter_controller::run::{
     self, Options, ProviderTask, ProviderTaskContext, RunningController,
 };
-use karpenter_controller::{Context, Settings, TokioClock};
-use karpenter_core::clock::Clock;
+use karpenter_controller::{Context, Settings};
 use karpenter_core::cloud_provider::{
     CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
 };
@@ -27,7 +26,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 
 use crate::sim_cluster::SimCluster;
-use crate::support::{self, advance, api_server, epoch, nodeclass, nodepool, pending_pod};
+use crate::support::{advance, api_server, nodeclass, nodepool, pending_pod, start_named};
 
 fn provider_id(cluster: &SimCluster, name: &str) -> Option<String> {
     cluster
@@ -119,21 +118,6 @@ async fn failing_writes_back_off_exponentially_per_nodeclaim() {
     );
     controller.stop().await;
     cluster.shutdown().await;
-}
-
-/// A replica whose API client is tagged with its identity, so the request log says who wrote.
-async fn start_named(server: &TestApiServer, identity: &str) -> RunningController {
-    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(epoch()));
-    let (ctx, batcher) = Context::new(
-        server.client_named(identity),
-        support::settings(identity),
-        support::cloud(clock.clone()),
-        Arc::new(support::FirstFitSolver),
-        clock,
-    );
-    RunningController::start(ctx, batcher, Options::default())
-        .await
-        .unwrap()
 }
 
 fn successful_writes(server: &TestApiServer) -> Vec<(usize, String, String)> {

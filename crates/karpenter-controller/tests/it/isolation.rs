@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Event;
 use karpenter_api::NodeClaim;
 use karpenter_controller::provisioning::CoreScheduler;
-use karpenter_controller::state::Kind;
+use karpenter_core::state::Kind;
 use kube::ResourceExt;
 use serde_json::json;
 

@@ -213,7 +213,7 @@ async fn a_restart_does_not_provision_again_for_unlaunched_nodeclaims() {
 /// not see the in-flight NodeClaims that already cover the pods.
 #[tokio::test(start_paused = true)]
 async fn no_provisioning_before_the_nodeclaim_cache_synced() {
-    use karpenter_controller::state::Kind;
+    use karpenter_core::state::Kind;
     let cluster = SimCluster::with_catalogue("us-east-1").await;
     cluster.put_default_nodepool();
     let settings = Settings {

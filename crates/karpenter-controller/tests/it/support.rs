@@ -170,6 +170,21 @@ pub async fn start(server: &TestApiServer, settings: Settings) -> RunningControl
         .unwrap()
 }
 
+/// A replica whose API client is tagged with its identity, so the request log says who wrote.
+pub async fn start_named(server: &TestApiServer, identity: &str) -> RunningController {
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::starting_at(epoch()));
+    let (ctx, batcher) = Context::new(
+        server.client_named(identity),
+        settings(identity),
+        cloud(clock.clone()),
+        Arc::new(FirstFitSolver),
+        clock,
+    );
+    RunningController::start(ctx, batcher, Options::default())
+        .await
+        .unwrap()
+}
+
 pub fn nodepool(name: &str) -> NodePool {
     serde_json::from_value(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool",

@@ -24,21 +24,9 @@ use karpenter_api::v1::ConsolidationPolicy;
 use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, ZONE_LABEL};
 
 use super::candidates::{BlockReason, Candidate, OfferingCatalog, Rejection, eviction_cost};
-use super::command::{Command, DisruptionInput, Method};
+use super::command::{Command, DisruptionInput, JudgedMove, Method};
+use super::score::{PoolScore, PoolTotals};
 use crate::provisioning::reschedulable::moves_with_its_node;
-
-/// Upstream's `k`: a move must recover at least 1/k of the cost share it disrupts.
-pub const BALANCED_K: f64 = 2.0;
-
-/// The score a move needs: 1/k.
-pub const BALANCED_THRESHOLD: f64 = 1.0 / BALANCED_K;
-
-/// A NodePool's hourly cost and disruption cost, over all its nodes.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct PoolTotals {
-    pub cost: f64,
-    pub disruption: f64,
-}
 
 /// The totals of NodePool `pool` in the pass's state (nodes being deleted included: they still
 /// cost until they are gone, as upstream's provider-derived cost does).
@@ -66,96 +54,6 @@ pub fn pool_totals(input: &DisruptionInput<'_>, pool: &str) -> PoolTotals {
                 .sum::<f64>();
     }
     totals
-}
-
-/// The Balanced score of a move (see the module docs).
-pub fn score(savings: f64, pool_cost: f64, move_disruption: f64, pool_disruption: f64) -> f64 {
-    if savings.is_nan() || savings <= 0.0 || pool_cost.is_nan() || pool_cost <= 0.0 {
-        return 0.0;
-    }
-    if move_disruption.is_nan() || move_disruption <= 0.0 {
-        return f64::INFINITY;
-    }
-    if pool_disruption.is_nan() || pool_disruption <= 0.0 {
-        return 0.0;
-    }
-    (savings / pool_cost) / (move_disruption / pool_disruption)
-}
-
-/// One Balanced pool's verdict on a move: the score and the shares behind it (what upstream's
-/// `ConsolidationApproved` events and `consolidation_score` metric report).
-#[derive(Clone, Debug, PartialEq)]
-pub struct PoolScore {
-    pub nodepool: String,
-    pub score: f64,
-    /// The move's savings attributed to this pool, per hour.
-    pub savings: f64,
-    pub pool_cost: f64,
-    pub move_disruption: f64,
-    pub pool_disruption: f64,
-}
-
-impl PoolScore {
-    fn new(
-        nodepool: String,
-        savings: f64,
-        pool_cost: f64,
-        move_disruption: f64,
-        totals: PoolTotals,
-    ) -> Self {
-        PoolScore {
-            score: score(savings, pool_cost, move_disruption, totals.disruption),
-            nodepool,
-            savings,
-            pool_cost,
-            move_disruption,
-            pool_disruption: totals.disruption,
-        }
-    }
-
-    /// Whether the score reaches [`BALANCED_THRESHOLD`].
-    pub fn approved(&self) -> bool {
-        self.score >= BALANCED_THRESHOLD
-    }
-
-    /// The share of the pool's cost the move saves, in percent.
-    pub fn savings_percent(&self) -> f64 {
-        percent(self.savings, self.pool_cost)
-    }
-
-    /// The share of the pool's disruption cost the move disrupts, in percent.
-    pub fn disruption_percent(&self) -> f64 {
-        percent(self.move_disruption, self.pool_disruption)
-    }
-
-    /// Upstream's event wording: `score 1.00 >= threshold 0.50 (savings 50.0%, disruption 50.0%)`.
-    /// The figures behind the score, for a rejection: `what` is the move (`saving` or `even
-    /// deleting the node (saving`), the caller closes any parenthesis it opened.
-    pub fn rejection(&self, what: &str) -> String {
-        format!(
-            "NodePool {:?} has consolidation policy Balanced: {what} ${:.4}/h of ${:.4}/h for disruption {:.1} of {:.1}",
-            self.nodepool, self.savings, self.pool_cost, self.move_disruption, self.pool_disruption,
-        )
-    }
-
-    pub fn summary(&self) -> String {
-        let relation = if self.approved() { ">=" } else { "<" };
-        format!(
-            "score {:.2} {relation} threshold {:.2} (savings {:.1}%, disruption {:.1}%)",
-            self.score,
-            BALANCED_THRESHOLD,
-            self.savings_percent(),
-            self.disruption_percent()
-        )
-    }
-}
-
-fn percent(part: f64, whole: f64) -> f64 {
-    if whole > 0.0 {
-        part / whole * 100.0
-    } else {
-        0.0
-    }
 }
 
 /// Approves a consolidation move of `candidates` saving `savings` per hour: the scores of its
@@ -245,39 +143,6 @@ pub fn even_a_delete_fails(
     (!verdict.approved()).then_some(BlockReason::BalancedDeleteWouldNotPass(verdict))
 }
 
-/// One consolidation move a pass judged, for one NodePool of its candidates: what upstream
-/// counts in `karpenter_consolidation_moves_total{decision,nodepool,policy}` and, for Balanced
-/// pools, observes in `karpenter_consolidation_score` (and announces with
-/// `ConsolidationApproved`). Single-node consolidation counts every candidate it simulated to a
-/// delete or a replacement that was then scored (a Balanced rejection included); multi-node
-/// consolidation counts the command it chose.
-#[derive(Clone, Debug, PartialEq)]
-pub struct JudgedMove {
-    pub method: Method,
-    /// The Node names of the move's candidates in this pool.
-    pub candidates: Vec<String>,
-    pub nodepool: String,
-    pub policy: ConsolidationPolicy,
-    /// The pool's score, when its policy is Balanced.
-    pub score: Option<PoolScore>,
-}
-
-impl JudgedMove {
-    /// Unscored moves (other policies) are approved by definition.
-    pub fn approved(&self) -> bool {
-        self.score.as_ref().is_none_or(PoolScore::approved)
-    }
-
-    /// Upstream's `decision` label.
-    pub fn decision(&self) -> &'static str {
-        if self.approved() {
-            "approved"
-        } else {
-            "rejected"
-        }
-    }
-}
-
 /// The moves of a pass (see [`JudgedMove`]): one per NodePool of each consolidation command,
 /// and one per node single-node consolidation rejected on its Balanced score (`blocked` holds
 /// those, and only single-node consolidation records them there).
@@ -343,23 +208,8 @@ mod tests {
     use super::*;
     use crate::disruption::command::Decision;
     use crate::disruption::consolidation::single_node;
+    use crate::disruption::score::BALANCED_THRESHOLD;
     use crate::disruption::testkit::{World, node, pod, pool};
-
-    #[test]
-    fn the_score_is_the_savings_share_over_the_disruption_share() {
-        // 10 nodes at $1/h, 5 pods each: cost 10, disruption 10 × (1 + 5) = 60.
-        let delete_one = score(1.0, 10.0, 6.0, 60.0);
-        assert!((delete_one - 1.0).abs() < 1e-12);
-        let cheaper_by_20_cents = score(0.2, 10.0, 6.0, 60.0);
-        assert!((cheaper_by_20_cents - 0.2).abs() < 1e-12);
-        assert!(delete_one >= BALANCED_THRESHOLD && cheaper_by_20_cents < BALANCED_THRESHOLD);
-        // Exactly 1/k passes: savings of half the disrupted share.
-        assert!((score(0.5, 10.0, 6.0, 60.0) - BALANCED_THRESHOLD).abs() < 1e-12);
-        assert_eq!(score(0.0, 10.0, 6.0, 60.0), 0.0);
-        assert_eq!(score(-1.0, 10.0, 6.0, 60.0), 0.0);
-        assert_eq!(score(1.0, 10.0, 0.0, 60.0), f64::INFINITY);
-        assert_eq!(score(f64::NAN, 10.0, 6.0, 60.0), 0.0);
-    }
 
     fn balanced_pool() -> Vec<karpenter_api::NodePool> {
         vec![pool(

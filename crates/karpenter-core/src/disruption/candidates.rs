@@ -219,10 +219,10 @@ pub enum BlockReason {
     /// Spot-to-spot replacement with the feature gate off.
     SpotToSpotDisabled,
     /// The `Balanced` policy of the NodePool finds the move not worth its disruption.
-    BalancedScoreTooLow(super::balanced::PoolScore),
+    BalancedScoreTooLow(super::score::PoolScore),
     /// The `Balanced` policy would refuse even deleting the node outright (the best any move
     /// of it can score), so single-node consolidation does not simulate it.
-    BalancedDeleteWouldNotPass(super::balanced::PoolScore),
+    BalancedDeleteWouldNotPass(super::score::PoolScore),
     /// Single-node spot-to-spot needs at least 15 cheaper spot options.
     SpotToSpotTooFewOptions(usize),
     /// Drift: an earlier command of the same pass moves pods onto this node; it waits for the
@@ -335,14 +335,14 @@ impl fmt::Display for BlockReason {
                 "{} scores {:.2} < {:.2}",
                 verdict.rejection("saving"),
                 verdict.score,
-                super::balanced::BALANCED_THRESHOLD
+                super::score::BALANCED_THRESHOLD
             ),
             Self::BalancedDeleteWouldNotPass(verdict) => write!(
                 f,
                 "{}) scores {:.2} < {:.2}",
                 verdict.rejection("even deleting the node (saving"),
                 verdict.score,
-                super::balanced::BALANCED_THRESHOLD
+                super::score::BALANCED_THRESHOLD
             ),
             Self::SpotToSpotTooFewOptions(n) => write!(
                 f,

@@ -8,11 +8,12 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use karpenter_api::NodeClaim;
+use karpenter_api::v1::ConsolidationPolicy;
 use serde::Serialize;
 
-use super::balanced::{JudgedMove, PoolScore};
 use super::budgets::DisruptionReason;
 use super::candidates::{Candidate, Rejection};
+use super::score::PoolScore;
 use crate::instance_type::InstanceType;
 use crate::scheduling::SchedulerOptions;
 use crate::state::ClusterState;
@@ -183,13 +184,23 @@ pub struct DisruptionInput<'a> {
 
 impl<'a> DisruptionInput<'a> {
     /// What drift of a node of `nodepool` is judged against in this pass.
-    pub fn drift_context(&self, nodepool: &str) -> super::drift::DriftContext<'a> {
-        super::drift::DriftContext {
+    pub fn drift_context(&self, nodepool: &str) -> DriftContext<'a> {
+        DriftContext {
             provider_drift: self.provider_drift,
             instance_types: self.instance_types.get(nodepool).map(Vec::as_slice),
             now: self.now,
         }
     }
+}
+
+/// What drift is judged against besides the NodeClaim and its NodePool.
+#[derive(Clone, Copy, Debug)]
+pub struct DriftContext<'a> {
+    pub provider_drift: &'a ProviderDrift,
+    /// The NodePool's instance types as the provider offers them now; `None` (or empty) when
+    /// unknown, e.g. its NodeClass is not ready: then nothing is instance-type drifted.
+    pub instance_types: Option<&'a [Arc<InstanceType>]>,
+    pub now: Timestamp,
 }
 
 /// The outcome of one pass of the disruption loop.
@@ -206,4 +217,37 @@ pub struct Pass {
     /// The consolidation moves this pass judged, with their Balanced scores (see
     /// [`JudgedMove`]): approved commands and single-node Balanced rejections.
     pub moves: Vec<JudgedMove>,
+}
+
+/// One consolidation move a pass judged, for one NodePool of its candidates: what upstream
+/// counts in `karpenter_consolidation_moves_total{decision,nodepool,policy}` and, for Balanced
+/// pools, observes in `karpenter_consolidation_score` (and announces with
+/// `ConsolidationApproved`). Single-node consolidation counts every candidate it simulated to a
+/// delete or a replacement that was then scored (a Balanced rejection included); multi-node
+/// consolidation counts the command it chose.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JudgedMove {
+    pub method: Method,
+    /// The Node names of the move's candidates in this pool.
+    pub candidates: Vec<String>,
+    pub nodepool: String,
+    pub policy: ConsolidationPolicy,
+    /// The pool's score, when its policy is Balanced.
+    pub score: Option<PoolScore>,
+}
+
+impl JudgedMove {
+    /// Unscored moves (other policies) are approved by definition.
+    pub fn approved(&self) -> bool {
+        self.score.as_ref().is_none_or(PoolScore::approved)
+    }
+
+    /// Upstream's `decision` label.
+    pub fn decision(&self) -> &'static str {
+        if self.approved() {
+            "approved"
+        } else {
+            "rejected"
+        }
+    }
 }

@@ -21,10 +21,11 @@ use karpenter_api::well_known::{
 use kube_core::ResourceExt;
 
 use super::balanced;
-use super::budgets::{BudgetMapping, DisruptionReason};
-use super::candidates::{BlockReason, Candidate, DisruptionClass, Rejection, candidates};
+use super::budgets::DisruptionReason;
+use super::candidates::{BlockReason, Candidate, DisruptionClass, Rejection};
 use super::command::{Command, DisruptedNode, DisruptionInput, Method};
 use super::emptiness::consolidation_block;
+use super::facts::{Classified, PassFacts};
 use super::simulate::Simulator;
 use crate::instance_type::InstanceType;
 use crate::provisioning::nodeclaim;
@@ -47,15 +48,11 @@ const LAUNCH_ORDER: [&str; 3] = [RESERVED, SPOT, ON_DEMAND];
 /// The candidates consolidation may consider, best savings ratio first; every other node that
 /// is not empty gets its reason in `blocked`.
 pub fn consolidation_candidates<'a>(
-    input: &'a DisruptionInput<'a>,
+    facts: &impl PassFacts<'a>,
     blocked: &mut BTreeMap<String, Rejection>,
 ) -> Vec<Candidate<'a>> {
-    let (found, rejected) = candidates(
-        input.state,
-        input.now,
-        DisruptionClass::Graceful,
-        input.instance_types,
-    );
+    let input = facts.input();
+    let Classified { found, rejected } = facts.candidates(DisruptionClass::Graceful).into_owned();
     for rejection in rejected {
         blocked.insert(rejection.name.clone(), rejection);
     }
@@ -107,11 +104,11 @@ fn budget_block(candidate: &Candidate<'_>) -> BlockReason {
 
 /// `Method::SingleNodeConsolidation`: the first candidate (best savings first) that can be
 /// deleted or replaced by one cheaper node; one command per pass.
-pub fn single_node(
-    input: &DisruptionInput<'_>,
+pub fn single_node<'a>(
+    facts: &impl PassFacts<'a>,
     blocked: &mut BTreeMap<String, Rejection>,
 ) -> Vec<Command> {
-    single_node_commands(input, blocked, true)
+    single_node_commands(facts, blocked, true)
 }
 
 /// Every consolidation candidate judged on its own, as single-node consolidation would judge it,
@@ -119,23 +116,24 @@ pub fn single_node(
 /// (each computed against the cluster as it is, so they are alternatives, not a plan), and
 /// every other candidate's reason in `blocked`. What `karpenter bench disruption` times as "a
 /// pass that evaluates every candidate".
-pub fn evaluate_each(
-    input: &DisruptionInput<'_>,
+pub fn evaluate_each<'a>(
+    facts: &impl PassFacts<'a>,
     blocked: &mut BTreeMap<String, Rejection>,
 ) -> Vec<Command> {
-    single_node_commands(input, blocked, false)
+    single_node_commands(facts, blocked, false)
 }
 
-fn single_node_commands(
-    input: &DisruptionInput<'_>,
+fn single_node_commands<'a>(
+    facts: &impl PassFacts<'a>,
     blocked: &mut BTreeMap<String, Rejection>,
     first_only: bool,
 ) -> Vec<Command> {
-    let found = consolidation_candidates(input, blocked);
+    let found = consolidation_candidates(facts, blocked);
     if found.is_empty() {
         return Vec::new();
     }
-    let budgets = BudgetMapping::build(input.state, DisruptionReason::Underutilized, input.now);
+    let input = facts.input();
+    let budgets = facts.budgets(DisruptionReason::Underutilized);
     let balanced_totals = balanced::balanced_pool_totals(input, &found);
     let mut simulator = Simulator::for_consolidation(input);
     let bounds = Bounds::new(input, &simulator);
@@ -188,12 +186,13 @@ fn single_node_commands(
 /// `Method::MultiNodeConsolidation`: the largest prefix of the candidates (best savings first,
 /// within budgets, at most [`MAX_MULTI_CANDIDATES`]) that can be deleted or replaced by one
 /// cheaper node, found by binary search as upstream `firstNConsolidationOption`.
-pub fn multi_node(
-    input: &DisruptionInput<'_>,
+pub fn multi_node<'a>(
+    facts: &impl PassFacts<'a>,
     blocked: &mut BTreeMap<String, Rejection>,
 ) -> Vec<Command> {
-    let found = consolidation_candidates(input, blocked);
-    let mut budgets = BudgetMapping::build(input.state, DisruptionReason::Underutilized, input.now);
+    let found = consolidation_candidates(facts, blocked);
+    let input = facts.input();
+    let mut budgets = facts.budgets(DisruptionReason::Underutilized).into_owned();
     let within_budget: Vec<&Candidate<'_>> = found
         .iter()
         .filter(|c| budgets.take(&c.nodepool_name()))

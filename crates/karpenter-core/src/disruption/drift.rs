@@ -11,7 +11,6 @@
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_DRIFTED};
@@ -23,11 +22,11 @@ use karpenter_api::well_known::{
 use karpenter_api::{NodeClaim, NodePool};
 use kube_core::ResourceExt;
 
-use super::budgets::{BudgetMapping, DisruptionReason};
-use super::candidates::{BlockReason, Candidate, DisruptionClass, Rejection, candidates};
-use super::command::{Command, DisruptedNode, DisruptionInput, Method, ProviderDrift};
+use super::budgets::DisruptionReason;
+use super::candidates::{BlockReason, Candidate, DisruptionClass, Rejection};
+use super::command::{Command, DisruptedNode, DriftContext, Method};
+use super::facts::{Classified, PassFacts};
 use super::simulate::Simulator;
-use crate::instance_type::InstanceType;
 use crate::nodepool::{hash::template_hash, static_replicas};
 use crate::provisioning::nodeclaim;
 use crate::requirements::Requirement;
@@ -42,16 +41,6 @@ pub const INSTANCE_TYPE_NOT_FOUND: &str = "InstanceTypeNotFound";
 /// Upstream looks for instance-type drift only on NodeClaims older than this: a new NodeClaim's
 /// type may not be in a catalogue refreshed before it launched.
 pub const INSTANCE_TYPE_DRIFT_MIN_AGE: SignedDuration = SignedDuration::from_hours(1);
-
-/// What drift is judged against besides the NodeClaim and its NodePool.
-#[derive(Clone, Copy, Debug)]
-pub struct DriftContext<'a> {
-    pub provider_drift: &'a ProviderDrift,
-    /// The NodePool's instance types as the provider offers them now; `None` (or empty) when
-    /// unknown, e.g. its NodeClass is not ready: then nothing is instance-type drifted.
-    pub instance_types: Option<&'a [Arc<InstanceType>]>,
-    pub now: Timestamp,
-}
 
 /// Why `claim` is drifted from `pool`, if it is: the NodePool hash first, then the NodePool's
 /// requirements against the NodeClaim's labels, then its instance type and offering, then the
@@ -181,16 +170,12 @@ struct DriftedCandidate<'a> {
 }
 
 fn drifted_candidates<'a>(
-    input: &'a DisruptionInput<'a>,
+    facts: &impl PassFacts<'a>,
     blocked: &mut BTreeMap<String, Rejection>,
     want_static: bool,
 ) -> Vec<DriftedCandidate<'a>> {
-    let (found, rejected) = candidates(
-        input.state,
-        input.now,
-        DisruptionClass::Eventual,
-        input.instance_types,
-    );
+    let input = facts.input();
+    let Classified { found, rejected } = facts.candidates(DisruptionClass::Eventual).into_owned();
     for rejection in rejected {
         blocked.entry(rejection.name.clone()).or_insert(rejection);
     }
@@ -254,15 +239,16 @@ fn reject(candidate: &Candidate<'_>, reason: BlockReason) -> Rejection {
 /// `Method::Drift`: every drifted node of a dynamic NodePool the `Drifted` budgets allow, each
 /// replaced by what the pipeline would launch for its pods (nothing when they fit elsewhere or
 /// when it is empty).
-pub fn drift(
-    input: &DisruptionInput<'_>,
+pub fn drift<'a>(
+    facts: &impl PassFacts<'a>,
     blocked: &mut BTreeMap<String, Rejection>,
 ) -> Vec<Command> {
-    let found = drifted_candidates(input, blocked, false);
+    let found = drifted_candidates(facts, blocked, false);
     if found.is_empty() {
         return Vec::new();
     }
-    let mut budgets = BudgetMapping::build(input.state, DisruptionReason::Drifted, input.now);
+    let input = facts.input();
+    let mut budgets = facts.budgets(DisruptionReason::Drifted).into_owned();
     let mut simulator = Simulator::new(input);
     let mut commands = Vec::new();
     for drifted in &found {
@@ -318,12 +304,13 @@ pub fn drift(
 /// `Method::StaticDrift`: drifted NodeClaims of static NodePools, each replaced 1:1 from the
 /// template, as many as the pool's budget allows, and only while the pool is not over its
 /// replica count (a surplus is the deprovisioner's, not drift's).
-pub fn static_drift(
-    input: &DisruptionInput<'_>,
+pub fn static_drift<'a>(
+    facts: &impl PassFacts<'a>,
     blocked: &mut BTreeMap<String, Rejection>,
 ) -> Vec<Command> {
-    let found = drifted_candidates(input, blocked, true);
-    let mut budgets = BudgetMapping::build(input.state, DisruptionReason::Drifted, input.now);
+    let found = drifted_candidates(facts, blocked, true);
+    let input = facts.input();
+    let mut budgets = facts.budgets(DisruptionReason::Drifted).into_owned();
     let mut commands = Vec::new();
     for drifted in &found {
         let candidate = &drifted.candidate;
@@ -356,7 +343,9 @@ pub fn static_drift(
 
 /// For callers that want the order drift uses without running it (tests, `simulate`).
 #[cfg(test)]
-pub(crate) fn drift_order<'a>(input: &'a DisruptionInput<'a>) -> Vec<(String, String)> {
+pub(crate) fn drift_order<'a>(
+    input: &'a super::command::DisruptionInput<'a>,
+) -> Vec<(String, String)> {
     let mut blocked = BTreeMap::new();
     drifted_candidates(input, &mut blocked, false)
         .into_iter()

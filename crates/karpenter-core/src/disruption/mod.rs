@@ -9,8 +9,10 @@
 //! - [`drift`]: NodeClaims drifted from their NodePool or NodeClass, replaced within budgets;
 //! - [`consolidation`]: single- and multi-node consolidation (delete, or replace by one cheaper
 //!   node), over [`simulate`]'s one-conversion-per-pass scheduling simulation;
-//! - [`balanced`]: the `Balanced` policy's score, which consolidation moves of such pools need;
+//! - [`balanced`]: the `Balanced` policy's score, which consolidation moves of such pools need
+//!   (its vocabulary, [`score::PoolScore`], sits in [`score`] below the candidates and commands);
 //! - [`validate`]: re-checks a command against a fresh state before it runs;
+//! - [`facts`]: the candidates and budgets a pass computes once and hands to every method;
 //! - [`command`]: the vocabulary shared with the controller's orchestration queue and
 //!   `simulate --disruption` ([`Command`], [`Pass`], [`DisruptionInput`]);
 //! - [`decide`]: one pass of the loop — the methods in upstream's order, the first that finds
@@ -24,7 +26,9 @@ pub mod consolidation;
 pub mod drift;
 pub mod emptiness;
 pub mod expiration;
+pub mod facts;
 pub mod repair;
+pub mod score;
 pub mod simulate;
 pub mod validate;
 
@@ -44,7 +48,8 @@ pub use validate::validate;
 
 use std::collections::BTreeMap;
 
-use candidates::{DisruptionClass, candidates};
+use candidates::DisruptionClass;
+use facts::{Classified, PassCache, PassFacts};
 
 /// One pass of the disruption loop over `input`: the methods of [`Method::ORDER`] in turn; the
 /// first that produces commands ends the pass. `blocked` explains every node left alone.
@@ -54,13 +59,14 @@ use candidates::{DisruptionClass, candidates};
 pub fn decide(input: &DisruptionInput<'_>) -> Pass {
     let mut pass = Pass::default();
     let mut blocked: BTreeMap<String, candidates::Rejection> = BTreeMap::new();
+    let facts = PassCache::new(input);
     for method in Method::ORDER {
         let commands = match method {
-            Method::Emptiness => run_emptiness(input, &mut blocked),
-            Method::StaticDrift => drift::static_drift(input, &mut blocked),
-            Method::Drift => drift::drift(input, &mut blocked),
-            Method::MultiNodeConsolidation => consolidation::multi_node(input, &mut blocked),
-            Method::SingleNodeConsolidation => consolidation::single_node(input, &mut blocked),
+            Method::Emptiness => run_emptiness(&facts, &mut blocked),
+            Method::StaticDrift => drift::static_drift(&facts, &mut blocked),
+            Method::Drift => drift::drift(&facts, &mut blocked),
+            Method::MultiNodeConsolidation => consolidation::multi_node(&facts, &mut blocked),
+            Method::SingleNodeConsolidation => consolidation::single_node(&facts, &mut blocked),
         };
         if !commands.is_empty() {
             pass.method = Some(method);
@@ -81,20 +87,16 @@ pub fn decide(input: &DisruptionInput<'_>) -> Pass {
     pass
 }
 
-fn run_emptiness(
-    input: &DisruptionInput<'_>,
+fn run_emptiness<'a>(
+    facts: &impl PassFacts<'a>,
     blocked: &mut BTreeMap<String, candidates::Rejection>,
 ) -> Vec<Command> {
-    let (found, rejected) = candidates(
-        input.state,
-        input.now,
-        DisruptionClass::Graceful,
-        input.instance_types,
-    );
+    let input = facts.input();
+    let Classified { found, rejected } = facts.candidates(DisruptionClass::Graceful).into_owned();
     for rejection in rejected {
         blocked.insert(rejection.name.clone(), rejection);
     }
-    let budgets = BudgetMapping::build(input.state, DisruptionReason::Empty, input.now);
+    let budgets = facts.budgets(DisruptionReason::Empty);
     let allowed: BTreeMap<String, usize> = found
         .iter()
         .map(|c| c.nodepool_name())

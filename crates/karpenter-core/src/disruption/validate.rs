@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use super::budgets::BudgetMapping;
-use super::candidates::{BlockReason, Candidate, DisruptionClass, candidates};
+use super::candidates::{BlockReason, Candidate, DisruptionClass};
 use super::command::{Command, DisruptionInput, Method};
 use super::consolidation::{compute, consolidation_candidates};
+use super::facts::{PassCache, PassFacts};
 use super::simulate::Simulator;
 
 /// `Ok` when `command` may still run on `input`'s state: its nodes are all still candidates
@@ -20,7 +20,10 @@ pub fn validate(command: &Command, input: &DisruptionInput<'_>) -> Result<(), Bl
         Method::Drift | Method::StaticDrift => DisruptionClass::Eventual,
         _ => DisruptionClass::Graceful,
     };
-    let (found, rejected) = candidates(input.state, input.now, class, input.instance_types);
+    // The consolidation re-check below reads the graceful candidates again: share them.
+    let facts = PassCache::new(input);
+    let classified = facts.candidates(class);
+    let (found, rejected) = (&classified.found, &classified.rejected);
     let mut chosen: Vec<&Candidate<'_>> = Vec::new();
     for node in &command.candidates {
         if let Some(rejection) = rejected.iter().find(|r| r.name == node.name) {
@@ -37,7 +40,7 @@ pub fn validate(command: &Command, input: &DisruptionInput<'_>) -> Result<(), Bl
             }
         }
     }
-    let mut budgets = BudgetMapping::build(input.state, command.reason, input.now);
+    let mut budgets = facts.budgets(command.reason).into_owned();
     for candidate in &chosen {
         if !budgets.take(&candidate.nodepool_name()) {
             return Err(BlockReason::BudgetExhausted {
@@ -69,7 +72,7 @@ pub fn validate(command: &Command, input: &DisruptionInput<'_>) -> Result<(), Bl
         Method::MultiNodeConsolidation | Method::SingleNodeConsolidation => {
             // Re-check the consolidation filters (consolidateAfter, policy, price) too.
             let mut blocked = BTreeMap::new();
-            let eligible = consolidation_candidates(input, &mut blocked);
+            let eligible = consolidation_candidates(&facts, &mut blocked);
             for node in &command.candidates {
                 if let Some(rejection) = blocked.get(&node.name) {
                     return Err(BlockReason::NoLongerCandidate(Box::new(

@@ -386,7 +386,7 @@ fn savings(candidates: &[CandidateReport], replacements: &[report::ReplacementRe
 }
 
 /// Each NodePool's instance types, shaped by its EC2NodeClass as the plan shapes them.
-fn pool_instance_types(
+pub(crate) fn pool_instance_types(
     manifests: &Manifests,
     provider: &SimCloudProvider,
 ) -> Result<BTreeMap<String, Vec<Arc<InstanceType>>>, SimulateError> {

@@ -237,9 +237,12 @@ pub fn measure(args: &DisruptionBenchArgs) -> anyhow::Result<DisruptionBenchRepo
             let commands = method(&input, &mut blocked);
             (start.elapsed().as_secs_f64(), commands, blocked)
         };
-    let (multi_node_seconds, _, _) = timed(consolidation::multi_node);
-    let (single_node_seconds, _, _) = timed(consolidation::single_node);
-    let (every_candidate_seconds, workable, _) = timed(consolidation::evaluate_each);
+    let (multi_node_seconds, _, _) =
+        timed(|input, blocked| consolidation::multi_node(input, blocked));
+    let (single_node_seconds, _, _) =
+        timed(|input, blocked| consolidation::single_node(input, blocked));
+    let (every_candidate_seconds, workable, _) =
+        timed(|input, blocked| consolidation::evaluate_each(input, blocked));
     let every_candidate_judged =
         consolidation::consolidation_candidates(&input, &mut BTreeMap::new()).len();
     Ok(DisruptionBenchReport {

@@ -9,7 +9,10 @@ pub mod controller;
 mod controller_aws;
 pub mod convert;
 pub mod crds;
+pub mod diff;
+pub mod explain;
 mod input;
+mod live;
 pub mod policies;
 pub mod simulate;
 mod simulate_disruption;
@@ -28,6 +31,8 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Convert(args) => convert::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Explain(args) => explain::run(args),
+        Command::Diff(args) => diff::run(args),
         Command::Controller(args) => controller::run(*args),
     }
 }

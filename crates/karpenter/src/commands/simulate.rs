@@ -29,10 +29,19 @@ pub struct Args {
     #[arg(
         short = 'f',
         long = "filename",
-        required = true,
+        required_unless_present = "from_cluster",
         value_name = "FILE|DIR|-"
     )]
     pub files: Vec<PathBuf>,
+    /// Start from a snapshot of the live cluster (read-only; see docs/explain.md); `-f` files
+    /// are added on top.
+    #[arg(long)]
+    pub from_cluster: bool,
+    /// With --from-cluster: also write the snapshot as YAML that `simulate -f` reads again.
+    #[arg(long, value_name = "FILE", requires = "from_cluster")]
+    pub snapshot_out: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: super::live::ClusterArgs,
     /// Replace the embedded AWS catalogue with custom instance types (see docs/simulate.md).
     #[arg(long, value_name = "FILE")]
     pub instance_types: Option<PathBuf>,
@@ -50,8 +59,24 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let mut manifests = Manifests::new();
-    match manifests.load_sources(read_inputs(&args.files)?) {
+    if !args.from_cluster && (args.cluster.kubeconfig.is_some() || args.cluster.context.is_some()) {
+        anyhow::bail!("--kubeconfig and --context read a live cluster: add --from-cluster");
+    }
+    let mut manifests = if args.from_cluster {
+        super::live::snapshot_manifests(
+            &args.cluster,
+            args.snapshot_out.as_deref(),
+            args.output == Format::Table,
+        )?
+    } else {
+        Manifests::new()
+    };
+    let inputs = if args.files.is_empty() {
+        karpenter_input::Sources::default()
+    } else {
+        read_inputs(&args.files)?
+    };
+    match manifests.load_sources(inputs) {
         Ok(()) => {}
         // Every problem on its own line, each naming its document and field.
         Err(ManifestError::Invalid(problems)) => {

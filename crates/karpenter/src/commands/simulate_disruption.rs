@@ -43,7 +43,7 @@ pub struct DisruptionArgs {
     pub instance_shutdown_seconds: u32,
 }
 
-fn parse_duration(raw: &str) -> Result<SignedDuration, String> {
+pub(crate) fn parse_duration(raw: &str) -> Result<SignedDuration, String> {
     NillableDuration::parse(raw)?
         .duration()
         .filter(|d| !d.is_negative())
@@ -108,7 +108,7 @@ fn rollout_line(report: &DisruptionReport) -> String {
 }
 
 /// `1h2m3s`, `4m30s`, `50s`.
-fn human_duration(d: SignedDuration) -> String {
+pub(crate) fn human_duration(d: SignedDuration) -> String {
     let total = d.as_secs().max(0);
     let (h, m, s) = (total / 3600, total % 3600 / 60, total % 60);
     match (h, m) {

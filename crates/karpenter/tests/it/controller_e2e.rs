@@ -25,7 +25,7 @@ const NAMESPACE: &str = "karpenter";
 const LEDGER: &str = "karpenter-sim-ledger";
 
 /// The controller process; killed (and its log shown when the test failed) on drop.
-struct Controller {
+pub(crate) struct Controller {
     child: Child,
     log: PathBuf,
     metrics_port: u16,
@@ -46,7 +46,7 @@ impl Drop for Controller {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -54,7 +54,12 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn spawn_controller(kubeconfig: &Path, dir: &Path, name: &str, metrics_port: u16) -> Controller {
+pub(crate) fn spawn_controller(
+    kubeconfig: &Path,
+    dir: &Path,
+    name: &str,
+    metrics_port: u16,
+) -> Controller {
     let log = dir.join(format!("controller-{name}.log"));
     let file = std::fs::File::create(&log).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_karpenter"))
@@ -81,7 +86,11 @@ fn spawn_controller(kubeconfig: &Path, dir: &Path, name: &str, metrics_port: u16
 }
 
 /// Polls `check` every 100 ms until it returns `Some`, failing after `limit`.
-async fn eventually<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+pub(crate) async fn eventually<T>(
+    what: &str,
+    limit: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(value) = check() {
@@ -95,7 +104,7 @@ async fn eventually<T>(what: &str, limit: Duration, mut check: impl FnMut() -> O
     }
 }
 
-fn condition_true(claim: &NodeClaim, type_: &str) -> bool {
+pub(crate) fn condition_true(claim: &NodeClaim, type_: &str) -> bool {
     claim.status.as_ref().is_some_and(|s| {
         s.conditions
             .iter()

@@ -17,6 +17,7 @@ mod controller_aws;
 mod controller_e2e;
 mod controller_faults;
 mod docs;
+mod explain_live;
 mod getting_started;
 #[cfg(not(feature = "aws"))]
 mod no_aws_feature;

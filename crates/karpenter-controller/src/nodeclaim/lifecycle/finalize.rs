@@ -14,14 +14,14 @@ use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 
 use super::{api, nodes_for, remember, write_status};
-use crate::context::Context;
 use crate::metrics::{NodeClaimLabels, NodePoolLabels, seconds_since};
 use crate::nodeclaim::{has_finalizer, name, rfc3339};
 use crate::timeouts;
+use crate::writes::Leader;
 
 /// The NodeClaim finalizer: deadline annotation, delete the Node (its finalizer drains), then
 /// terminate the instance until the provider says it is gone, then let the NodeClaim go.
-pub(super) async fn finalize(ctx: &Context, claim: NodeClaim) -> crate::Result<()> {
+pub(super) async fn finalize(ctx: &Leader, claim: NodeClaim) -> crate::Result<()> {
     if !has_finalizer(&claim) {
         return Ok(());
     }
@@ -58,7 +58,7 @@ pub(super) async fn finalize(ctx: &Context, claim: NodeClaim) -> crate::Result<(
     }
     let nodes = nodes_for(ctx, &claim);
     if !nodes.is_empty() {
-        let node_api: Api<Node> = Api::all(ctx.client.clone());
+        let node_api: Api<Node> = Api::all(ctx.writer());
         for node in nodes
             .iter()
             .filter(|n| n.metadata.deletion_timestamp.is_none())
@@ -72,7 +72,7 @@ pub(super) async fn finalize(ctx: &Context, claim: NodeClaim) -> crate::Result<(
         // The Node's own finalizer drains and terminates; wait for it to be gone.
         return Ok(());
     }
-    match timeouts::cloud(ctx.cloud.delete(&claim)).await {
+    match timeouts::cloud(ctx.cloud_writes().delete(&claim)).await {
         Ok(()) => {
             let now = ctx.now();
             let before = claim.status.clone();

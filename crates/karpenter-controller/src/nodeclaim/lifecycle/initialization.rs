@@ -13,12 +13,12 @@ use karpenter_kube::{is_conflict, is_not_found};
 use kube::{Api, ResourceExt};
 
 use super::{remember, resync};
-use crate::context::Context;
 use crate::nodeclaim::name;
 use crate::timeouts;
+use crate::writes::Leader;
 
 pub(super) async fn initialize(
-    ctx: &Context,
+    ctx: &Leader,
     claim: &mut NodeClaim,
     nodes: &[Node],
     now: Timestamp,
@@ -64,7 +64,7 @@ pub(super) async fn initialize(
             .get_or_insert_default()
             .insert(NODE_INITIALIZED_LABEL.into(), "true".into());
         let node_name = node.name_any();
-        let node_api = Api::<Node>::all(ctx.client.clone());
+        let node_api = Api::<Node>::all(ctx.writer());
         match timeouts::api(node_api.replace(
             &node_name,
             &karpenter_kube::identity::post_params(),

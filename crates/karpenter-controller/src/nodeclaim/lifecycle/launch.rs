@@ -15,11 +15,11 @@ use kube::api::DeleteParams;
 use super::{
     REASON_INSUFFICIENT_CAPACITY, REASON_NODECLASS_NOT_READY, api, kube_err, remember, resync,
 };
-use crate::context::Context;
 use crate::events::{EventRecord, EventType};
 use crate::metrics::NodeClaimDisruptedLabels;
 use crate::nodeclaim::name;
 use crate::timeouts;
+use crate::writes::Leader;
 
 pub(super) enum LaunchOutcome {
     Launched,
@@ -30,12 +30,12 @@ pub(super) enum LaunchOutcome {
 }
 
 pub(super) async fn launch(
-    ctx: &Context,
+    ctx: &Leader,
     claim: &mut NodeClaim,
     now: Timestamp,
 ) -> crate::Result<LaunchOutcome> {
     let claim_name = name(claim);
-    match timeouts::cloud(ctx.cloud.create(claim)).await {
+    match timeouts::cloud(ctx.cloud_writes().create(claim)).await {
         Ok(launched) => {
             let labels_before = claim.metadata.labels.clone();
             let annotations_before = claim.metadata.annotations.clone();
@@ -148,7 +148,7 @@ pub(super) async fn launch(
 
 /// Deletes the NodeClaim (its finalizer then terminates whatever was launched), counting why.
 pub(super) async fn delete_claim(
-    ctx: &Context,
+    ctx: &Leader,
     claim: &NodeClaim,
     reason: &str,
 ) -> crate::Result<()> {

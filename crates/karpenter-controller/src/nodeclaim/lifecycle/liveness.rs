@@ -6,11 +6,11 @@ use karpenter_api::NodeClaim;
 use karpenter_core::nodeclaim_lifecycle::liveness_verdict;
 
 use super::launch::delete_claim;
-use crate::context::Context;
 use crate::nodeclaim::name;
+use crate::writes::Leader;
 
 pub(super) async fn check_liveness(
-    ctx: &Context,
+    ctx: &Leader,
     claim: &NodeClaim,
     now: Timestamp,
 ) -> crate::Result<()> {

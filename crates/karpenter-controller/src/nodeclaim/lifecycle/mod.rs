@@ -14,13 +14,10 @@ mod launch;
 mod liveness;
 mod registration;
 
-use std::sync::Arc;
-
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::well_known::TERMINATION_FINALIZER;
 use karpenter_api::{NodeClaim, NodeClaimStatus};
 use karpenter_core::node::node_provider_id;
-pub use karpenter_core::nodeclaim_lifecycle::{LAUNCH_TIMEOUT, REGISTRATION_TIMEOUT};
 use karpenter_core::nodeclaim_lifecycle::{
     initialize_conditions, is_launched, provider_id, update_ready,
 };
@@ -31,14 +28,15 @@ use super::{has_finalizer, is_managed, name};
 use crate::context::Context;
 use crate::timeouts;
 use crate::workers::Workers;
+use crate::writes::Leader;
 use launch::LaunchOutcome;
 
 pub const REASON_INSUFFICIENT_CAPACITY: &str = "InsufficientCapacityError";
 pub const REASON_NODECLASS_NOT_READY: &str = "NodeClassNotReady";
 pub const REASON_UNREGISTERED_TAINT_MISSING: &str = "UnregisteredTaintMissing";
 
-pub(super) fn api(ctx: &Context) -> Api<NodeClaim> {
-    Api::all(ctx.client.clone())
+pub(super) fn api(ctx: &Leader) -> Api<NodeClaim> {
+    Api::all(ctx.writer())
 }
 
 pub(super) fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> crate::Error {
@@ -48,7 +46,7 @@ pub(super) fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) ->
 
 /// Starts a reconcile for every managed NodeClaim in the state that is not already in flight
 /// or backing off (the loop books the results).
-pub fn start_reconciles(ctx: &Arc<Context>, workers: &mut Workers) {
+pub fn start_reconciles(ctx: &Leader, workers: &mut Workers) {
     let candidates: Vec<String> = ctx
         .state
         .read()
@@ -65,7 +63,7 @@ pub fn start_reconciles(ctx: &Arc<Context>, workers: &mut Workers) {
 
 /// Makes the state see our write at once, before the watch delivers it (never over a newer
 /// watched copy).
-pub(super) fn remember<K: crate::state::Tracked>(ctx: &Context, obj: &K) {
+pub(super) fn remember<K: karpenter_core::state::Tracked>(ctx: &Context, obj: &K) {
     ctx.state.write().remember(obj.clone());
 }
 
@@ -74,7 +72,7 @@ pub(super) fn remember<K: crate::state::Tracked>(ctx: &Context, obj: &K) {
 /// watch event that may already have been consumed (registration stays level-triggered).
 pub(super) async fn resync<K>(ctx: &Context, api: &Api<K>, stale: &K)
 where
-    K: crate::state::Tracked + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: karpenter_core::state::Tracked + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let obj_name = stale.name_any();
     match timeouts::api(api.get_opt(&obj_name)).await {
@@ -89,7 +87,7 @@ where
 }
 
 /// One pass over one NodeClaim.
-pub async fn reconcile(ctx: &Context, claim: NodeClaim) -> crate::Result<()> {
+pub async fn reconcile(ctx: &Leader, claim: NodeClaim) -> crate::Result<()> {
     if claim.metadata.deletion_timestamp.is_some() {
         return finalize::finalize(ctx, claim).await;
     }
@@ -149,7 +147,7 @@ pub async fn reconcile(ctx: &Context, claim: NodeClaim) -> crate::Result<()> {
 }
 
 pub(super) async fn write_status(
-    ctx: &Context,
+    ctx: &Leader,
     claim: &NodeClaim,
     before: Option<&NodeClaimStatus>,
 ) -> crate::Result<()> {

@@ -13,14 +13,14 @@ use karpenter_kube::{is_conflict, is_not_found};
 use kube::{Api, ResourceExt};
 
 use super::{REASON_UNREGISTERED_TAINT_MISSING, remember, resync};
-use crate::context::Context;
 use crate::events::{EventRecord, EventType};
 use crate::metrics::NodePoolLabels;
 use crate::nodeclaim::name;
 use crate::timeouts;
+use crate::writes::Leader;
 
 pub(super) async fn register(
-    ctx: &Context,
+    ctx: &Leader,
     claim: &mut NodeClaim,
     nodes: &[Node],
     now: Timestamp,
@@ -71,7 +71,7 @@ pub(super) async fn register(
     let desired = registered_node(node, claim);
     let node_name = node.name_any();
     if desired != *node {
-        let node_api = Api::<Node>::all(ctx.client.clone());
+        let node_api = Api::<Node>::all(ctx.writer());
         match timeouts::api(node_api.replace(
             &node_name,
             &karpenter_kube::identity::post_params(),

@@ -1,12 +1,15 @@
 //! Drift behaviours of karpenter-core §7.8 (upstream drift_test.go, nodeclaim drift detection).
 #![allow(clippy::unwrap_used)]
 
+use std::sync::Arc;
+
 use serde_json::json;
 
 use super::*;
-use crate::disruption::command::Decision;
+use crate::disruption::command::{Decision, ProviderDrift};
 use crate::disruption::decide;
 use crate::disruption::testkit::{World, node, pod, pool};
+use crate::instance_type::InstanceType;
 
 fn stamped(claim: &mut NodeClaim, hash: &str, version: &str) {
     let annotations = claim.metadata.annotations.get_or_insert_default();
