@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use karpenter_core::feature_gates::FeatureGates;
-use karpenter_core::scheduling::{MinValuesPolicy, PreferencePolicy};
+use karpenter_core::scheduling::{MinValuesPolicy, PackingPolicy, PreferencePolicy};
 
 use crate::Error;
 
@@ -50,6 +50,8 @@ pub struct Settings {
     pub preference_policy: PreferencePolicy,
     /// What to do when `minValues` cannot be met (`MIN_VALUES_POLICY`).
     pub min_values_policy: MinValuesPolicy,
+    /// How NodeClaims are sized: upstream's greedy or for cost (`PACKING_POLICY`).
+    pub packing_policy: PackingPolicy,
     /// How often NodePool status (resources, nodes, readiness) is recomputed.
     pub nodepool_status_period: Duration,
     /// `FEATURE_GATES` (upstream's defaults: only `ReservedCapacity` on).
@@ -76,6 +78,7 @@ impl Default for Settings {
             cpu_requests: 1000,
             preference_policy: PreferencePolicy::Respect,
             min_values_policy: MinValuesPolicy::Strict,
+            packing_policy: PackingPolicy::Upstream,
             nodepool_status_period: Duration::from_secs(5),
             feature_gates: FeatureGates::default(),
         }

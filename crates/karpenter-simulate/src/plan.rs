@@ -16,7 +16,7 @@ use karpenter_core::pod;
 use karpenter_core::provisioning::{self as pipeline, Snapshot, nodeclaim};
 use karpenter_core::requirements::Requirements;
 use karpenter_core::resources::ResourceList;
-use karpenter_core::scheduling::SchedulerOptions;
+use karpenter_core::scheduling::{Scheduler, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 
 use super::manifests::{IgnoredDocument, Manifests};
@@ -111,6 +111,22 @@ pub struct Summary {
     pub new_node_claims: usize,
     /// Sum of the new NodeClaims' prices, USD per hour.
     pub hourly_cost: f64,
+    /// The fractional lower bound on what the new NodeClaims of dynamic NodePools can cost for
+    /// the pods they hold, USD per hour (docs/scheduling.md): `hourlyCost / costLowerBound` is
+    /// how far the plan is from the cheapest conceivable packing.
+    #[serde(default)]
+    pub cost_lower_bound: f64,
+    /// Per NodePool with new NodeClaims: their cost and its bound.
+    #[serde(default)]
+    pub node_pools: BTreeMap<String, NodePoolCost>,
+}
+
+/// One NodePool's share of [`Summary`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolCost {
+    pub hourly_cost: f64,
+    pub cost_lower_bound: f64,
 }
 
 /// A plan plus notes for people (printed on stderr, not part of the JSON).
@@ -262,7 +278,9 @@ fn plan_keeping(
         });
     }
     let pods = &manifests.pending_pods;
+    let bound_input = prepared.input.clone();
     let mut results = pipeline::solve(prepared.input, pods);
+    let bound = Scheduler::new(bound_input).cost_lower_bound(pods, &results);
 
     let mut plan = Plan::default();
     let mut counters: BTreeMap<String, usize> = BTreeMap::new();
@@ -375,6 +393,20 @@ fn plan_keeping(
     plan.ignored = manifests.ignored.clone();
     let placed_new: usize = plan.node_claims.iter().map(|c| c.pods.len()).sum();
     let placed_existing: usize = plan.existing_nodes.iter().map(|n| n.pods.len()).sum();
+    let mut node_pools: BTreeMap<String, NodePoolCost> = BTreeMap::new();
+    for claim in &plan.node_claims {
+        node_pools
+            .entry(claim.node_pool.clone())
+            .or_default()
+            .hourly_cost += claim.price;
+    }
+    for (name, cost) in &bound.node_pools {
+        node_pools.entry(name.clone()).or_default().cost_lower_bound = *cost;
+    }
+    for entry in node_pools.values_mut() {
+        entry.hourly_cost = round6(entry.hourly_cost);
+        entry.cost_lower_bound = round6(entry.cost_lower_bound);
+    }
     plan.summary = Summary {
         pods: pods.len(),
         scheduled: placed_new + placed_existing,
@@ -384,6 +416,8 @@ fn plan_keeping(
                 .iter()
                 .fold(0.0, |total, c| total + c.price),
         ),
+        cost_lower_bound: round6(bound.total),
+        node_pools,
     };
     Ok(PlanOutcome {
         plan,

@@ -21,7 +21,8 @@ pub enum Command {
     /// Convert legacy (v1alpha5, v1alpha1, v1beta1) manifests to v1.
     Convert(commands::convert::Args),
     /// Benchmarks: `bench scheduling` (upstream's scheduling workload, timed), `bench disruption`
-    /// (one disruption pass over a large cluster).
+    /// (one disruption pass over a large cluster), `bench packing` (plan cost against the lower
+    /// bound per packing policy).
     Bench(commands::bench::Args),
     /// Plan the nodes for a set of manifests on the built-in `sim` provider (no cluster needed).
     Simulate(commands::simulate::Args),

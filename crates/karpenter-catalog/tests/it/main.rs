@@ -10,6 +10,7 @@ use karpenter_core::resources::Quantity;
 
 mod exotic;
 mod node_class;
+mod packing;
 
 fn q(s: &str) -> Quantity {
     Quantity::parse(s).unwrap()

@@ -54,6 +54,7 @@ pub fn scheduler_options(settings: &Settings) -> SchedulerOptions {
     SchedulerOptions {
         preference_policy: settings.preference_policy,
         min_values_policy: settings.min_values_policy,
+        packing_policy: settings.packing_policy,
         ..SchedulerOptions::default()
     }
 }

@@ -19,11 +19,13 @@ mod limits;
 mod node_claims;
 mod node_domains;
 mod node_room;
+mod packing;
 mod setup;
 mod solve;
 mod type_rooms;
 mod what_if;
 
+pub(crate) use packing::{cost_lower_bound, solve_cost_optimal};
 pub(crate) use solve::solve;
 pub use what_if::WhatIf;
 
@@ -42,7 +44,7 @@ use super::compile::{
     CompileContext, HostPort, PendingPod, PodInfo, compile_pending, compile_pod, namespace_labels,
     ports_conflict,
 };
-use super::intern::{CPU, FxMap, Interner, Key, MEMORY, Req, Reqs, ResVec, Sym};
+use super::intern::{CPU, FxMap, Interner, Key, MEMORY, PODS, Req, Reqs, ResVec, Sym};
 use super::topology::{Group, GroupKind, NodeFilter, SelectingIndex, Topology};
 use super::{
     ExistingNodePlacement, InstanceTypeOption, MinValuesPolicy, NewNodeClaim, PreferencePolicy,
@@ -69,6 +71,10 @@ impl Bits {
     }
     fn is_empty(&self) -> bool {
         self.0.iter().all(|w| *w == 0)
+    }
+    /// The bits set in both.
+    fn and(&self, other: &Bits) -> Bits {
+        Bits(self.0.iter().zip(&other.0).map(|(a, b)| a & b).collect())
     }
     fn count(&self) -> usize {
         self.0.iter().map(|w| w.count_ones() as usize).sum()
@@ -299,6 +305,9 @@ struct Engine {
     touched: Option<Vec<(usize, ResVec, usize, usize)>>,
     /// Pods from this index on are moved by a consolidation (`usize::MAX`: none).
     moved_pods_from: usize,
+    /// Under `PackingPolicy::CostOptimal`, during one candidate run: which types each pod's
+    /// group may use (see `packing`). `None` (always under `Upstream`): any.
+    pod_groups: Option<packing::PodGroupTypes>,
 }
 
 struct WellKnownKeys {

@@ -96,6 +96,7 @@ pub(crate) struct Interner {
 
 pub(crate) const CPU: usize = 0;
 pub(crate) const MEMORY: usize = 1;
+pub(crate) const PODS: usize = 2;
 
 impl Interner {
     pub fn new(extra_well_known: &[String]) -> Self {

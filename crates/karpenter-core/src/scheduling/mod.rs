@@ -6,12 +6,17 @@
 //! [`WhatIf`] answers many solves over one cluster without some of its nodes (consolidation).
 
 pub mod benchmark;
+pub mod bound;
 mod compile;
 mod engine;
 pub mod input;
 mod intern;
+#[cfg(test)]
+mod packing_properties;
+pub mod packing_workloads;
 mod topology;
 
+pub use bound::CostLowerBound;
 pub use engine::WhatIf;
 
 use std::collections::BTreeMap;
@@ -103,6 +108,18 @@ pub enum PreferencePolicy {
     Ignore,
 }
 
+/// How new NodeClaims are sized (`--packing-policy`, `PACKING_POLICY`, `settings.packingPolicy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum PackingPolicy {
+    /// Upstream's greedy packing: a NodeClaim grows until no instance type can hold more, then
+    /// launches as the cheapest type that holds what it got.
+    #[default]
+    Upstream,
+    /// The cheapest of a few greedy plans, each over a restricted set of instance types chosen
+    /// from the fractional lower bound (see `docs/scheduling.md`); never dearer than `Upstream`.
+    CostOptimal,
+}
+
 /// What happens when a NodeClaim cannot keep `minValues` distinct values open.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub enum MinValuesPolicy {
@@ -115,6 +132,7 @@ pub enum MinValuesPolicy {
 pub struct SchedulerOptions {
     pub preference_policy: PreferencePolicy,
     pub min_values_policy: MinValuesPolicy,
+    pub packing_policy: PackingPolicy,
     /// Instance-type options kept per NodeClaim (upstream: 600).
     pub max_instance_types: usize,
     /// Label keys treated as well-known besides `karpenter_api::well_known`'s (may be undefined on
@@ -127,6 +145,7 @@ impl Default for SchedulerOptions {
         SchedulerOptions {
             preference_policy: PreferencePolicy::Respect,
             min_values_policy: MinValuesPolicy::Strict,
+            packing_policy: PackingPolicy::Upstream,
             max_instance_types: 600,
             extra_well_known_labels: Vec::new(),
         }
@@ -234,6 +253,15 @@ impl SchedulingResults {
     pub fn pods_on_new_node_claims(&self) -> usize {
         self.new_node_claims.iter().map(|c| c.pods.len()).sum()
     }
+
+    /// USD/hour of the new NodeClaims, each at its cheapest option (what it launches as).
+    pub fn new_node_claims_cost(&self) -> f64 {
+        self.new_node_claims
+            .iter()
+            .filter_map(|c| c.instance_types.first())
+            .map(|o| o.price)
+            .sum()
+    }
 }
 
 /// A scheduling simulation over one snapshot. Build it, then [`solve`](Scheduler::solve) once.
@@ -250,7 +278,25 @@ impl Scheduler {
     /// highest-weight NodePool that can take each pod. `pods` may hold them any way that lends a
     /// `Pod` (`Pod`, `Arc<Pod>`, ...): the replicas of one workload can share one `Pod`. Results
     /// refer to pods by index; names (in [`UnschedulablePod`]) are read from the pods as given.
+    ///
+    /// Under [`PackingPolicy::CostOptimal`] it returns the cheapest of a few such plans (see
+    /// [`PackingPolicy`]); under `Upstream` exactly upstream's plan.
     pub fn solve<P: std::borrow::Borrow<Pod>>(self, pods: &[P]) -> SchedulingResults {
-        engine::solve(self.input, pods)
+        match self.input.options.packing_policy {
+            PackingPolicy::Upstream => engine::solve(self.input, pods),
+            PackingPolicy::CostOptimal => engine::solve_cost_optimal(&self.input, pods),
+        }
+    }
+
+    /// The fractional lower bound on what the new NodeClaims of `results` (a plan for `pods`
+    /// over this input) can cost: per NodePool, the cheapest fractional mix of its instance
+    /// types (each at its cheapest offering, less its daemonset overhead) that covers the cpu,
+    /// memory and pod count of the pods the plan puts on that pool's new NodeClaims.
+    pub fn cost_lower_bound<P: std::borrow::Borrow<Pod>>(
+        &self,
+        pods: &[P],
+        results: &SchedulingResults,
+    ) -> CostLowerBound {
+        engine::cost_lower_bound(&self.input, pods, results)
     }
 }

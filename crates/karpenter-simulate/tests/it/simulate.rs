@@ -156,6 +156,14 @@ fn check_plan(manifests: &Manifests, provider: &SimCloudProvider, plan: &Plan) {
     assert_eq!(plan.summary.new_node_claims, plan.node_claims.len());
     let cost: f64 = plan.node_claims.iter().map(|c| c.price).sum();
     assert!((plan.summary.hourly_cost - cost).abs() < 1e-6);
+    // The bound never exceeds what is bought, in total and per NodePool.
+    assert!(plan.summary.cost_lower_bound <= plan.summary.hourly_cost + 1e-6);
+    for (pool, costs) in &plan.summary.node_pools {
+        assert!(
+            costs.cost_lower_bound <= costs.hourly_cost + 1e-6,
+            "{pool}: {costs:?}"
+        );
+    }
 }
 
 fn plan_dir(dir: &str) -> (Manifests, Plan) {
@@ -189,6 +197,73 @@ fn inflate_example_plans_one_node_for_five_pods() {
         assert_eq!(claim.capacity_type, "on-demand");
         assert_eq!(claim.labels[wk::NODEPOOL_LABEL], "default");
     }
+}
+
+const MIXED_DEPLOYMENTS: &str = r#"
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements:
+        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+        - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c, m, r]}
+        - {key: karpenter.k8s.aws/instance-generation, operator: Gt, values: ["4"]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 40
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: nginx, resources: {requests: {cpu: "1", memory: 1Gi}}}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: cache, namespace: default}
+spec:
+  replicas: 20
+  selector: {matchLabels: {app: cache}}
+  template:
+    metadata: {labels: {app: cache}}
+    spec:
+      containers: [{name: cache, image: redis, resources: {requests: {cpu: 500m, memory: 6Gi}}}]
+"#;
+
+#[test]
+fn cost_optimal_plans_cheaper_than_upstream_and_both_report_the_bound() {
+    let m = load(MIXED_DEPLOYMENTS);
+    let provider = embedded();
+    let upstream = simulate::plan(&m, &provider).unwrap().plan;
+    let options = SchedulerOptions {
+        packing_policy: karpenter_core::scheduling::PackingPolicy::CostOptimal,
+        ..SchedulerOptions::default()
+    };
+    let optimal = simulate::plan_with(&m, &provider, options).unwrap().plan;
+    for plan in [&upstream, &optimal] {
+        check_plan(&m, &provider, plan);
+        assert_eq!(plan.summary.scheduled, 60);
+        assert!(plan.summary.cost_lower_bound > 0.0);
+        assert_eq!(
+            plan.summary.node_pools["default"].cost_lower_bound,
+            plan.summary.cost_lower_bound
+        );
+    }
+    assert_eq!(
+        upstream.summary.cost_lower_bound, optimal.summary.cost_lower_bound,
+        "the same pods on the same pool: the same bound"
+    );
+    assert!(
+        optimal.summary.hourly_cost < upstream.summary.hourly_cost,
+        "{} vs {}",
+        optimal.summary.hourly_cost,
+        upstream.summary.hourly_cost
+    );
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! `karpenter bench scheduling`: upstream's scheduling benchmark workload, timed.
 //! `karpenter bench disruption`: one disruption pass over a large cluster (`bench_disruption`).
-//! Both need only the core; the controller benchmark, which needs a cluster (the test API
+//! `karpenter bench packing`: plan cost against the lower bound per packing policy
+//! (`bench_packing`).
+//! All three need only the core; the controller benchmark, which needs a cluster (the test API
 //! server), is the dev tool `karpenter-bench` (crates/karpenter-bench), not part of this binary.
 
 use std::process::ExitCode;
@@ -25,6 +27,9 @@ pub enum Target {
     /// Time one full disruption pass (`decide`) over a large simulated cluster (1,000 nodes,
     /// 10,000 pods by default): candidates evaluated, commands found, peak memory.
     Disruption(super::bench_disruption::DisruptionBenchArgs),
+    /// Plan cost against the fractional lower bound, and planning time, for both packing
+    /// policies on generated workloads over the embedded catalogue (docs/benchmarks.md).
+    Packing(super::bench_packing::PackingArgs),
 }
 
 /// A pod count of at least one: a benchmark of nothing measures nothing.
@@ -127,6 +132,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.target {
         Target::Scheduling(args) => run_scheduling(args),
         Target::Disruption(args) => super::bench_disruption::run(&args),
+        Target::Packing(args) => super::bench_packing::run(&args),
     }
 }
 

@@ -19,7 +19,7 @@ use karpenter_core::feature_gates::FeatureGates;
 use karpenter_sim::cluster::{LedgerError, SimCloud, SimKubeletOptions};
 
 use super::controller_aws::{self, AwsArgs};
-use super::policies::{MinValuesPolicyArg, PreferencePolicyArg};
+use super::policies::{MinValuesPolicyArg, PackingPolicyArg, PreferencePolicyArg};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum CloudProviderArg {
@@ -101,6 +101,9 @@ pub struct Args {
     /// Refuse (`Strict`) or lower (`BestEffort`) a NodeClaim's unmet `minValues`.
     #[arg(long, env = "MIN_VALUES_POLICY", value_enum, default_value = "Strict")]
     pub min_values_policy: MinValuesPolicyArg,
+    /// Size NodeClaims as upstream does (`Upstream`) or for cost (`CostOptimal`).
+    #[arg(long, env = "PACKING_POLICY", value_enum, default_value = "Upstream")]
+    pub packing_policy: PackingPolicyArg,
     /// Upstream's feature gates, e.g. `NodeRepair=true,SpotToSpotConsolidation=true`; unnamed
     /// gates keep their defaults.
     #[arg(long, env = "FEATURE_GATES", default_value = "", value_parser = feature_gates)]
@@ -141,6 +144,7 @@ impl Args {
             cpu_requests: self.cpu_requests,
             preference_policy: self.preference_policy.into(),
             min_values_policy: self.min_values_policy.into(),
+            packing_policy: self.packing_policy.into(),
             feature_gates: self.feature_gates,
             ..Settings::default()
         };

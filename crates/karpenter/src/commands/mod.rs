@@ -3,6 +3,7 @@
 pub mod aws;
 pub mod bench;
 mod bench_disruption;
+mod bench_packing;
 pub mod controller;
 mod controller_aws;
 pub mod convert;

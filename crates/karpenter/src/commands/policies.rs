@@ -1,7 +1,9 @@
 //! The scheduling policy flags shared by `controller` and `simulate` (upstream's names and values),
 //! each mapped to the core's enum.
 
-use karpenter_core::scheduling::{MinValuesPolicy, PreferencePolicy, SchedulerOptions};
+use karpenter_core::scheduling::{
+    MinValuesPolicy, PackingPolicy, PreferencePolicy, SchedulerOptions,
+};
 
 /// `--preference-policy`: whether preferred affinities and `ScheduleAnyway` spreads are honoured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -39,6 +41,25 @@ impl From<MinValuesPolicyArg> for MinValuesPolicy {
     }
 }
 
+/// `--packing-policy`: upstream's greedy packing (`Upstream`) or the cheapest of a few plans
+/// (`CostOptimal`, see docs/scheduling.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PackingPolicyArg {
+    #[value(name = "Upstream")]
+    Upstream,
+    #[value(name = "CostOptimal")]
+    CostOptimal,
+}
+
+impl From<PackingPolicyArg> for PackingPolicy {
+    fn from(arg: PackingPolicyArg) -> Self {
+        match arg {
+            PackingPolicyArg::Upstream => PackingPolicy::Upstream,
+            PackingPolicyArg::CostOptimal => PackingPolicy::CostOptimal,
+        }
+    }
+}
+
 /// The policy flags of `simulate` (the controller declares its own, read from the environment too).
 #[derive(Debug, Clone, clap::Args)]
 pub struct PolicyArgs {
@@ -48,6 +69,9 @@ pub struct PolicyArgs {
     /// Refuse (`Strict`) or lower (`BestEffort`) a NodeClaim's unmet `minValues`.
     #[arg(long, value_enum, default_value = "Strict")]
     pub min_values_policy: MinValuesPolicyArg,
+    /// Size NodeClaims as upstream does (`Upstream`) or for cost (`CostOptimal`).
+    #[arg(long, value_enum, default_value = "Upstream")]
+    pub packing_policy: PackingPolicyArg,
 }
 
 impl PolicyArgs {
@@ -55,6 +79,7 @@ impl PolicyArgs {
         SchedulerOptions {
             preference_policy: self.preference_policy.into(),
             min_values_policy: self.min_values_policy.into(),
+            packing_policy: self.packing_policy.into(),
             ..SchedulerOptions::default()
         }
     }

@@ -281,6 +281,14 @@ fn render_table(plan: &Plan, footnotes: &Footnotes<'_>) -> String {
         s.hourly_cost,
         s.hourly_cost * 730.0
     ));
+    if s.cost_lower_bound > 0.0 {
+        out.push_str(&format!(
+            "cost {:.4}, lower bound {:.4} (ratio {:.3})\n",
+            s.hourly_cost,
+            s.cost_lower_bound,
+            s.hourly_cost / s.cost_lower_bound
+        ));
+    }
     if any_spot {
         out.push_str(&format!("* {SPOT_MODEL_NOTE}\n"));
     }

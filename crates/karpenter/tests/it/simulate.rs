@@ -104,6 +104,15 @@ struct Summary {
     scheduled: usize,
     new_node_claims: usize,
     hourly_cost: f64,
+    cost_lower_bound: f64,
+    node_pools: BTreeMap<String, NodePoolCost>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct NodePoolCost {
+    hourly_cost: f64,
+    cost_lower_bound: f64,
 }
 
 #[test]
@@ -138,6 +147,11 @@ fn json_output_matches_the_documented_shape() {
     assert_eq!(plan.summary.new_node_claims, plan.node_claims.len());
     let total: f64 = plan.node_claims.iter().map(|c| c.price).sum();
     assert!((plan.summary.hourly_cost - total).abs() < 1e-6);
+    let spot = &plan.summary.node_pools["spot"];
+    assert!((spot.hourly_cost - plan.summary.hourly_cost).abs() < 1e-6);
+    assert!(plan.summary.cost_lower_bound > 0.0);
+    assert!((spot.cost_lower_bound - plan.summary.cost_lower_bound).abs() < 1e-6);
+    assert!(plan.summary.cost_lower_bound <= plan.summary.hourly_cost + 1e-6);
     for claim in &plan.node_claims {
         assert_eq!(claim.node_pool, "spot");
         assert!(claim.name.starts_with("spot-"));
@@ -343,5 +357,26 @@ fn a_bad_policy_value_is_refused_naming_the_flag() {
             stderr.contains(flag) && stderr.contains("Sometimes"),
             "{stderr}"
         );
+    }
+}
+
+#[test]
+fn packing_policy_flag_is_accepted_and_the_table_names_the_bound() {
+    for policy in ["Upstream", "CostOptimal"] {
+        let out = stdout(&karpenter(
+            &[
+                "simulate",
+                "-f",
+                "examples/inflate",
+                "--packing-policy",
+                policy,
+            ],
+            None,
+        ));
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("cost ") && l.contains(", lower bound "))
+            .unwrap_or_else(|| panic!("{policy}: no bound line in {out}"));
+        assert!(line.contains("(ratio "), "{line}");
     }
 }

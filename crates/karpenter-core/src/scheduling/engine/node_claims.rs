@@ -110,7 +110,7 @@ impl Engine {
     /// Keeps the claim's types that match `reqs`, have a compatible offering, fit `total` plus
     /// their daemonset overhead and fit the pool's limits (given what the claim already reserves).
     /// Returns lowered-minValues requirements under BestEffort.
-    fn filter_types(
+    pub(super) fn filter_types(
         &self,
         pool_index: usize,
         candidates: &Bits,
@@ -238,17 +238,25 @@ impl Engine {
             return Err(Reject::TypesExceedLimits);
         }
         let hostname_req = Req::is_in([hostname]);
-        let placement = self.claim_check(
-            pi,
-            &pool.reqs,
-            &pool.base,
-            None,
-            &ResVec::default(),
-            hostname,
-            &hostname_req,
-            pod,
-            d,
-        )?;
+        let check = |types: &Bits| {
+            self.claim_check(
+                pi,
+                &pool.reqs,
+                types,
+                None,
+                &ResVec::default(),
+                hostname,
+                &hostname_req,
+                pod,
+                d,
+            )
+        };
+        // Under CostOptimal a pod's group opens NodeClaims of its group's types when one of
+        // them can hold it, and of any type otherwise (the pod is never left out for it).
+        let placement = match self.pod_mask(pi, pod.index) {
+            Some(mask) => check(&pool.base.and(mask)).or_else(|_| check(&pool.base)),
+            None => check(&pool.base),
+        }?;
         self.next_hostname = None;
         self.hostname_counter += 1;
         let ci = self.claims.len();

@@ -347,6 +347,7 @@ impl Engine {
             keys,
             touched: None,
             moved_pods_from: input.moved_pods_from.unwrap_or(usize::MAX),
+            pod_groups: None,
         };
         let bound_counts = engine.build_topology(shapes, &nodes, &bound);
         for (node, counts) in nodes.iter_mut().zip(bound_counts) {

@@ -68,10 +68,12 @@ impl Engine {
                     }
                     return None;
                 }
+                // Under CostOptimal a pod joins only NodeClaims of its group's types.
+                let masked = self.pod_mask(c.pool, pod.index).map(|m| c.types.and(m));
                 self.claim_check(
                     c.pool,
                     &c.reqs,
-                    &c.types,
+                    masked.as_ref().unwrap_or(&c.types),
                     c.reserved,
                     &c.requests,
                     c.hostname,
@@ -216,7 +218,10 @@ pub(super) fn run<P: std::borrow::Borrow<Pod>>(
             unschedulable.insert(p, text);
         }
     }
-    let claims = std::mem::take(&mut engine.claims);
+    let mut claims = std::mem::take(&mut engine.claims);
+    if engine.pod_groups.is_some() {
+        engine.widen_types(&mut claims);
+    }
     let mut shapes = FxMap::default();
     let mut budget = engine.limit_budget();
     for claim in &claims {

@@ -15,8 +15,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::pod::Pod;
 
-use super::solve::{build, run};
-use super::{ClaimIndex, Engine, PendingPod};
+use super::solve::build;
+use super::{Engine, PendingPod};
 use crate::resources::ResourceList;
 use crate::scheduling::{SchedulerInput, SchedulingResults};
 
@@ -75,25 +75,8 @@ impl<P: Borrow<Pod>> WhatIf<P> {
         for (pool, usage) in usage {
             engine.set_usage(pool, usage);
         }
-        let hostnames = (engine.next_hostname, engine.hostname_counter);
-        engine.topology.journal = Some(Vec::new());
-        engine.touched = Some(Vec::new());
-
-        let results = run(engine, &self.infos, &self.pods, order);
-
-        engine.topology.roll_back_journal();
-        for (ni, remaining, host_ports, volumes) in engine.touched.take().unwrap_or_default() {
-            let node = &mut engine.nodes[ni];
-            node.remaining = remaining;
-            engine.room.set(ni, Some(&node.remaining));
-            node.host_ports.truncate(host_ports);
-            node.volumes.truncate(volumes);
-            node.placed.clear();
-        }
+        let results = engine.trial(&self.infos, &self.pods, order);
         engine.restore_limits(limits);
-        (engine.next_hostname, engine.hostname_counter) = hostnames;
-        engine.claims.clear();
-        engine.claim_index = ClaimIndex::default();
         for &ni in &gone {
             engine.give_back(ni);
         }
@@ -146,7 +129,7 @@ impl Engine {
         }
     }
 
-    fn save_limits(&self) -> SavedLimits {
+    pub(super) fn save_limits(&self) -> SavedLimits {
         self.pools
             .iter()
             .map(|p| {
@@ -158,7 +141,7 @@ impl Engine {
             .collect()
     }
 
-    fn restore_limits(&mut self, saved: SavedLimits) {
+    pub(super) fn restore_limits(&mut self, saved: SavedLimits) {
         for (pool, (limits, nodes)) in self.pools.iter_mut().zip(saved) {
             for (l, remaining) in pool.limits.iter_mut().zip(limits) {
                 l.remaining = remaining;

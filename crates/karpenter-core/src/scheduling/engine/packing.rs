@@ -1,0 +1,485 @@
+//! `PackingPolicy::CostOptimal`: the cheapest of a few greedy plans, and the lower bound.
+//!
+//! Upstream's greedy grows each NodeClaim until no instance type of its pool can take another
+//! pod, so a mixed workload ends on a few of the largest types, chosen for their size rather than
+//! their price per resource. The same greedy over fewer types behaves differently: capped at a
+//! size, claims stop growing there and each launches as the cheapest type (of any family) that
+//! holds what it got; over the two or three types of the fractional optimum, claims take that
+//! mix. So the planner builds the engine once, runs upstream's plan, then re-runs the same
+//! greedy with each pool's instance types restricted to each candidate set (the
+//! [`super::what_if`] machinery takes every placement back between runs), and keeps the cheapest
+//! plan that leaves no more pods unplaced than upstream's. Every plan is the scheduler's own, so
+//! every constraint it honours (requirements, affinity, spread, taints, host ports, volumes,
+//! limits, minValues, daemonset overhead, pods per node) holds in the chosen one too.
+//!
+//! Bounded: at most [`MAX_CANDIDATES`] runs beyond upstream's, each cheaper than a fresh solve
+//! (the pods are compiled and the existing nodes counted once).
+
+use std::borrow::Borrow;
+
+use super::solve::{build, run};
+use super::*;
+use crate::scheduling::bound::{self, Column, CostLowerBound, RESOURCES};
+
+/// Restricted greedy runs a solve may add to upstream's.
+pub(crate) const MAX_CANDIDATES: usize = 6;
+
+/// Plans cheaper by less than this fraction are not worth a different plan (keeps upstream's
+/// when a candidate only shuffles pennies).
+const MIN_SAVING: f64 = 1e-9;
+
+/// A usable instance type of a pool, as the bound and the candidate choice see it.
+#[derive(Clone, Debug)]
+pub(super) struct TypeColumn {
+    /// Index into the pool's types.
+    pub index: usize,
+    pub column: Column,
+}
+
+impl Engine {
+    /// Places the pods at `order` and takes it all back: the engine is left as it was (the
+    /// placements on nodes, the topology counts, the pools' limits, the NodeClaims and the
+    /// hostname counter), so the next run starts from the same cluster.
+    pub(super) fn trial<P: Borrow<Pod>>(
+        &mut self,
+        infos: &[PendingPod],
+        pods: &[P],
+        order: &[usize],
+    ) -> SchedulingResults {
+        let limits = self.save_limits();
+        let hostnames = (self.next_hostname, self.hostname_counter);
+        self.topology.journal = Some(Vec::new());
+        self.touched = Some(Vec::new());
+
+        let results = run(self, infos, pods, order);
+
+        self.topology.roll_back_journal();
+        for (ni, remaining, host_ports, volumes) in self.touched.take().unwrap_or_default() {
+            let node = &mut self.nodes[ni];
+            node.remaining = remaining;
+            self.room.set(ni, Some(&node.remaining));
+            node.host_ports.truncate(host_ports);
+            node.volumes.truncate(volumes);
+            node.placed.clear();
+        }
+        self.restore_limits(limits);
+        (self.next_hostname, self.hostname_counter) = hostnames;
+        self.claims.clear();
+        self.claim_index = ClaimIndex::default();
+        results
+    }
+
+    /// A CostOptimal run's NodeClaims were grown within their group's types; each may launch as
+    /// any type of its pool that holds what it got (its requirements, pods, host ports, limits
+    /// and minValues, as [`Engine::filter_types`] checks for every placement), so a partly filled
+    /// node takes a cheaper type of another family when one holds it.
+    pub(super) fn widen_types(&self, claims: &mut [Claim]) {
+        for claim in claims {
+            let base = &self.pools[claim.pool].base;
+            if let Ok((types, None)) = self.filter_types(
+                claim.pool,
+                base,
+                claim.reserved,
+                &claim.reqs,
+                &claim.requests,
+                &claim.host_ports,
+            ) {
+                claim.types = types;
+            }
+        }
+    }
+
+    /// The pool's usable types (compatible with it, with an available offering it allows), each
+    /// at its cheapest such offering and with its room beyond its daemonset overhead.
+    pub(super) fn type_columns(&self, pi: usize) -> Vec<TypeColumn> {
+        let pool = &self.pools[pi];
+        pool.base
+            .iter()
+            .filter_map(|t| {
+                let ty = &pool.types[t];
+                let price = pool.cheapest_price(t, &pool.reqs, &self.keys);
+                if !price.is_finite() {
+                    return None;
+                }
+                let overhead = &pool.daemon_groups.get(ty.daemon_group)?.overhead;
+                let room = |r: usize| ty.allocatable.get(r).saturating_sub(overhead.get(r)) as f64;
+                Some(TypeColumn {
+                    index: t,
+                    column: Column {
+                        price,
+                        room: [room(CPU), room(MEMORY), room(PODS) / 1000.0],
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// The cpu (millicores), memory (bytes) and pod count that each pool's new NodeClaims in
+    /// `results` hold (pods by their position in `order`).
+    fn pool_demands(
+        &self,
+        infos: &[PendingPod],
+        order: &[usize],
+        results: &SchedulingResults,
+    ) -> Vec<[f64; RESOURCES]> {
+        let mut demands = vec![[0.0; RESOURCES]; self.pools.len()];
+        for claim in &results.new_node_claims {
+            let Some(pi) = self.pools.iter().position(|p| p.name == claim.node_pool) else {
+                continue;
+            };
+            for &p in &claim.pods {
+                let Some(info) = order.get(p).and_then(|&i| infos.get(i)) else {
+                    continue;
+                };
+                let row = requests_row(&info.requests);
+                for (total, amount) in demands[pi].iter_mut().zip(row) {
+                    *total += amount;
+                }
+            }
+        }
+        demands
+    }
+
+    /// The bound of `results`: per pool, [`bound::cheapest_mix`] of its columns over its demand.
+    fn lower_bound_of(
+        &self,
+        infos: &[PendingPod],
+        order: &[usize],
+        results: &SchedulingResults,
+    ) -> CostLowerBound {
+        let mut out = CostLowerBound::default();
+        for (pi, demand) in self.pool_demands(infos, order, results).iter().enumerate() {
+            if demand.iter().all(|d| *d <= 0.0) {
+                continue;
+            }
+            let columns: Vec<Column> = self
+                .type_columns(pi)
+                .into_iter()
+                .map(|c| c.column)
+                .collect();
+            // No mix covers the demand only if the plan holds pods no type can: count nothing.
+            let cost = bound::cheapest_mix(&columns, *demand).map_or(0.0, |m| m.cost);
+            out.total += cost;
+            out.node_pools.insert(self.pools[pi].name.clone(), cost);
+        }
+        out
+    }
+}
+
+/// Which instance types each pod's group may use during one candidate run.
+pub(super) struct PodGroupTypes {
+    /// Per pod (index into the solve's pods): its group, or `NO_GROUP`.
+    group_of: Vec<u32>,
+    /// Per pool, per group: the types that group's NodeClaims may use in that pool.
+    types: Vec<Vec<Bits>>,
+}
+
+const NO_GROUP: u32 = u32::MAX;
+
+impl Engine {
+    /// The types pod `pod`'s group may use in pool `pi`, if this run restricts it.
+    pub(super) fn pod_mask(&self, pi: usize, pod: usize) -> Option<&Bits> {
+        let groups = self.pod_groups.as_ref()?;
+        let group = *groups.group_of.get(pod)?;
+        if group == NO_GROUP {
+            return None;
+        }
+        groups.types.get(pi)?.get(group as usize)
+    }
+}
+
+/// A types' memory per cpu, the "family" (c, m, r ...) a type belongs to whatever its size.
+fn memory_per_cpu(column: &Column) -> f64 {
+    column.room[1] / column.room[0].max(1.0)
+}
+
+/// How a candidate run restricts one pool: the pods (of that pool's NodeClaims in upstream's
+/// plan) split into groups, each with the types its NodeClaims may use.
+struct PoolPlan {
+    /// (pod, group).
+    assignments: Vec<(usize, u32)>,
+    groups: Vec<Bits>,
+}
+
+/// Pool `pi`'s restriction for a run that wants about `nodes_per_family` nodes of each family of
+/// the bound's mix, one group per family.
+///
+/// The bound's mix names the families (memory per cpu) worth buying and how much of each. Split,
+/// the pods are dealt to the families so that each family's share fills its nodes in cpu and
+/// memory alike (each pod, largest first, to the family it leaves least full, relative to that
+/// family's part of the mix): a memory-heavy node then also takes cpu-heavy pods, as in the
+/// bound. Each group may use its family's types that are as cheap per resource as the mix (at
+/// the bound's dual prices), up to the size that makes about `nodes_per_family` nodes: smaller
+/// claims waste less in their last node, larger ones less on daemonsets and pod slots.
+fn pool_plan(
+    types: usize,
+    columns: &[TypeColumn],
+    pods: &[(usize, [f64; RESOURCES])],
+    nodes_per_family: f64,
+) -> Option<PoolPlan> {
+    let plain: Vec<Column> = columns.iter().map(|c| c.column.clone()).collect();
+    let mut demand = [0.0; RESOURCES];
+    for (_, r) in pods {
+        for i in 0..RESOURCES {
+            demand[i] += r[i];
+        }
+    }
+    let mix = bound::cheapest_mix(&plain, demand)?;
+    // Types nearly as cheap per resource as the mix, at the mix's dual prices.
+    let efficient = |c: &Column| {
+        let worth: f64 = (0..RESOURCES)
+            .map(|r| mix.duals[r] * c.room[r].max(0.0))
+            .sum();
+        worth >= EFFICIENT * c.price
+    };
+    let families = &mix.amounts;
+    // Each family's efficient types, smallest first.
+    let members: Vec<Vec<&TypeColumn>> = families
+        .iter()
+        .map(|&(basis, _)| {
+            let ratio = memory_per_cpu(&plain[basis]);
+            let mut family: Vec<&TypeColumn> = columns
+                .iter()
+                .filter(|c| {
+                    let r = memory_per_cpu(&c.column);
+                    c.index == columns[basis].index
+                        || ((r - ratio).abs() <= FAMILY_TOLERANCE * ratio && efficient(&c.column))
+                })
+                .collect();
+            family.sort_by(|a, b| a.column.room[0].total_cmp(&b.column.room[0]));
+            family
+        })
+        .collect();
+    let holds = |c: &TypeColumn, request: &[f64; RESOURCES]| {
+        (0..RESOURCES).all(|r| c.column.room[r] >= request[r])
+    };
+    // Each family's share of the mix, per resource.
+    let capacity: Vec<[f64; RESOURCES]> = families
+        .iter()
+        .map(|&(basis, amount)| {
+            let mut c = [0.0; RESOURCES];
+            for (r, slot) in c.iter_mut().enumerate() {
+                *slot = amount * plain[basis].room[r];
+            }
+            c
+        })
+        .collect();
+    // Deal the pods, largest first, each to the family whose unused share points most the way
+    // the pod does (cosine of cpu and memory, each scaled by the total demand), among the
+    // families with a type that holds the pod; a pod none holds stays free.
+    let mut used = vec![[0.0; RESOURCES]; families.len()];
+    let mut order: Vec<&(usize, [f64; RESOURCES])> = pods.iter().collect();
+    order.sort_by(|a, b| {
+        b.1[0]
+            .total_cmp(&a.1[0])
+            .then(b.1[1].total_cmp(&a.1[1]))
+            .then(a.0.cmp(&b.0))
+    });
+    let scale = [demand[0].max(1.0), demand[1].max(1.0)];
+    let mut largest = vec![[0.0; RESOURCES]; families.len()];
+    let mut assignments = Vec::with_capacity(pods.len());
+    for &(pod, request) in order {
+        let alignment = |g: usize| {
+            let left = [
+                (capacity[g][0] - used[g][0]) / scale[0],
+                (capacity[g][1] - used[g][1]) / scale[1],
+            ];
+            let want = [request[0] / scale[0], request[1] / scale[1]];
+            let dot = left[0] * want[0] + left[1] * want[1];
+            let norm = (left[0].hypot(left[1]) * want[0].hypot(want[1])).max(f64::MIN_POSITIVE);
+            dot / norm
+        };
+        let group = (0..families.len())
+            .filter(|&g| members[g].iter().any(|c| holds(c, &request)))
+            .max_by(|&a, &b| alignment(a).total_cmp(&alignment(b)).then(b.cmp(&a)));
+        let Some(group) = group else {
+            continue;
+        };
+        for r in 0..RESOURCES {
+            used[group][r] += request[r];
+            largest[group][r] = f64::max(largest[group][r], request[r]);
+        }
+        assignments.push((pod, group as u32));
+    }
+    // Each family's types up to the size that makes about `nodes_per_family` nodes of its
+    // share, and at least up to the smallest that holds its largest pod.
+    let groups: Vec<Bits> = (0..families.len())
+        .map(|g| {
+            let cap = capacity[g][0] / nodes_per_family.max(1.0);
+            let needed = members[g]
+                .iter()
+                .find(|c| holds(c, &largest[g]))
+                .map_or(0.0, |c| c.column.room[0]);
+            let mut bits = Bits::new(types);
+            for c in members[g]
+                .iter()
+                .filter(|c| c.column.room[0] <= cap.max(needed))
+            {
+                bits.set(c.index);
+            }
+            bits
+        })
+        .collect();
+    Some(PoolPlan {
+        assignments,
+        groups,
+    })
+}
+
+/// The types that alone would cover `pods` cheapest in whole nodes (fractional fill of each
+/// resource, rounded up to whole nodes), cheapest first.
+fn single_types(columns: &[TypeColumn], pods: &[(usize, [f64; RESOURCES])]) -> Vec<usize> {
+    let mut demand = [0.0; RESOURCES];
+    let mut largest = [0.0; RESOURCES];
+    for (_, r) in pods {
+        for i in 0..RESOURCES {
+            demand[i] += r[i];
+            largest[i] = f64::max(largest[i], r[i]);
+        }
+    }
+    let mut costs: Vec<(f64, usize)> = columns
+        .iter()
+        .filter(|c| (0..RESOURCES).all(|r| c.column.room[r] >= largest[r]))
+        .map(|c| {
+            let nodes = (0..RESOURCES)
+                .map(|r| demand[r] / c.column.room[r].max(f64::MIN_POSITIVE))
+                .fold(0.0f64, f64::max)
+                .ceil();
+            (nodes * c.column.price, c.index)
+        })
+        .collect();
+    costs.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    costs.into_iter().map(|(_, t)| t).collect()
+}
+
+/// A type is "as cheap as the mix" when its resources, at the bound's dual prices, are worth at
+/// least this share of its price.
+const EFFICIENT: f64 = 0.95;
+/// Types of one family differ in memory per cpu by at most this share.
+const FAMILY_TOLERANCE: f64 = 0.15;
+
+/// One restricted greedy run.
+#[derive(Clone, Copy, Debug)]
+enum Candidate {
+    /// The pods dealt to the families of the bound's mix, about this many nodes each.
+    Families { nodes_per_family: f64 },
+    /// Every pod on the `rank`-th cheapest single type (in whole nodes, by resources alone).
+    SingleType { rank: usize },
+}
+
+/// The candidate runs, most promising first.
+const CANDIDATES: [Candidate; MAX_CANDIDATES] = [
+    Candidate::Families {
+        nodes_per_family: 8.0,
+    },
+    Candidate::Families {
+        nodes_per_family: 4.0,
+    },
+    Candidate::Families {
+        nodes_per_family: 16.0,
+    },
+    Candidate::SingleType { rank: 0 },
+    Candidate::SingleType { rank: 1 },
+    Candidate::SingleType { rank: 2 },
+];
+
+/// [`PackingPolicy::CostOptimal`]'s solve (see the module's documentation).
+pub(crate) fn solve_cost_optimal<P: Borrow<Pod>>(
+    input: &SchedulerInput,
+    pods: &[P],
+) -> SchedulingResults {
+    let (mut engine, infos) = build(input, pods);
+    let order: Vec<usize> = (0..pods.len()).collect();
+    let mut best = engine.trial(&infos, pods, &order);
+    if best.new_node_claims.is_empty() {
+        return best;
+    }
+    // Each pool's pods in upstream's plan, with their requests.
+    let mut pool_pods: Vec<Vec<(usize, [f64; RESOURCES])>> = vec![Vec::new(); engine.pools.len()];
+    for claim in &best.new_node_claims {
+        let Some(pi) = engine.pools.iter().position(|p| p.name == claim.node_pool) else {
+            continue;
+        };
+        for &p in &claim.pods {
+            if let Some(info) = infos.get(p) {
+                pool_pods[pi].push((p, requests_row(&info.requests)));
+            }
+        }
+    }
+    let columns: Vec<Vec<TypeColumn>> = (0..engine.pools.len())
+        .map(|pi| {
+            if pool_pods[pi].is_empty() {
+                Vec::new()
+            } else {
+                engine.type_columns(pi)
+            }
+        })
+        .collect();
+    let mut best_cost = best.new_node_claims_cost();
+    for candidate in CANDIDATES {
+        let mut group_of = vec![NO_GROUP; pods.len()];
+        let mut types = Vec::with_capacity(engine.pools.len());
+        for (pi, pool) in engine.pools.iter().enumerate() {
+            let mut pool_groups = Vec::new();
+            let plan = match candidate {
+                Candidate::SingleType { rank } => single_types(&columns[pi], &pool_pods[pi])
+                    .get(rank)
+                    .map(|&t| {
+                        let mut bits = Bits::new(pool.types.len());
+                        bits.set(t);
+                        PoolPlan {
+                            assignments: pool_pods[pi].iter().map(|&(pod, _)| (pod, 0)).collect(),
+                            groups: vec![bits],
+                        }
+                    }),
+                Candidate::Families { nodes_per_family } => pool_plan(
+                    pool.types.len(),
+                    &columns[pi],
+                    &pool_pods[pi],
+                    nodes_per_family,
+                ),
+            };
+            if let Some(plan) = plan {
+                // Groups are numbered per pool: a pod belongs to one pool's plan only.
+                for (pod, group) in plan.assignments {
+                    if let Some(slot) = group_of.get_mut(pod) {
+                        *slot = group;
+                    }
+                }
+                pool_groups = plan.groups;
+            }
+            types.push(pool_groups);
+        }
+        engine.pod_groups = Some(PodGroupTypes { group_of, types });
+        let results = engine.trial(&infos, pods, &order);
+        engine.pod_groups = None;
+        let cost = results.new_node_claims_cost();
+        if results.unschedulable.len() <= best.unschedulable.len()
+            && cost < best_cost * (1.0 - MIN_SAVING)
+        {
+            best = results;
+            best_cost = cost;
+        }
+    }
+    best
+}
+
+/// A pod's requests as the bound's rows (cpu millicores, memory bytes, pods).
+fn requests_row(requests: &ResVec) -> [f64; RESOURCES] {
+    [
+        requests.get(CPU) as f64,
+        requests.get(MEMORY) as f64,
+        requests.get(PODS).max(1000) as f64 / 1000.0,
+    ]
+}
+
+/// See [`crate::scheduling::Scheduler::cost_lower_bound`].
+pub(crate) fn cost_lower_bound<P: Borrow<Pod>>(
+    input: &SchedulerInput,
+    pods: &[P],
+    results: &SchedulingResults,
+) -> CostLowerBound {
+    let (engine, infos) = build(input, pods);
+    let order: Vec<usize> = (0..pods.len()).collect();
+    engine.lower_bound_of(&infos, &order, results)
+}
