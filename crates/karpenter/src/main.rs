@@ -23,7 +23,7 @@ fn main() -> ExitCode {
     match commands::run(cli.command) {
         Ok(code) => code,
         Err(err) => {
-            output::error(format!("{err:#}"));
+            output::error(output::error_chain(&err));
             ExitCode::FAILURE
         }
     }

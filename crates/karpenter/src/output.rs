@@ -190,6 +190,24 @@ impl StreamedTable {
     }
 }
 
+/// An error and its causes on one line, `outer: inner: …`, each cause once. Many errors (kube's,
+/// the AWS SDK's) already print their source in their own message and return it from `source()`
+/// too; `{:#}` would then say it twice.
+pub fn error_chain(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
 /// A spinner on stderr while something long runs (drawn only when stderr is a terminal); the
 /// caller clears it with `finish_and_clear`.
 pub fn spinner(message: String) -> indicatif::ProgressBar {
@@ -223,6 +241,36 @@ pub fn error(message: impl Display) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error whose message already holds its source's text (as kube's and the AWS SDK's do).
+    #[derive(Debug)]
+    struct Repeats(std::io::Error);
+    impl std::fmt::Display for Repeats {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "failed to read kubeconfig: {}", self.0)
+        }
+    }
+    impl std::error::Error for Repeats {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn an_error_chain_says_each_cause_once() {
+        let err = anyhow::Error::new(Repeats(std::io::Error::other("no such file")))
+            .context("cannot read kubeconfig /x");
+        assert_eq!(
+            format!("{err:#}"),
+            "cannot read kubeconfig /x: failed to read kubeconfig: no such file: no such file"
+        );
+        assert_eq!(
+            error_chain(&err),
+            "cannot read kubeconfig /x: failed to read kubeconfig: no such file"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_chain(&plain), "outer: inner");
+    }
 
     #[test]
     fn tables_have_the_house_style() {

@@ -53,7 +53,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // Problems already printed.
         Ok(None) => Ok(ExitCode::from(EXIT_ERROR)),
         Err(err) => {
-            output::error(format!("{err:#}"));
+            output::error(output::error_chain(&err));
             Ok(ExitCode::from(EXIT_ERROR))
         }
     }
