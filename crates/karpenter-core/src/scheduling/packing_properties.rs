@@ -6,20 +6,18 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{
-    Affinity, PodAffinityTerm, PodAntiAffinity, ResourceRequirements, TopologySpreadConstraint,
-};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::api::core::v1::{Affinity, PodAffinityTerm, PodAntiAffinity};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use karpenter_api::well_known;
 use proptest::prelude::*;
 
+use super::packing_workloads::deployment_pod;
 use super::{
     NewNodeClaim, PackingPolicy, Scheduler, SchedulerInput, SchedulerOptions, SchedulingNodePool,
     SchedulingResults,
 };
 use crate::instance_type::{InstanceType, Offering};
-use crate::pod::{Container, Pod, PodSpec};
+use crate::pod::Pod;
 use crate::resources::{Quantity, ResourceList};
 
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
@@ -101,62 +99,32 @@ fn pods_of(deployments: &[Deployment]) -> Vec<Arc<Pod>> {
     let mut out = Vec::new();
     for (i, d) in deployments.iter().enumerate() {
         let app = format!("app-{i}");
-        let labels = BTreeMap::from([("app".to_string(), app.clone())]);
-        let selector = Some(LabelSelector {
-            match_labels: Some(labels.clone()),
-            ..Default::default()
-        });
-        let pod = Pod {
-            metadata: ObjectMeta {
-                name: Some(app.clone()),
-                namespace: Some("default".to_string()),
-                labels: Some(labels),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "app".to_string(),
-                    resources: Some(ResourceRequirements {
-                        requests: Some(BTreeMap::from([
-                            ("cpu".to_string(), K8sQuantity(format!("{}m", d.cpu_millis))),
-                            (
-                                "memory".to_string(),
-                                K8sQuantity(format!("{}Mi", d.memory_mib)),
-                            ),
-                        ])),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }],
-                node_selector: d.amd64_only.then(|| {
-                    BTreeMap::from([(well_known::ARCH_LABEL.to_string(), "amd64".to_string())])
-                }),
-                topology_spread_constraints: d.zone_spread.then(|| {
-                    vec![TopologySpreadConstraint {
-                        max_skew: 1,
-                        topology_key: well_known::ZONE_LABEL.to_string(),
-                        when_unsatisfiable: "DoNotSchedule".to_string(),
-                        label_selector: selector.clone(),
-                        ..Default::default()
-                    }]
-                }),
-                affinity: d.one_per_node.then(|| Affinity {
-                    pod_anti_affinity: Some(PodAntiAffinity {
-                        required_during_scheduling_ignored_during_execution: Some(vec![
-                            PodAffinityTerm {
-                                topology_key: well_known::HOSTNAME_LABEL.to_string(),
-                                label_selector: selector.clone(),
+        // The generated workloads' pod (requests, zone spread), plus what this test adds.
+        let mut pod = deployment_pod(&app, d.cpu_millis, d.memory_mib, d.zone_spread);
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.node_selector = d.amd64_only.then(|| {
+                BTreeMap::from([(well_known::ARCH_LABEL.to_string(), "amd64".to_string())])
+            });
+            spec.affinity = d.one_per_node.then(|| Affinity {
+                pod_anti_affinity: Some(PodAntiAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(vec![
+                        PodAffinityTerm {
+                            topology_key: well_known::HOSTNAME_LABEL.to_string(),
+                            label_selector: Some(LabelSelector {
+                                match_labels: Some(BTreeMap::from([(
+                                    "app".to_string(),
+                                    app.clone(),
+                                )])),
                                 ..Default::default()
-                            },
-                        ]),
-                        ..Default::default()
-                    }),
+                            }),
+                            ..Default::default()
+                        },
+                    ]),
                     ..Default::default()
                 }),
                 ..Default::default()
-            }),
-            status: None,
-        };
+            });
+        }
         out.extend(std::iter::repeat_n(Arc::new(pod), d.replicas));
     }
     out

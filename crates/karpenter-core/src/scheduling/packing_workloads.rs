@@ -150,7 +150,7 @@ impl Workload {
     }
 }
 
-fn deployment_pod(app: &str, cpu_millis: i64, memory_mib: i64, spread: bool) -> Pod {
+pub(crate) fn deployment_pod(app: &str, cpu_millis: i64, memory_mib: i64, spread: bool) -> Pod {
     let labels = BTreeMap::from([("app".to_string(), app.to_string())]);
     Pod {
         metadata: ObjectMeta {
