@@ -390,78 +390,99 @@ pub(crate) fn solve_cost_optimal<P: Borrow<Pod>>(
 ) -> SchedulingResults {
     let (mut engine, infos) = build(input, pods);
     let order: Vec<usize> = (0..pods.len()).collect();
-    let mut best = engine.trial(&infos, pods, &order);
-    if best.new_node_claims.is_empty() {
-        return best;
-    }
-    // Each pool's pods in upstream's plan, with their requests.
-    let mut pool_pods: Vec<Vec<(usize, [f64; RESOURCES])>> = vec![Vec::new(); engine.pools.len()];
-    for claim in &best.new_node_claims {
-        let Some(pi) = engine.pools.iter().position(|p| p.name == claim.node_pool) else {
-            continue;
-        };
-        for &p in &claim.pods {
-            if let Some(info) = infos.get(p) {
-                pool_pods[pi].push((p, requests_row(&info.requests)));
-            }
+    engine.cost_optimal_trial(&infos, pods, &order)
+}
+
+impl Engine {
+    /// [`Engine::trial`] under [`PackingPolicy::CostOptimal`]: upstream's plan for the pods at
+    /// `order`, then the candidate runs, keeping the cheapest plan that leaves no more pods
+    /// unplaced (results refer to pods by their position in `order`, as `trial`'s). The engine
+    /// is left as it was, so [`super::WhatIf`] solves take this too.
+    pub(super) fn cost_optimal_trial<P: Borrow<Pod>>(
+        &mut self,
+        infos: &[PendingPod],
+        pods: &[P],
+        order: &[usize],
+    ) -> SchedulingResults {
+        let mut best = self.trial(infos, pods, order);
+        if best.new_node_claims.is_empty() {
+            return best;
         }
-    }
-    let columns: Vec<Vec<TypeColumn>> = (0..engine.pools.len())
-        .map(|pi| {
-            if pool_pods[pi].is_empty() {
-                Vec::new()
-            } else {
-                engine.type_columns(pi)
-            }
-        })
-        .collect();
-    let mut best_cost = best.new_node_claims_cost();
-    for candidate in CANDIDATES {
-        let mut group_of = vec![NO_GROUP; pods.len()];
-        let mut types = Vec::with_capacity(engine.pools.len());
-        for (pi, pool) in engine.pools.iter().enumerate() {
-            let mut pool_groups = Vec::new();
-            let plan = match candidate {
-                Candidate::SingleType { rank } => single_types(&columns[pi], &pool_pods[pi])
-                    .get(rank)
-                    .map(|&t| {
-                        let mut bits = Bits::new(pool.types.len());
-                        bits.set(t);
-                        PoolPlan {
-                            assignments: pool_pods[pi].iter().map(|&(pod, _)| (pod, 0)).collect(),
-                            groups: vec![bits],
-                        }
-                    }),
-                Candidate::Families { nodes_per_family } => pool_plan(
-                    pool.types.len(),
-                    &columns[pi],
-                    &pool_pods[pi],
-                    nodes_per_family,
-                ),
+        // Each pool's pods in upstream's plan (by their index into `infos`), with their requests.
+        let mut pool_pods: Vec<Vec<(usize, [f64; RESOURCES])>> = vec![Vec::new(); self.pools.len()];
+        for claim in &best.new_node_claims {
+            let Some(pi) = self.pools.iter().position(|p| p.name == claim.node_pool) else {
+                continue;
             };
-            if let Some(plan) = plan {
-                // Groups are numbered per pool: a pod belongs to one pool's plan only.
-                for (pod, group) in plan.assignments {
-                    if let Some(slot) = group_of.get_mut(pod) {
-                        *slot = group;
-                    }
+            for &p in &claim.pods {
+                let Some(&i) = order.get(p) else {
+                    continue;
+                };
+                if let Some(info) = infos.get(i) {
+                    pool_pods[pi].push((i, requests_row(&info.requests)));
                 }
-                pool_groups = plan.groups;
             }
-            types.push(pool_groups);
         }
-        engine.pod_groups = Some(PodGroupTypes { group_of, types });
-        let results = engine.trial(&infos, pods, &order);
-        engine.pod_groups = None;
-        let cost = results.new_node_claims_cost();
-        if results.unschedulable.len() <= best.unschedulable.len()
-            && cost < best_cost * (1.0 - MIN_SAVING)
-        {
-            best = results;
-            best_cost = cost;
+        let columns: Vec<Vec<TypeColumn>> = (0..self.pools.len())
+            .map(|pi| {
+                if pool_pods[pi].is_empty() {
+                    Vec::new()
+                } else {
+                    self.type_columns(pi)
+                }
+            })
+            .collect();
+        let mut best_cost = best.new_node_claims_cost();
+        for candidate in CANDIDATES {
+            let mut group_of = vec![NO_GROUP; infos.len()];
+            let mut types = Vec::with_capacity(self.pools.len());
+            for (pi, pool) in self.pools.iter().enumerate() {
+                let mut pool_groups = Vec::new();
+                let plan = match candidate {
+                    Candidate::SingleType { rank } => single_types(&columns[pi], &pool_pods[pi])
+                        .get(rank)
+                        .map(|&t| {
+                            let mut bits = Bits::new(pool.types.len());
+                            bits.set(t);
+                            PoolPlan {
+                                assignments: pool_pods[pi]
+                                    .iter()
+                                    .map(|&(pod, _)| (pod, 0))
+                                    .collect(),
+                                groups: vec![bits],
+                            }
+                        }),
+                    Candidate::Families { nodes_per_family } => pool_plan(
+                        pool.types.len(),
+                        &columns[pi],
+                        &pool_pods[pi],
+                        nodes_per_family,
+                    ),
+                };
+                if let Some(plan) = plan {
+                    // Groups are numbered per pool: a pod belongs to one pool's plan only.
+                    for (pod, group) in plan.assignments {
+                        if let Some(slot) = group_of.get_mut(pod) {
+                            *slot = group;
+                        }
+                    }
+                    pool_groups = plan.groups;
+                }
+                types.push(pool_groups);
+            }
+            self.pod_groups = Some(PodGroupTypes { group_of, types });
+            let results = self.trial(infos, pods, order);
+            self.pod_groups = None;
+            let cost = results.new_node_claims_cost();
+            if results.unschedulable.len() <= best.unschedulable.len()
+                && cost < best_cost * (1.0 - MIN_SAVING)
+            {
+                best = results;
+                best_cost = cost;
+            }
         }
+        best
     }
-    best
 }
 
 /// A pod's requests as the bound's rows (cpu millicores, memory bytes, pods).

@@ -18,7 +18,7 @@ use crate::pod::Pod;
 use super::solve::build;
 use super::{Engine, PendingPod};
 use crate::resources::ResourceList;
-use crate::scheduling::{SchedulerInput, SchedulingResults};
+use crate::scheduling::{PackingPolicy, SchedulerInput, SchedulingResults};
 
 /// An engine over a cluster and the pods that may have to move, answering many solves.
 pub struct WhatIf<P> {
@@ -75,7 +75,11 @@ impl<P: Borrow<Pod>> WhatIf<P> {
         for (pool, usage) in usage {
             engine.set_usage(pool, usage);
         }
-        let results = engine.trial(&self.infos, &self.pods, order);
+        // The policy the scheduler input names, as a fresh solve would take it.
+        let results = match engine.options.packing_policy {
+            PackingPolicy::Upstream => engine.trial(&self.infos, &self.pods, order),
+            PackingPolicy::CostOptimal => engine.cost_optimal_trial(&self.infos, &self.pods, order),
+        };
         engine.restore_limits(limits);
         for &ni in &gone {
             engine.give_back(ni);
