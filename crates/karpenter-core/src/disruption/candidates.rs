@@ -204,8 +204,16 @@ pub enum BlockReason {
     PodsWouldNotFit(String),
     /// A pod would land on a node that has not initialized yet.
     UninitializedDestination(String),
-    /// Consolidation replaces M nodes with at most one.
+    /// Consolidation replaces M nodes with at most one (under the `Upstream` packing policy).
     TooManyReplacements(usize),
+    /// Under `CostOptimal`: the replacements' cheapest options together do not save the
+    /// required margin on the candidates' price.
+    ReplacementsNotCheaper {
+        replacements: usize,
+        cost: f64,
+        price: f64,
+        margin: f64,
+    },
     /// No replacement option is strictly cheaper than the candidates.
     NoCheaperReplacement {
         cheapest: Option<f64>,
@@ -312,6 +320,15 @@ impl fmt::Display for BlockReason {
             Self::TooManyReplacements(n) => {
                 write!(f, "can't remove without creating {n} replacement nodes")
             }
+            Self::ReplacementsNotCheaper {
+                replacements,
+                cost,
+                price,
+                margin,
+            } => write!(
+                f,
+                "no cheaper replacement: {replacements} replacement nodes cost at least ${cost:.4}/h, not ${margin:.4}/h below ${price:.4}/h"
+            ),
             Self::NoCheaperReplacement { cheapest, price } => match cheapest {
                 Some(cheapest) => write!(
                     f,

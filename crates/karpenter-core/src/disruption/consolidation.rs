@@ -11,13 +11,10 @@
 //! [`super::balanced`]).
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use karpenter_api::v1::{ConsolidationPolicy, NodeSelectorRequirementWithMinValues};
-use karpenter_api::well_known::{
-    CAPACITY_TYPE_LABEL, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT,
-    ZONE_LABEL,
-};
+use karpenter_api::v1::ConsolidationPolicy;
+use karpenter_api::well_known::CAPACITY_TYPE_LABEL;
 use kube_core::ResourceExt;
 
 use super::balanced;
@@ -27,23 +24,18 @@ use super::command::{Command, DisruptedNode, DisruptionInput, Method};
 use super::emptiness::consolidation_block;
 use super::facts::{Classified, PassFacts};
 use super::simulate::Simulator;
-use crate::instance_type::InstanceType;
 use crate::provisioning::nodeclaim;
 use crate::requirements::Requirements;
 use crate::resources::ResourceList;
-use crate::scheduling::{InstanceTypeOption, NewNodeClaim};
+use crate::scheduling::PackingPolicy;
+use replacements::{Allowance, Replacements, cheaper_replacements};
+
+pub use replacements::MIN_SAVINGS_FRACTION;
 
 /// Upstream `MinInstanceTypesForSpotToSpotConsolidation`.
 pub const MIN_SPOT_TO_SPOT_OPTIONS: usize = 15;
 /// Upstream's cap on the candidates one multi-node command considers.
 pub const MAX_MULTI_CANDIDATES: usize = 100;
-
-const SPOT: &str = CAPACITY_TYPE_SPOT;
-const ON_DEMAND: &str = CAPACITY_TYPE_ON_DEMAND;
-const RESERVED: &str = CAPACITY_TYPE_RESERVED;
-/// The capacity type a launch falls back through, cheapest commitment first (upstream
-/// `WorstLaunchPrice`).
-const LAUNCH_ORDER: [&str; 3] = [RESERVED, SPOT, ON_DEMAND];
 
 /// The candidates consolidation may consider, best savings ratio first; every other node that
 /// is not empty gets its reason in `blocked`.
@@ -102,13 +94,42 @@ fn budget_block(candidate: &Candidate<'_>) -> BlockReason {
     }
 }
 
-/// `Method::SingleNodeConsolidation`: the first candidate (best savings first) that can be
-/// deleted or replaced by one cheaper node; one command per pass.
+/// `Method::SingleNodeConsolidation`: one command per pass. Under the `Upstream` packing policy
+/// the first candidate (best savings ratio first) that can be deleted or replaced by one cheaper
+/// node; under `CostOptimal` the command saving the most per unit of disruption
+/// ([`savings_per_disruption`]): candidates are tried in the same order until no later one could
+/// beat the best found (a candidate's savings ratio is the most any of its commands can reach).
 pub fn single_node<'a>(
     facts: &impl PassFacts<'a>,
     blocked: &mut BTreeMap<String, Rejection>,
 ) -> Vec<Command> {
-    single_node_commands(facts, blocked, true)
+    let search = match facts.input().scheduler.packing_policy {
+        PackingPolicy::Upstream => Search::First,
+        PackingPolicy::CostOptimal => Search::BestPerDisruption,
+    };
+    single_node_commands(facts, blocked, search)
+}
+
+/// How many of the workable candidates single-node consolidation turns into commands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Search {
+    /// The first that works (upstream).
+    First,
+    /// The one with the best [`savings_per_disruption`].
+    BestPerDisruption,
+    /// Every one ([`evaluate_each`]).
+    Each,
+}
+
+/// A command's savings per hour per unit of upstream's disruption cost (`1 + Σ eviction cost`
+/// of each candidate's pods): how `CostOptimal` ranks consolidation commands. For one candidate
+/// it is at most the candidate's savings ratio (a delete saves its whole price).
+pub fn savings_per_disruption(command: &Command, candidates: &[&Candidate<'_>]) -> f64 {
+    let disruption: f64 = candidates
+        .iter()
+        .map(|c| c.reschedule_disruption_cost())
+        .sum();
+    command.savings_per_hour / disruption.max(1.0)
 }
 
 /// Every consolidation candidate judged on its own, as single-node consolidation would judge it,
@@ -120,13 +141,13 @@ pub fn evaluate_each<'a>(
     facts: &impl PassFacts<'a>,
     blocked: &mut BTreeMap<String, Rejection>,
 ) -> Vec<Command> {
-    single_node_commands(facts, blocked, false)
+    single_node_commands(facts, blocked, Search::Each)
 }
 
 fn single_node_commands<'a>(
     facts: &impl PassFacts<'a>,
     blocked: &mut BTreeMap<String, Rejection>,
-    first_only: bool,
+    search: Search,
 ) -> Vec<Command> {
     let found = consolidation_candidates(facts, blocked);
     if found.is_empty() {
@@ -144,13 +165,22 @@ fn single_node_commands<'a>(
         .iter()
         .filter(|c| budgets.allowed(&c.nodepool_name()) > 0)
         .filter(|c| balanced::even_a_delete_fails(c, &balanced_totals).is_none())
-        .filter(|c| bounds.hopeless(&simulator, c).is_none())
+        .filter(|c| bounds.hopeless(input, &simulator, c).is_none())
         .collect();
     if worth.len() > 1 {
         simulator.prepare(&worth);
     }
     let mut commands = Vec::new();
+    // The best command so far under `BestPerDisruption`, with its savings per disruption.
+    let mut best: Option<(Command, f64)> = None;
     for candidate in &found {
+        if best
+            .as_ref()
+            .is_some_and(|(_, ratio)| candidate.savings_ratio() <= *ratio)
+        {
+            // Sorted by savings ratio: no candidate from here on can do better.
+            break;
+        }
         if budgets.allowed(&candidate.nodepool_name()) == 0 {
             blocked.insert(candidate.name(), reject(candidate, budget_block(candidate)));
             continue;
@@ -159,7 +189,7 @@ fn single_node_commands<'a>(
             blocked.insert(candidate.name(), reject(candidate, reason));
             continue;
         }
-        if let Some(reason) = bounds.hopeless(&simulator, candidate) {
+        if let Some(reason) = bounds.hopeless(input, &simulator, candidate) {
             blocked.insert(candidate.name(), reject(candidate, reason));
             continue;
         }
@@ -169,17 +199,25 @@ fn single_node_commands<'a>(
             &[candidate],
             Method::SingleNodeConsolidation,
         ) {
-            Ok(command) => {
-                commands.push(command);
-                if first_only {
+            Ok(command) => match search {
+                Search::First => {
+                    commands.push(command);
                     break;
                 }
-            }
+                Search::Each => commands.push(command),
+                Search::BestPerDisruption => {
+                    let ratio = savings_per_disruption(&command, &[candidate]);
+                    if best.as_ref().is_none_or(|(_, b)| ratio > *b) {
+                        best = Some((command, ratio));
+                    }
+                }
+            },
             Err(reason) => {
                 blocked.insert(candidate.name(), reject(candidate, reason));
             }
         }
     }
+    commands.extend(best.map(|(command, _)| command));
     commands
 }
 
@@ -226,15 +264,20 @@ pub fn multi_node<'a>(
 
 /// Cheap necessary conditions checked before simulating a single candidate, so a pass over a
 /// well-packed cluster does not simulate every node: its pods must fit in the free capacity of
-/// the other nodes (all of it together), or in one instance type (its own included) whose
-/// cheapest offering its NodePool allows is cheaper than the node. Both are upper bounds (pending
-/// pods, daemonsets and pod constraints are ignored), so a candidate they reject would fail the
-/// simulation too.
+/// the other nodes (all of it together), or else in replacements cheaper than the node. Under
+/// the `Upstream` packing policy that is one instance type (its own included) whose cheapest
+/// offering its NodePool allows is cheaper than the node; under `CostOptimal` (any number of
+/// replacements) the part of the pods the other nodes cannot hold, bought at the cheapest price
+/// per unit of each resource any type offers, must cost less than the node minus the
+/// [`MIN_SAVINGS_FRACTION`] margin. All are optimistic (pending pods, daemonsets and pod
+/// constraints are ignored), so a candidate they reject would fail the simulation too.
 struct Bounds {
     free: BTreeMap<String, Option<ResourceList>>,
     total_free: Option<ResourceList>,
     /// (allocatable, cheapest price the pool allows) of every instance type of dynamic pools.
     offers: Vec<(ResourceList, f64)>,
+    /// Resource name → the cheapest price per unit of it among `offers`.
+    unit_prices: BTreeMap<String, f64>,
 }
 
 impl Bounds {
@@ -268,15 +311,28 @@ impl Bounds {
                 }
             }
         }
+        let mut unit_prices: BTreeMap<String, f64> = BTreeMap::new();
+        for (allocatable, price) in &offers {
+            for (resource, amount) in allocatable.iter() {
+                let units = amount.as_f64_units();
+                if units > 0.0 {
+                    let per_unit = price / units;
+                    let entry = unit_prices.entry(resource.to_string()).or_insert(per_unit);
+                    *entry = entry.min(per_unit);
+                }
+            }
+        }
         Bounds {
             free,
             total_free,
             offers,
+            unit_prices,
         }
     }
 
     fn hopeless<'c>(
         &self,
+        input: &DisruptionInput<'_>,
         simulator: &Simulator<'c>,
         candidate: &Candidate<'c>,
     ) -> Option<BlockReason> {
@@ -291,6 +347,24 @@ impl Bounds {
         }
         if others.fits(&need) {
             return None;
+        }
+        let allowance = Allowance::new(input, price);
+        if allowance.max_replacements > 1 {
+            let mut shortfall = need;
+            shortfall.sub_floor_zero(&others);
+            let cheapest = shortfall
+                .iter()
+                .map(|(resource, amount)| {
+                    let per_unit = self.unit_prices.get(resource).copied();
+                    per_unit.map_or(f64::INFINITY, |p| p * amount.as_f64_units())
+                })
+                .fold(0.0, f64::max);
+            return (cheapest >= price - allowance.margin).then(|| {
+                BlockReason::NoCheaperReplacement {
+                    cheapest: cheapest.is_finite().then_some(cheapest),
+                    price,
+                }
+            });
         }
         // The node's own type stays in: one of its cheaper offerings (spot, a reservation) may
         // replace it.
@@ -308,8 +382,9 @@ impl Bounds {
 }
 
 /// Upstream `computeConsolidation` for `candidates` together: delete when their pods fit on the
-/// remaining nodes, replace when exactly one new node strictly cheaper than them all takes the
-/// pods; otherwise the reason.
+/// remaining nodes, replace when the simulation's new NodeClaims are cheaper than them all
+/// (exactly one strictly cheaper node under the `Upstream` packing policy; M ≥ 1 nodes saving
+/// [`replacements::MIN_SAVINGS_FRACTION`] under `CostOptimal`); otherwise the reason.
 pub fn compute<'c>(
     input: &DisruptionInput<'_>,
     simulator: &Simulator<'c>,
@@ -329,181 +404,42 @@ pub fn compute<'c>(
         .map(|c| DisruptedNode::from_candidate(c))
         .collect();
     let new_claims = simulation.new_node_claims();
-    let claim = match new_claims {
-        [] => {
-            let balanced_scores = balanced::approve(input, candidates, price)?;
-            return Ok(Command {
-                method,
-                reason: DisruptionReason::Underutilized,
-                candidates: nodes,
-                replacements: Vec::new(),
-                savings_per_hour: price,
-                balanced_scores,
-            });
-        }
-        [claim] => claim,
-        several => return Err(BlockReason::TooManyReplacements(several.len())),
-    };
+    if new_claims.is_empty() {
+        let balanced_scores = balanced::approve(input, candidates, price)?;
+        return Ok(Command {
+            method,
+            reason: DisruptionReason::Underutilized,
+            candidates: nodes,
+            replacements: Vec::new(),
+            savings_per_hour: price,
+            balanced_scores,
+        });
+    }
     let single = method == Method::SingleNodeConsolidation;
-    let (replacement, cheapest) = cheaper_replacement(input, candidates, claim, price, single)?;
-    let balanced_scores = balanced::approve(input, candidates, price - cheapest)?;
-    let pool = input
-        .state
-        .nodepool(&replacement.node_pool)
-        .ok_or_else(|| BlockReason::NodePoolNotFound(replacement.node_pool.clone()))?;
+    let Replacements {
+        claims,
+        cheapest_total,
+    } = cheaper_replacements(input, candidates, new_claims, price, single)?;
+    let balanced_scores = balanced::approve(input, candidates, price - cheapest_total)?;
+    let mut replacements = Vec::with_capacity(claims.len());
+    for claim in &claims {
+        let pool = input
+            .state
+            .nodepool(&claim.node_pool)
+            .ok_or_else(|| BlockReason::NodePoolNotFound(claim.node_pool.clone()))?;
+        replacements.push(nodeclaim::build(claim, pool));
+    }
     Ok(Command {
         method,
         reason: DisruptionReason::Underutilized,
         candidates: nodes,
-        replacements: vec![nodeclaim::build(&replacement, pool)],
-        savings_per_hour: price - cheapest,
+        replacements,
+        savings_per_hour: price - cheapest_total,
         balanced_scores,
     })
 }
 
-/// The replacement restricted to options strictly cheaper than `price` (the candidates' total)
-/// and than the cheapest candidate of the same instance type (upstream
-/// `filterOutSameInstanceType`), still meeting `minValues`, and with the capacity-type rules of
-/// §4.6 (reserved capacity first, spot-to-spot behind its gate and, for one node, 15 options).
-/// Returns it with the worst launch price of its cheapest option.
-fn cheaper_replacement(
-    input: &DisruptionInput<'_>,
-    candidates: &[&Candidate<'_>],
-    claim: &NewNodeClaim,
-    price: f64,
-    single: bool,
-) -> Result<(NewNodeClaim, f64), BlockReason> {
-    let requirements =
-        Requirements::from_node_selector_with_min_values(&claim.requirements).unwrap_or_default();
-    let capacity_types = requirements.get(&CAPACITY_TYPE_LABEL.to_string());
-    let allows = |ct: &str| capacity_types.is_none_or(|r| r.has(&ct.to_string()));
-    let zones = requirements.get(&ZONE_LABEL.to_string());
-    let catalog: BTreeMap<&str, &InstanceType> = input
-        .instance_types
-        .get(&claim.node_pool)
-        .map(|types| {
-            types
-                .iter()
-                .map(|t| (t.name.as_str(), t.as_ref()))
-                .collect()
-        })
-        .unwrap_or_default();
-    let offers = |option: &InstanceTypeOption, ct: &str| -> Vec<f64> {
-        catalog
-            .get(option.name.as_ref())
-            .map(|it| {
-                it.available_offerings()
-                    .filter(|o| zones.is_none_or(|z| z.has(&o.zone)))
-                    .filter(|o| o.capacity_type == ct)
-                    .map(|o| o.price)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    // A launch takes reserved capacity whenever one of the options offers it (as the provisioner's
-    // launches do), so such a replacement is priced, and pinned, as reserved only (upstream's
-    // scheduler restricts a NodeClaim holding reservations to them).
-    let reserved_only = allows(RESERVED)
-        && claim
-            .instance_types
-            .iter()
-            .any(|o| !offers(o, RESERVED).is_empty());
-    let all_spot = candidates.iter().all(|c| c.capacity_type == Some(SPOT));
-    let spot_to_spot = !reserved_only && all_spot && allows(SPOT);
-    if spot_to_spot && !input.options.spot_to_spot_consolidation {
-        return Err(BlockReason::SpotToSpotDisabled);
-    }
-    // Prices are judged as spot whenever spot is allowed, so the replacement must launch as
-    // spot: falling back to on-demand could cost more than the candidates.
-    let restrict_to_spot = !reserved_only && allows(SPOT) && (spot_to_spot || allows(ON_DEMAND));
-    let launch_order: &[&str] = if reserved_only {
-        &[RESERVED]
-    } else if restrict_to_spot {
-        &[SPOT]
-    } else {
-        &LAUNCH_ORDER
-    };
-    let worst_price = |option: &InstanceTypeOption| -> Option<f64> {
-        launch_order
-            .iter()
-            .filter(|ct| allows(ct))
-            .find_map(|ct| offers(option, ct).into_iter().max_by(f64::total_cmp))
-    };
-    let mut priced: Vec<(InstanceTypeOption, f64)> = claim
-        .instance_types
-        .iter()
-        .filter_map(|o| Some((o.clone(), worst_price(o)?)))
-        .collect();
-    priced.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.name.cmp(&b.0.name)));
-    let cap = same_type_price_cap(candidates, claim, price);
-    let cheapest_any = priced.first().map(|(_, p)| *p);
-    let mut kept: Vec<(InstanceTypeOption, f64)> =
-        priced.into_iter().filter(|(_, p)| *p < cap).collect();
-    if kept.is_empty() {
-        return Err(BlockReason::NoCheaperReplacement {
-            cheapest: cheapest_any,
-            price: cap,
-        });
-    }
-    let min_values = claim.instance_type_min_values.unwrap_or(0);
-    let needed = usize::try_from(min_values).unwrap_or(0);
-    if kept.len() < needed {
-        return Err(BlockReason::MinValuesAfterPriceFilter {
-            kept: kept.len(),
-            min_values,
-        });
-    }
-    if spot_to_spot && single {
-        if kept.len() < MIN_SPOT_TO_SPOT_OPTIONS {
-            return Err(BlockReason::SpotToSpotTooFewOptions(kept.len()));
-        }
-        // Launching any of the 15 cheapest cannot itself be consolidated right away.
-        kept.truncate(MIN_SPOT_TO_SPOT_OPTIONS.max(needed));
-    }
-    let cheapest = kept.first().map_or(price, |(_, p)| *p);
-    let mut replacement = claim.clone();
-    replacement.instance_types = kept.into_iter().map(|(o, _)| o).collect::<Vec<_>>().into();
-    let pinned = if reserved_only {
-        Some(RESERVED)
-    } else if restrict_to_spot {
-        Some(SPOT)
-    } else {
-        None
-    };
-    if let Some(capacity_type) = pinned {
-        replacement
-            .requirements
-            .retain(|r| r.key != CAPACITY_TYPE_LABEL);
-        replacement
-            .requirements
-            .push(NodeSelectorRequirementWithMinValues {
-                key: CAPACITY_TYPE_LABEL.to_string(),
-                operator: "In".to_string(),
-                values: vec![capacity_type.to_string()],
-                min_values: None,
-            });
-        replacement.requirements.sort_by(|a, b| a.key.cmp(&b.key));
-    }
-    Ok((replacement, cheapest))
-}
-
-/// The price every replacement option must be strictly below: the candidates' total, and, when
-/// an option is the instance type of a candidate, that candidate's price (the cheapest such).
-/// Replacing several nodes by one of their own type is deleting all but one of them with more
-/// pods moved, so only a strictly cheaper option is a real replacement (upstream
-/// `filterOutSameInstanceType`); otherwise the search falls back to fewer candidates.
-fn same_type_price_cap(candidates: &[&Candidate<'_>], claim: &NewNodeClaim, price: f64) -> f64 {
-    let options: BTreeSet<&str> = claim
-        .instance_types
-        .iter()
-        .map(|o| o.name.as_ref())
-        .collect();
-    candidates
-        .iter()
-        .filter(|c| c.instance_type.is_some_and(|t| options.contains(t)))
-        .filter_map(|c| c.price)
-        .fold(price, f64::min)
-}
+mod replacements;
 
 #[cfg(test)]
 mod rules_tests;

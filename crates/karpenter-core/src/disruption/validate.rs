@@ -93,6 +93,10 @@ pub fn validate(command: &Command, input: &DisruptionInput<'_>) -> Result<(), Bl
     }
 }
 
+/// Whether the fresh computation decides as the command did: a delete stays a delete, and a
+/// replacement keeps its count (one under `Upstream`; M under `CostOptimal`) with every
+/// replacement's options a subset of the fresh one's at the same place (the planner is
+/// deterministic, so the same state lists the replacements in the same order).
 fn same_decision(command: &Command, fresh: &Command) -> Result<(), BlockReason> {
     match (
         command.replacements.as_slice(),
@@ -105,15 +109,16 @@ fn same_decision(command: &Command, fresh: &Command) -> Result<(), BlockReason> 
         ([_, ..], []) => Err(BlockReason::DecisionChanged(
             "the nodes can now be deleted without a replacement".to_string(),
         )),
-        ([before], [after]) => {
-            let old = instance_types(before);
-            let new = instance_types(after);
-            match old.iter().find(|t| !new.contains(t)) {
-                None => Ok(()),
-                Some(missing) => Err(BlockReason::DecisionChanged(format!(
-                    "instance type {missing} is no longer a replacement option"
-                ))),
+        (before, after) if before.len() == after.len() => {
+            for (before, after) in before.iter().zip(after) {
+                let new = instance_types(after);
+                if let Some(missing) = instance_types(before).iter().find(|t| !new.contains(t)) {
+                    return Err(BlockReason::DecisionChanged(format!(
+                        "instance type {missing} is no longer a replacement option"
+                    )));
+                }
             }
+            Ok(())
         }
         (before, after) => Err(BlockReason::DecisionChanged(format!(
             "{} replacements instead of {}",

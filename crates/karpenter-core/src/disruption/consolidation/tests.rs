@@ -6,6 +6,7 @@ use serde_json::json;
 use karpenter_api::NodePool;
 
 use super::*;
+use crate::instance_type::InstanceType;
 use crate::disruption::command::Decision;
 use crate::disruption::testkit::{World, node, pod, pool};
 
