@@ -442,6 +442,8 @@ pub fn compute<'c>(
 mod replacements;
 
 #[cfg(test)]
+mod cost_optimal_tests;
+#[cfg(test)]
 mod rules_tests;
 #[cfg(test)]
 mod tests;

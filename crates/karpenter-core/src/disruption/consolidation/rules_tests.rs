@@ -10,10 +10,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
 use super::*;
-use crate::instance_type::InstanceType;
 use crate::disruption::command::Decision;
 use crate::disruption::decide;
 use crate::disruption::testkit::{World, ZONE, instance_type, node_with_cpu, pod, pool, t0};
+use crate::instance_type::InstanceType;
 use crate::instance_type::Offering;
 
 fn on_demand_pool() -> Vec<karpenter_api::NodePool> {

@@ -6,9 +6,9 @@ use serde_json::json;
 use karpenter_api::NodePool;
 
 use super::*;
-use crate::instance_type::InstanceType;
 use crate::disruption::command::Decision;
 use crate::disruption::testkit::{World, node, pod, pool};
+use crate::instance_type::InstanceType;
 
 fn on_demand() -> Vec<NodePool> {
     vec![pool("default", &["on-demand"], json!({}))]

@@ -1,0 +1,262 @@
+//! Consolidation under `PackingPolicy::CostOptimal` (issue 24 part 3): M ≥ 1 replacements
+//! (1 → 2 splits, N → M), the savings margin, and commands ranked by savings per disruption;
+//! `Upstream` still refuses two replacements.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::*;
+use crate::disruption::command::Decision;
+use crate::disruption::testkit::{World, instance_type, node, node_with_cpu, pod, pool, sizes};
+use crate::instance_type::InstanceType;
+
+/// The testkit sizes (2, 4, 8 cpu at $0.05 per cpu) plus `huge.16x`, 16 cpu at $2.00: dear
+/// enough that anything else replaces it.
+fn with_huge() -> Vec<Arc<InstanceType>> {
+    let mut types = sizes();
+    types.push(Arc::new(instance_type("huge.16x", "16", 2.0)));
+    types
+}
+
+pub(super) fn world(
+    nodes: Vec<(karpenter_api::NodeClaim, k8s_openapi::api::core::v1::Node)>,
+    pods: Vec<crate::pod::Pod>,
+    policy: PackingPolicy,
+) -> World {
+    let mut world = World::new(
+        vec![pool("default", &["on-demand"], json!({}))],
+        nodes,
+        pods,
+    )
+    .with_types(&with_huge());
+    world.scheduler.packing_policy = policy;
+    world
+}
+
+fn single(world: &World) -> (Vec<Command>, BTreeMap<String, Rejection>) {
+    let mut blocked = BTreeMap::new();
+    let commands = single_node(&world.input(), &mut blocked);
+    (commands, blocked)
+}
+
+fn first_option(claim: &karpenter_api::NodeClaim) -> String {
+    claim
+        .spec
+        .requirements
+        .iter()
+        .find(|r| r.key == karpenter_api::well_known::INSTANCE_TYPE_LABEL)
+        .map(|r| r.values[0].clone())
+        .unwrap()
+}
+
+/// A `huge.16x` node holding two 6-cpu pods: no type but its own holds both, two `big.8x`
+/// ($0.80) hold one each.
+fn two_big_pods(policy: PackingPolicy) -> World {
+    world(
+        vec![node_with_cpu("h", "huge.16x", "16", "on-demand", "default")],
+        vec![pod("a", "h", "6"), pod("b", "h", "6")],
+        policy,
+    )
+}
+
+/// A pod of `cpu` on `node` that no other `app: apart` pod may share a node with.
+fn apart(name: &str, node: &str, cpu: &str) -> crate::pod::Pod {
+    let mut p = pod(name, node, cpu);
+    p.metadata
+        .labels
+        .get_or_insert_default()
+        .insert("app".into(), "apart".into());
+    let spec = p.spec.as_mut().unwrap();
+    spec.affinity = Some(
+        serde_json::from_value(json!({"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{
+                "topologyKey": "kubernetes.io/hostname",
+                "labelSelector": {"matchLabels": {"app": "apart"}}}]}}))
+        .unwrap(),
+    );
+    p
+}
+
+#[test]
+fn upstream_still_refuses_two_replacements() {
+    // Two pods that may not share a node: any simulation launches two nodes for them.
+    let nodes = || vec![node_with_cpu("h", "huge.16x", "16", "on-demand", "default")];
+    let pods = || vec![apart("a", "h", "1"), apart("b", "h", "1")];
+    let upstream = world(nodes(), pods(), PackingPolicy::Upstream);
+    let input = upstream.input();
+    let found = consolidation_candidates(&input, &mut BTreeMap::new());
+    let simulator = Simulator::for_consolidation(&input);
+    let refused = compute(
+        &input,
+        &simulator,
+        &[&found[0]],
+        Method::SingleNodeConsolidation,
+    );
+    assert_eq!(refused.unwrap_err(), BlockReason::TooManyReplacements(2));
+    // CostOptimal launches the two small nodes.
+    let cost_optimal = world(nodes(), pods(), PackingPolicy::CostOptimal);
+    let (commands, blocked) = single(&cost_optimal);
+    assert_eq!(commands.len(), 1, "{blocked:?}");
+    assert_eq!(commands[0].replacements.len(), 2);
+    assert!((commands[0].savings_per_hour - 1.8).abs() < 1e-9);
+}
+
+#[test]
+fn cost_optimal_splits_one_node_into_two_cheaper_ones() {
+    let (commands, blocked) = single(&two_big_pods(PackingPolicy::CostOptimal));
+    assert_eq!(commands.len(), 1, "{blocked:?}");
+    let command = &commands[0];
+    assert_eq!(command.decision(), Decision::Replace);
+    assert_eq!(command.replacements.len(), 2);
+    for replacement in &command.replacements {
+        assert_eq!(first_option(replacement), "big.8x");
+    }
+    assert!((command.savings_per_hour - 1.2).abs() < 1e-9, "{command:?}");
+}
+
+#[test]
+fn a_split_may_pick_any_options_and_still_save_the_margin() {
+    // Each replacement keeps options up to its cheapest plus an equal share of the slack, so the
+    // dearest options together still cost less than the node minus the margin.
+    let (commands, _) = single(&two_big_pods(PackingPolicy::CostOptimal));
+    let command = &commands[0];
+    let prices: BTreeMap<String, f64> = with_huge()
+        .iter()
+        .map(|t| (t.name.clone(), t.offerings[0].price))
+        .collect();
+    let dearest: f64 = command
+        .replacements
+        .iter()
+        .map(|r| {
+            r.spec
+                .requirements
+                .iter()
+                .filter(|q| q.key == karpenter_api::well_known::INSTANCE_TYPE_LABEL)
+                .flat_map(|q| q.values.iter().map(|v| prices[v]))
+                .fold(0.0, f64::max)
+        })
+        .sum();
+    assert!(dearest < 2.0 * (1.0 - MIN_SAVINGS_FRACTION), "{dearest}");
+}
+
+#[test]
+fn cost_optimal_replaces_n_nodes_by_m_cheaper_ones() {
+    // Three huge nodes with a 4-cpu pod each: 12 cpu, which one big.8x (8) cannot hold, so
+    // upstream's one-replacement rule finds nothing for all three together; CostOptimal
+    // replaces the three by two nodes.
+    let nodes = ["h1", "h2", "h3"]
+        .iter()
+        .map(|n| node_with_cpu(n, "huge.16x", "4", "on-demand", "default"))
+        .collect();
+    let pods = vec![
+        pod("a", "h1", "4"),
+        pod("b", "h2", "4"),
+        pod("c", "h3", "4"),
+    ];
+    let upstream = world(nodes, pods, PackingPolicy::Upstream);
+    let mut blocked = BTreeMap::new();
+    let commands = multi_node(&upstream.input(), &mut blocked);
+    assert!(
+        commands.iter().all(|c| c.candidates.len() < 3),
+        "upstream needs 2 nodes for 3: {commands:?}"
+    );
+    let mut cost_optimal = upstream;
+    cost_optimal.scheduler.packing_policy = PackingPolicy::CostOptimal;
+    let commands = multi_node(&cost_optimal.input(), &mut BTreeMap::new());
+    assert_eq!(commands.len(), 1);
+    let command = &commands[0];
+    assert_eq!(command.candidates.len(), 3);
+    assert_eq!(command.replacements.len(), 2, "{command:?}");
+    assert!(command.savings_per_hour > 6.0 - 0.61, "{command:?}");
+}
+
+#[test]
+fn a_saving_below_the_margin_is_refused_and_explained() {
+    // big.8x at $0.40 holding 4 cpu and 1 cpu: medium.4x + small.2x cost $0.30 (saves 25 %);
+    // priced so that the split saves less than 2 %, it is refused.
+    let mut types = sizes();
+    types.push(Arc::new(instance_type("odd.6x", "6", 0.295)));
+    let mut world = World::new(
+        vec![pool("default", &["on-demand"], json!({}))],
+        vec![node("b", "big.8x", "on-demand", "default")],
+        vec![pod("a", "b", "4"), pod("c", "b", "1500m")],
+    )
+    .with_types(&types);
+    world.scheduler.packing_policy = PackingPolicy::CostOptimal;
+    let (commands, _) = single(&world);
+    assert_eq!(commands.len(), 1, "odd.6x alone saves 26 %");
+    // Now the node itself is barely dearer than the best replacement.
+    let mut types = sizes();
+    types.retain(|t| t.name != "big.8x");
+    types.push(Arc::new(instance_type("big.8x", "8", 0.30)));
+    types.push(Arc::new(instance_type("odd.6x", "6", 0.295)));
+    world = world.with_types(&types);
+    let (commands, blocked) = single(&world);
+    assert!(commands.is_empty(), "{commands:?}");
+    let reason = blocked["b"].reason.to_string();
+    assert!(reason.starts_with("no cheaper replacement"), "{reason}");
+}
+
+#[test]
+fn cost_optimal_picks_the_best_savings_per_disruption_not_the_first_candidate() {
+    // Both nodes are huge.16x ($2.00). `y` holds one 7.5-cpu pod: it sorts first (savings ratio
+    // 2.00 / 2 = 1.00) but only big.8x holds its pod (saves $1.60, 0.80 per unit of
+    // disruption). `x` holds one 1-cpu pod with a deletion cost (eviction cost 1.2): it sorts
+    // second (2.00 / 2.2 = 0.91) yet small.2x replaces it (saves $1.90, 0.86 per unit).
+    let mut x_pod = pod("x1", "x", "1");
+    x_pod.metadata.annotations.get_or_insert_default().insert(
+        "controller.kubernetes.io/pod-deletion-cost".into(),
+        ((1i64 << 27) / 5).to_string(),
+    );
+    let nodes = || {
+        vec![
+            node_with_cpu("x", "huge.16x", "1", "on-demand", "default"),
+            node_with_cpu("y", "huge.16x", "7500m", "on-demand", "default"),
+        ]
+    };
+    let pods = || vec![x_pod.clone(), pod("y1", "y", "7500m")];
+    let world = world(nodes(), pods(), PackingPolicy::CostOptimal);
+    let input = world.input();
+    let mut blocked = BTreeMap::new();
+    let found = consolidation_candidates(&input, &mut blocked);
+    let order: Vec<String> = found.iter().map(|c| c.name()).collect();
+    assert_eq!(order, ["y", "x"].map(String::from), "savings ratio order");
+    let simulator = Simulator::for_consolidation(&input);
+    let each: Vec<f64> = found
+        .iter()
+        .map(|c| {
+            let command =
+                compute(&input, &simulator, &[c], Method::SingleNodeConsolidation).unwrap();
+            savings_per_disruption(&command, &[c])
+        })
+        .collect();
+    assert!(each[1] > each[0], "x saves more per disruption: {each:?}");
+    let (commands, _) = single(&world);
+    assert_eq!(commands.len(), 1);
+    assert_eq!(
+        commands[0].candidates[0].name, "x",
+        "the best, not the first"
+    );
+    // Upstream takes the first that works.
+    let upstream = super::cost_optimal_tests::world(nodes(), pods(), PackingPolicy::Upstream);
+    let (commands, _) = single(&upstream);
+    assert_eq!(commands[0].candidates[0].name, "y");
+}
+
+#[test]
+fn a_split_is_validated_replacement_by_replacement() {
+    let mut world = two_big_pods(PackingPolicy::CostOptimal);
+    let pass = crate::disruption::decide(&world.input());
+    let command = &pass.commands[0];
+    assert_eq!(command.replacements.len(), 2);
+    assert_eq!(crate::disruption::validate(command, &world.input()), Ok(()));
+    // A third pod arrived during the wait: three nodes are needed now.
+    world.state.apply(pod("c", "h", "3"));
+    let err = crate::disruption::validate(command, &world.input()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        BlockReason::DecisionChanged("3 replacements instead of 2".into()).to_string()
+    );
+}
