@@ -3,6 +3,7 @@
 // Test helpers panic on purpose: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod consolidation;
 mod node_class;
 mod simulate;
 mod workloads;
