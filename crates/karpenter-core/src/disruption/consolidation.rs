@@ -1,6 +1,9 @@
 //! Consolidation (upstream `consolidation.go`, `multinodeconsolidation.go`,
 //! `singlenodeconsolidation.go`, karpenter-core §4.6–§4.8): remove nodes whose pods fit
-//! elsewhere, or replace them with one strictly cheaper node.
+//! elsewhere, or replace them with one strictly cheaper node. Under `PackingPolicy::CostOptimal`
+//! (issue 24) a command may launch M ≥ 1 replacements that together save
+//! [`MIN_SAVINGS_FRACTION`] ([`replacements`]), and single-node consolidation returns the command
+//! with the best [`savings_per_disruption`] instead of the first that works.
 //!
 //! Upstream bounds the search by wall time (single 3 min, multi 1 min). Here the bounds are
 //! counts, so a pass is deterministic: single-node evaluates every candidate until one works,

@@ -8,7 +8,8 @@
 //! - [`repair`]: nodes unhealthy past the provider's toleration (forceful, capped at 20 %);
 //! - [`drift`]: NodeClaims drifted from their NodePool or NodeClass, replaced within budgets;
 //! - [`consolidation`]: single- and multi-node consolidation (delete, or replace by one cheaper
-//!   node), over [`simulate`]'s one-conversion-per-pass scheduling simulation;
+//!   node; under `PackingPolicy::CostOptimal` by M ≥ 1 nodes saving a margin, ranked by savings
+//!   per disruption), over [`simulate`]'s one-conversion-per-pass scheduling simulation;
 //! - [`balanced`]: the `Balanced` policy's score, which consolidation moves of such pools need
 //!   (its vocabulary, [`score::PoolScore`], sits in [`score`] below the candidates and commands);
 //! - [`validate`]: re-checks a command against a fresh state before it runs;

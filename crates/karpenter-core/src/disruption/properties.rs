@@ -609,7 +609,8 @@ proptest! {
 }
 
 /// Timing of one pass over a full cluster where no node can go (every candidate is simulated):
-/// `NODES=1000 cargo test -p karpenter-core --lib pass_timing -- --ignored --nocapture`.
+/// `NODES=1000 cargo test -p karpenter-core --lib pass_timing -- --ignored --nocapture`
+/// (`POLICY=CostOptimal` for that packing policy).
 #[test]
 #[ignore = "measurement, prints the time of one pass"]
 fn pass_timing_on_a_packed_cluster() {
@@ -626,15 +627,21 @@ fn pass_timing_on_a_packed_cluster() {
             pods.push(pod(&format!("{name}-{j}"), &name, "1"));
         }
     }
-    let world = World::new(
+    let mut world = World::new(
         vec![pool("default", &["on-demand"], json!({}))],
         nodes,
         pods,
     );
+    if std::env::var("POLICY").as_deref() == Ok("CostOptimal") {
+        world.scheduler.packing_policy = PackingPolicy::CostOptimal;
+    }
     let started = std::time::Instant::now();
     let pass = decide(&world.input());
     let elapsed = started.elapsed();
     assert!(pass.commands.is_empty());
     assert_eq!(pass.blocked.len(), n);
-    println!("{n} nodes: one pass in {elapsed:?}");
+    println!(
+        "{n} nodes, {:?}: one pass in {elapsed:?}",
+        world.scheduler.packing_policy
+    );
 }
