@@ -117,10 +117,8 @@ fn node_types(provider: &SimCloudProvider, manifests: &Manifests) -> Vec<NodeTyp
 /// The generated cluster: manifests with the nodes and their bound pods, and the same pods
 /// pending over the pool alone (for the bound).
 struct Generated {
-    requests: std::collections::BTreeMap<String, (i64, i64)>,
     cluster: String,
     pending: String,
-    nodes: usize,
     pods: usize,
 }
 
@@ -145,7 +143,6 @@ fn poorly_packed(nodes: usize, profile: Profile, seed: u64) -> Generated {
     let mut pending = String::from(POOL);
     let mut next = 0;
     let mut pod_count = 0;
-    let mut req = std::collections::BTreeMap::new();
     for index in 0..nodes {
         let mut take = 1 + rng.below(3);
         let fitting = loop {
@@ -173,15 +170,12 @@ fn poorly_packed(nodes: usize, profile: Profile, seed: u64) -> Generated {
             pod_yaml(&mut cluster, &pod_name, app, cpu, memory, Some(&name));
             pod_yaml(&mut pending, &pod_name, app, cpu, memory, None);
             pod_count += 1;
-            req.insert(pod_name.clone(), (cpu, memory));
         }
         next += take;
     }
     Generated {
-        requests: req,
         cluster,
         pending,
-        nodes,
         pods: pod_count,
     }
 }
@@ -351,7 +345,7 @@ fn compare(nodes: usize, profile: Profile, seed: u64) -> (Converged, Converged) 
     for (policy, run) in [("Upstream", &upstream), ("CostOptimal", &cost_optimal)] {
         let report = &run.report;
         eprintln!(
-            "{nodes} nodes, {} pods, {profile:?}, {policy}: ${:.2}/h -> ${:.2}/h, {} -> {} nodes, bound ${:.2}/h, ratio {:.3}, {} commands ({} with several replacements), converged after {:.0} virtual minutes, wall {:.1?}",
+            "{nodes} nodes, {} pods, {profile:?}, {policy}: ${:.2}/h -> ${:.2}/h, {} -> {} nodes, bound ${:.2}/h, ratio {:.3}, {} commands ({} launching several nodes), converged after {:.0} virtual minutes, wall {:.1?}",
             generated.pods,
             report.before.hourly_cost,
             report.after.hourly_cost,
@@ -387,22 +381,6 @@ fn compare(nodes: usize, profile: Profile, seed: u64) -> (Converged, Converged) 
             report.after.hourly_cost <= report.before.hourly_cost,
             "{policy}"
         );
-    }
-    if std::env::var("DUMP").is_ok() {
-        for n in &cost_optimal.report.after.nodes {
-            let (cpu, mem) = n
-                .pods
-                .iter()
-                .map(|p| generated.requests[p.trim_start_matches("default/")])
-                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-            println!(
-                "{} {:?} {:?} cpu {cpu} mem {mem} pods {}",
-                n.name,
-                n.instance_type,
-                n.price,
-                n.pods.len()
-            );
-        }
     }
     (upstream, cost_optimal)
 }
