@@ -44,16 +44,8 @@ fn measure(types: &[Arc<InstanceType>], w: &Workload, policy: PackingPolicy) -> 
     }
 }
 
-/// The ratio `CostOptimal` must reach per workload: the single-family workloads within 5 % of
-/// the bound; the mixed ones (whose bound mixes m and r nodes) are not there yet (see
-/// docs/scheduling.md), and are held near what is measured (1.11–1.16) so a regression fails.
-fn ceiling(name: &str) -> f64 {
-    if name.starts_with("mixed") {
-        1.20
-    } else {
-        1.05
-    }
-}
+/// The ratio `CostOptimal` must reach on every standard workload (the 1.05).
+const CEILING: f64 = 1.05;
 
 #[test]
 fn cost_optimal_plans_near_the_bound_and_never_above_upstream() {
@@ -78,7 +70,7 @@ fn cost_optimal_plans_near_the_bound_and_never_above_upstream() {
         assert!(optimal.results.unschedulable.is_empty(), "{}", w.name);
         assert!(optimal.cost <= upstream.cost + 1e-9, "{}", w.name);
         assert!(
-            ratio(&optimal) <= ceiling(w.name),
+            ratio(&optimal) <= CEILING,
             "{}: {:.3}",
             w.name,
             ratio(&optimal)

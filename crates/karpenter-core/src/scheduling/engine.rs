@@ -192,6 +192,9 @@ struct Claim {
     rooms: Rc<TypeRooms>,
     /// Its room class in the [`ClaimIndex`] (CPU left; see `claim_index`).
     room_class: u8,
+    /// Under a CostOptimal run with planned bins: the bin of the pod that opened it; only
+    /// pods of that bin join it.
+    bin: Option<u32>,
 }
 
 impl Claim {

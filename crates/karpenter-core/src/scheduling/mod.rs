@@ -6,6 +6,7 @@
 //! [`WhatIf`] answers many solves over one cluster without some of its nodes (consolidation).
 
 pub mod benchmark;
+pub mod bins;
 pub mod bound;
 mod compile;
 mod engine;

@@ -1,6 +1,7 @@
 //! Placement on the NodeClaims of this solve, and opening a new one: per-pool instance-type
 //! filtering, limits, minValues.
 
+use super::packing::FALLBACK_BIN;
 use super::*;
 
 impl Engine {
@@ -165,6 +166,11 @@ impl Engine {
 
     pub(super) fn claim_add(&mut self, ci: usize, pod: &PendingPod, placement: Placement) {
         let claim = &self.claims[ci];
+        if let Some(bin) = claim.bin {
+            let pool = claim.pool;
+            self.take_bin_slot(pool, bin, pod.index);
+        }
+        let claim = &self.claims[ci];
         self.claim_index
             .remove(claim.signature, claim.room_class, claim.pods.len(), ci);
         let signature = self.claim_index.signature(claim.pool, &placement.reqs);
@@ -238,10 +244,10 @@ impl Engine {
             return Err(Reject::TypesExceedLimits);
         }
         let hostname_req = Req::is_in([hostname]);
-        let check = |types: &Bits| {
+        let check_in = |reqs: &Reqs, types: &Bits| {
             self.claim_check(
                 pi,
-                &pool.reqs,
+                reqs,
                 types,
                 None,
                 &ResVec::default(),
@@ -253,10 +259,34 @@ impl Engine {
         };
         // Under CostOptimal a pod's group opens NodeClaims of its group's types when one of
         // them can hold it, and of any type otherwise (the pod is never left out for it).
-        let placement = match self.pod_mask(pi, pod.index) {
-            Some(mask) => check(&pool.base.and(mask)).or_else(|_| check(&pool.base)),
-            None => check(&pool.base),
-        }?;
+        // With planned bins a pod opens a bin not yet opened that has a slot of its kind (of
+        // the first of their types that can hold it), or a NodeClaim of any type otherwise.
+        let check = |types: &Bits| check_in(&pool.reqs, types);
+        let mut bin = None;
+        let mut placement = None;
+        for (b, types, zone) in self.bins_to_open(pi, pod.index) {
+            let mut reqs = pool.reqs.clone();
+            if let Some(zone) = zone {
+                reqs.add(self.keys.zone, Req::is_in([zone]));
+            }
+            if let Ok(p) = check_in(&reqs, &pool.base.and(&types)) {
+                (bin, placement) = (Some(b), Some(p));
+                break;
+            }
+        }
+        let placement = match placement {
+            Some(p) => p,
+            None => match self.pod_mask(pi, pod.index) {
+                Some(mask) => check(&pool.base.and(mask)).or_else(|_| check(&pool.base)),
+                None => check(&pool.base),
+            }?,
+        };
+        match bin {
+            Some(b) => self.open_bin(pi, b),
+            // A planned pod no bin takes opens a NodeClaim that others in its situation join.
+            None if self.pod_kind(pi, pod.index).is_some() => bin = Some(FALLBACK_BIN),
+            None => {}
+        }
         self.next_hostname = None;
         self.hostname_counter += 1;
         let ci = self.claims.len();
@@ -274,6 +304,7 @@ impl Engine {
             reserved: None,
             rooms: Rc::default(),
             room_class: 0,
+            bin,
         });
         self.claim_add(ci, pod, placement);
         let pool = &mut self.pools[pi];

@@ -62,6 +62,9 @@ impl Engine {
             .in_order(&signatures, min_class)
             .find_map(|ci| {
                 let c = &self.claims[ci];
+                if !self.bin_allows(c, pod.index) {
+                    return None;
+                }
                 if !self.claim_precheck(c, pod, d) {
                     if !claim_index::any_fits(c.rooms_left(), need) {
                         too_full.push(ci);

@@ -1,0 +1,470 @@
+//! Planned bins: which pods share a node, and of which instance type, for
+//! [`super::PackingPolicy::CostOptimal`].
+//!
+//! The lower bound ([`super::bound`]) buys a fractional mix of types that is full in cpu, memory
+//! and pod slots at once. Reaching it with whole nodes needs each node to be full in every
+//! resource, so a memory-optimised node must hold memory-hungry pods *and* cpu-hungry ones in the
+//! proportion of its type. Upstream's greedy fills nodes in queue order (largest cpu first), which
+//! fills a node's memory with the first memory-hungry pods and leaves its cpu idle. This planner
+//! builds nodes one at a time instead, as a column generation does:
+//!
+//! - **Which pods fill a node of type T**: one pod at a time, the pod (among those that still
+//!   fit) that raises the node's least used resource (cpu or memory, as a share of the type's
+//!   room) most, and among those the one that raises the other least. A node half full of
+//!   memory-hungry pods has its cpu lagging, so it takes cpu-hungry pods next, and ends full in
+//!   both. (The classic dot-product and L2 rules of vector bin packing, tried first, fill by size
+//!   and left large memory-optimised nodes at 65 % cpu on the mixed workloads.)
+//! - **Which type**: every candidate type is filled that way from the pods still to place, and the
+//!   one whose contents are worth most per dollar wins, a pod's worth being its requests at the
+//!   bound's dual prices (what the resources cost in the optimal fractional mix). A type whose
+//!   fill is as full as the mix scores 1; rounding losses (a half-empty last node, a type too
+//!   large for what is left) score less, so the tail goes to smaller types.
+//! - **Zones**: a zone-spread Deployment's replicas must end evenly across the zones, and a node
+//!   sits in one zone. So the replicas are dealt round-robin to the zones first, and a node that
+//!   takes some is planned in one zone (where its type launches), taking only that zone's share.
+//!   The engine pins the zone when it opens the node.
+//! - **Repeats**: while every pod kind the chosen node took is still available in the same
+//!   number, the same choice would be made again, so the node is repeated as often as the pods
+//!   allow. This makes the plan cost a few hundred fills, not one per node.
+//!
+//! The bins name kinds of pods (identical requests, same zone share), not pods: any pod of the
+//! kind may take a slot, so the scheduler's own choices (which replica goes to which zone) still
+//! find one. Pure arithmetic on request rows and type columns; the engine turns the bins into a
+//! restricted greedy run that checks every scheduling constraint (see `engine::packing`).
+
+use super::bound::{Column, RESOURCES};
+
+/// A pod to plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanPod {
+    pub id: usize,
+    /// Requests as the bound's rows (cpu, memory, pods).
+    pub request: [f64; RESOURCES],
+    /// The zone-spread group it counts in, if any: its replicas must be dealt evenly across
+    /// the zones, so each planned node holding it is planned in one zone.
+    pub zone_group: Option<u32>,
+}
+
+/// One planned node: a type, a zone when it holds zone-spread pods, and how many pods of each
+/// kind it holds. Pods of one kind are interchangeable, so the engine lets any pod of the kind
+/// take a slot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bin {
+    /// Index into the types given to [`plan`].
+    pub column: usize,
+    /// Index into the zones given to [`plan`].
+    pub zone: Option<usize>,
+    /// (kind, pods of that kind), kinds ascending.
+    pub slots: Vec<(usize, u32)>,
+}
+
+/// The planned nodes and the pod kinds their slots name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Per kind, its pods (ids as given to [`plan`]); pods that fit no type are in no kind.
+    pub kinds: Vec<Vec<usize>>,
+    pub bins: Vec<Bin>,
+}
+
+/// At most this many types are tried for each node (the most efficient at the dual prices).
+const MAX_TYPES: usize = 32;
+
+/// Pods with identical requests (and zone-spread group, and zone share), planned together.
+struct Kind {
+    request: [f64; RESOURCES],
+    /// The zone its pods are dealt to (zone-spread pods only).
+    zone: Option<usize>,
+    pods: Vec<usize>,
+    /// How many are not yet in a bin.
+    left: usize,
+}
+
+/// Plans bins for `pods` over `columns` (each type's price and room beyond its daemonset
+/// overhead), valuing resources at `duals` (the bound's dual prices). `offered[c][z]`: column
+/// `c` can launch in zone `z` (of `zones` zones). Zone-spread pods are dealt evenly to the
+/// zones first (their group's replicas round-robin), so the nodes of each zone hold its share.
+/// Every pod that fits some column has a slot in exactly one bin, and each bin's column holds
+/// its slots; pods no column holds get none. Deterministic.
+pub fn plan(
+    pods: &[PlanPod],
+    columns: &[Column],
+    offered: &[Vec<bool>],
+    zones: usize,
+    duals: [f64; RESOURCES],
+) -> Plan {
+    let mut kinds = kinds(pods, zones);
+    let worth =
+        |request: &[f64; RESOURCES]| -> f64 { (0..RESOURCES).map(|r| duals[r] * request[r]).sum() };
+    let candidates = candidate_columns(columns, offered, worth);
+    let launches_in = |c: usize, zone: Option<usize>| {
+        zone.is_none_or(|z| {
+            offered
+                .get(c)
+                .and_then(|o| o.get(z))
+                .copied()
+                .unwrap_or(false)
+        })
+    };
+    let mut dead_zones = vec![false; zones];
+    let mut bins = Vec::new();
+    loop {
+        // Zone-spread pods first, from the zone with the most of them left.
+        let mut zone_worth = vec![0.0; zones];
+        for k in &kinds {
+            if let Some(z) = k.zone.filter(|&z| !dead_zones[z]) {
+                zone_worth[z] += k.left as f64 * worth(&k.request);
+            }
+        }
+        let zone = (0..zones)
+            .filter(|&z| zone_worth[z] > 0.0)
+            .max_by(|&a, &b| zone_worth[a].total_cmp(&zone_worth[b]).then(b.cmp(&a)));
+        let mut best: Option<(f64, usize, Vec<u32>, usize)> = None;
+        for &c in candidates.iter().filter(|&&c| launches_in(c, zone)) {
+            let column = &columns[c];
+            let taken = fill(&kinds, zone, &column.room);
+            let value: f64 = taken
+                .iter()
+                .zip(&kinds)
+                .map(|(&n, k)| f64::from(n) * worth(&k.request))
+                .sum();
+            if value <= 0.0 {
+                continue;
+            }
+            let repeats = repeats_of(&kinds, &taken, zone);
+            let score = value / column.price.max(f64::MIN_POSITIVE);
+            if best.as_ref().is_none_or(|(s, ..)| score > *s) {
+                best = Some((score, c, taken, repeats));
+            }
+        }
+        let Some((_, column, taken, repeats)) = best else {
+            match zone {
+                // Nothing that launches there holds what is left of it: plan the rest.
+                Some(z) => {
+                    dead_zones[z] = true;
+                    continue;
+                }
+                None => break,
+            }
+        };
+        let slots: Vec<(usize, u32)> = taken
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(k, &n)| (k, n))
+            .collect();
+        if repeats == 0 {
+            break; // cannot happen: a fill takes only what is left
+        }
+        for &(k, n) in &slots {
+            kinds[k].left -= n as usize * repeats;
+        }
+        // A node planned for a zone pins it only when it holds zone-spread pods.
+        let zone = zone.filter(|_| slots.iter().any(|&(k, _)| kinds[k].zone.is_some()));
+        bins.extend(std::iter::repeat_n(
+            Bin {
+                column,
+                zone,
+                slots,
+            },
+            repeats,
+        ));
+    }
+    // Kinds some bin has a slot for keep their pods; the others' pods fit no type.
+    let mut used = vec![false; kinds.len()];
+    for bin in &bins {
+        for &(k, _) in &bin.slots {
+            used[k] = true;
+        }
+    }
+    Plan {
+        kinds: kinds
+            .into_iter()
+            .zip(used)
+            .map(|(k, used)| if used { k.pods } else { Vec::new() })
+            .collect(),
+        bins,
+    }
+}
+
+/// How often a node taking `taken` is planned at once: without zones, while every kind it took
+/// is still there in that number (the same fill would come out again); a zone's node once (the
+/// busiest zone changes as it fills).
+fn repeats_of(kinds: &[Kind], taken: &[u32], zone: Option<usize>) -> usize {
+    if zone.is_some() {
+        return 1;
+    }
+    taken
+        .iter()
+        .zip(kinds)
+        .filter(|(n, _)| **n > 0)
+        .map(|(&n, k)| k.left / n as usize)
+        .min()
+        .unwrap_or(0)
+}
+
+/// The pods grouped by identical requests and zone-spread group, largest cpu first (ids
+/// ascending within a kind); a zone-spread kind is split into one kind per zone, its pods
+/// dealt round-robin.
+fn kinds(pods: &[PlanPod], zones: usize) -> Vec<Kind> {
+    let mut sorted: Vec<&PlanPod> = pods.iter().collect();
+    sorted.sort_by(|a, b| {
+        (0..RESOURCES)
+            .map(|r| b.request[r].total_cmp(&a.request[r]))
+            .find(|o| o.is_ne())
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.zone_group.cmp(&b.zone_group))
+            .then(a.id.cmp(&b.id))
+    });
+    let mut grouped: Vec<(&PlanPod, Vec<usize>)> = Vec::new();
+    for pod in sorted {
+        match grouped.last_mut() {
+            Some((first, ids))
+                if first.request == pod.request && first.zone_group == pod.zone_group =>
+            {
+                ids.push(pod.id);
+            }
+            _ => grouped.push((pod, vec![pod.id])),
+        }
+    }
+    let mut kinds = Vec::new();
+    for (first, ids) in grouped {
+        if first.zone_group.is_none() || zones == 0 {
+            kinds.push(Kind {
+                request: first.request,
+                zone: None,
+                left: ids.len(),
+                pods: ids,
+            });
+            continue;
+        }
+        for z in 0..zones {
+            let share: Vec<usize> = ids.iter().skip(z).step_by(zones).copied().collect();
+            if !share.is_empty() {
+                kinds.push(Kind {
+                    request: first.request,
+                    zone: Some(z),
+                    left: share.len(),
+                    pods: share,
+                });
+            }
+        }
+    }
+    kinds
+}
+
+/// The columns worth trying: per distinct room (and zones it launches in) the cheapest, then the [`MAX_TYPES`] whose room
+/// is worth most per dollar at the dual prices (ties: larger first, fewer nodes for the same
+/// money).
+fn candidate_columns(
+    columns: &[Column],
+    offered: &[Vec<bool>],
+    worth: impl Fn(&[f64; RESOURCES]) -> f64,
+) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..columns.len())
+        .filter(|&c| columns[c].price.is_finite() && columns[c].price > 0.0)
+        .collect();
+    // Cheapest first within one room, so the dedup below keeps it.
+    order.sort_by(|&a, &b| {
+        let (ca, cb) = (&columns[a], &columns[b]);
+        (0..RESOURCES)
+            .map(|r| ca.room[r].total_cmp(&cb.room[r]))
+            .find(|o| o.is_ne())
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(ca.price.total_cmp(&cb.price))
+            .then(a.cmp(&b))
+    });
+    // (A type that launches in other zones than the cheaper one stays.)
+    order.dedup_by(|b, a| {
+        columns[*a].room == columns[*b].room && offered.get(*a) == offered.get(*b)
+    });
+    let efficiency = |c: usize| worth(&columns[c].room) / columns[c].price;
+    order.sort_by(|&a, &b| {
+        efficiency(b)
+            .total_cmp(&efficiency(a))
+            .then(columns[b].room[0].total_cmp(&columns[a].room[0]))
+            .then(a.cmp(&b))
+    });
+    order.truncate(MAX_TYPES);
+    order
+}
+
+/// How many pods of each kind a node with `room` in `zone` takes, filled one pod at a time so
+/// that it stays full in cpu and memory alike (a node in no zone takes no zone-spread pods).
+fn fill(kinds: &[Kind], zone: Option<usize>, room: &[f64; RESOURCES]) -> Vec<u32> {
+    let mut taken = vec![0u32; kinds.len()];
+    let mut free = *room;
+    let scale: [f64; RESOURCES] = std::array::from_fn(|r| 1.0 / room[r].max(f64::MIN_POSITIVE));
+    loop {
+        let mut best: Option<(f64, usize)> = None;
+        for (k, kind) in kinds.iter().enumerate() {
+            if kind.left <= taken[k] as usize || (kind.zone.is_some() && kind.zone != zone) {
+                continue;
+            }
+            if (0..RESOURCES).any(|r| kind.request[r] > free[r]) {
+                continue;
+            }
+            // Raise the node's least used resource (cpu or memory, as a share of the room)
+            // most; among pods that raise it alike, the one that lifts the other less keeps
+            // the node balanced (shares are at most 1, so this only breaks near ties).
+            let used = |r: usize| (room[r] - free[r] + kind.request[r]) * scale[r];
+            let (least, most) = (used(0).min(used(1)), used(0).max(used(1)));
+            let score = least - 0.1 * most;
+            if best.is_none_or(|(s, _)| score > s) {
+                best = Some((score, k));
+            }
+        }
+        let Some((_, k)) = best else {
+            return taken;
+        };
+        taken[k] += 1;
+        for (f, request) in free.iter_mut().zip(&kinds[k].request) {
+            *f -= request;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn column(price: f64, cpu: f64, memory: f64) -> Column {
+        Column {
+            price,
+            room: [cpu, memory, 110.0],
+        }
+    }
+
+    fn pod(id: usize, request: [f64; RESOURCES]) -> PlanPod {
+        PlanPod {
+            id,
+            request,
+            zone_group: None,
+        }
+    }
+
+    /// The resources a bin's slots use.
+    fn used(plan: &Plan, pods: &[PlanPod], bin: &Bin) -> [f64; RESOURCES] {
+        let mut used = [0.0; RESOURCES];
+        for &(k, n) in &bin.slots {
+            let id = plan.kinds[k][0];
+            let request = pods.iter().find(|p| p.id == id).unwrap().request;
+            for r in 0..RESOURCES {
+                used[r] += request[r] * f64::from(n);
+            }
+        }
+        used
+    }
+
+    #[test]
+    fn a_memory_optimised_node_takes_memory_and_cpu_hungry_pods_together() {
+        // An r-like type: 8 GiB per cpu. Pods: memory-hungry (1 cpu, 14 GiB) and cpu-hungry
+        // (1 cpu, 2 GiB), eight of each: 8 cpu and 128 GiB, exactly two nodes of 8 cpu/64 GiB.
+        let columns = [column(1.0, 8.0, 64.0)];
+        let mut pods = Vec::new();
+        for i in 0..8 {
+            pods.push(pod(i, [1.0, 14.0, 1.0]));
+            pods.push(pod(100 + i, [1.0, 2.0, 1.0]));
+        }
+        let plan = plan(&pods, &columns, &[], 0, [0.0625, 0.0078125, 0.0]);
+        assert_eq!(plan.bins.len(), 2, "{plan:?}");
+        for bin in &plan.bins {
+            assert_eq!(bin.slots.len(), 2, "each node takes both kinds: {bin:?}");
+            assert!(bin.slots.iter().all(|&(_, n)| n == 4), "{bin:?}");
+        }
+    }
+
+    #[test]
+    fn every_pod_that_fits_has_one_slot_in_a_bin_that_holds_it() {
+        let columns = [
+            column(0.1, 2.0, 4.0),
+            column(0.2, 4.0, 16.0),
+            column(0.4, 16.0, 32.0),
+        ];
+        let pods: Vec<PlanPod> = (0..50u32)
+            .map(|i| {
+                pod(
+                    i as usize,
+                    [f64::from(i % 7 + 1) * 0.5, f64::from(i % 5 + 1), 1.0],
+                )
+            })
+            .chain([pod(99, [64.0, 1.0, 1.0])])
+            .collect();
+        let plan = plan(&pods, &columns, &[], 0, [0.01, 0.005, 0.0]);
+        let mut planned: Vec<usize> = plan.kinds.iter().flatten().copied().collect();
+        planned.sort_unstable();
+        assert_eq!(
+            planned,
+            (0..50).collect::<Vec<_>>(),
+            "the 64-cpu pod fits nothing"
+        );
+        for (k, members) in plan.kinds.iter().enumerate() {
+            let slots: u32 = plan
+                .bins
+                .iter()
+                .flat_map(|b| &b.slots)
+                .filter(|s| s.0 == k)
+                .map(|s| s.1)
+                .sum();
+            assert_eq!(slots as usize, members.len(), "kind {k}");
+        }
+        for bin in &plan.bins {
+            let used = used(&plan, &pods, bin);
+            for (r, amount) in used.iter().enumerate() {
+                assert!(
+                    *amount <= columns[bin.column].room[r],
+                    "{bin:?} overflows {r}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_tail_goes_to_a_smaller_type() {
+        // 17 pods of 1 cpu: two 8-cpu nodes and the last pod on the 2-cpu type, not a third
+        // 8-cpu node.
+        let columns = [column(0.8, 8.0, 32.0), column(0.2, 2.0, 8.0)];
+        let pods: Vec<PlanPod> = (0..17).map(|i| pod(i, [1.0, 4.0, 1.0])).collect();
+        let plan = plan(&pods, &columns, &[], 0, [0.1, 0.0, 0.0]);
+        let big = plan.bins.iter().filter(|b| b.column == 0).count();
+        let small = plan.bins.iter().filter(|b| b.column == 1).count();
+        assert_eq!((big, small), (2, 1), "{plan:?}");
+    }
+
+    #[test]
+    fn zone_spread_replicas_are_dealt_evenly_to_nodes_pinned_in_each_zone() {
+        // Six replicas of a zone-spread Deployment over three zones, with plain pods: each
+        // zone's nodes hold two replicas; a type not offered in zone 2 is not planned there.
+        let columns = [column(0.4, 4.0, 16.0), column(0.39, 4.0, 16.0)];
+        let offered = vec![vec![true, true, true], vec![true, true, false]];
+        let mut pods: Vec<PlanPod> = (0..6)
+            .map(|i| PlanPod {
+                id: i,
+                request: [1.0, 4.0, 1.0],
+                zone_group: Some(7),
+            })
+            .collect();
+        pods.extend((10..16).map(|i| pod(i, [1.0, 4.0, 1.0])));
+        let plan = plan(&pods, &columns, &offered, 3, [0.05, 0.0125, 0.0]);
+        let mut per_zone = [0u32; 3];
+        for bin in &plan.bins {
+            let spread: u32 = bin
+                .slots
+                .iter()
+                .filter(|(k, _)| plan.kinds[*k].iter().all(|&id| id < 6))
+                .map(|s| s.1)
+                .sum();
+            if spread > 0 {
+                let z = bin
+                    .zone
+                    .expect("a node with zone-spread pods is planned in a zone");
+                per_zone[z] += spread;
+                if z == 2 {
+                    assert_eq!(bin.column, 0, "column 1 does not launch in zone 2");
+                }
+            }
+        }
+        assert_eq!(per_zone, [2, 2, 2], "{plan:?}");
+        let planned: usize = plan.kinds.iter().map(Vec::len).sum();
+        assert_eq!(planned, 12);
+    }
+}
