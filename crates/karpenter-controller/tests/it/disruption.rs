@@ -487,6 +487,73 @@ async fn a_replacement_that_never_initializes_is_rolled_back() {
     cluster.shutdown().await;
 }
 
+/// A consolidation under `PackingPolicy::CostOptimal` may launch several replacements: every one
+/// is created before anything is deleted, and the candidate waits for all of them: one that
+/// never initializes holds it even though the other did, and the rollback deletes that one
+/// (an initialized replacement stays, as for one replacement).
+#[tokio::test(start_paused = true)]
+async fn a_command_with_two_replacements_deletes_nothing_until_both_initialize() {
+    let cluster = SimCluster::new().await;
+    put_pool(&cluster, json!({"consolidateAfter": "Never"}));
+    let controller = cluster.start_controller().await;
+    let node = ready_node(&cluster, "candidate", json!({})).await;
+    let mut initializes = replacement_that_never_initializes();
+    initializes.spec.startup_taints.clear();
+    let command = Command {
+        method: Method::SingleNodeConsolidation,
+        reason: DisruptionReason::Underutilized,
+        candidates: vec![DisruptedNode {
+            name: node.clone(),
+            nodeclaim: "candidate".into(),
+            node_pool: "default".into(),
+            instance_type: None,
+            zone: None,
+            capacity_type: Some("on-demand".into()),
+            price: None,
+            reschedulable_pods: Vec::new(),
+        }],
+        replacements: vec![initializes, replacement_that_never_initializes()],
+        savings_per_hour: 0.0,
+        balanced_scores: Vec::new(),
+    };
+    let ctx = controller.ctx.clone();
+    let running = tokio::spawn(async move { queue::run_command(&ctx, command).await });
+    cluster
+        .eventually(
+            "both replacements launched",
+            Duration::from_secs(30),
+            || (cluster.server.count::<NodeClaim>() == 3).then_some(()),
+        )
+        .await;
+    let result = running.await.unwrap();
+    assert!(
+        matches!(result, Err(CommandError::ReplacementTimeout(_))),
+        "{result:?}"
+    );
+    let candidate = cluster.nodeclaim("candidate").unwrap();
+    assert!(
+        candidate.metadata.deletion_timestamp.is_none(),
+        "kept while a replacement is not initialized"
+    );
+    cluster
+        .eventually(
+            "the uninitialized replacement deleted",
+            Duration::from_secs(60),
+            || {
+                let stuck = cluster
+                    .server
+                    .list::<NodeClaim>()
+                    .into_iter()
+                    .any(|c| !c.spec.startup_taints.is_empty());
+                (!stuck).then_some(())
+            },
+        )
+        .await;
+    assert!(exists::<NodeClaim>(&cluster, "candidate"));
+    controller.stop().await;
+    cluster.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_disrupted_taint_left_by_a_crash_is_cleaned_up() {
     let cluster = SimCluster::new().await;
