@@ -66,8 +66,12 @@ pub struct Plan {
     pub bins: Vec<Bin>,
 }
 
+/// The plans tried, the cheapest kept: (largest pod first, how much a fill weighs keeping the
+/// node balanced against filling its least used resource; see [`fill`]).
+const VARIANTS: [(bool, f64); 4] = [(false, 0.1), (true, 0.1), (false, 1.0), (true, 1.0)];
+
 /// At most this many types are tried for each node (the most efficient at the dual prices).
-const MAX_TYPES: usize = 32;
+const MAX_TYPES: usize = 16;
 
 /// Pods with identical requests (and zone-spread group, and zone share), planned together.
 struct Kind {
@@ -91,6 +95,27 @@ pub fn plan(
     offered: &[Vec<bool>],
     zones: usize,
     duals: [f64; RESOURCES],
+) -> Plan {
+    let price = |p: &Plan| -> f64 { p.bins.iter().map(|b| columns[b.column].price).sum() };
+    let mut best: Option<(f64, Plan)> = None;
+    for (seeded, balance) in VARIANTS {
+        let plan = plan_with(pods, columns, offered, zones, duals, seeded, balance);
+        let cost = price(&plan);
+        if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+            best = Some((cost, plan));
+        }
+    }
+    best.map(|(_, p)| p).unwrap_or_default()
+}
+
+fn plan_with(
+    pods: &[PlanPod],
+    columns: &[Column],
+    offered: &[Vec<bool>],
+    zones: usize,
+    duals: [f64; RESOURCES],
+    seeded: bool,
+    balance: f64,
 ) -> Plan {
     let mut kinds = kinds(pods, zones);
     let worth =
@@ -118,25 +143,66 @@ pub fn plan(
         let zone = (0..zones)
             .filter(|&z| zone_worth[z] > 0.0)
             .max_by(|&a, &b| zone_worth[a].total_cmp(&zone_worth[b]).then(b.cmp(&a)));
+        // Largest first: the node starts with the remaining pod worth most (it has the fewest
+        // types to go to and the most to gain from partners), then fills.
+        let seed = seeded
+            .then(|| {
+                kinds
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, k)| k.left > 0 && (k.zone.is_none() || k.zone == zone))
+                    .max_by(|a, b| {
+                        worth(&a.1.request)
+                            .total_cmp(&worth(&b.1.request))
+                            .then(b.0.cmp(&a.0))
+                    })
+                    .map(|(i, _)| i)
+            })
+            .flatten();
+        let eligible: Vec<usize> = (0..kinds.len())
+            .filter(|&k| kinds[k].left > 0 && (kinds[k].zone.is_none() || kinds[k].zone == zone))
+            .collect();
+        // How far this zone leads the next: its nodes repeat while it stays the busiest.
+        let lead = zone.map(|z| {
+            let next = (0..zones)
+                .filter(|&o| o != z)
+                .map(|o| zone_worth[o])
+                .fold(0.0, f64::max);
+            zone_worth[z] - next
+        });
+        let holds_seed = |c: usize| {
+            seed.is_none_or(|k| (0..RESOURCES).all(|r| kinds[k].request[r] <= columns[c].room[r]))
+        };
         let mut best: Option<(f64, usize, Vec<u32>, usize)> = None;
-        for &c in candidates.iter().filter(|&&c| launches_in(c, zone)) {
+        for &c in candidates
+            .iter()
+            .filter(|&&c| launches_in(c, zone) && holds_seed(c))
+        {
             let column = &columns[c];
-            let taken = fill(&kinds, zone, &column.room);
-            let value: f64 = taken
-                .iter()
-                .zip(&kinds)
-                .map(|(&n, k)| f64::from(n) * worth(&k.request))
-                .sum();
+            let value_of = |taken: &[u32]| -> f64 {
+                taken
+                    .iter()
+                    .zip(&kinds)
+                    .map(|(&n, k)| f64::from(n) * worth(&k.request))
+                    .sum()
+            };
+            let taken = fill(&kinds, &eligible, &column.room, seed, balance);
+            let value = value_of(&taken);
             if value <= 0.0 {
                 continue;
             }
-            let repeats = repeats_of(&kinds, &taken, zone);
+            let repeats = repeats_of(&kinds, &taken, lead, worth);
             let score = value / column.price.max(f64::MIN_POSITIVE);
             if best.as_ref().is_none_or(|(s, ..)| score > *s) {
                 best = Some((score, c, taken, repeats));
             }
         }
         let Some((_, column, taken, repeats)) = best else {
+            if let Some(k) = seed {
+                // No type that launches here holds it: it is no seed (the engine places it).
+                kinds[k].left = 0;
+                continue;
+            }
             match zone {
                 // Nothing that launches there holds what is left of it: plan the rest.
                 Some(z) => {
@@ -186,20 +252,37 @@ pub fn plan(
     }
 }
 
-/// How often a node taking `taken` is planned at once: without zones, while every kind it took
-/// is still there in that number (the same fill would come out again); a zone's node once (the
-/// busiest zone changes as it fills).
-fn repeats_of(kinds: &[Kind], taken: &[u32], zone: Option<usize>) -> usize {
-    if zone.is_some() {
-        return 1;
-    }
-    taken
+/// How often a node taking `taken` is planned at once: while every kind it took is still there
+/// in that number (the same fill would come out again), and, for a node of a zone (`lead`: how
+/// much more zone-spread worth that zone has left than the next), while the zone stays the
+/// busiest.
+fn repeats_of(
+    kinds: &[Kind],
+    taken: &[u32],
+    lead: Option<f64>,
+    worth: impl Fn(&[f64; RESOURCES]) -> f64,
+) -> usize {
+    let available = taken
         .iter()
         .zip(kinds)
         .filter(|(n, _)| **n > 0)
         .map(|(&n, k)| k.left / n as usize)
         .min()
-        .unwrap_or(0)
+        .unwrap_or(0);
+    let Some(lead) = lead else {
+        return available;
+    };
+    let zoned: f64 = taken
+        .iter()
+        .zip(kinds)
+        .filter(|(_, k)| k.zone.is_some())
+        .map(|(&n, k)| f64::from(n) * worth(&k.request))
+        .sum();
+    if zoned <= 0.0 {
+        return available;
+    }
+    let while_busiest = (lead / zoned).floor() as usize + 1;
+    available.min(while_busiest.max(1))
 }
 
 /// The pods grouped by identical requests and zone-spread group, largest cpu first (ids
@@ -288,27 +371,45 @@ fn candidate_columns(
     order
 }
 
-/// How many pods of each kind a node with `room` in `zone` takes, filled one pod at a time so
-/// that it stays full in cpu and memory alike (a node in no zone takes no zone-spread pods).
-fn fill(kinds: &[Kind], zone: Option<usize>, room: &[f64; RESOURCES]) -> Vec<u32> {
+/// How many pods of each kind a node with `room` takes, filled one pod at a time from the
+/// `eligible` kinds (those with pods left that the node's zone admits), `seed` first: each time
+/// the pod that most raises the node's least used resource (cpu or memory, as a share of the
+/// room), less `balance` times how much further it lifts the other; so the node stays full in
+/// both as it fills.
+fn fill(
+    kinds: &[Kind],
+    eligible: &[usize],
+    room: &[f64; RESOURCES],
+    seed: Option<usize>,
+    balance: f64,
+) -> Vec<u32> {
     let mut taken = vec![0u32; kinds.len()];
     let mut free = *room;
     let scale: [f64; RESOURCES] = std::array::from_fn(|r| 1.0 / room[r].max(f64::MIN_POSITIVE));
+    // The seed first (the caller only seeds types that hold it).
+    if let Some(k) = seed
+        .filter(|&k| kinds[k].left > 0 && (0..RESOURCES).all(|r| kinds[k].request[r] <= free[r]))
+    {
+        taken[k] += 1;
+        for (f, request) in free.iter_mut().zip(&kinds[k].request) {
+            *f -= request;
+        }
+    }
     loop {
         let mut best: Option<(f64, usize)> = None;
-        for (k, kind) in kinds.iter().enumerate() {
-            if kind.left <= taken[k] as usize || (kind.zone.is_some() && kind.zone != zone) {
+        for &k in eligible {
+            let kind = &kinds[k];
+            if kind.left <= taken[k] as usize {
                 continue;
             }
             if (0..RESOURCES).any(|r| kind.request[r] > free[r]) {
                 continue;
             }
-            // Raise the node's least used resource (cpu or memory, as a share of the room)
-            // most; among pods that raise it alike, the one that lifts the other less keeps
-            // the node balanced (shares are at most 1, so this only breaks near ties).
+            // A small `balance` takes the largest pod that raises the lagging resource; a large
+            // one the pod that closes the gap between the two (see `VARIANTS`).
             let used = |r: usize| (room[r] - free[r] + kind.request[r]) * scale[r];
             let (least, most) = (used(0).min(used(1)), used(0).max(used(1)));
-            let score = least - 0.1 * most;
+            let score = least - balance * (most - least);
             if best.is_none_or(|(s, _)| score > s) {
                 best = Some((score, k));
             }

@@ -20,6 +20,7 @@ mod node_claims;
 mod node_domains;
 mod node_room;
 mod packing;
+mod planned_bins;
 mod setup;
 mod solve;
 mod type_rooms;

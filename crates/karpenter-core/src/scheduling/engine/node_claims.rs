@@ -1,7 +1,7 @@
 //! Placement on the NodeClaims of this solve, and opening a new one: per-pool instance-type
 //! filtering, limits, minValues.
 
-use super::packing::FALLBACK_BIN;
+use super::planned_bins::FALLBACK_BIN;
 use super::*;
 
 impl Engine {

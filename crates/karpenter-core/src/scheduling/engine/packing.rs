@@ -2,28 +2,37 @@
 //!
 //! Upstream's greedy grows each NodeClaim until no instance type of its pool can take another
 //! pod, so a mixed workload ends on a few of the largest types, chosen for their size rather than
-//! their price per resource. The same greedy over fewer types behaves differently: capped at a
-//! size, claims stop growing there and each launches as the cheapest type (of any family) that
-//! holds what it got; over the two or three types of the fractional optimum, claims take that
-//! mix. So the planner builds the engine once, runs upstream's plan, then re-runs the same
-//! greedy with each pool's instance types restricted to each candidate set (the
-//! [`super::what_if`] machinery takes every placement back between runs), and keeps the cheapest
-//! plan that leaves no more pods unplaced than upstream's. Every plan is the scheduler's own, so
-//! every constraint it honours (requirements, affinity, spread, taints, host ports, volumes,
-//! limits, minValues, daemonset overhead, pods per node) holds in the chosen one too.
+//! their price per resource. So the planner builds the engine once, runs upstream's plan, then
+//! re-runs the same greedy restricted in a few ways (the [`super::what_if`] machinery takes every
+//! placement back between runs), and keeps the cheapest plan that leaves no more pods unplaced
+//! than upstream's:
+//!
+//! - **Bins** (usually the cheapest): [`crate::scheduling::bins::plan`] decides which pods
+//!   share a node and of which type, each node full in cpu and memory alike, zone-spread
+//!   replicas dealt evenly to nodes of each zone; the greedy then fills those nodes' slots
+//!   ([`super::planned_bins`]).
+//! - **Families**: the pods dealt to the families (memory per cpu) of the bound's optimal mix,
+//!   each family's NodeClaims capped at a size.
+//! - **Single type**: every pod on the type that alone covers them cheapest.
+//!
+//! Every plan is the scheduler's own, so every constraint it honours (requirements, affinity,
+//! spread, taints, host ports, volumes, limits, minValues, daemonset overhead, pods per node)
+//! holds in the chosen one too. After a restricted run each NodeClaim may launch as any type of
+//! its pool that holds what it got, so a partly filled node takes a cheaper type.
 //!
 //! Bounded: at most [`MAX_CANDIDATES`] runs beyond upstream's, each cheaper than a fresh solve
-//! (the pods are compiled and the existing nodes counted once).
+//! (the pods are compiled and the existing nodes counted once), plus the bins plan (a few
+//! hundred node fills).
 
 use std::borrow::Borrow;
 
+use super::planned_bins::PoolBins;
 use super::solve::{build, run};
 use super::*;
-use crate::scheduling::bins;
 use crate::scheduling::bound::{self, Column, CostLowerBound, RESOURCES};
 
 /// Restricted greedy runs a solve may add to upstream's.
-pub(crate) const MAX_CANDIDATES: usize = 7;
+pub(crate) const MAX_CANDIDATES: usize = 3;
 
 /// Plans cheaper by less than this fraction are not worth a different plan (keeps upstream's
 /// when a candidate only shuffles pennies).
@@ -174,71 +183,10 @@ pub(super) struct PodGroupTypes {
     group_of: Vec<Option<(u32, u32)>>,
     /// Per pool, per group: the types that group's NodeClaims may use in that pool.
     types: Vec<Vec<Bits>>,
-    /// Per pool: the nodes [`bins::plan`] planned, for a run that places pods in them.
-    bins: Option<Vec<PoolBins>>,
+    /// Per pool: the nodes [`crate::scheduling::bins::plan`] planned, for a run that places
+    /// pods in them.
+    pub(super) bins: Option<Vec<PoolBins>>,
 }
-
-impl PodGroupTypes {
-    /// Pod `pod`'s group in pool `pi`'s plan, if that plan placed it.
-    fn group(&self, pi: usize, pod: usize) -> Option<u32> {
-        let (pool, group) = (*self.group_of.get(pod)?)?;
-        (pool as usize == pi).then_some(group)
-    }
-}
-
-/// One pool's planned nodes while a run places pods in them.
-#[derive(Default)]
-pub(super) struct PoolBins {
-    /// Per bin: its instance type (one bit).
-    types: Vec<Bits>,
-    /// Per bin: the zone it is planned in (when it holds zone-spread pods).
-    zones: Vec<Option<Sym>>,
-    /// Per bin: (kind, free slots).
-    slots: Vec<Vec<(u32, u32)>>,
-    /// Per bin: whether a NodeClaim realises it yet.
-    opened: Vec<bool>,
-    /// Per kind: the bins with a slot for it, in plan order.
-    by_kind: Vec<Vec<u32>>,
-}
-
-impl PoolBins {
-    fn new(types: usize, columns: &[TypeColumn], zones: &[Sym], plan: &bins::Plan) -> Self {
-        let mut out = PoolBins {
-            by_kind: vec![Vec::new(); plan.kinds.len()],
-            ..Default::default()
-        };
-        for (b, bin) in plan.bins.iter().enumerate() {
-            let mut bits = Bits::new(types);
-            if let Some(c) = columns.get(bin.column) {
-                bits.set(c.index);
-            }
-            out.types.push(bits);
-            out.zones.push(bin.zone.and_then(|z| zones.get(z).copied()));
-            out.slots
-                .push(bin.slots.iter().map(|&(k, n)| (k as u32, n)).collect());
-            out.opened.push(false);
-            for &(k, _) in &bin.slots {
-                if let Some(list) = out.by_kind.get_mut(k) {
-                    list.push(b as u32);
-                }
-            }
-        }
-        out
-    }
-
-    fn free_slot(&self, bin: u32, kind: u32) -> bool {
-        self.slots
-            .get(bin as usize)
-            .is_some_and(|s| s.iter().any(|&(k, n)| k == kind && n > 0))
-    }
-}
-
-/// The "bin" of a NodeClaim a planned pod opened when no planned bin could take it: other
-/// planned pods in that situation may join it.
-pub(super) const FALLBACK_BIN: u32 = u32::MAX;
-
-/// Most distinct types a pod tries among the unopened bins with a slot for it.
-const BIN_TYPES_TRIED: usize = 4;
 
 impl Engine {
     /// The types pod `pod`'s group may use in pool `pi`, if this run restricts it.
@@ -250,93 +198,13 @@ impl Engine {
         let group = groups.group(pi, pod)?;
         groups.types.get(pi)?.get(group as usize)
     }
+}
 
-    /// Pod `pod`'s kind in pool `pi`'s planned bins, in a run that has them.
-    pub(super) fn pod_kind(&self, pi: usize, pod: usize) -> Option<u32> {
-        let groups = self.pod_groups.as_ref()?;
-        groups.bins.as_ref()?;
-        groups.group(pi, pod)
-    }
-
-    /// Whether the pod may join the NodeClaim as far as planned bins go: a planned pod joins
-    /// only a bin with a free slot of its kind, other pods only NodeClaims that realise no bin.
-    pub(super) fn bin_allows(&self, claim: &Claim, pod: usize) -> bool {
-        let Some(bins) = self.pod_groups.as_ref().and_then(|g| g.bins.as_ref()) else {
-            return true;
-        };
-        match (self.pod_kind(claim.pool, pod), claim.bin) {
-            (Some(_), Some(FALLBACK_BIN)) => true,
-            (Some(kind), Some(bin)) => bins.get(claim.pool).is_some_and(|p| p.free_slot(bin, kind)),
-            (None, None) => true,
-            _ => false,
-        }
-    }
-
-    /// The bins not yet opened with a slot for pod `pod` (one per distinct type and zone, at
-    /// most [`BIN_TYPES_TRIED`]) with their type and zone, for a new NodeClaim of pool `pi`.
-    pub(super) fn bins_to_open(&self, pi: usize, pod: usize) -> Vec<(u32, Bits, Option<Sym>)> {
-        let Some(kind) = self.pod_kind(pi, pod) else {
-            return Vec::new();
-        };
-        let Some(pool) = self
-            .pod_groups
-            .as_ref()
-            .and_then(|g| g.bins.as_ref())
-            .and_then(|b| b.get(pi))
-        else {
-            return Vec::new();
-        };
-        let mut out: Vec<(u32, Bits, Option<Sym>)> = Vec::new();
-        for &b in pool.by_kind.get(kind as usize).into_iter().flatten() {
-            if pool.opened.get(b as usize).copied().unwrap_or(true) {
-                continue;
-            }
-            let (Some(bits), Some(&zone)) =
-                (pool.types.get(b as usize), pool.zones.get(b as usize))
-            else {
-                continue;
-            };
-            if out.iter().all(|(_, t, z)| t != bits || *z != zone) {
-                out.push((b, bits.clone(), zone));
-                if out.len() == BIN_TYPES_TRIED {
-                    break;
-                }
-            }
-        }
-        out
-    }
-
-    /// A NodeClaim now realises bin `bin` of pool `pi`.
-    pub(super) fn open_bin(&mut self, pi: usize, bin: u32) {
-        if let Some(slot) = self
-            .pod_groups
-            .as_mut()
-            .and_then(|g| g.bins.as_mut())
-            .and_then(|b| b.get_mut(pi))
-            .and_then(|p| p.opened.get_mut(bin as usize))
-        {
-            *slot = true;
-        }
-    }
-
-    /// Pod `pod` joined a NodeClaim realising bin `bin` of pool `pi`: it takes a slot.
-    pub(super) fn take_bin_slot(&mut self, pi: usize, bin: u32, pod: usize) {
-        let Some(kind) = self.pod_kind(pi, pod) else {
-            return;
-        };
-        let slots = self
-            .pod_groups
-            .as_mut()
-            .and_then(|g| g.bins.as_mut())
-            .and_then(|b| b.get_mut(pi))
-            .and_then(|p| p.slots.get_mut(bin as usize));
-        if let Some(slot) = slots
-            .into_iter()
-            .flatten()
-            .find(|(k, n)| *k == kind && *n > 0)
-        {
-            slot.1 -= 1;
-        }
+impl PodGroupTypes {
+    /// Pod `pod`'s group in pool `pi`'s plan, if that plan placed it.
+    pub(super) fn group(&self, pi: usize, pod: usize) -> Option<u32> {
+        let (pool, group) = (*self.group_of.get(pod)?)?;
+        (pool as usize == pi).then_some(group)
     }
 }
 
@@ -478,101 +346,6 @@ fn pool_plan(
     })
 }
 
-impl Engine {
-    /// Pool `pi`'s plan for [`Candidate::Bins`]: each planned pod's kind, and the planned
-    /// nodes. Pods with affinity, anti-affinity or a spread over another key than the zone are
-    /// not planned (they open and join NodeClaims outside the bins, as upstream).
-    fn bin_plan(
-        &self,
-        pi: usize,
-        infos: &[PendingPod],
-        columns: &[TypeColumn],
-        pods: &[(usize, [f64; RESOURCES])],
-    ) -> Option<(Vec<(usize, u32)>, PoolBins)> {
-        let pool = &self.pools[pi];
-        let zone_key = self.keys.zone;
-        let pool_zone = pool.reqs.get(&zone_key);
-        let zones: Vec<Sym> = self
-            .topology
-            .domains
-            .get(&zone_key)
-            .into_iter()
-            .flatten()
-            .map(|d| d.value)
-            .filter(|z| pool_zone.is_none_or(|r| r.has(z)))
-            .collect();
-        let offered: Vec<Vec<bool>> = columns
-            .iter()
-            .map(|c| {
-                zones
-                    .iter()
-                    .map(|&z| {
-                        let mut reqs = pool.reqs.clone();
-                        reqs.add(zone_key, Req::is_in([z]));
-                        pool.cheapest_price(c.index, &reqs, &self.keys).is_finite()
-                    })
-                    .collect()
-            })
-            .collect();
-        let plan_pods: Vec<bins::PlanPod> = pods
-            .iter()
-            .filter_map(|&(id, request)| {
-                let groups = self.groups_of.get(infos.get(id)?.shape)?;
-                let zone_group = self.zone_group(groups)?;
-                Some(bins::PlanPod {
-                    id,
-                    request,
-                    zone_group,
-                })
-            })
-            .collect();
-        let plain: Vec<Column> = columns.iter().map(|c| c.column.clone()).collect();
-        let mut demand = [0.0; RESOURCES];
-        for pod in &plan_pods {
-            for (total, amount) in demand.iter_mut().zip(&pod.request) {
-                *total += amount;
-            }
-        }
-        let mix = bound::cheapest_mix(&plain, demand)?;
-        let plan = bins::plan(&plan_pods, &plain, &offered, zones.len(), mix.duals);
-        let kinds = plan
-            .kinds
-            .iter()
-            .enumerate()
-            .flat_map(|(k, members)| members.iter().map(move |&pod| (pod, k as u32)))
-            .collect();
-        Some((
-            kinds,
-            PoolBins::new(pool.types.len(), columns, &zones, &plan),
-        ))
-    }
-
-    /// Whether a pod with these topology groups can be planned in a bin (`None`: it cannot),
-    /// and the zone-spread group it counts in.
-    fn zone_group(&self, groups: &PodGroups) -> Option<Option<u32>> {
-        let constrained = [
-            &groups.affinity_required,
-            &groups.affinity_preferred,
-            &groups.anti_required,
-            &groups.anti_preferred,
-            &groups.inverse_owned,
-            &groups.inverse_selecting,
-        ];
-        if constrained.iter().any(|g| !g.is_empty()) {
-            return None;
-        }
-        let mut zone_group = None;
-        for &gid in groups.spread.iter().filter(|&&g| g != usize::MAX) {
-            let group = self.topology.groups.get(gid)?;
-            if group.key != self.keys.zone {
-                return None;
-            }
-            zone_group.get_or_insert(gid as u32);
-        }
-        Some(zone_group)
-    }
-}
-
 /// The types that alone would cover `pods` cheapest in whole nodes (fractional fill of each
 /// resource, rounded up to whole nodes), cheapest first.
 fn single_types(columns: &[TypeColumn], pods: &[(usize, [f64; RESOURCES])]) -> Vec<usize> {
@@ -622,15 +395,7 @@ const CANDIDATES: [Candidate; MAX_CANDIDATES] = [
     Candidate::Families {
         nodes_per_family: 8.0,
     },
-    Candidate::Families {
-        nodes_per_family: 4.0,
-    },
-    Candidate::Families {
-        nodes_per_family: 16.0,
-    },
     Candidate::SingleType { rank: 0 },
-    Candidate::SingleType { rank: 1 },
-    Candidate::SingleType { rank: 2 },
 ];
 
 /// [`PackingPolicy::CostOptimal`]'s solve (see the module's documentation).
