@@ -281,7 +281,7 @@ fn repeats_of(
     if zoned <= 0.0 {
         return available;
     }
-    let while_busiest = (lead / zoned).floor() as usize + 1;
+    let while_busiest = ((lead / zoned).floor() as usize).saturating_add(1);
     available.min(while_busiest.max(1))
 }
 
