@@ -31,7 +31,7 @@ fn generated_crds_pass_the_api_server_crd_checks() {
 
 #[test]
 fn committed_deploy_crds_pass_the_api_server_crd_checks() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
+    let dir = super::fixtures::crate_dir().join("../../deploy/crds");
     for (name, _) in crd::render_yaml().unwrap() {
         let text = std::fs::read_to_string(dir.join(&name)).unwrap();
         let parsed: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();

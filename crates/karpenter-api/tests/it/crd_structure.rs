@@ -244,7 +244,7 @@ fn schemas_are_structural() {
 /// `deploy/crds/` is committed; it must be exactly what `karpenter crds` generates.
 #[test]
 fn deploy_crds_are_up_to_date() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
+    let dir = super::fixtures::crate_dir().join("../../deploy/crds");
     let update = std::env::var_os("KARPENTER_UPDATE_CRDS").is_some();
     let crds = crd::all().unwrap();
     for (i, (name, yaml)) in crd::render_yaml().unwrap().into_iter().enumerate() {

@@ -4,8 +4,17 @@ use std::path::{Path, PathBuf};
 
 use karpenter_api::manifest::{Document, split_documents};
 
+/// This crate's directory as `cargo test` names it when it runs the binary, so a test binary
+/// built from another checkout sharing the target directory (and not rebuilt, the crate being
+/// unchanged) still reads this checkout's files; the path it was built in otherwise.
+pub fn crate_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/manifests")
+    crate_dir().join("../../tests/fixtures/manifests")
 }
 
 pub fn documents(path: &Path) -> Vec<Document> {
