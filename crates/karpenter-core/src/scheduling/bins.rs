@@ -32,6 +32,8 @@
 //! find one. Pure arithmetic on request rows and type columns; the engine turns the bins into a
 //! restricted greedy run that checks every scheduling constraint (see `engine::packing`).
 
+use std::rc::Rc;
+
 use super::bound::{Column, RESOURCES};
 
 /// A pod to plan.
@@ -43,6 +45,8 @@ pub struct PlanPod {
     /// The zone-spread group it counts in, if any: its replicas must be dealt evenly across
     /// the zones, so each planned node holding it is planned in one zone.
     pub zone_group: Option<u32>,
+    /// Per column, whether its node requirements admit the type (`None`: every column).
+    pub allowed: Option<Rc<[bool]>>,
 }
 
 /// One planned node: a type, a zone when it holds zone-spread pods, and how many pods of each
@@ -78,9 +82,20 @@ struct Kind {
     request: [f64; RESOURCES],
     /// The zone its pods are dealt to (zone-spread pods only).
     zone: Option<usize>,
+    /// The columns its pods may go to (`None`: every column).
+    allowed: Option<Rc<[bool]>>,
     pods: Vec<usize>,
     /// How many are not yet in a bin.
     left: usize,
+}
+
+impl Kind {
+    /// Whether its pods may go to column `c`.
+    fn admits(&self, c: usize) -> bool {
+        self.allowed
+            .as_ref()
+            .is_none_or(|a| a.get(c).copied().unwrap_or(false))
+    }
 }
 
 /// Plans bins for `pods` over `columns` (each type's price and room beyond its daemonset
@@ -120,7 +135,11 @@ fn plan_with(
     let mut kinds = kinds(pods, zones);
     let worth =
         |request: &[f64; RESOURCES]| -> f64 { (0..RESOURCES).map(|r| duals[r] * request[r]).sum() };
-    let candidates = candidate_columns(columns, offered, worth);
+    let mut restrictions: Vec<Rc<[bool]>> =
+        kinds.iter().filter_map(|k| k.allowed.clone()).collect();
+    restrictions.sort();
+    restrictions.dedup();
+    let candidates = candidate_columns(columns, offered, &restrictions, worth);
     let launches_in = |c: usize, zone: Option<usize>| {
         zone.is_none_or(|z| {
             offered
@@ -171,7 +190,10 @@ fn plan_with(
             zone_worth[z] - next
         });
         let holds_seed = |c: usize| {
-            seed.is_none_or(|k| (0..RESOURCES).all(|r| kinds[k].request[r] <= columns[c].room[r]))
+            seed.is_none_or(|k| {
+                kinds[k].admits(c)
+                    && (0..RESOURCES).all(|r| kinds[k].request[r] <= columns[c].room[r])
+            })
         };
         let mut best: Option<(f64, usize, Vec<u32>, usize)> = None;
         for &c in candidates
@@ -186,7 +208,7 @@ fn plan_with(
                     .map(|(&n, k)| f64::from(n) * worth(&k.request))
                     .sum()
             };
-            let taken = fill(&kinds, &eligible, &column.room, seed, balance);
+            let taken = fill(&kinds, &eligible, c, &column.room, seed, balance);
             let value = value_of(&taken);
             if value <= 0.0 {
                 continue;
@@ -296,13 +318,16 @@ fn kinds(pods: &[PlanPod], zones: usize) -> Vec<Kind> {
             .find(|o| o.is_ne())
             .unwrap_or(std::cmp::Ordering::Equal)
             .then(a.zone_group.cmp(&b.zone_group))
+            .then(a.allowed.cmp(&b.allowed))
             .then(a.id.cmp(&b.id))
     });
     let mut grouped: Vec<(&PlanPod, Vec<usize>)> = Vec::new();
     for pod in sorted {
         match grouped.last_mut() {
             Some((first, ids))
-                if first.request == pod.request && first.zone_group == pod.zone_group =>
+                if first.request == pod.request
+                    && first.zone_group == pod.zone_group
+                    && first.allowed == pod.allowed =>
             {
                 ids.push(pod.id);
             }
@@ -315,6 +340,7 @@ fn kinds(pods: &[PlanPod], zones: usize) -> Vec<Kind> {
             kinds.push(Kind {
                 request: first.request,
                 zone: None,
+                allowed: first.allowed.clone(),
                 left: ids.len(),
                 pods: ids,
             });
@@ -326,6 +352,7 @@ fn kinds(pods: &[PlanPod], zones: usize) -> Vec<Kind> {
                 kinds.push(Kind {
                     request: first.request,
                     zone: Some(z),
+                    allowed: first.allowed.clone(),
                     left: share.len(),
                     pods: share,
                 });
@@ -335,14 +362,23 @@ fn kinds(pods: &[PlanPod], zones: usize) -> Vec<Kind> {
     kinds
 }
 
-/// The columns worth trying: per distinct room (and zones it launches in) the cheapest, then the [`MAX_TYPES`] whose room
-/// is worth most per dollar at the dual prices (ties: larger first, fewer nodes for the same
-/// money).
+/// The columns worth trying: per distinct room (and zones it launches in, and pods it admits)
+/// the cheapest, then the [`MAX_TYPES`] whose room is worth most per dollar at the dual prices
+/// (ties: larger first, fewer nodes for the same money).
 fn candidate_columns(
     columns: &[Column],
     offered: &[Vec<bool>],
+    restrictions: &[Rc<[bool]>],
     worth: impl Fn(&[f64; RESOURCES]) -> f64,
 ) -> Vec<usize> {
+    // Which pods' node requirements admit a column (a type some pods may not use is no
+    // duplicate of one they may).
+    let admitted = |c: usize| -> Vec<bool> {
+        restrictions
+            .iter()
+            .map(|r| r.get(c).copied().unwrap_or(false))
+            .collect()
+    };
     let mut order: Vec<usize> = (0..columns.len())
         .filter(|&c| columns[c].price.is_finite() && columns[c].price > 0.0)
         .collect();
@@ -358,7 +394,9 @@ fn candidate_columns(
     });
     // (A type that launches in other zones than the cheaper one stays.)
     order.dedup_by(|b, a| {
-        columns[*a].room == columns[*b].room && offered.get(*a) == offered.get(*b)
+        admitted(*a) == admitted(*b)
+            && columns[*a].room == columns[*b].room
+            && offered.get(*a) == offered.get(*b)
     });
     let efficiency = |c: usize| worth(&columns[c].room) / columns[c].price;
     order.sort_by(|&a, &b| {
@@ -371,14 +409,16 @@ fn candidate_columns(
     order
 }
 
-/// How many pods of each kind a node with `room` takes, filled one pod at a time from the
-/// `eligible` kinds (those with pods left that the node's zone admits), `seed` first: each time
+/// How many pods of each kind a node of `column` with `room` takes, filled one pod at a time
+/// from the `eligible` kinds (those with pods left that the node's zone admits) whose pods may
+/// go to that column, `seed` first: each time
 /// the pod that most raises the node's least used resource (cpu or memory, as a share of the
 /// room), less `balance` times how much further it lifts the other; so the node stays full in
 /// both as it fills.
 fn fill(
     kinds: &[Kind],
     eligible: &[usize],
+    column: usize,
     room: &[f64; RESOURCES],
     seed: Option<usize>,
     balance: f64,
@@ -399,7 +439,7 @@ fn fill(
         let mut best: Option<(f64, usize)> = None;
         for &k in eligible {
             let kind = &kinds[k];
-            if kind.left <= taken[k] as usize {
+            if kind.left <= taken[k] as usize || !kind.admits(column) {
                 continue;
             }
             if (0..RESOURCES).any(|r| kind.request[r] > free[r]) {
@@ -440,6 +480,7 @@ mod tests {
             id,
             request,
             zone_group: None,
+            allowed: None,
         }
     }
 
@@ -542,6 +583,7 @@ mod tests {
                 id: i,
                 request: [1.0, 4.0, 1.0],
                 zone_group: Some(7),
+                allowed: None,
             })
             .collect();
         pods.extend((10..16).map(|i| pod(i, [1.0, 4.0, 1.0])));
@@ -567,5 +609,27 @@ mod tests {
         assert_eq!(per_zone, [2, 2, 2], "{plan:?}");
         let planned: usize = plan.kinds.iter().map(Vec::len).sum();
         assert_eq!(planned, 12);
+    }
+
+    #[test]
+    fn pods_go_only_to_the_types_their_node_requirements_admit() {
+        // The cheaper column 1 is what an arm type would be; half the pods are amd64-only
+        // (column 0 only): they get bins of column 0, the others of column 1.
+        let columns = [column(0.4, 4.0, 16.0), column(0.3, 4.0, 16.0)];
+        let amd64_only: Rc<[bool]> = Rc::from(vec![true, false]);
+        let mut pods: Vec<PlanPod> = (0..8).map(|i| pod(i, [1.0, 4.0, 1.0])).collect();
+        pods.extend((10..18).map(|i| PlanPod {
+            allowed: Some(amd64_only.clone()),
+            ..pod(i, [1.0, 4.0, 1.0])
+        }));
+        let plan = plan(&pods, &columns, &[], 0, [0.0375, 0.009375, 0.0]);
+        for bin in &plan.bins {
+            for &(k, _) in &bin.slots {
+                let pinned = plan.kinds[k].iter().all(|&id| id >= 10);
+                assert!(!pinned || bin.column == 0, "{bin:?} holds amd64-only pods");
+            }
+        }
+        let on = |c: usize| plan.bins.iter().filter(|b| b.column == c).count();
+        assert_eq!((on(0), on(1)), (2, 2), "{plan:?}");
     }
 }

@@ -195,15 +195,38 @@ impl Engine {
                     .collect()
             })
             .collect();
+        // Per pod shape, the columns its node selector (and single required node-affinity
+        // term) admits; `None`: every column.
+        let mut allowed_of: HashMap<usize, Option<Rc<[bool]>>> = HashMap::new();
         let plan_pods: Vec<bins::PlanPod> = pods
             .iter()
             .filter_map(|&(id, request)| {
-                let groups = self.groups_of.get(infos.get(id)?.shape)?;
+                let info = infos.get(id)?;
+                let groups = self.groups_of.get(info.shape)?;
                 let zone_group = self.zone_group(groups)?;
+                let allowed = allowed_of
+                    .entry(info.shape)
+                    .or_insert_with(|| {
+                        let single_term = match info.required_terms.as_slice() {
+                            [term] => Some(term),
+                            _ => None,
+                        };
+                        if info.node_selector.is_empty() && single_term.is_none() {
+                            return None;
+                        }
+                        let mut reqs = info.node_selector.clone();
+                        if let Some(term) = single_term {
+                            reqs.add_all(term);
+                        }
+                        let types = pool.compatible_types(&reqs, &self.keys);
+                        Some(columns.iter().map(|c| types.get(c.index)).collect())
+                    })
+                    .clone();
                 Some(bins::PlanPod {
                     id,
                     request,
                     zone_group,
+                    allowed,
                 })
             })
             .collect();
