@@ -238,12 +238,7 @@ fn pool_plan(
     nodes_per_family: f64,
 ) -> Option<PoolPlan> {
     let plain: Vec<Column> = columns.iter().map(|c| c.column.clone()).collect();
-    let mut demand = [0.0; RESOURCES];
-    for (_, r) in pods {
-        for i in 0..RESOURCES {
-            demand[i] += r[i];
-        }
-    }
+    let demand = total_demand(pods.iter().map(|(_, r)| r));
     let mix = bound::cheapest_mix(&plain, demand)?;
     // Types nearly as cheap per resource as the mix, at the mix's dual prices.
     let efficient = |c: &Column| {
@@ -349,12 +344,11 @@ fn pool_plan(
 /// The types that alone would cover `pods` cheapest in whole nodes (fractional fill of each
 /// resource, rounded up to whole nodes), cheapest first.
 fn single_types(columns: &[TypeColumn], pods: &[(usize, [f64; RESOURCES])]) -> Vec<usize> {
-    let mut demand = [0.0; RESOURCES];
+    let demand = total_demand(pods.iter().map(|(_, r)| r));
     let mut largest = [0.0; RESOURCES];
     for (_, r) in pods {
-        for i in 0..RESOURCES {
-            demand[i] += r[i];
-            largest[i] = f64::max(largest[i], r[i]);
+        for (most, amount) in largest.iter_mut().zip(r) {
+            *most = f64::max(*most, *amount);
         }
     }
     let mut costs: Vec<(f64, usize)> = columns
@@ -511,6 +505,19 @@ impl Engine {
         }
         best
     }
+}
+
+/// The sum of request rows (the demand the bound covers).
+pub(super) fn total_demand<'r>(
+    rows: impl IntoIterator<Item = &'r [f64; RESOURCES]>,
+) -> [f64; RESOURCES] {
+    let mut demand = [0.0; RESOURCES];
+    for row in rows {
+        for (total, amount) in demand.iter_mut().zip(row) {
+            *total += amount;
+        }
+    }
+    demand
 }
 
 /// A pod's requests as the bound's rows (cpu millicores, memory bytes, pods).

@@ -5,7 +5,7 @@
 //! none can take it, it opens a fallback NodeClaim of any type that others in its situation
 //! join. Every placement still passes the scheduler's own checks.
 
-use super::packing::TypeColumn;
+use super::packing::{TypeColumn, total_demand};
 use super::*;
 use crate::scheduling::bins;
 use crate::scheduling::bound::{self, Column, RESOURCES};
@@ -231,12 +231,7 @@ impl Engine {
             })
             .collect();
         let plain: Vec<Column> = columns.iter().map(|c| c.column.clone()).collect();
-        let mut demand = [0.0; RESOURCES];
-        for pod in &plan_pods {
-            for (total, amount) in demand.iter_mut().zip(&pod.request) {
-                *total += amount;
-            }
-        }
+        let demand = total_demand(plan_pods.iter().map(|p| &p.request));
         let mix = bound::cheapest_mix(&plain, demand)?;
         let plan = bins::plan(&plan_pods, &plain, &offered, zones.len(), mix.duals);
         let kinds = plan
