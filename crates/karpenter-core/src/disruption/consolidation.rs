@@ -17,7 +17,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use karpenter_api::v1::ConsolidationPolicy;
-use karpenter_api::well_known::CAPACITY_TYPE_LABEL;
+use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, ZONE_LABEL};
 use kube_core::ResourceExt;
 
 use super::balanced;
@@ -227,6 +227,10 @@ fn single_node_commands<'a>(
 /// `Method::MultiNodeConsolidation`: the largest prefix of the candidates (best savings first,
 /// within budgets, at most [`MAX_MULTI_CANDIDATES`]) that can be deleted or replaced by one
 /// cheaper node, found by binary search as upstream `firstNConsolidationOption`.
+///
+/// Under `PackingPolicy::CostOptimal` the search also grows a group of the most wasteful
+/// candidates ([`waste`]) re-planned into new nodes of their own, and returns whichever of the
+/// two commands saves more per unit of disruption ([`savings_per_disruption`]).
 pub fn multi_node<'a>(
     facts: &impl PassFacts<'a>,
     blocked: &mut BTreeMap<String, Rejection>,
@@ -242,19 +246,50 @@ pub fn multi_node<'a>(
         return Vec::new();
     }
     let mut simulator = Simulator::for_consolidation(input);
-    let max = within_budget.len().min(MAX_MULTI_CANDIDATES);
-    simulator.prepare(&within_budget[..within_budget.len().min(max + 1)]);
+    let first_n = largest_working_prefix(input, &mut simulator, &within_budget);
+    if input.scheduler.packing_policy == PackingPolicy::Upstream {
+        return first_n.into_iter().collect();
+    }
+    let all: Vec<&Candidate<'_>> = found.iter().collect();
+    let by_waste = waste::most_wasteful_first(input, &simulator, &all);
+    let mut repacking = Simulator::for_repacking(input);
+    let budgets = facts.budgets(DisruptionReason::Underutilized);
+    let wasteful = waste::grown_group(input, &mut repacking, &by_waste, &budgets);
+    let rate = |command: &Command| {
+        let disrupted: Vec<&Candidate<'_>> = found
+            .iter()
+            .filter(|c| command.candidates.iter().any(|d| d.name == c.name()))
+            .collect();
+        savings_per_disruption(command, &disrupted)
+    };
+    match (first_n, wasteful) {
+        (Some(a), Some(b)) if rate(&b) > rate(&a) => vec![b],
+        (Some(a), _) => vec![a],
+        (None, b) => b.into_iter().collect(),
+    }
+}
+
+/// Upstream `firstNConsolidationOption`: the command for the largest prefix of `order` (at least
+/// two, at most [`MAX_MULTI_CANDIDATES`] candidates) that can be deleted or replaced, found by
+/// binary search.
+fn largest_working_prefix<'c>(
+    input: &DisruptionInput<'_>,
+    simulator: &mut Simulator<'c>,
+    order: &[&Candidate<'c>],
+) -> Option<Command> {
+    let max = order.len().min(MAX_MULTI_CANDIDATES);
+    simulator.prepare(&order[..order.len().min(max + 1)]);
     let mut lo = 1;
-    let mut hi = if within_budget.len() <= max {
-        within_budget.len() - 1
+    let mut hi = if order.len() <= max {
+        order.len() - 1
     } else {
         max
     };
     let mut best = None;
     while lo <= hi {
         let mid = lo + (hi - lo) / 2;
-        let prefix = &within_budget[..=mid];
-        match compute(input, &simulator, prefix, Method::MultiNodeConsolidation) {
+        let prefix = &order[..=mid];
+        match compute(input, simulator, prefix, Method::MultiNodeConsolidation) {
             Ok(command) => {
                 best = Some(command);
                 lo = mid + 1;
@@ -262,7 +297,7 @@ pub fn multi_node<'a>(
             Err(_) => hi = mid - 1,
         }
     }
-    best.into_iter().collect()
+    best
 }
 
 /// Cheap necessary conditions checked before simulating a single candidate, so a pass over a
@@ -290,30 +325,7 @@ impl Bounds {
             acc.add(f.as_ref()?);
             Some(acc)
         });
-        let mut offers = Vec::new();
-        for pool in input.state.nodepools() {
-            if pool.is_static() || pool.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let Some(types) = input.instance_types.get(&pool.name_any()) else {
-                continue;
-            };
-            let requirements = Requirements::from_node_selector_with_min_values(
-                &pool.spec.template.spec.requirements,
-            )
-            .unwrap_or_default();
-            let capacity_types = requirements.get(&CAPACITY_TYPE_LABEL.to_string());
-            for it in types {
-                let cheapest = it
-                    .available_offerings()
-                    .filter(|o| capacity_types.is_none_or(|r| r.has(&o.capacity_type)))
-                    .map(|o| o.price)
-                    .min_by(f64::total_cmp);
-                if let Some(price) = cheapest {
-                    offers.push((it.allocatable(), price));
-                }
-            }
-        }
+        let offers: Vec<(ResourceList, f64)> = pool_offers(input).into_values().flatten().collect();
         let mut unit_prices: BTreeMap<String, f64> = BTreeMap::new();
         for (allocatable, price) in &offers {
             for (resource, amount) in allocatable.iter() {
@@ -384,6 +396,45 @@ impl Bounds {
     }
 }
 
+/// Every instance type each dynamic NodePool's requirements admit (by pool name), as
+/// (allocatable, the cheapest price of its available offerings in the zones and capacity types
+/// the pool allows).
+fn pool_offers(input: &DisruptionInput<'_>) -> BTreeMap<String, Vec<(ResourceList, f64)>> {
+    let mut out = BTreeMap::new();
+    for pool in input.state.nodepools() {
+        if pool.is_static() || pool.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(types) = input.instance_types.get(&pool.name_any()) else {
+            continue;
+        };
+        let requirements =
+            Requirements::from_node_selector_with_min_values(&pool.spec.template.spec.requirements)
+                .unwrap_or_default();
+        let capacity_types = requirements.get(&CAPACITY_TYPE_LABEL.to_string());
+        let zones = requirements.get(&ZONE_LABEL.to_string());
+        let offers: Vec<(ResourceList, f64)> = types
+            .iter()
+            .filter(|it| {
+                Requirements::from_labels(&it.labels)
+                    .intersects(&requirements)
+                    .is_ok()
+            })
+            .filter_map(|it| {
+                let cheapest = it
+                    .available_offerings()
+                    .filter(|o| capacity_types.is_none_or(|r| r.has(&o.capacity_type)))
+                    .filter(|o| zones.is_none_or(|r| r.has(&o.zone)))
+                    .map(|o| o.price)
+                    .min_by(f64::total_cmp)?;
+                Some((it.allocatable(), cheapest))
+            })
+            .collect();
+        out.insert(pool.name_any(), offers);
+    }
+    out
+}
+
 /// Upstream `computeConsolidation` for `candidates` together: delete when their pods fit on the
 /// remaining nodes, replace when the simulation's new NodeClaims are cheaper than them all
 /// (exactly one strictly cheaper node under the `Upstream` packing policy; M ≥ 1 nodes saving
@@ -443,6 +494,7 @@ pub fn compute<'c>(
 }
 
 mod replacements;
+mod waste;
 
 #[cfg(test)]
 mod cost_optimal_tests;

@@ -145,9 +145,23 @@ impl<'a> Simulator<'a> {
             })
             .collect();
         for node in &mut simulator.prepared.input.existing_nodes {
-            node.under_consolidate_after = in_window.contains(&node.name);
+            node.closed_to_moved_pods = in_window.contains(&node.name);
         }
         simulator.prepared.input.moved_pods_from = Some(simulator.base_pods.len());
+        simulator
+    }
+
+    /// [`for_consolidation`](Self::for_consolidation) where the moved pods may land on no
+    /// existing node: the candidates' pods are re-planned into new nodes of their own (what
+    /// `CostOptimal` multi-node consolidation tries for its most wasteful nodes). Such a command
+    /// does not count on room elsewhere, which the evicted pods may not find in the order the
+    /// drain frees them: the replacements hold every pod, so pods landing elsewhere only leave
+    /// them emptier.
+    pub fn for_repacking(input: &'a DisruptionInput<'a>) -> Self {
+        let mut simulator = Self::for_consolidation(input);
+        for node in &mut simulator.prepared.input.existing_nodes {
+            node.closed_to_moved_pods = true;
+        }
         simulator
     }
 

@@ -170,8 +170,9 @@ struct Node {
     bound_counts: Vec<(usize, Sym)>,
     /// Taken away for the current [`WhatIf`] solve: no pod may land here.
     gone: bool,
-    /// Under its `consolidateAfter` window: no pod moved by a consolidation lands here.
-    under_consolidate_after: bool,
+    /// No pod moved by a consolidation lands here (its `consolidateAfter` window, or a
+    /// re-plan into new nodes only).
+    closed_to_moved_pods: bool,
 }
 
 struct Claim {

@@ -150,7 +150,7 @@ pub fn existing_node(
         initialized,
         startup_taints,
         volume_limits: BTreeMap::new(),
-        under_consolidate_after: false,
+        closed_to_moved_pods: false,
     })
 }
 
@@ -229,7 +229,7 @@ pub fn in_flight_node_claim(
         initialized: false,
         startup_taints: node_claim.spec.startup_taints.clone(),
         volume_limits: BTreeMap::new(),
-        under_consolidate_after: false,
+        closed_to_moved_pods: false,
     })
 }
 

@@ -45,7 +45,7 @@ pub struct SchedulerInput {
     pub options: SchedulerOptions,
     /// Consolidation simulations (upstream's `IsConsolidationSimulation`): the pods from this
     /// index on are moved off the candidates and may not land on existing nodes still under
-    /// their NodePool's `consolidateAfter` window ([`ExistingNode::under_consolidate_after`]);
+    /// their NodePool's `consolidateAfter` window ([`ExistingNode::closed_to_moved_pods`]);
     /// the pods before it (pending, or from nodes already going away) may.
     pub moved_pods_from: Option<usize>,
 }
@@ -88,9 +88,11 @@ pub struct ExistingNode {
     pub startup_taints: Vec<Taint>,
     /// CSI driver → attachable volume count (from CSINode).
     pub volume_limits: BTreeMap<String, u32>,
-    /// Still within its NodePool's `consolidateAfter` window: no destination for pods moved by a
-    /// consolidation simulation (see [`SchedulerInput::moved_pods_from`]).
-    pub under_consolidate_after: bool,
+    /// No destination for pods moved by a consolidation simulation (see
+    /// [`SchedulerInput::moved_pods_from`]): the node is still within its NodePool's
+    /// `consolidateAfter` window, or the simulation re-plans its candidates' pods into new nodes
+    /// only.
+    pub closed_to_moved_pods: bool,
 }
 
 /// Volumes, for volume topology and per-node volume limits.

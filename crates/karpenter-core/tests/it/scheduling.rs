@@ -430,7 +430,7 @@ fn a_node_under_its_consolidate_after_window_takes_pending_pods_but_not_moved_on
         &[(ZONE, "test-zone-1")],
         &[("cpu", "4"), ("memory", "8Gi"), ("pods", "10")],
     );
-    node.under_consolidate_after = true;
+    node.closed_to_moved_pods = true;
     // Pod 0 is pending; pod 1 is moved off a consolidation candidate.
     let input = SchedulerInput {
         node_pools: vec![pool("default")],

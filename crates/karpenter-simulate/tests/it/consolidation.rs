@@ -120,6 +120,10 @@ struct Generated {
     cluster: String,
     pending: String,
     pods: usize,
+    /// Each pod's (cpu millicores, memory MiB), by name.
+    requests: std::collections::BTreeMap<String, (i64, i64)>,
+    /// Each node type's allocatable (cpu millicores, memory MiB), by name.
+    types: std::collections::BTreeMap<String, (i64, i64)>,
 }
 
 /// `nodes` nodes, each of a random type holding 1–3 consecutive pods of the workload (so the
@@ -143,6 +147,7 @@ fn poorly_packed(nodes: usize, profile: Profile, seed: u64) -> Generated {
     let mut pending = String::from(POOL);
     let mut next = 0;
     let mut pod_count = 0;
+    let mut pod_requests = std::collections::BTreeMap::new();
     for index in 0..nodes {
         let mut take = 1 + rng.below(3);
         let fitting = loop {
@@ -169,6 +174,7 @@ fn poorly_packed(nodes: usize, profile: Profile, seed: u64) -> Generated {
             let pod_name = format!("{app}-{index}-{p}");
             pod_yaml(&mut cluster, &pod_name, app, cpu, memory, Some(&name));
             pod_yaml(&mut pending, &pod_name, app, cpu, memory, None);
+            pod_requests.insert(pod_name, (cpu, memory));
             pod_count += 1;
         }
         next += take;
@@ -177,6 +183,22 @@ fn poorly_packed(nodes: usize, profile: Profile, seed: u64) -> Generated {
         cluster,
         pending,
         pods: pod_count,
+        requests: pod_requests,
+        types: provider
+            .instance_types_for(&pool_only.node_pools[0], pool_only.node_classes.first())
+            .unwrap()
+            .iter()
+            .map(|it| {
+                let allocatable = it.allocatable();
+                (
+                    it.name.clone(),
+                    (
+                        (allocatable.get("cpu").as_f64_units() * 1000.0) as i64,
+                        (allocatable.get("memory").as_f64_units() / 1_048_576.0) as i64,
+                    ),
+                )
+            })
+            .collect(),
     }
 }
 
@@ -322,7 +344,12 @@ fn converge(generated: &Generated, policy: PackingPolicy) -> Converged {
         &outcome,
         DisruptionSettings {
             now: NOW.parse().unwrap(),
-            until: SignedDuration::from_hours(48),
+            until: SignedDuration::from_hours(
+                std::env::var("HOURS")
+                    .ok()
+                    .and_then(|h| h.parse().ok())
+                    .unwrap_or(48),
+            ),
             max_steps: MAX_STEPS,
             feature_gates: Default::default(),
             timeline: TimelineSettings::default(),
@@ -362,6 +389,50 @@ fn compare(nodes: usize, profile: Profile, seed: u64) -> (Converged, Converged) 
             run.virtual_minutes(),
             run.wall,
         );
+    }
+    if std::env::var("DETAIL").is_ok() {
+        for (policy, run) in [("Upstream", &upstream), ("CostOptimal", &cost_optimal)] {
+            for command in run.report.commands.iter().rev().take(40).rev() {
+                eprintln!(
+                    "  {} {} {:?} -> {:?} saves {:.4}",
+                    command.at,
+                    command.decision,
+                    command
+                        .candidates
+                        .iter()
+                        .map(|c| format!(
+                            "{}:{}",
+                            c.name,
+                            c.instance_type.clone().unwrap_or_default()
+                        ))
+                        .collect::<Vec<_>>(),
+                    command
+                        .replacements
+                        .iter()
+                        .map(|r| format!("{}:{}", r.name, r.instance_type))
+                        .collect::<Vec<_>>(),
+                    command.savings_per_hour
+                );
+            }
+            eprintln!("{policy}: final nodes");
+            for node in &run.report.after.nodes {
+                let it = node.instance_type.clone().unwrap_or_default();
+                let (cpu, memory) = generated.types.get(&it).copied().unwrap_or((1, 1));
+                let (used_cpu, used_memory) = node
+                    .pods
+                    .iter()
+                    .filter_map(|p| generated.requests.get(p.rsplit('/').next().unwrap_or(p)))
+                    .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+                eprintln!(
+                    "  {:<24} {:>8.3}  cpu {:>5.1} %  memory {:>5.1} %  {} pods",
+                    it,
+                    node.price.unwrap_or(0.0),
+                    100.0 * used_cpu as f64 / cpu as f64,
+                    100.0 * used_memory as f64 / memory as f64,
+                    node.pods.len()
+                );
+            }
+        }
     }
     for (policy, run) in [("Upstream", &upstream), ("CostOptimal", &cost_optimal)] {
         let report = &run.report;

@@ -260,3 +260,99 @@ fn a_split_is_validated_replacement_by_replacement() {
         BlockReason::DecisionChanged("3 replacements instead of 2".into()).to_string()
     );
 }
+
+/// `p1`, `p2`: medium.4x ($0.20) with one 3-cpu pod each; together they fit one `six.6x`
+/// ($0.28, the cheapest per cpu), alone nothing cheaper holds them. `q1`, `q2`: big.8x ($0.40)
+/// with one 7.5-cpu pod each, full: upstream's order (savings per disruption) puts them first.
+/// The pool's budget allows two nodes at a time.
+fn complementary_pair_behind_full_nodes(policy: PackingPolicy) -> World {
+    let mut types = sizes();
+    types.push(Arc::new(instance_type("six.6x", "6", 0.28)));
+    let budget = json!({"disruption": {
+        "consolidateAfter": "0s",
+        "consolidationPolicy": "WhenEmptyOrUnderutilized",
+        "budgets": [{"nodes": "2"}]
+    }});
+    let mut world = World::new(
+        vec![pool("default", &["on-demand"], budget)],
+        vec![
+            node("p1", "medium.4x", "on-demand", "default"),
+            node("p2", "medium.4x", "on-demand", "default"),
+            node("q1", "big.8x", "on-demand", "default"),
+            node("q2", "big.8x", "on-demand", "default"),
+        ],
+        vec![
+            pod("a", "p1", "3"),
+            pod("b", "p2", "3"),
+            pod("c", "q1", "7500m"),
+            pod("d", "q2", "7500m"),
+        ],
+    )
+    .with_types(&types);
+    world.scheduler.packing_policy = policy;
+    world
+}
+
+#[test]
+fn the_most_wasteful_nodes_come_first_by_their_price_above_their_pods_worth() {
+    let world = complementary_pair_behind_full_nodes(PackingPolicy::CostOptimal);
+    let input = world.input();
+    let found = consolidation_candidates(&input, &mut BTreeMap::new());
+    let names = |order: &[&Candidate<'_>]| order.iter().map(|c| c.name()).collect::<Vec<_>>();
+    let all: Vec<&Candidate<'_>> = found.iter().collect();
+    assert_eq!(names(&all), ["q1", "q2", "p1", "p2"], "savings ratio order");
+    let simulator = Simulator::for_consolidation(&input);
+    // At the bound's cpu price ($0.28 / 6 cpu), a medium.4x holding 3 cpu wastes $0.06/h and a
+    // big.8x holding 7.5 cpu $0.05/h.
+    let by_waste = waste::most_wasteful_first(&input, &simulator, &all);
+    assert_eq!(names(&by_waste), ["p1", "p2", "q1", "q2"]);
+}
+
+#[test]
+fn cost_optimal_consolidates_the_wasteful_pair_upstream_order_never_reaches() {
+    // Upstream: the budget's prefix is q1 + q2 (15 cpu: two big.8x again), and no node alone
+    // has anything cheaper. Nothing to do.
+    let upstream = complementary_pair_behind_full_nodes(PackingPolicy::Upstream);
+    let pass = crate::disruption::decide(&upstream.input());
+    assert!(pass.commands.is_empty(), "{:?}", pass.commands);
+    // CostOptimal also tries the most wasteful nodes together: p1 + p2 → one six.6x.
+    let cost_optimal = complementary_pair_behind_full_nodes(PackingPolicy::CostOptimal);
+    let pass = crate::disruption::decide(&cost_optimal.input());
+    assert_eq!(pass.method, Some(Method::MultiNodeConsolidation));
+    let command = &pass.commands[0];
+    let candidates: Vec<&str> = command.candidates.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(candidates, ["p1", "p2"]);
+    assert_eq!(command.replacements.len(), 1);
+    assert_eq!(first_option(&command.replacements[0]), "six.6x");
+    assert!(
+        (command.savings_per_hour - 0.12).abs() < 1e-9,
+        "{command:?}"
+    );
+}
+
+#[test]
+fn a_re_plan_into_new_nodes_does_not_count_on_other_nodes_room() {
+    // r has 7 cpu free: consolidation's simulation moves p1's and p2's pods there; the
+    // re-plan of the most wasteful group puts them on a new node of their own.
+    let world = world(
+        vec![
+            node("p1", "medium.4x", "on-demand", "default"),
+            node("p2", "medium.4x", "on-demand", "default"),
+            node("r", "big.8x", "on-demand", "default"),
+        ],
+        vec![pod("a", "p1", "3"), pod("b", "p2", "3"), pod("c", "r", "1")],
+        PackingPolicy::CostOptimal,
+    );
+    let input = world.input();
+    let found = consolidation_candidates(&input, &mut BTreeMap::new());
+    let pair: Vec<&Candidate<'_>> = found.iter().filter(|c| c.name().starts_with('p')).collect();
+    let moved = Simulator::for_consolidation(&input).run(&pair);
+    assert_eq!(moved.results.existing_nodes.len(), 1, "{moved:?}");
+    assert!(moved.new_node_claims().is_empty());
+    let re_planned = Simulator::for_repacking(&input).run(&pair);
+    assert!(
+        re_planned.results.existing_nodes.is_empty(),
+        "{re_planned:?}"
+    );
+    assert_eq!(re_planned.new_node_claims().len(), 1);
+}

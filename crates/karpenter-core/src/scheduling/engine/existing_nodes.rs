@@ -11,7 +11,7 @@ impl Engine {
         d: &Derived,
     ) -> Result<Reqs, Reject> {
         let node = &self.nodes[ni];
-        if node.under_consolidate_after && pod.index >= self.moved_pods_from {
+        if node.closed_to_moved_pods && pod.index >= self.moved_pods_from {
             return Err(Reject::ConsolidateAfter);
         }
         if let Some(i) = node

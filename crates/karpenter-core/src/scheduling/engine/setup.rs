@@ -314,7 +314,7 @@ impl Engine {
                 taint_set,
                 bound_counts: Vec::new(),
                 gone: false,
-                under_consolidate_after: n.under_consolidate_after,
+                closed_to_moved_pods: n.closed_to_moved_pods,
             });
             let _ = n.capacity.len();
         }

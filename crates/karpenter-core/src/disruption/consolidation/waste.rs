@@ -1,0 +1,167 @@
+//! `CostOptimal` multi-node consolidation's second search: the most wasteful candidates,
+//! re-planned together into new nodes of their own ([`grown_group`]).
+//!
+//! A node's waste is its price less what its pods are worth at the dual prices of its
+//! NodePool's lower bound ([`crate::scheduling::bound`]): the cheapest fractional mix of the
+//! pool's instance types covering the cpu, memory and pod count of every candidate's pods. By LP
+//! duality those pods are worth exactly the bound in total, and no instance type is worth more
+//! than its price, so every node's waste is its share of the pool's cost above the bound, ≥ 0
+//! (less any daemonset overhead, which the ranking ignores).
+//!
+//! Upstream's order (savings per unit of disruption) picks cheap-to-move nodes first. On a
+//! cluster of mixed pods, local moves stop at nodes each nearly full in one resource but of the
+//! wrong shape (cpu-hungry pods on memory-optimised nodes, one large pod on a node twice its
+//! size); no prefix of that order holds the complementary nodes together. Re-planning the
+//! most wasteful nodes together does: their pods go into fresh bins shaped for them.
+//!
+//! The re-plan does not count on other nodes' free room ([`Simulator::for_repacking`]). A
+//! drain evicts pods node by node and the scheduler places them as they come; a plan that packs
+//! them tightly into holes elsewhere and new nodes of exactly the right size may not survive
+//! that order, launch extra nodes, and undo itself at the next pass (measured: such plans went
+//! round in cycles). Replacements that hold every moved pod cannot be overrun that way.
+
+use std::collections::BTreeMap;
+
+use super::super::budgets::BudgetMapping;
+use super::super::candidates::Candidate;
+use super::super::command::DisruptionInput;
+use super::super::command::{Command, Method};
+use super::super::simulate::Simulator;
+use super::replacements::MIN_SAVINGS_FRACTION;
+use super::{MAX_MULTI_CANDIDATES, compute, pool_offers};
+use crate::pod::effective_requests;
+use crate::resources::ResourceList;
+use crate::scheduling::bound::{Column, RESOURCES, cheapest_mix};
+
+/// `candidates` (all of them, in no particular order) most wasteful first; ties by name.
+/// Candidates whose waste cannot be judged (no price, a pod whose requests cannot be read, a
+/// pool without a bound) come last, in their given order.
+pub(super) fn most_wasteful_first<'c, 'a>(
+    input: &DisruptionInput<'_>,
+    simulator: &Simulator<'c>,
+    candidates: &[&'a Candidate<'c>],
+) -> Vec<&'a Candidate<'c>> {
+    let rows: Vec<Option<[f64; RESOURCES]>> =
+        candidates.iter().map(|c| demand_of(simulator, c)).collect();
+    let mut demand: BTreeMap<String, [f64; RESOURCES]> = BTreeMap::new();
+    for (candidate, row) in candidates.iter().zip(&rows) {
+        let Some(row) = row else { continue };
+        let total = demand.entry(candidate.nodepool_name()).or_default();
+        for (sum, amount) in total.iter_mut().zip(row) {
+            *sum += amount;
+        }
+    }
+    let offers = pool_offers(input);
+    let duals: BTreeMap<String, [f64; RESOURCES]> = demand
+        .into_iter()
+        .filter_map(|(pool, demand)| {
+            let columns: Vec<Column> = offers
+                .get(&pool)?
+                .iter()
+                .map(|(allocatable, price)| Column {
+                    price: *price,
+                    room: row(allocatable),
+                })
+                .collect();
+            Some((pool, cheapest_mix(&columns, demand)?.duals))
+        })
+        .collect();
+    let mut judged: Vec<(f64, &'a Candidate<'c>)> = Vec::new();
+    let mut unjudged = Vec::new();
+    for (candidate, row) in candidates.iter().zip(rows) {
+        let waste = (|| {
+            let duals = duals.get(&candidate.nodepool_name())?;
+            let worth: f64 = row?.iter().zip(duals).map(|(a, d)| a * d).sum();
+            Some(candidate.price? - worth)
+        })();
+        match waste {
+            Some(waste) => judged.push((waste, candidate)),
+            None => unjudged.push(*candidate),
+        }
+    }
+    judged.sort_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then_with(|| a.1.name().cmp(&b.1.name()))
+    });
+    judged.into_iter().map(|(_, c)| c).chain(unjudged).collect()
+}
+
+/// The bound's rows of the pods the simulation would move off `candidate`.
+fn demand_of<'c>(simulator: &Simulator<'c>, candidate: &Candidate<'c>) -> Option<[f64; RESOURCES]> {
+    let mut total = ResourceList::new();
+    let pods = simulator.pods_of(candidate);
+    for pod in &pods {
+        total.add(&effective_requests(pod).ok()?);
+    }
+    let mut out = row(&total);
+    // Every pod takes one slot, whether or not it requests `pods`.
+    out[2] = pods.len() as f64;
+    Some(out)
+}
+
+/// cpu (cores), memory (bytes), pods: the bound's rows in the units of [`ResourceList`].
+fn row(resources: &ResourceList) -> [f64; RESOURCES] {
+    [
+        resources.get("cpu").as_f64_units(),
+        resources.get("memory").as_f64_units(),
+        resources.get("pods").as_f64_units(),
+    ]
+}
+
+/// The command for a group of candidates grown along `order` (most wasteful first; the first
+/// [`MAX_MULTI_CANDIDATES`] are looked at, one simulation each) within `budgets`.
+///
+/// Until some group works, the group is a window sliding down the order, as large as the
+/// budget allows: pods that re-plan no cheaper on a few nodes may on more, and a node nothing
+/// improves (its type already the best for its pods) drops out of the window. Once a group
+/// works, a candidate joins only when the command with it saves at least
+/// [`MIN_SAVINGS_FRACTION`] of the candidate's price more (the node pays for its own
+/// disruption); otherwise it is skipped. `simulator` should be
+/// [`Simulator::for_repacking`]'s.
+pub(super) fn grown_group<'c>(
+    input: &DisruptionInput<'_>,
+    simulator: &mut Simulator<'c>,
+    order: &[&Candidate<'c>],
+    budgets: &BudgetMapping,
+) -> Option<Command> {
+    let order = &order[..order.len().min(MAX_MULTI_CANDIDATES)];
+    simulator.prepare(order);
+    let mut group: Vec<&Candidate<'c>> = Vec::new();
+    let mut best: Option<Command> = None;
+    let within_budget = |group: &[&Candidate<'c>]| {
+        let mut left = budgets.clone();
+        group.iter().all(|c| left.take(&c.nodepool_name()))
+    };
+    for &candidate in order {
+        let mut trial = group.clone();
+        trial.push(candidate);
+        if best.is_none() {
+            // No working group yet: a window sliding down the order, as large as the budget.
+            while !trial.is_empty() && !within_budget(&trial) {
+                trial.remove(0);
+            }
+        } else if !within_budget(&trial) {
+            continue;
+        }
+        if trial.len() < 2 {
+            group = trial;
+            continue;
+        }
+        match compute(input, simulator, &trial, Method::MultiNodeConsolidation) {
+            Ok(command) => {
+                let enough = best.as_ref().is_none_or(|b| {
+                    command.savings_per_hour - b.savings_per_hour
+                        >= candidate.price.unwrap_or(0.0) * MIN_SAVINGS_FRACTION
+                });
+                if enough {
+                    group = trial;
+                    best = Some(command);
+                }
+            }
+            // More pods may re-plan cheaper together.
+            Err(_) if best.is_none() => group = trial,
+            Err(_) => {}
+        }
+    }
+    best
+}
