@@ -25,6 +25,7 @@ use karpenter_sim::SimCloudProvider;
 use serde::Serialize;
 use serde_json::json;
 
+use super::policies::PackingPolicyArg;
 use crate::output::{self, Format};
 
 #[derive(Debug, clap::Args)]
@@ -41,6 +42,10 @@ pub struct DisruptionBenchArgs {
     /// Seed for the cluster generator.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Consolidate as upstream does (`Upstream`) or toward the cost lower bound (`CostOptimal`:
+    /// several replacements, the most wasteful nodes re-planned together).
+    #[arg(long, value_enum, default_value = "Upstream")]
+    pub packing_policy: PackingPolicyArg,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
     pub output: Format,
@@ -207,7 +212,10 @@ pub fn measure(args: &DisruptionBenchArgs) -> anyhow::Result<DisruptionBenchRepo
     let pod_count = pods.len();
     let state = ClusterState::from_objects(vec![pool], claims, nodes, pods);
     let instance_types = BTreeMap::from([("default".to_string(), types)]);
-    let scheduler = SchedulerOptions::default();
+    let scheduler = SchedulerOptions {
+        packing_policy: args.packing_policy.into(),
+        ..SchedulerOptions::default()
+    };
     let options = DisruptionOptions::default();
     let drift = ProviderDrift::new();
 
