@@ -305,7 +305,12 @@ fn the_most_wasteful_nodes_come_first_by_their_price_above_their_pods_worth() {
     // At the bound's cpu price ($0.28 / 6 cpu), a medium.4x holding 3 cpu wastes $0.06/h and a
     // big.8x holding 7.5 cpu $0.05/h.
     let by_waste = waste::most_wasteful_first(&input, &simulator, &all);
-    assert_eq!(names(&by_waste), ["p1", "p2", "q1", "q2"]);
+    let order: Vec<&Candidate<'_>> = by_waste.iter().map(|w| w.candidate).collect();
+    assert_eq!(names(&order), ["p1", "p2", "q1", "q2"]);
+    let wastes: Vec<f64> = by_waste.iter().map(|w| w.waste).collect();
+    for (waste, expected) in wastes.iter().zip([0.06, 0.06, 0.05, 0.05]) {
+        assert!((waste - expected).abs() < 1e-9, "{wastes:?}");
+    }
 }
 
 #[test]

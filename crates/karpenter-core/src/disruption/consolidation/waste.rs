@@ -33,6 +33,13 @@ use crate::pod::effective_requests;
 use crate::resources::ResourceList;
 use crate::scheduling::bound::{Column, RESOURCES, cheapest_mix};
 
+/// A candidate and its waste (USD/hour).
+pub(super) struct Wasteful<'a, 'c> {
+    pub candidate: &'a Candidate<'c>,
+    /// `f64::INFINITY` when it cannot be judged: such a candidate is never ruled out.
+    pub waste: f64,
+}
+
 /// `candidates` (all of them, in no particular order) most wasteful first; ties by name.
 /// Candidates whose waste cannot be judged (no price, a pod whose requests cannot be read, a
 /// pool without a bound) come last, in their given order.
@@ -40,7 +47,7 @@ pub(super) fn most_wasteful_first<'c, 'a>(
     input: &DisruptionInput<'_>,
     simulator: &Simulator<'c>,
     candidates: &[&'a Candidate<'c>],
-) -> Vec<&'a Candidate<'c>> {
+) -> Vec<Wasteful<'a, 'c>> {
     let rows: Vec<Option<[f64; RESOURCES]>> =
         candidates.iter().map(|c| demand_of(simulator, c)).collect();
     let mut demand: BTreeMap<String, [f64; RESOURCES]> = BTreeMap::new();
@@ -83,7 +90,15 @@ pub(super) fn most_wasteful_first<'c, 'a>(
         b.0.total_cmp(&a.0)
             .then_with(|| a.1.name().cmp(&b.1.name()))
     });
-    judged.into_iter().map(|(_, c)| c).chain(unjudged).collect()
+    let unjudged = unjudged.into_iter().map(|candidate| Wasteful {
+        candidate,
+        waste: f64::INFINITY,
+    });
+    judged
+        .into_iter()
+        .map(|(waste, candidate)| Wasteful { candidate, waste })
+        .chain(unjudged)
+        .collect()
 }
 
 /// The bound's rows of the pods the simulation would move off `candidate`.
@@ -121,20 +136,25 @@ fn row(resources: &ResourceList) -> [f64; RESOURCES] {
 pub(super) fn grown_group<'c>(
     input: &DisruptionInput<'_>,
     simulator: &mut Simulator<'c>,
-    order: &[&Candidate<'c>],
+    order: &[Wasteful<'_, 'c>],
     budgets: &BudgetMapping,
 ) -> Option<Command> {
     let order = &order[..order.len().min(MAX_MULTI_CANDIDATES)];
-    simulator.prepare(order);
-    let mut group: Vec<&Candidate<'c>> = Vec::new();
+    let candidates: Vec<&Candidate<'c>> = order.iter().map(|w| w.candidate).collect();
+    simulator.prepare(&candidates);
+    // Indices into `order`, ascending (the prepared engine's order).
+    let mut group: Vec<usize> = Vec::new();
     let mut best: Option<Command> = None;
-    let within_budget = |group: &[&Candidate<'c>]| {
+    let within_budget = |group: &[usize]| {
         let mut left = budgets.clone();
-        group.iter().all(|c| left.take(&c.nodepool_name()))
+        group
+            .iter()
+            .all(|&i| left.take(&order[i].candidate.nodepool_name()))
     };
-    for &candidate in order {
+    let price = |i: usize| order[i].candidate.price.unwrap_or(0.0);
+    for next in 0..order.len() {
         let mut trial = group.clone();
-        trial.push(candidate);
+        trial.push(next);
         if best.is_none() {
             // No working group yet: a window sliding down the order, as large as the budget.
             while !trial.is_empty() && !within_budget(&trial) {
@@ -147,20 +167,27 @@ pub(super) fn grown_group<'c>(
             group = trial;
             continue;
         }
-        match compute(input, simulator, &trial, Method::MultiNodeConsolidation) {
-            Ok(command) => {
-                let enough = best.as_ref().is_none_or(|b| {
-                    command.savings_per_hour - b.savings_per_hour
-                        >= candidate.price.unwrap_or(0.0) * MIN_SAVINGS_FRACTION
-                });
-                if enough {
-                    group = trial;
-                    best = Some(command);
-                }
+        // No re-plan saves more than the group's waste (replacements cost at least their
+        // pods' worth), so a group that cannot reach the saving it needs is not simulated.
+        let waste: f64 = trial.iter().map(|&i| order[i].waste).sum();
+        let needed = match &best {
+            None => trial.iter().map(|&i| price(i)).sum::<f64>() * MIN_SAVINGS_FRACTION,
+            Some(b) => b.savings_per_hour + price(next) * MIN_SAVINGS_FRACTION,
+        };
+        let result = if waste < needed {
+            None
+        } else {
+            let members: Vec<&Candidate<'c>> = trial.iter().map(|&i| candidates[i]).collect();
+            compute(input, simulator, &members, Method::MultiNodeConsolidation).ok()
+        };
+        match result {
+            Some(command) if command.savings_per_hour >= needed => {
+                group = trial;
+                best = Some(command);
             }
             // More pods may re-plan cheaper together.
-            Err(_) if best.is_none() => group = trial,
-            Err(_) => {}
+            _ if best.is_none() => group = trial,
+            _ => {}
         }
     }
     best
