@@ -513,13 +513,7 @@ fn a_poorly_packed_mixed_cluster_ends_cheaper_under_cost_optimal_than_upstream()
 #[test]
 #[ignore = "minutes in a debug build; run with --release --include-ignored"]
 fn three_hundred_poorly_packed_nodes_converge_within_five_percent_of_the_bound() {
-    let (upstream, cost_optimal) = compare(300, Profile::CpuHeavy, 11);
-    assert!(
-        cost_optimal.ratio() <= 1.05,
-        "CostOptimal converged at {:.3} x the bound",
-        cost_optimal.ratio()
-    );
-    assert!(cost_optimal.ratio() < upstream.ratio());
+    converges_within_five_percent(300, Profile::CpuHeavy);
 }
 
 /// The same with mixed Deployments (cpu-, memory-hungry and balanced pods): the case local
@@ -527,7 +521,11 @@ fn three_hundred_poorly_packed_nodes_converge_within_five_percent_of_the_bound()
 #[test]
 #[ignore = "minutes in a debug build; run with --release --include-ignored"]
 fn three_hundred_poorly_packed_mixed_nodes_converge_within_five_percent_of_the_bound() {
-    let (upstream, cost_optimal) = compare(300, Profile::Mixed, 11);
+    converges_within_five_percent(300, Profile::Mixed);
+}
+
+fn converges_within_five_percent(nodes: usize, profile: Profile) {
+    let (upstream, cost_optimal) = compare(nodes, profile, 11);
     assert!(
         cost_optimal.ratio() <= 1.05,
         "CostOptimal converged at {:.3} x the bound",
