@@ -252,9 +252,10 @@ pub fn multi_node<'a>(
     }
     let all: Vec<&Candidate<'_>> = found.iter().collect();
     let by_waste = waste::most_wasteful_first(input, &simulator, &all);
-    let mut repacking = Simulator::for_repacking(input);
+    // The same snapshot, no second conversion of the cluster.
+    simulator.close_existing_nodes_to_moved_pods();
     let budgets = facts.budgets(DisruptionReason::Underutilized);
-    let wasteful = waste::grown_group(input, &mut repacking, &by_waste, &budgets);
+    let wasteful = waste::grown_group(input, &mut simulator, &by_waste, &budgets);
     let rate = |command: &Command| {
         let disrupted: Vec<&Candidate<'_>> = found
             .iter()

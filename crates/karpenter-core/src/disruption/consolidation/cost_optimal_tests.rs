@@ -354,7 +354,9 @@ fn a_re_plan_into_new_nodes_does_not_count_on_other_nodes_room() {
     let moved = Simulator::for_consolidation(&input).run(&pair);
     assert_eq!(moved.results.existing_nodes.len(), 1, "{moved:?}");
     assert!(moved.new_node_claims().is_empty());
-    let re_planned = Simulator::for_repacking(&input).run(&pair);
+    let mut simulator = Simulator::for_consolidation(&input);
+    simulator.close_existing_nodes_to_moved_pods();
+    let re_planned = simulator.run(&pair);
     assert!(
         re_planned.results.existing_nodes.is_empty(),
         "{re_planned:?}"

@@ -14,7 +14,7 @@
 //! size); no prefix of that order holds the complementary nodes together. Re-planning the
 //! most wasteful nodes together does: their pods go into fresh bins shaped for them.
 //!
-//! The re-plan does not count on other nodes' free room ([`Simulator::for_repacking`]). A
+//! The re-plan does not count on other nodes' free room ([`Simulator::close_existing_nodes_to_moved_pods`]). A
 //! drain evicts pods node by node and the scheduler places them as they come; a plan that packs
 //! them tightly into holes elsewhere and new nodes of exactly the right size may not survive
 //! that order, launch extra nodes, and undo itself at the next pass (measured: such plans went
@@ -131,8 +131,8 @@ fn row(resources: &ResourceList) -> [f64; RESOURCES] {
 /// improves (its type already the best for its pods) drops out of the window. Once a group
 /// works, a candidate joins only when the command with it saves at least
 /// [`MIN_SAVINGS_FRACTION`] of the candidate's price more (the node pays for its own
-/// disruption); otherwise it is skipped. `simulator` should be
-/// [`Simulator::for_repacking`]'s.
+/// disruption); otherwise it is skipped. `simulator`'s existing nodes should be closed to moved
+/// pods ([`Simulator::close_existing_nodes_to_moved_pods`]).
 pub(super) fn grown_group<'c>(
     input: &DisruptionInput<'_>,
     simulator: &mut Simulator<'c>,
