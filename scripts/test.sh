@@ -168,6 +168,36 @@ stop_moto() {
 }
 # ---------------------------------------------------------------------------------------------------
 
+# --- the real Kubernetes control plane for the end-to-end tests (crates/karpenter-envtest) ---------
+# Tests find etcd, kube-apiserver, kube-controller-manager and kube-scheduler through
+# KUBEBUILDER_ASSETS (controller-runtime's envtest convention). When it is unset and the project's
+# shared control-plane package sits beside the checkout (../shared/k8s), its unpack.sh unpacks the
+# binaries once into ~/.cache/k8s-test-assets and prints their directory. Each test binary then
+# starts and stops its own private instances on loopback ports. Without assets the real-cluster tests
+# print "skipped: no control plane (KUBEBUILDER_ASSETS)", unless CI=true, where that fails them.
+find_control_plane() {
+    if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
+        echo "== control plane: KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
+        return
+    fi
+    local unpack=../shared/k8s/unpack.sh
+    if [[ -x "$unpack" ]]; then
+        local dir
+        dir="$("$unpack")" || return 1
+        export KUBEBUILDER_ASSETS="$dir"
+        echo "== control plane: KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS (from $unpack)"
+        return
+    fi
+    echo "== control plane: none (KUBEBUILDER_ASSETS unset, no $unpack); the real-cluster tests skip"
+    [[ "${CI:-}" != "true" ]]
+}
+# Not a run_step: the variable it exports must reach the tests.
+if find_control_plane; then
+    STEP_NAMES+=("control plane (KUBEBUILDER_ASSETS)"); STEP_RESULTS+=("ok")
+else
+    STEP_NAMES+=("control plane (KUBEBUILDER_ASSETS)"); STEP_RESULTS+=("FAILED")
+fi
+
 run_step "cargo fmt --check" cargo fmt --all -- --check
 
 # Both builds of the binary: with the aws provider (the image's) and without (the default).
@@ -190,5 +220,10 @@ run_step "cargo test (--features karpenter/aws)" \
 # only the binary is rebuilt.
 run_step "cargo test (default features: no_aws_feature)" \
     cargo test --workspace --locked --no-fail-fast --test it -- no_aws_feature::
+# The README's `cargo run` lines as a newcomer types them, through cargo, into a target directory of
+# their own (tests/it/readme_as_typed.rs): the same selection as the step above, so nothing is rebuilt
+# for the test binary itself.
+run_step "README as typed (cargo run lines)" \
+    cargo test --workspace --locked --no-fail-fast --test it -- --ignored readme_as_typed::
 
 summary

@@ -21,6 +21,8 @@ mod explain_live;
 mod getting_started;
 #[cfg(not(feature = "aws"))]
 mod no_aws_feature;
+mod readme_as_typed;
+mod real_cluster;
 mod simulate;
 mod simulate_disruption;
 mod snapshots;

@@ -1,0 +1,1 @@
+//! Upstream `test/suites/regression/chaos_test.go`.

@@ -1,0 +1,1 @@
+//! Upstream `test/suites/regression/drift_test.go`.

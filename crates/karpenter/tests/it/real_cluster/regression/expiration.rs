@@ -1,0 +1,1 @@
+//! Upstream `test/suites/regression/expiration_test.go`.

@@ -1,0 +1,1 @@
+//! Upstream `test/suites/regression/integration_test.go`.

@@ -1,0 +1,1 @@
+//! Upstream `test/suites/regression/nodeclaim_test.go`.

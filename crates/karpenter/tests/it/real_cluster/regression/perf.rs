@@ -1,0 +1,1 @@
+//! Upstream `test/suites/regression/perf_test.go`.

@@ -1,0 +1,1 @@
+//! Upstream `test/suites/regression/staticcapacity_test.go`.

@@ -1,0 +1,1 @@
+//! Upstream `test/suites/regression/termination_test.go`.
