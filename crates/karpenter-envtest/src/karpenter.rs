@@ -29,6 +29,12 @@ impl Default for KarpenterOptions {
 }
 
 impl KarpenterOptions {
+    /// Names the replica (`POD_NAME`, its Lease identity, and its log file's name).
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = name.into();
+        self
+    }
+
     /// Adds an environment variable.
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.into(), value.into()));

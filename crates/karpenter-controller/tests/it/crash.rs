@@ -11,6 +11,9 @@
 //! ```sh
 //! CRASH_RUNS=1000 cargo test -p karpenter-controller --test it --release crash::campaign_long -- --ignored --nocapture
 //! ```
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): hundreds of kills at random instants with
+//! injected faults, in virtual time.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

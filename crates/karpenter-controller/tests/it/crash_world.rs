@@ -4,6 +4,9 @@
 //! server does not run: a ReplicaSet (keeps `desired` pods), kube-scheduler (binds pending pods)
 //! and the pod garbage collector (pods of vanished Nodes). Plus what the campaign checks: the
 //! observations that must hold at every instant and the invariants of a settled cluster.
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): the crash campaign's world (injected faults,
+//! virtual time).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -1,6 +1,9 @@
 //! The disruption loop on the test API server with the sim provider (issue 10 item 2): budgets,
 //! do-not-disrupt, emptiness after `consolidateAfter`, expiration, the queue's rollback and the
 //! clean-up of leftovers. Virtual time throughout.
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): virtual time: budgets, `consolidateAfter` and
+//! expiry over hours.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,6 +2,9 @@
 //! provisioning batch → NodeClaims → Nodes registered and initialized by the sim kubelet → pods
 //! bound (by a tiny test binder: the test API server runs no kube-scheduler) → scale to zero and
 //! delete the NodeClaims → drained and gone.
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): virtual time; its real-cluster counterpart is
+//! `karpenter/tests/it/real_cluster/inflate.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;

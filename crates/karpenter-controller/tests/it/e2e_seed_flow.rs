@@ -1,6 +1,9 @@
 //! The seed guide's flow end to end with the production scheduler (`CoreScheduler`) and the sim
 //! provider's embedded us-east-1 catalogue: `inflate` scaled 0 → 5 → 12 → 0, then its NodeClaims
 //! deleted. Pods are bound by the test binder (the test API server runs no kube-scheduler).
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): virtual time; its real-cluster counterpart is
+//! `karpenter/tests/it/real_cluster/inflate.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

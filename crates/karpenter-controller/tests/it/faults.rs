@@ -1,6 +1,9 @@
 //! The controller under faults (issue 8): hung and failing API calls, a hung lease renewal, a
 //! panicking loop, ledger conflicts and a missing namespace. All on the test API server's fault
 //! injection (`inject_hang`, `inject_error`), in virtual time.
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): injected faults (hung and failing calls, a hung
+//! lease renewal).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,8 @@
 //! Isolation: objects the API server accepted but karpenter-rs cannot decode are skipped and
 //! reported; every other object keeps working and the state still syncs.
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): objects a real API server would refuse
+//! (malformed NodePools and NodeClaims).
 
 use std::sync::Arc;
 use std::time::Duration;

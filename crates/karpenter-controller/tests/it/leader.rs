@@ -1,3 +1,6 @@
+//! Stays on `karpenter-testapi` (docs/testing.md): injected faults and exact lease expiry in
+//! virtual time; the real-cluster takeover is `karpenter/tests/it/real_cluster/leader.rs`.
+
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;

@@ -1,4 +1,7 @@
 //! NodeClaim lifecycle on the test API server with the sim provider and its kubelet.
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): virtual time: the 15-minute registration TTL and
+//! liveness timeouts.
 
 use std::time::Duration;
 

@@ -2,6 +2,9 @@
 //! the same objects, they create the same NodeClaim objects, field by field (names and fields the
 //! API server generates aside), for a dynamic and a static NodePool; and pod affinity with a
 //! `namespaceSelector` matches on Namespace labels in both.
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): deterministic names and clock, compared field by
+//! field with `simulate`.
 
 use std::sync::Arc;
 

@@ -1,3 +1,6 @@
+//! Stays on `karpenter-testapi` (docs/testing.md): virtual time and a stand-in solver: batch
+//! windows measured exactly.
+
 use std::time::Duration;
 
 use karpenter_api::{NodeClaim, NodePool};

@@ -1,5 +1,8 @@
 //! The provisioner with the production solver (`CoreScheduler`, i.e. `karpenter_core::scheduling`)
 //! and the sim provider's embedded catalogue, on the test API server in virtual time.
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): virtual time: batch windows and launches
+//! measured exactly.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

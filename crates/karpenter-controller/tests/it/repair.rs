@@ -1,5 +1,7 @@
 //! Node repair (`--feature-gates NodeRepair=true`, upstream `node.health`) and the `Drifted`
 //! NodeClaim condition on the test API server with the sim provider, in virtual time.
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): virtual time: repair's 30-minute tolerations.
 
 use std::sync::Arc;
 use std::time::Duration;

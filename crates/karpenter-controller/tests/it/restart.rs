@@ -1,4 +1,7 @@
 //! Restarts: nothing is left behind when the controller is killed during a teardown.
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): kills at exact instants of a teardown, in
+//! virtual time.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,8 @@
 //! The sim kubelet: node registration, Lease heartbeats, dead nodes, pod start and deletion, and
 //! the persisted ledger.
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): virtual time: Lease heartbeats and dead nodes at
+//! exact instants.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,7 @@
 //! Cluster-state freshness: a NodeClaim whose Node exists is registered within seconds whatever
 //! order the API server's answers and watch events arrive in.
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): injected reordering of answers and watch events.
 
 use std::sync::Arc;
 use std::time::Duration;

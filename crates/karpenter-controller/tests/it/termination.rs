@@ -1,6 +1,9 @@
 //! Termination: NodeClaim deleted → Node drained in tiers through the Eviction API (PDBs
 //! respected) → instance terminated → finalizers released; do-not-disrupt pods waited for until
 //! the terminationGracePeriod deadline.
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): virtual time: `terminationGracePeriod` and do-
+//! not-disrupt waits.
 
 use std::time::Duration;
 

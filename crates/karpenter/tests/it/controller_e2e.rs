@@ -2,6 +2,9 @@
 //! server over loopback TCP. Ten pending `inflate` pods → NodeClaims launched in the sim cloud →
 //! Nodes registered by the sim kubelet → NodeClaims Initialized; then the NodeClaims are deleted
 //! → drained, terminated, gone, and the sim ledger ConfigMap lists no instance.
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): the binary's metrics and ledger checks over
+//! loopback; its real-cluster counterpart is `real_cluster/inflate.rs`.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

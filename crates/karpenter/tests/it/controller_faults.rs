@@ -1,5 +1,7 @@
 //! `karpenter controller` under faults, as a process: flag values that would overflow are
 //! rejected at start with the flag named, and `/healthz` answers while the API server is silent.
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): a silent API server (injected hang).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

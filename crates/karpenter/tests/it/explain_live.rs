@@ -1,6 +1,9 @@
 //! `karpenter explain`, `diff` and `simulate --from-cluster` against the test API server with
 //! the sim controller running: the answers name the objects the issue asks for, and the three
 //! commands never write (the server's request log).
+//!
+//! Stays on `karpenter-testapi` (docs/testing.md): every request recorded, to prove the read-only
+//! commands never write.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -13,6 +13,7 @@
 
 mod harness;
 mod inflate;
+mod leader;
 mod regression;
 pub(crate) mod objects;
 
