@@ -47,7 +47,7 @@ pub(crate) async fn cluster(test: &str) -> Option<Cluster> {
 /// upstream's own e2e settings do (`BATCH_IDLE_DURATION` 1s, `BATCH_MAX_DURATION` 10s are the
 /// defaults; tests keep them unless they say why).
 pub(crate) fn options() -> KarpenterOptions {
-    KarpenterOptions::default().env("LOG_LEVEL", "debug")
+    KarpenterOptions::default().env("LOG_LEVEL", "info")
 }
 
 /// A control plane with the controller running on it.

@@ -82,7 +82,11 @@ impl Env {
                         "expireAfter": "30h",
                         "requirements": [
                             {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
-                            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+                            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                            // Upstream's suite keeps kwok's instance sizes below 32 (`kwok.x-k8s.io/
+                            // instance-size Lt 32`, the vCPU count); the catalogue's equivalent. Without
+                            // it, 100 pods land on one 896-vCPU u7i node.
+                            {"key": "karpenter.k8s.aws/instance-cpu", "operator": "Lt", "values": ["32"]}
                         ],
                         "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": self.nodeclass}
                     }
