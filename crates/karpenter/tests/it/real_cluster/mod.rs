@@ -14,8 +14,8 @@
 mod harness;
 mod inflate;
 mod leader;
-mod regression;
 pub(crate) mod objects;
+mod regression;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -90,7 +90,8 @@ async fn runaway_scale_up(test: &str, policy: &str, consolidate_after: &str, spo
     }
     let dep = deployment("my-app", 1, json!({}));
     let adder = start_taint_adder(env.client.clone());
-    env.apply(&[&env.default_nodeclass(), &nodepool, &dep]).await;
+    env.apply(&[&env.default_nodeclass(), &nodepool, &dep])
+        .await;
     let most = consistently_fewer_nodes_than_bound(&env).await;
     adder.abort();
     eprintln!("{test}: at most {most} nodes in {WATCH_FOR:?}");
