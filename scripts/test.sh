@@ -218,9 +218,12 @@ run_step "cargo test (--features karpenter/aws)" \
     cargo test --workspace --locked --no-fail-fast --features karpenter/aws -- --skip real_cluster::
 # The end-to-end tests on the real control plane (crates/karpenter/tests/it/real_cluster), in a step
 # of their own: they mostly wait on the cluster, and run beside CPU-heavy tests their timings would
-# be those of a starved machine. Two at a time, one control plane each (karpenter-envtest).
+# be those of a starved machine. Four at a time, one control plane each (karpenter-envtest; an idle
+# control plane and controller take a few percent of a core, a test mostly waits on its cluster).
+REAL_CLUSTER_PARALLEL="${KARPENTER_ENVTEST_INSTANCES:-4}"
 run_step "cargo test (real control plane: real_cluster::)" \
-    cargo test --workspace --locked --no-fail-fast --features karpenter/aws --test it -- real_cluster:: --test-threads 2
+    env KARPENTER_ENVTEST_INSTANCES="$REAL_CLUSTER_PARALLEL" \
+    cargo test --workspace --locked --no-fail-fast --features karpenter/aws --test it -- real_cluster:: --test-threads "$REAL_CLUSTER_PARALLEL"
 # The default build's own checks (tests/it/no_aws_feature.rs): the same workspace selection, so
 # only the binary is rebuilt.
 run_step "cargo test (default features: no_aws_feature)" \
