@@ -232,8 +232,13 @@ fn next_instant(
     cluster: &SimCluster<'_>,
     now: Timestamp,
 ) -> Option<Timestamp> {
-    let consolidatable = pass.blocked.iter().filter_map(|r| match r.reason {
-        BlockReason::ConsolidatableAt(at) if at > now => Some(at),
+    // A reason that names an instant: `consolidateAfter` elapsing, a pod's `do-not-disrupt`
+    // duration running out (the node is free of such pods from then on).
+    let named_instants = pass.blocked.iter().filter_map(|r| match &r.reason {
+        BlockReason::ConsolidatableAt(at) if *at > now => Some(*at),
+        BlockReason::DoNotDisruptPod {
+            until: Some(until), ..
+        } if *until > now => Some(*until),
         _ => None,
     });
     // Budget windows open and close on cron minutes: while a budget holds a node back and some
@@ -261,7 +266,7 @@ fn next_instant(
         let pool = state.nodepool(n.nodepool()?)?;
         node_consolidatable_at(pool, n.nodeclaim?, n.node, &n.pods).filter(|at| *at > now)
     });
-    consolidatable
+    named_instants
         .chain(windows)
         .chain(expiration::next_expiry(state, now))
         .chain(cluster.next_initialization().filter(|at| *at > now))

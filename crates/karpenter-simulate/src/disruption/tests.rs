@@ -258,3 +258,51 @@ fn without_a_termination_grace_period_a_do_not_disrupt_pod_keeps_its_node() {
         report.blocked
     );
 }
+
+/// The drifted example's pod with `do-not-disrupt` durations (started at the run's start), and
+/// as many more pods as durations.
+fn drifted_with_do_not_disrupt(durations: &[&str]) -> String {
+    let pod = DRIFTED
+        .split("\n---\n")
+        .find(|doc| doc.contains("kind: Pod"))
+        .unwrap()
+        .to_string();
+    let mut yaml: String = DRIFTED
+        .split("\n---\n")
+        .filter(|doc| !doc.contains("kind: Pod"))
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    for (i, duration) in durations.iter().enumerate() {
+        let mut annotated = pod.replace("name: web-1", &format!("name: web-{}", i + 1)).replace(
+            "  labels: {app: web}\n",
+            &format!("  labels: {{app: web}}\n  annotations: {{karpenter.sh/do-not-disrupt: \"{duration}\"}}\n"),
+        );
+        annotated.push_str("\nstatus:\n  phase: Running\n  startTime: \"2026-01-30T23:00:00Z\"\n");
+        yaml.push_str("\n---\n");
+        yaml.push_str(&annotated);
+    }
+    yaml
+}
+
+/// Issue 33: the run stopped at 00:00 while its own report said the pod frees the node at +2m.
+#[test]
+fn a_node_held_by_a_do_not_disrupt_duration_is_disrupted_when_it_runs_out() {
+    let resources = "requests: {cpu: \"1\", memory: 2Gi}";
+    let yaml = drifted_with_do_not_disrupt(&["2m"]);
+    assert!(yaml.contains(resources));
+    let report = run(&yaml, SignedDuration::from_hours(24), MAX_STEPS).unwrap();
+    assert_eq!(report.commands.len(), 1, "{report:#?}");
+    assert_eq!(report.commands[0].reason, "Drifted");
+    assert_eq!(report.commands[0].at, "2026-01-30T23:02:00Z");
+    assert!(report.in_flight.is_empty(), "{report:#?}");
+}
+
+/// Issue 33: pods held for 1m and 3m; the drift came at +60 min instead of +3 min.
+#[test]
+fn the_last_do_not_disrupt_duration_on_a_node_decides_when_it_is_disrupted() {
+    let yaml = drifted_with_do_not_disrupt(&["1m", "3m"]);
+    let report = run(&yaml, SignedDuration::from_hours(24), MAX_STEPS).unwrap();
+    assert_eq!(report.commands.len(), 1, "{report:#?}");
+    assert_eq!(report.commands[0].reason, "Drifted");
+    assert_eq!(report.commands[0].at, "2026-01-30T23:03:00Z");
+}
