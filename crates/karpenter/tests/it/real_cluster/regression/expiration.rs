@@ -7,7 +7,8 @@ use serde_json::json;
 
 use super::drift::{eventually_gone, eventually_nodeclaims, eventually_nodes, patch_nodepool};
 use super::env::{DISCOVERY_LABEL, Env, deployment};
-use crate::real_cluster::{DISRUPT, LAUNCH};
+use crate::real_cluster::objects::nodes;
+use crate::real_cluster::{DISRUPT, LAUNCH, eventually};
 
 /// Both tests: the node expires after 30 s and is replaced by a single node holding all the pods.
 /// Drift is blocked by budget (removing `expireAfter` would drift the node); the NodePool's
@@ -48,7 +49,14 @@ async fn expires_and_is_replaced(test: &str, replicas: i32, with_pdb: bool) {
     let node = eventually_nodes(&env, 1, LAUNCH).await.remove(0);
     env.eventually_healthy_pods("app=my-app", replicas as usize, LAUNCH)
         .await;
-    eventually_nodes(&env, 1, LAUNCH).await;
+    // `env.Monitor.Reset()`, then one node created since: the replacement of the expiring node.
+    let at_reset = vec![node.name_any()];
+    let started = tokio::time::Instant::now();
+    created_since(&env, &at_reset, DISRUPT).await;
+    eprintln!(
+        "replacement created {:?} after the pods were healthy",
+        started.elapsed()
+    );
     // No more NodeClaims from here on: nothing leaks into the next test.
     patch_nodepool(&env, json!({"spec": {"limits": {"cpu": "0"}}})).await;
 
@@ -67,7 +75,7 @@ async fn expires_and_is_replaced(test: &str, replicas: i32, with_pdb: bool) {
     .await;
 
     eventually_nodeclaims(&env, 1, LAUNCH).await;
-    eventually_nodes(&env, 1, LAUNCH).await;
+    created_since(&env, &at_reset, LAUNCH).await;
     env.eventually_healthy_pods("app=my-app", replicas as usize, LAUNCH)
         .await;
 }
@@ -82,4 +90,23 @@ async fn should_expire_the_node_after_the_expiration_is_reached() {
 #[tokio::test]
 async fn should_replace_expired_node_with_a_single_node_and_schedule_all_pods() {
     expires_and_is_replaced("expiration-replace", 5, true).await;
+}
+
+/// `EventuallyExpectCreatedNodeCount("==", 1)` after `Monitor.Reset()`: exactly one Node that was
+/// not there at the reset.
+async fn created_since(env: &Env, at_reset: &[String], limit: std::time::Duration) {
+    let client = env.client.clone();
+    eventually("one node created since the reset", limit, || {
+        let client = client.clone();
+        async move {
+            let created = nodes(&client)
+                .await
+                .iter()
+                .filter(|n| !at_reset.contains(&n.name_any()))
+                .count();
+            (created == 1).then_some(())
+        }
+    })
+    .await
+    .unwrap();
 }
