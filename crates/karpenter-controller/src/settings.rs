@@ -56,6 +56,10 @@ pub struct Settings {
     pub nodepool_status_period: Duration,
     /// `FEATURE_GATES` (upstream's defaults: only `ReservedCapacity` on).
     pub feature_gates: FeatureGates,
+    /// How long a disruption command waits for its replacements to initialize before it is
+    /// rolled back (upstream's fixed 10 min; hidden `DISRUPTION_REPLACEMENT_TIMEOUT`, which
+    /// tests shorten to watch a rollback).
+    pub disruption_replacement_timeout: Duration,
 }
 
 impl Default for Settings {
@@ -81,6 +85,7 @@ impl Default for Settings {
             packing_policy: PackingPolicy::Upstream,
             nodepool_status_period: Duration::from_secs(5),
             feature_gates: FeatureGates::default(),
+            disruption_replacement_timeout: Duration::from_secs(10 * 60),
         }
     }
 }

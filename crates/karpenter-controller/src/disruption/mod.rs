@@ -61,7 +61,8 @@ impl InFlight {
         let task_ctx = ctx.clone();
         let running = command.clone();
         let handle = self.tasks.spawn(async move {
-            queue::execute(&task_ctx, running, queue::REPLACEMENT_TIMEOUT)
+            let timeout = task_ctx.settings.disruption_replacement_timeout;
+            queue::execute(&task_ctx, running, timeout)
                 .await
                 .unwrap_or_default()
         });

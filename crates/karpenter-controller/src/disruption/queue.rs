@@ -38,10 +38,6 @@ use crate::metrics::{DisruptionDecisionLabels, NodeClaimDisruptedLabels};
 use crate::timeouts;
 use crate::writes::Leader;
 
-/// How long the replacements may take to initialize before the command is rolled back
-/// (upstream: clamp(80 ms × commands, 10 min, 1 h); a controller runs few commands at once).
-pub const REPLACEMENT_TIMEOUT: Duration = Duration::from_secs(10 * 60);
-
 /// How often the replacements are checked (upstream requeues the command every second).
 pub const READINESS_POLL: Duration = Duration::from_secs(1);
 
@@ -100,13 +96,14 @@ pub async fn run_command(
     if !claim(&mut ctx.state.write(), &command) {
         return Err(CommandError::AlreadyInFlight);
     }
-    execute(ctx, command, REPLACEMENT_TIMEOUT).await
+    let timeout = ctx.settings.disruption_replacement_timeout;
+    execute(ctx, command, timeout).await
 }
 
 /// Runs a command whose candidates are already [`claim`]ed, with `timeout` for the
 /// replacements to initialize. On success, the names of the Nodes it left marked for deletion
 /// (the loop unmarks them once they are gone, since Node names can be reused). On failure
-/// everything is rolled back (untainted, condition cleared, replacements deleted, state marks
+/// everything is rolled back (untainted, condition cleared, state marks
 /// released).
 pub async fn execute(
     ctx: &Leader,
@@ -132,7 +129,7 @@ pub async fn execute(
                 .disruption_queue_failures
                 .get_or_create(&decision_labels(&command))
                 .inc();
-            rollback(ctx, &command, &created).await;
+            rollback(ctx, &command).await;
             Err(err)
         }
     }
@@ -314,27 +311,12 @@ fn is_initialized(claim: &NodeClaim) -> bool {
         .is_some_and(|s| s.is_condition_true(karpenter_api::v1::NODECLAIM_CONDITION_INITIALIZED))
 }
 
-/// Undoes a failed command: deletes the replacements it created (those not initialized yet:
-/// an initialized one is ordinary capacity now), untaints the candidates, clears their
-/// condition and releases the state marks. Best effort: what fails here the loop's
+/// Undoes a failed command: untaints the candidates, clears their condition and releases the
+/// state marks. The replacements it launched stay, as upstream's queue leaves them: one that
+/// initializes later is ordinary capacity (consolidation weighs it), one that never registers
+/// is removed by the registration TTL. Best effort: what fails here the loop's
 /// [`clean_leftovers`] retries.
-async fn rollback(ctx: &Leader, command: &Command, created: &[String]) {
-    let api: Api<NodeClaim> = Api::all(ctx.writer());
-    for name in created {
-        match timeouts::api(api.get_opt(name)).await {
-            Ok(Some(claim)) if !is_initialized(&claim) => {
-                if let Err(err) = timeouts::api(api.delete(name, &DeleteParams::default())).await
-                    && !is_not_found(&err)
-                {
-                    tracing::warn!(nodeclaim = %name, error = %err, "failed to delete replacement");
-                }
-            }
-            Ok(_) => {}
-            Err(err) => {
-                tracing::warn!(nodeclaim = %name, error = %err, "failed to read replacement")
-            }
-        }
-    }
+async fn rollback(ctx: &Leader, command: &Command) {
     for candidate in &command.candidates {
         if let Err(err) = set_taint(ctx, &candidate.name, false).await {
             tracing::warn!(node = %candidate.name, error = %err, "failed to untaint node");

@@ -14,11 +14,12 @@ use jiff::Timestamp;
 use karpenter_api::v1::Condition;
 use karpenter_api::well_known::{
     NODEPOOL_HASH_ANNOTATION, NODEPOOL_HASH_VERSION, NODEPOOL_HASH_VERSION_ANNOTATION,
+    NODEPOOL_LABEL,
 };
-use karpenter_api::{NodePool, NodePoolStatus};
+use karpenter_api::{NodeClaim, NodePool, NodePoolStatus};
 use karpenter_core::resources::{Quantity, ResourceList};
 use karpenter_core::state::ClusterState;
-use kube::api::Patch;
+use kube::api::{ListParams, Patch};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::watch;
@@ -239,6 +240,11 @@ pub async fn reconcile(ctx: &Arc<Context>, name: &str) -> crate::Result<()> {
         return Ok(());
     };
     let api: Api<NodePool> = Api::all(leader.writer());
+    if hash::pool_needs_claim_restamp(&pool) {
+        // Before the pool takes the current version, as upstream: if a claim's write fails, the
+        // pool keeps its old version and the next reconcile retries.
+        restamp_nodeclaims(&leader.writer(), &pool).await?;
+    }
     if let Some((hash, version)) = desired_hash_annotations(&pool) {
         let patch = json!({"metadata": {"annotations": {NODEPOOL_HASH_ANNOTATION: hash, NODEPOOL_HASH_VERSION_ANNOTATION: version}}});
         timeouts::api(api.patch(
@@ -260,6 +266,49 @@ pub async fn reconcile(ctx: &Arc<Context>, name: &str) -> crate::Result<()> {
         .map_err(|e| crate::Error::kube(format!("update status of nodepool {name}"), e))?;
     }
     Ok(())
+}
+
+/// Re-stamps the pool's NodeClaims made under another hash version (upstream
+/// `nodepool.hash`'s `updateNodeClaimHash`). Listed from the API server, not the cache: this runs
+/// once per version change, and a claim annotated just before the pool changed (as a user or an
+/// upgrade does) must be seen with its current annotations.
+async fn restamp_nodeclaims(client: &kube::Client, pool: &NodePool) -> crate::Result<()> {
+    let name = pool.name_any();
+    let api: Api<NodeClaim> = Api::all(client.clone());
+    let selector = format!("{NODEPOOL_LABEL}={name}");
+    let claims = timeouts::api(api.list(&ListParams::default().labels(&selector)))
+        .await
+        .map_err(|e| crate::Error::kube(format!("list nodeclaims of nodepool {name}"), e))?;
+    let mut first_error = None;
+    for claim in &claims.items {
+        let Some(annotations) = hash::nodeclaim_restamp(pool, claim) else {
+            continue;
+        };
+        let claim_name = claim.name_any();
+        let patch = json!({"metadata": {"annotations": annotations}});
+        let written = timeouts::api(api.patch(
+            &claim_name,
+            &karpenter_kube::identity::patch_params(),
+            &Patch::Merge(&patch),
+        ))
+        .await;
+        match written {
+            Ok(_) => {
+                tracing::info!(nodepool = %name, nodeclaim = %claim_name, "re-stamped nodeclaim with the current nodepool hash version");
+            }
+            // Gone meanwhile: nothing left to stamp.
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                first_error.get_or_insert_with(|| {
+                    crate::Error::kube(
+                        format!("re-stamp nodeclaim {claim_name} with its nodepool hash"),
+                        e,
+                    )
+                });
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
 }
 
 fn status_equivalent(current: Option<&NodePoolStatus>, desired: &NodePoolStatus) -> bool {

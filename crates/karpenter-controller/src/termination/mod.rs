@@ -276,16 +276,26 @@ impl Terminator {
         }
 
         if let Some(instance) = &instance_claim {
-            match timeouts::cloud(ctx.cloud_writes().delete(instance)).await {
-                // Terminating; poll until the provider no longer knows it.
-                Ok(()) => return Ok(()),
-                Err(CloudError::NodeClaimNotFound(_)) => {}
+            let still_terminating = match timeouts::cloud(ctx.cloud_writes().delete(instance)).await
+            {
+                Ok(()) => true,
+                Err(CloudError::NodeClaimNotFound(_)) => false,
                 Err(source) => {
                     return Err(crate::Error::Cloud {
                         action: format!("terminate instance of node {node_name}"),
                         source,
                     });
                 }
+            };
+            // Upstream's awaitInstanceTermination: the NodeClaim says its instance is going as
+            // soon as the termination is asked for, even while the Node lingers (another
+            // finalizer): budgets and disruption no longer count it as a node being disrupted.
+            if let Some(claim) = &claim {
+                crate::nodeclaim::lifecycle::mark_instance_terminating(ctx, claim).await?;
+            }
+            if still_terminating {
+                // Poll until the provider no longer knows it.
+                return Ok(());
             }
         }
         self.release(ctx, &node).await

@@ -274,3 +274,60 @@ async fn do_not_disrupt_pods_are_waited_for_until_the_grace_deadline() {
     controller.stop().await;
     cluster.shutdown().await;
 }
+
+/// Upstream's `awaitInstanceTermination`: once the Node is drained its instance is terminated and
+/// the NodeClaim says `InstanceTerminating=True`, even while another finalizer keeps the Node
+/// (upstream's regression suite holds Nodes so; budgets and its disruption checks then no
+/// longer count that node as disrupting).
+#[tokio::test(start_paused = true)]
+async fn a_node_held_by_another_finalizer_still_has_its_instance_terminated() {
+    let cluster = SimCluster::new().await;
+    let controller = cluster.start_controller().await;
+    cluster.create_nodeclaim("default-held", json!({})).await;
+    let (_, node) = cluster.ready_nodeclaim("default-held").await;
+    let mut held = cluster.node(&node).unwrap();
+    held.metadata
+        .finalizers
+        .get_or_insert_default()
+        .push("testing/finalizer".into());
+    cluster.server.put(&held).unwrap();
+
+    Api::<NodeClaim>::all(cluster.client.clone())
+        .delete("default-held", &DeleteParams::default())
+        .await
+        .unwrap();
+    cluster
+        .eventually(
+            "InstanceTerminating on the NodeClaim",
+            Duration::from_secs(60),
+            || {
+                let claim = cluster.nodeclaim("default-held")?;
+                claim
+                    .status?
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "InstanceTerminating" && c.status == "True")
+                    .then_some(())
+            },
+        )
+        .await;
+    assert!(
+        cluster.provider.instances().is_empty(),
+        "instance terminated"
+    );
+    assert!(
+        cluster.node(&node).is_some(),
+        "the other finalizer holds the Node"
+    );
+
+    let mut released = cluster.node(&node).unwrap();
+    released.metadata.finalizers = None;
+    cluster.server.put(&released).unwrap();
+    cluster
+        .eventually("nodeclaim gone", Duration::from_secs(60), || {
+            cluster.nodeclaim("default-held").is_none().then_some(())
+        })
+        .await;
+    controller.stop().await;
+    cluster.shutdown().await;
+}

@@ -3,6 +3,18 @@
 //! bound to it Running and Ready, and completes the deletion of its terminating pods (no real
 //! kubelet will). [`SimKubelet::stop_heartbeats`] makes one node die like a real one.
 //!
+//! What a pod's containers would do is read from the pod, as kwok's stages do:
+//! - a pod labelled `kwok.x-k8s.io/stage: unhealthy` ([`NEVER_READY_STAGE`]) runs but never
+//!   turns Ready, like a pod whose readiness probe always fails (upstream's kwok regression suite
+//!   uses the same label);
+//! - a terminating pod with a `preStop` hook keeps running (and Ready) while the hook would:
+//!   until its `sleep` ends, an `exec`/`httpGet` hook until the grace period ends, never past the
+//!   pod's `deletionTimestamp` (the end of its grace period), as the kubelet kills it then. A pod
+//!   without a hook exits at once (pause and most images honour SIGTERM).
+//! - a Node the API server refuses to register (an admission policy, as upstream's
+//!   `ExpectBlockNodeRegistration`) is retried every pass, like a kubelet, without holding up
+//!   the other nodes.
+//!
 //! On a real cluster the node-lifecycle controller turns a node with a stale Lease NotReady and
 //! taints it unreachable. The in-process test API server has no such controller, so
 //! [`SimKubeletOptions::emulate_node_lifecycle`] does that part too (off on real clusters).
@@ -83,6 +95,47 @@ struct Inner {
     stopped: Mutex<BTreeSet<String>>,
     last_heartbeat: Mutex<BTreeMap<String, Timestamp>>,
     watched: Mutex<Watched>,
+    /// Terminating pods whose `preStop` hook still runs: `namespace/name` → (uid, when the
+    /// deletion may complete).
+    stopping: Mutex<BTreeMap<String, (Option<String>, Timestamp)>>,
+}
+
+/// The label (and value) that makes a pod run but never turn Ready (kwok's `unhealthy` stage).
+pub const NEVER_READY_STAGE: (&str, &str) = ("kwok.x-k8s.io/stage", "unhealthy");
+
+/// Whether a pod with these labels never turns Ready ([`NEVER_READY_STAGE`]).
+pub fn never_ready(labels: Option<&BTreeMap<String, String>>) -> bool {
+    labels
+        .and_then(|l| l.get(NEVER_READY_STAGE.0))
+        .map(String::as_str)
+        == Some(NEVER_READY_STAGE.1)
+}
+
+/// Whether the pod has been started (phase `Running`).
+pub(crate) fn started(pod: &karpenter_core::pod::Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+/// When a terminating pod's deletion may complete: `None` at once (no `preStop` hook, or not
+/// terminating), else when its longest hook ends, never later than `deletionTimestamp` (the
+/// kubelet kills the containers when the grace period ends).
+pub fn pre_stop_ends(pod: &Pod) -> Option<Timestamp> {
+    let deadline = pod.metadata.deletion_timestamp.as_ref()?.0;
+    let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+    let started = deadline - SignedDuration::from_secs(grace.max(0));
+    let hooks: Vec<Timestamp> = pod
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .filter_map(|c| c.lifecycle.as_ref()?.pre_stop.as_ref())
+        .map(|hook| match &hook.sleep {
+            Some(sleep) => started + SignedDuration::from_secs(sleep.seconds.max(0)),
+            // An exec or HTTP hook: how long it takes is unknowable here; it may take it all.
+            None => deadline,
+        })
+        .collect();
+    hooks.into_iter().max().map(|end| end.min(deadline))
 }
 
 /// The kubelet of every sim node. Cheap to clone; clones share the heartbeat switches.
@@ -245,6 +298,7 @@ impl SimKubelet {
                 stopped: Mutex::default(),
                 last_heartbeat: Mutex::default(),
                 watched: Mutex::default(),
+                stopping: Mutex::default(),
             }),
         }
     }
@@ -341,6 +395,11 @@ impl SimKubelet {
                     nodes.insert(name.clone(), node_view(&created));
                 }
                 Err(err) if is_conflict(&err) => {}
+                // Refused (an admission policy, a webhook): a kubelet keeps trying, and the
+                // other nodes' work goes on meanwhile.
+                Err(kube::Error::Api(refused)) if matches!(refused.code, 400 | 403 | 422) => {
+                    tracing::warn!(node = %name, reason = %refused.message, "sim kubelet: node registration refused; retrying");
+                }
                 Err(err) => return Err(kube_err(format!("register node {name}"))(err)),
             }
         }
@@ -583,12 +642,16 @@ impl SimKubelet {
             .filter(|(_, w)| instances.contains_key(&w.node) && self.is_alive(&w.node))
             .map(|(key, w)| (key.clone(), w.clone()))
             .collect();
+        lock(&self.inner.stopping).retain(|key, _| work.iter().any(|(k, _)| k == key));
         for (key, pod) in work {
             let Some(instance) = instances.get(&pod.node) else {
                 continue;
             };
             let (namespace, name) = (&pod.namespace, &pod.name);
             let api: Api<Pod> = Api::namespaced(self.inner.client.clone(), namespace);
+            if pod.deleting && self.still_stopping(&api, &key, &pod, now).await? {
+                continue;
+            }
             if pod.deleting {
                 // The containers "exit" at once; the deletion completes.
                 let params = DeleteParams {
@@ -608,6 +671,7 @@ impl SimKubelet {
                         ));
                     }
                 }
+                lock(&self.inner.stopping).remove(&key);
                 self.forget_pod(&key, &pod);
                 continue;
             }
@@ -621,9 +685,11 @@ impl SimKubelet {
                 continue;
             };
             let seen = karpenter_core::pod::Pod::from(current.clone());
+            let unhealthy = never_ready(current.metadata.labels.as_ref());
             if current.metadata.uid != pod.uid
                 || current.metadata.deletion_timestamp.is_some()
                 || pod_is_ready(&seen)
+                || (unhealthy && started(&seen))
                 || karpenter_core::pod::is_terminal(&seen)
                 || current.spec.as_ref().and_then(|s| s.node_name.as_deref())
                     != Some(pod.node.as_str())
@@ -642,7 +708,15 @@ impl SimKubelet {
                     .map_or("10.0.0", |(net, _)| net),
                 100 + seq % 100
             );
-            updated.status = Some(running_status(&updated, &instance.private_ip, &pod_ip, now));
+            let mut status = running_status(&updated, &instance.private_ip, &pod_ip, now);
+            if unhealthy {
+                for condition in status.conditions.iter_mut().flatten() {
+                    if condition.type_ == "Ready" || condition.type_ == "ContainersReady" {
+                        condition.status = "False".into();
+                    }
+                }
+            }
+            updated.status = Some(status);
             match timeouts::api(api.replace_status(
                 name,
                 &karpenter_kube::identity::post_params(),
@@ -656,6 +730,36 @@ impl SimKubelet {
             }
         }
         Ok(())
+    }
+
+    /// Whether a terminating pod's `preStop` hook still runs ([`pre_stop_ends`]). The watched view
+    /// keeps no containers: the pod is read once, and the end remembered.
+    async fn still_stopping(
+        &self,
+        api: &Api<Pod>,
+        key: &str,
+        pod: &PodWork,
+        now: Timestamp,
+    ) -> Result<bool, SimKubeletError> {
+        if let Some((uid, ends)) = lock(&self.inner.stopping).get(key)
+            && *uid == pod.uid
+        {
+            return Ok(now < *ends);
+        }
+        let Some(current) = timeouts::api(api.get_opt(&pod.name))
+            .await
+            .map_err(kube_err(format!("read pod {}/{}", pod.namespace, pod.name)))?
+        else {
+            return Ok(false);
+        };
+        match pre_stop_ends(&current) {
+            Some(ends) if now < ends && current.metadata.uid == pod.uid => {
+                tracing::debug!(pod = %key, until = %ends, "sim kubelet: preStop hook running");
+                lock(&self.inner.stopping).insert(key.to_string(), (pod.uid.clone(), ends));
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     /// Done with `pod` (started, deleted or no longer ours to handle). Only the entry we acted
@@ -735,5 +839,71 @@ mod tests {
         started.status = Some(status);
         assert!(pod_is_ready(&started.into()));
         assert!(!pod_is_ready(&pod.into()));
+    }
+
+    fn terminating(containers: serde_json::Value, grace: i64) -> Pod {
+        let deadline = t0() + SignedDuration::from_secs(grace);
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "deletionTimestamp": deadline.to_string(),
+                         "deletionGracePeriodSeconds": grace},
+            "spec": {"containers": containers}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pre_stop_sleep_holds_the_deletion_until_it_ends_or_the_grace_period_does() {
+        let sleep =
+            |s: i64| json!({"name": "c", "lifecycle": {"preStop": {"sleep": {"seconds": s}}}});
+        // upstream termination_test.go: preStop sleep 300 s, grace 30 s → killed at 30 s.
+        let pod = terminating(json!([sleep(300)]), 30);
+        assert_eq!(
+            pre_stop_ends(&pod),
+            Some(t0() + SignedDuration::from_secs(30))
+        );
+        // A short hook ends first.
+        let pod = terminating(json!([sleep(5)]), 30);
+        assert_eq!(
+            pre_stop_ends(&pod),
+            Some(t0() + SignedDuration::from_secs(5))
+        );
+        // Hooks of several containers run side by side: the longest counts.
+        let pod = terminating(json!([sleep(5), sleep(12)]), 30);
+        assert_eq!(
+            pre_stop_ends(&pod),
+            Some(t0() + SignedDuration::from_secs(12))
+        );
+        // An exec hook may take the whole grace period.
+        let exec = json!({"name": "c", "lifecycle": {"preStop": {"exec": {"command": ["sh"]}}}});
+        let pod = terminating(json!([exec]), 30);
+        assert_eq!(
+            pre_stop_ends(&pod),
+            Some(t0() + SignedDuration::from_secs(30))
+        );
+    }
+
+    #[test]
+    fn a_pod_without_a_hook_or_not_terminating_exits_at_once() {
+        let pod = terminating(json!([{"name": "c"}]), 30);
+        assert_eq!(pre_stop_ends(&pod), None);
+        let mut pod = terminating(
+            json!([{"name": "c", "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}]),
+            30,
+        );
+        pod.metadata.deletion_timestamp = None;
+        assert_eq!(pre_stop_ends(&pod), None);
+    }
+
+    #[test]
+    fn only_the_unhealthy_stage_label_keeps_a_pod_unready() {
+        let labels = |v: &str| {
+            Some(BTreeMap::from([(
+                NEVER_READY_STAGE.0.to_string(),
+                v.to_string(),
+            )]))
+        };
+        assert!(never_ready(labels("unhealthy").as_ref()));
+        assert!(!never_ready(labels("running").as_ref()));
+        assert!(!never_ready(None));
     }
 }

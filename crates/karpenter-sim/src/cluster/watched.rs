@@ -52,7 +52,9 @@ impl PodWork {
             return None;
         }
         let deleting = pod.metadata.deletion_timestamp.is_some();
-        if !deleting && pod_is_ready(pod) {
+        let started_unready = super::kubelet::never_ready(pod.metadata.labels.as_ref())
+            && super::kubelet::started(pod);
+        if !deleting && (pod_is_ready(pod) || started_unready) {
             return None;
         }
         Some(PodWork {
@@ -303,6 +305,34 @@ mod tests {
         assert!(pods.0["d/a"].deleting);
         pods.delete(&terminating);
         assert!(pods.0.is_empty());
+    }
+
+    /// kwok's `unhealthy` stage: started once (Running, not Ready), then left alone.
+    #[test]
+    fn an_unhealthy_stage_pod_is_started_once_and_then_forgotten() {
+        let mut pods = PodsToRun::default();
+        let mut bound = pod(json!({"metadata": {"name": "a", "namespace": "d",
+                                                "labels": {"kwok.x-k8s.io/stage": "unhealthy"}},
+                                   "spec": {"containers": [], "nodeName": "n1"}}));
+        pods.apply(&bound);
+        assert!(!pods.0["d/a"].deleting, "to start");
+        bound.status = Some(pod::PodStatus {
+            phase: Some("Running".into()),
+            ..pod::PodStatus::default()
+        });
+        pods.apply(&bound);
+        assert!(
+            pods.0.is_empty(),
+            "running though not Ready: nothing more to do"
+        );
+        bound.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
+        );
+        pods.apply(&bound);
+        assert!(
+            pods.0["d/a"].deleting,
+            "its deletion is still ours to finish"
+        );
     }
 
     #[test]

@@ -146,6 +146,32 @@ pub async fn reconcile(ctx: &Leader, claim: NodeClaim) -> crate::Result<()> {
     liveness::check_liveness(ctx, &claim, now).await
 }
 
+/// Sets `InstanceTerminating=True` on the NodeClaim (once): its instance's termination was asked
+/// for (by the Node's finalizer or the NodeClaim's).
+pub(crate) async fn mark_instance_terminating(
+    ctx: &Leader,
+    claim: &NodeClaim,
+) -> crate::Result<()> {
+    use karpenter_api::v1::ConditionsExt as _;
+    let terminating = claim.status.as_ref().is_some_and(|s| {
+        s.is_condition_true(karpenter_api::v1::NODECLAIM_CONDITION_INSTANCE_TERMINATING)
+    });
+    if terminating {
+        return Ok(());
+    }
+    let mut claim = claim.clone();
+    let before = claim.status.clone();
+    karpenter_core::nodeclaim_lifecycle::set_condition(
+        &mut claim,
+        karpenter_api::v1::NODECLAIM_CONDITION_INSTANCE_TERMINATING,
+        karpenter_api::v1::CONDITION_TRUE,
+        "InstanceTerminating",
+        "",
+        ctx.now(),
+    );
+    write_status(ctx, &claim, before.as_ref()).await
+}
+
 pub(super) async fn write_status(
     ctx: &Leader,
     claim: &NodeClaim,
