@@ -217,6 +217,26 @@ impl Objects {
         ranges
     }
 
+    /// Whether the API server accepts every pod: a container's own request must not exceed the
+    /// limit a LimitRange gives it (the first, by name, to set one).
+    fn valid(&self) -> bool {
+        self.daemonsets.iter().chain(&self.deployments).all(|w| {
+            let ranges = self.ranges_of(w.namespace);
+            [("cpu", w.cpu), ("memory", w.memory)].into_iter().all(|(resource, own)| {
+                let Own::Request(request) = own else {
+                    return true;
+                };
+                let limit = ranges.iter().find_map(|(_, r)| {
+                    match if resource == "cpu" { r.cpu } else { r.memory } {
+                        ItemDefault::Limit(l) | ItemDefault::Both { limit: l, .. } => Some(l),
+                        ItemDefault::None | ItemDefault::Request(_) => None,
+                    }
+                });
+                limit.is_none_or(|l| request <= l)
+            })
+        })
+    }
+
     /// The manifests as a user writes them (`admitted` false: LimitRanges, no requests), or as
     /// the API server holds the pods after admission (`admitted` true: explicit requests).
     fn manifests(&self, admitted: bool) -> Vec<Value> {
@@ -327,7 +347,7 @@ fn bound(objects: &Objects, plan: &Plan, pending: &Manifests) -> Vec<Value> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(32))]
+    #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// For any mix of LimitRanges, DaemonSets and Deployments without requests: the plan is the
     /// plan of the same objects after admission (explicit requests, no LimitRanges), every
@@ -340,6 +360,7 @@ proptest! {
         deployments in proptest::collection::vec(workload(), 1..4),
     ) {
         let objects = Objects { ranges, daemonsets, deployments };
+        prop_assume!(objects.valid());
         let (manifests, as_written) = plan(objects.manifests(false));
         let (_, as_admitted) = plan(objects.manifests(true));
         prop_assert_eq!(decisions(&as_written), decisions(&as_admitted));
