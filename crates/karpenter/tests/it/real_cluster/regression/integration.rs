@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::env::{DISCOVERY_LABEL, Env};
 use crate::real_cluster::objects::{nodes, pods, running};
-use crate::real_cluster::{DISRUPT, LAUNCH, eventually, options};
+use crate::real_cluster::{DISRUPT, LAUNCH, SOON, eventually, options};
 
 // ---------------------------------------------------------------------------------------------
 // Describe("DaemonSet")
@@ -330,4 +330,297 @@ async fn should_ignore_termination_grace_period_on_the_nodepool() {
         false,
     )
     .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Describe("CRD Hash")
+
+/// upstream "should have NodePool hash"
+#[tokio::test]
+async fn should_have_nodepool_hash() {
+    let Some(env) = Env::start("integration-crd-hash", options()).await else {
+        return;
+    };
+    env.create_defaults().await;
+    let (client, name) = (env.client.clone(), env.nodepool.clone());
+    eventually("the NodePool's hash annotation equals its hash", SOON, || {
+        let (client, name) = (client.clone(), name.clone());
+        async move {
+            let np = crate::real_cluster::objects::nodepool(&client, &name).await;
+            let hash = np.annotations().get("karpenter.sh/nodepool-hash")?.clone();
+            (hash == karpenter_core::nodepool::hash::template_hash(&np)).then_some(())
+        }
+    })
+    .await
+    .unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Describe("Validation") / Context("NodePool"): the API server's CRD schema and CEL rules decide.
+
+/// upstream `env.Client.Create(env.Context, nodePool)`: whether the API server accepts it.
+async fn create_nodepool(env: &Env, nodepool: &Value) -> Result<(), kube::Error> {
+    let resource = kube::api::ApiResource {
+        group: "karpenter.sh".into(),
+        version: "v1".into(),
+        api_version: "karpenter.sh/v1".into(),
+        kind: "NodePool".into(),
+        plural: "nodepools".into(),
+    };
+    let api: Api<kube::api::DynamicObject> = Api::all_with(env.client.clone(), &resource);
+    let object: kube::api::DynamicObject = serde_json::from_value(nodepool.clone()).unwrap();
+    api.create(&Default::default(), &object).await.map(|_| ())
+}
+
+/// upstream `test.ReplaceRequirements(nodePool, requirement)`: the requirements on the same key
+/// are replaced, the others kept.
+fn with_requirement(mut nodepool: Value, requirement: Value) -> Value {
+    let requirements = &mut nodepool["spec"]["template"]["spec"]["requirements"];
+    let mut kept: Vec<Value> = requirements
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| r["key"] != requirement["key"])
+        .collect();
+    kept.push(requirement);
+    *requirements = Value::Array(kept);
+    nodepool
+}
+
+fn with_labels(mut nodepool: Value, labels: Value) -> Value {
+    nodepool["spec"]["template"]["metadata"]["labels"] = labels;
+    nodepool
+}
+
+/// One Validation spec: the NodePool `change` makes of the default is accepted or refused.
+async fn validation_spec(test: &str, change: impl FnOnce(Value) -> Value, accepted: bool) {
+    let Some(env) = Env::start(test, options()).await else {
+        return;
+    };
+    env.apply(&[&env.default_nodeclass()]).await;
+    let nodepool = change(env.default_nodepool());
+    let result = create_nodepool(&env, &nodepool).await;
+    eprintln!("{test}: {result:?}");
+    assert_eq!(result.is_ok(), accepted, "{result:?}\n{nodepool:#}");
+}
+
+/// upstream "should error when a restricted label is used in labels (karpenter.sh/nodepool)"
+#[tokio::test]
+async fn should_error_when_a_restricted_label_is_used_in_labels_karpenter_sh_nodepool() {
+    validation_spec(
+        "integration-validation-label-nodepool",
+        |np| with_labels(np, json!({"karpenter.sh/nodepool": "my-custom-nodepool"})),
+        false,
+    )
+    .await;
+}
+
+/// upstream "should error when a restricted label is used in labels (karpenter.sh/custom-label)"
+#[tokio::test]
+async fn should_error_when_a_restricted_label_is_used_in_labels_karpenter_sh_custom_label() {
+    validation_spec(
+        "integration-validation-label-custom",
+        |np| with_labels(np, json!({"karpenter.sh/custom-label": "custom-value"})),
+        false,
+    )
+    .await;
+}
+
+/// upstream "should allow a restricted label exception to be used in labels
+/// (node-restriction.kubernetes.io/custom-label)"
+#[tokio::test]
+async fn should_allow_a_restricted_label_exception_to_be_used_in_labels_node_restriction_kubernetes_io_custom_label()
+ {
+    validation_spec(
+        "integration-validation-label-node-restriction",
+        |np| {
+            with_labels(
+                np,
+                json!({"node-restriction.kubernetes.io/custom-label": "custom-value"}),
+            )
+        },
+        true,
+    )
+    .await;
+}
+
+/// upstream "should allow a restricted label exception to be used in labels
+/// ([*].node-restriction.kubernetes.io/custom-label)"
+#[tokio::test]
+async fn should_allow_a_restricted_label_exception_to_be_used_in_labels_subdomain_node_restriction_kubernetes_io_custom_label()
+ {
+    validation_spec(
+        "integration-validation-label-subdomain-node-restriction",
+        |np| {
+            with_labels(
+                np,
+                json!({"subdomainnode-restriction.kubernetes.io/custom-label": "custom-value"}),
+            )
+        },
+        true,
+    )
+    .await;
+}
+
+/// upstream "should error when a requirement references a restricted label (karpenter.sh/nodepool)"
+#[tokio::test]
+async fn should_error_when_a_requirement_references_a_restricted_label_karpenter_sh_nodepool() {
+    validation_spec(
+        "integration-validation-requirement-nodepool",
+        |np| {
+            with_requirement(
+                np,
+                json!({"key": "karpenter.sh/nodepool", "operator": "In", "values": ["default"]}),
+            )
+        },
+        false,
+    )
+    .await;
+}
+
+/// upstream "should error when a requirement uses In but has no values"
+#[tokio::test]
+async fn should_error_when_a_requirement_uses_in_but_has_no_values() {
+    validation_spec(
+        "integration-validation-in-no-values",
+        |np| {
+            with_requirement(
+                np,
+                json!({"key": "node.kubernetes.io/instance-type", "operator": "In", "values": []}),
+            )
+        },
+        false,
+    )
+    .await;
+}
+
+/// upstream "should error when a requirement uses an unknown operator"
+#[tokio::test]
+async fn should_error_when_a_requirement_uses_an_unknown_operator() {
+    validation_spec(
+        "integration-validation-unknown-operator",
+        |np| {
+            with_requirement(
+                np,
+                json!({"key": "karpenter.sh/capacity-type", "operator": "within", "values": ["spot"]}),
+            )
+        },
+        false,
+    )
+    .await;
+}
+
+/// The four "... is used with multiple integer values" specs.
+async fn multiple_integer_values(test: &str, operator: &str) {
+    let operator = operator.to_string();
+    validation_spec(
+        test,
+        move |np| {
+            with_requirement(
+                np,
+                json!({"key": "node.kubernetes.io/instance-type", "operator": operator, "values": ["1000000", "2000000"]}),
+            )
+        },
+        false,
+    )
+    .await;
+}
+
+/// upstream "should error when Gt is used with multiple integer values"
+#[tokio::test]
+async fn should_error_when_gt_is_used_with_multiple_integer_values() {
+    multiple_integer_values("integration-validation-gt", "Gt").await;
+}
+
+/// upstream "should error when Lt is used with multiple integer values"
+#[tokio::test]
+async fn should_error_when_lt_is_used_with_multiple_integer_values() {
+    multiple_integer_values("integration-validation-lt", "Lt").await;
+}
+
+/// upstream "should error when Gte is used with multiple integer values"
+#[tokio::test]
+async fn should_error_when_gte_is_used_with_multiple_integer_values() {
+    multiple_integer_values("integration-validation-gte", "Gte").await;
+}
+
+/// upstream "should error when Lte is used with multiple integer values"
+#[tokio::test]
+async fn should_error_when_lte_is_used_with_multiple_integer_values() {
+    multiple_integer_values("integration-validation-lte", "Lte").await;
+}
+
+/// upstream "should error when consolidateAfter is negative"
+#[tokio::test]
+async fn should_error_when_consolidate_after_is_negative() {
+    validation_spec(
+        "integration-validation-negative-consolidate-after",
+        |mut np| {
+            np["spec"]["disruption"]["consolidationPolicy"] = json!("WhenEmpty");
+            np["spec"]["disruption"]["consolidateAfter"] = json!("-1s");
+            np
+        },
+        false,
+    )
+    .await;
+}
+
+/// upstream "should succeed when ConsolidationPolicy=WhenEmptyOrUnderutilized is used with
+/// consolidateAfter"
+#[tokio::test]
+async fn should_succeed_when_consolidation_policy_when_empty_or_underutilized_is_used_with_consolidate_after()
+ {
+    validation_spec(
+        "integration-validation-underutilized-consolidate-after",
+        |mut np| {
+            np["spec"]["disruption"]["consolidationPolicy"] = json!("WhenEmptyOrUnderutilized");
+            np["spec"]["disruption"]["consolidateAfter"] = json!("1m");
+            np
+        },
+        true,
+    )
+    .await;
+}
+
+/// The four minValues specs: `In` two instance types with `minValues`.
+async fn min_values(test: &str, min_values: i64) {
+    validation_spec(
+        test,
+        move |np| {
+            with_requirement(
+                np,
+                json!({"key": "node.kubernetes.io/instance-type", "operator": "In",
+                       "values": ["insance-type-1", "insance-type-2"], "minValues": min_values}),
+            )
+        },
+        false,
+    )
+    .await;
+}
+
+/// upstream "should error when minValues for a requirement key is negative"
+#[tokio::test]
+async fn should_error_when_min_values_for_a_requirement_key_is_negative() {
+    min_values("integration-validation-min-values-negative", -1).await;
+}
+
+/// upstream "should error when minValues for a requirement key is zero"
+#[tokio::test]
+async fn should_error_when_min_values_for_a_requirement_key_is_zero() {
+    min_values("integration-validation-min-values-zero", 0).await;
+}
+
+/// upstream "should error when minValues for a requirement key is more than 50"
+#[tokio::test]
+async fn should_error_when_min_values_for_a_requirement_key_is_more_than_50() {
+    min_values("integration-validation-min-values-51", 51).await;
+}
+
+/// upstream "should error when minValues for a requirement key is greater than the values
+/// specified within In operator"
+#[tokio::test]
+async fn should_error_when_min_values_for_a_requirement_key_is_greater_than_the_values_specified_within_in_operator()
+ {
+    min_values("integration-validation-min-values-3", 3).await;
 }
