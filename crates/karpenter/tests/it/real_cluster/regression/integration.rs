@@ -779,3 +779,113 @@ async fn should_drain_pods_according_to_their_grace_period_durations_and_block_i
     eventually_pod_gone(&env, "indefinite-grace", LAUNCH).await;
     eprintln!("grace periods honoured in {:?}", started.elapsed());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Describe("DaemonSet"), continued
+
+/// upstream `test.DaemonSet` for the host-port spec: only on nodes labelled
+/// `testing/karpenter-node`, of one architecture, holding one host port.
+fn hostport_daemonset(name: &str, arch: &str, port: i32) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": name, "labels": {DISCOVERY_LABEL: "owned"}},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name, DISCOVERY_LABEL: "owned"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "nodeSelector": {"testing/karpenter-node": "true"},
+                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [
+                            {"key": "kubernetes.io/arch", "operator": "In", "values": [arch]}
+                        ]}]
+                    }}},
+                    "containers": [{
+                        "name": "app",
+                        "image": "registry.k8s.io/pause:3.9",
+                        "ports": [{"containerPort": port, "hostPort": port, "protocol": "TCP"}]
+                    }]
+                }
+            }
+        }
+    })
+}
+
+/// upstream's workload of the host-port spec: one pod of `arch` holding host `port`, 100m CPU.
+fn hostport_deployment(name: &str, arch: &str, port: i32) -> Value {
+    let mut dep = super::env::deployment(name, 1, json!({"cpu": "100m"}));
+    let spec = &mut dep["spec"]["template"]["spec"];
+    spec["containers"][0]["ports"] =
+        json!([{"containerPort": port, "hostPort": port, "protocol": "TCP"}]);
+    spec["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/arch", "operator": "In", "values": [arch]}
+        ]}]
+    }}});
+    dep
+}
+
+/// upstream "should correctly account for host ports of uncached daemonset pods targeting
+/// different instance types"
+#[tokio::test]
+async fn should_correctly_account_for_host_ports_of_uncached_daemonset_pods_targeting_different_instance_types()
+ {
+    let Some(env) = Env::start("integration-daemonset-hostports", options()).await else {
+        return;
+    };
+    let started = Instant::now();
+    let mut nodepool = env.default_nodepool();
+    nodepool["spec"]["template"]["metadata"]["labels"]["testing/karpenter-node"] = json!("true");
+    // Prevent disruption from deleting nodes before DaemonSet pods schedule.
+    nodepool["spec"]["disruption"]["consolidateAfter"] = json!("30s");
+    let ds1 = hostport_daemonset("ds-amd64-8000", "amd64", 8000);
+    let ds2 = hostport_daemonset("ds-arm64-9000", "arm64", 9000);
+    // Port 8000 must go to arm64 (where the DaemonSet holds 9000), 9000 to amd64.
+    let dep1 = hostport_deployment("ds-hostport-8000", "arm64", 8000);
+    let dep2 = hostport_deployment("ds-hostport-9000", "amd64", 9000);
+    env.apply(&[&env.default_nodeclass(), &nodepool, &ds1, &ds2, &dep1, &dep2])
+        .await;
+
+    env.eventually_healthy_pods("app=ds-hostport-8000", 1, LAUNCH)
+        .await;
+    env.eventually_healthy_pods("app=ds-hostport-9000", 1, LAUNCH)
+        .await;
+    env.eventually_healthy_pods("app=ds-amd64-8000", 1, LAUNCH).await;
+    env.eventually_healthy_pods("app=ds-arm64-9000", 1, LAUNCH).await;
+
+    // No FailedScheduling events from Karpenter on any test pod.
+    let mut test_pods = Vec::new();
+    for app in ["ds-amd64-8000", "ds-arm64-9000", "ds-hostport-8000", "ds-hostport-9000"] {
+        test_pods.extend(
+            pods(&env.client, &env.ns, &format!("app={app}"))
+                .await
+                .into_iter()
+                .filter(running)
+                .map(|p| p.name_any()),
+        );
+    }
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(env.client.clone(), &env.ns)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let failed: Vec<String> = events
+        .items
+        .iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("FailedScheduling")
+                && e.source.as_ref().and_then(|s| s.component.as_deref()) == Some("karpenter")
+        })
+        .filter_map(|e| e.involved_object.name.clone())
+        .filter(|name| test_pods.contains(name))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "pods had FailedScheduling events from Karpenter: {failed:?}"
+    );
+    eprintln!(
+        "host ports: {} node(s), all pods running after {:?}",
+        env.counts().await.1,
+        started.elapsed()
+    );
+}
