@@ -49,7 +49,9 @@ fn item_defaults(item: &LimitRangeItem) -> ContainerDefaults {
     }
     let mut requests = item.default_request.clone().unwrap_or_default();
     for (name, limit) in &limits {
-        requests.entry(name.clone()).or_insert_with(|| limit.clone());
+        requests
+            .entry(name.clone())
+            .or_insert_with(|| limit.clone());
     }
     for (name, min) in item.min.iter().flatten() {
         requests.entry(name.clone()).or_insert_with(|| min.clone());
@@ -61,7 +63,11 @@ fn item_defaults(item: &LimitRangeItem) -> ContainerDefaults {
 /// later item overriding an earlier one as admission's loop does).
 pub fn container_defaults(limit_range: &LimitRange) -> ContainerDefaults {
     let mut out = ContainerDefaults::default();
-    let items = limit_range.spec.as_ref().map(|s| s.limits.as_slice()).unwrap_or_default();
+    let items = limit_range
+        .spec
+        .as_ref()
+        .map(|s| s.limits.as_slice())
+        .unwrap_or_default();
     for item in items.iter().filter(|i| i.type_ == CONTAINER_LIMIT_TYPE) {
         let defaults = item_defaults(item);
         out.limits.extend(defaults.limits);
@@ -79,7 +85,9 @@ fn admit_container(container: &mut Container, defaults: &[ContainerDefaults]) {
     if let Some(limits) = resources.limits.as_ref() {
         let requests = resources.requests.get_or_insert_default();
         for (name, limit) in limits {
-            requests.entry(name.clone()).or_insert_with(|| limit.clone());
+            requests
+                .entry(name.clone())
+                .or_insert_with(|| limit.clone());
         }
     }
     for defaults in defaults {
@@ -178,12 +186,18 @@ mod tests {
             pod(json!([{"name": "c", "resources": {"limits": {"memory": "1Gi"}}}])),
             &ranges,
         );
-        assert_eq!(requests(&daemon), (Q::parse("2").unwrap(), Q::parse("1Gi").unwrap()));
+        assert_eq!(
+            requests(&daemon),
+            (Q::parse("2").unwrap(), Q::parse("1Gi").unwrap())
+        );
         let workload = admitted(
             pod(json!([{"name": "c", "resources": {"requests": {"memory": "4"}}}])),
             &ranges,
         );
-        assert_eq!(requests(&workload), (Q::parse("2").unwrap(), Q::parse("4").unwrap()));
+        assert_eq!(
+            requests(&workload),
+            (Q::parse("2").unwrap(), Q::parse("4").unwrap())
+        );
         let limits = workload.spec.unwrap().containers[0]
             .resources
             .clone()
@@ -200,8 +214,18 @@ mod tests {
             json!({"type": "Container", "defaultRequest": {"cpu": "2", "memory": "1Gi"}}),
         )];
         let bare = admitted(pod(json!([{"name": "c"}])), &ranges);
-        assert_eq!(requests(&bare), (Q::parse("2").unwrap(), Q::parse("1Gi").unwrap()));
-        assert!(bare.spec.unwrap().containers[0].resources.clone().unwrap().limits.is_none());
+        assert_eq!(
+            requests(&bare),
+            (Q::parse("2").unwrap(), Q::parse("1Gi").unwrap())
+        );
+        assert!(
+            bare.spec.unwrap().containers[0]
+                .resources
+                .clone()
+                .unwrap()
+                .limits
+                .is_none()
+        );
     }
 
     /// A limit the container sets becomes its request before the LimitRange's default request
@@ -221,12 +245,18 @@ mod tests {
 
     #[test]
     fn max_and_min_stand_in_for_missing_defaults() {
-        let max_only = [limit_range("lr", json!({"type": "Container", "max": {"cpu": "3"}}))];
+        let max_only = [limit_range(
+            "lr",
+            json!({"type": "Container", "max": {"cpu": "3"}}),
+        )];
         assert_eq!(
             requests(&admitted(pod(json!([{"name": "c"}])), &max_only)).0,
             Q::parse("3").unwrap()
         );
-        let min_only = [limit_range("lr", json!({"type": "Container", "min": {"cpu": "250m"}}))];
+        let min_only = [limit_range(
+            "lr",
+            json!({"type": "Container", "min": {"cpu": "250m"}}),
+        )];
         assert_eq!(
             requests(&admitted(pod(json!([{"name": "c"}])), &min_only)).0,
             Q::parse("250m").unwrap()
@@ -235,7 +265,10 @@ mod tests {
 
     #[test]
     fn pod_items_and_other_namespaces_items_do_not_default_containers() {
-        let pod_item = [limit_range("lr", json!({"type": "Pod", "max": {"cpu": "3"}}))];
+        let pod_item = [limit_range(
+            "lr",
+            json!({"type": "Pod", "max": {"cpu": "3"}}),
+        )];
         let bare = admitted(pod(json!([{"name": "c"}])), &pod_item);
         assert_eq!(bare, pod(json!([{"name": "c"}])));
     }
@@ -245,8 +278,14 @@ mod tests {
     #[test]
     fn first_limit_range_wins_init_containers_too_and_admission_is_idempotent() {
         let ranges = [
-            limit_range("b", json!({"type": "Container", "defaultRequest": {"cpu": "4", "memory": "2Gi"}})),
-            limit_range("a", json!({"type": "Container", "defaultRequest": {"cpu": "1"}})),
+            limit_range(
+                "b",
+                json!({"type": "Container", "defaultRequest": {"cpu": "4", "memory": "2Gi"}}),
+            ),
+            limit_range(
+                "a",
+                json!({"type": "Container", "defaultRequest": {"cpu": "1"}}),
+            ),
         ];
         let mut p: Pod = serde_json::from_value(json!({
             "metadata": {"name": "p"},
@@ -255,7 +294,11 @@ mod tests {
         .unwrap();
         apply_limit_ranges(p.spec.as_mut().unwrap(), &ranges);
         let spec = p.spec.clone().unwrap();
-        for c in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
+        for c in spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+        {
             let r = c.resources.clone().unwrap().requests.unwrap();
             assert_eq!(r["cpu"], Quantity("1".into()), "{}", c.name);
             assert_eq!(r["memory"], Quantity("2Gi".into()), "{}", c.name);

@@ -163,7 +163,11 @@ fn admitted_request(resource: &str, own: Own, ranges: &[(usize, &Range)]) -> Opt
         Own::None => {}
     }
     ranges.iter().find_map(|(_, range)| {
-        match if resource == "cpu" { range.cpu } else { range.memory } {
+        match if resource == "cpu" {
+            range.cpu
+        } else {
+            range.memory
+        } {
             ItemDefault::None => None,
             ItemDefault::Limit(l) => Some(l),
             ItemDefault::Request(r) | ItemDefault::Both { request: r, .. } => Some(r),
@@ -222,18 +226,20 @@ impl Objects {
     fn valid(&self) -> bool {
         self.daemonsets.iter().chain(&self.deployments).all(|w| {
             let ranges = self.ranges_of(w.namespace);
-            [("cpu", w.cpu), ("memory", w.memory)].into_iter().all(|(resource, own)| {
-                let Own::Request(request) = own else {
-                    return true;
-                };
-                let limit = ranges.iter().find_map(|(_, r)| {
-                    match if resource == "cpu" { r.cpu } else { r.memory } {
-                        ItemDefault::Limit(l) | ItemDefault::Both { limit: l, .. } => Some(l),
-                        ItemDefault::None | ItemDefault::Request(_) => None,
-                    }
-                });
-                limit.is_none_or(|l| request <= l)
-            })
+            [("cpu", w.cpu), ("memory", w.memory)]
+                .into_iter()
+                .all(|(resource, own)| {
+                    let Own::Request(request) = own else {
+                        return true;
+                    };
+                    let limit = ranges.iter().find_map(|(_, r)| {
+                        match if resource == "cpu" { r.cpu } else { r.memory } {
+                            ItemDefault::Limit(l) | ItemDefault::Both { limit: l, .. } => Some(l),
+                            ItemDefault::None | ItemDefault::Request(_) => None,
+                        }
+                    });
+                    limit.is_none_or(|l| request <= l)
+                })
         })
     }
 
@@ -242,7 +248,12 @@ impl Objects {
     fn manifests(&self, admitted: bool) -> Vec<Value> {
         let mut out = vec![nodepool()];
         if !admitted {
-            out.extend(self.ranges.iter().enumerate().map(|(i, r)| limit_range(i, r)));
+            out.extend(
+                self.ranges
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| limit_range(i, r)),
+            );
         }
         let res = |w: &Workload| {
             let ranges = self.ranges_of(w.namespace);
@@ -314,7 +325,13 @@ fn decisions(plan: &Plan) -> (Vec<(String, Vec<String>, String)>, Vec<String>) {
 /// and every DaemonSet's admitted pod beside them; nothing pending.
 fn bound(objects: &Objects, plan: &Plan, pending: &Manifests) -> Vec<Value> {
     let mut out = vec![nodepool()];
-    out.extend(objects.ranges.iter().enumerate().map(|(i, r)| limit_range(i, r)));
+    out.extend(
+        objects
+            .ranges
+            .iter()
+            .enumerate()
+            .map(|(i, r)| limit_range(i, r)),
+    );
     let pods: BTreeMap<String, _> = pending
         .pending_pods
         .iter()

@@ -93,31 +93,35 @@ async fn expect_one_node_with_both_pods(test: &str, limit_item: Value) {
     .await;
     let (client, ns) = (env.client.clone(), env.ns.clone());
     let started = Instant::now();
-    let result = eventually("a single node running the deployment and daemonset pods", LAUNCH, || {
-        let (client, ns) = (client.clone(), ns.clone());
-        async move {
-            let nodes = nodes(&client).await;
-            let [node] = nodes.as_slice() else {
-                return None;
-            };
-            let deployment: Vec<Pod> = pods(&client, &ns, "app=large-app")
-                .await
-                .into_iter()
-                .filter(running)
-                .collect();
-            let daemonset: Vec<Pod> = pods(&client, &ns, "app=daemonset")
-                .await
-                .into_iter()
-                .filter(running)
-                .collect();
-            let ([dep], [ds]) = (deployment.as_slice(), daemonset.as_slice()) else {
-                return None;
-            };
-            (node_of(dep).as_deref() == Some(&node.name_any())
-                && node_of(ds).as_deref() == Some(&node.name_any()))
-            .then_some(())
-        }
-    })
+    let result = eventually(
+        "a single node running the deployment and daemonset pods",
+        LAUNCH,
+        || {
+            let (client, ns) = (client.clone(), ns.clone());
+            async move {
+                let nodes = nodes(&client).await;
+                let [node] = nodes.as_slice() else {
+                    return None;
+                };
+                let deployment: Vec<Pod> = pods(&client, &ns, "app=large-app")
+                    .await
+                    .into_iter()
+                    .filter(running)
+                    .collect();
+                let daemonset: Vec<Pod> = pods(&client, &ns, "app=daemonset")
+                    .await
+                    .into_iter()
+                    .filter(running)
+                    .collect();
+                let ([dep], [ds]) = (deployment.as_slice(), daemonset.as_slice()) else {
+                    return None;
+                };
+                (node_of(dep).as_deref() == Some(&node.name_any())
+                    && node_of(ds).as_deref() == Some(&node.name_any()))
+                .then_some(())
+            }
+        },
+    )
     .await;
     let (claims, node_count) = env.counts().await;
     eprintln!(
@@ -203,7 +207,12 @@ async fn initialized_nodes(env: &Env) -> Vec<Node> {
     nodes(&env.client)
         .await
         .into_iter()
-        .filter(|n| n.labels().get("karpenter.sh/initialized").map(String::as_str) == Some("true"))
+        .filter(|n| {
+            n.labels()
+                .get("karpenter.sh/initialized")
+                .map(String::as_str)
+                == Some("true")
+        })
         .collect()
 }
 
@@ -233,7 +242,9 @@ async fn expect_unhealthy_node_replaced(env: &Env, condition: Value, node_do_not
             .patch(
                 &node,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}})),
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}}),
+                ),
             )
             .await
             .unwrap();
@@ -243,15 +254,24 @@ async fn expect_unhealthy_node_replaced(env: &Env, condition: Value, node_do_not
     let (pod_name, pod_uid) = (pod.name_any(), pod.uid());
     let ns = env.ns.clone();
     eventually("the pod and the unhealthy node not found", DISRUPT, || {
-        let (client, ns, node, pod_name, pod_uid) =
-            (client.clone(), ns.clone(), node.clone(), pod_name.clone(), pod_uid.clone());
+        let (client, ns, node, pod_name, pod_uid) = (
+            client.clone(),
+            ns.clone(),
+            node.clone(),
+            pod_name.clone(),
+            pod_uid.clone(),
+        );
         async move {
             let pod_gone = Api::<Pod>::namespaced(client.clone(), &ns)
                 .get_opt(&pod_name)
                 .await
                 .unwrap()
                 .is_none_or(|p| p.uid() != pod_uid);
-            let node_gone = Api::<Node>::all(client).get_opt(&node).await.unwrap().is_none();
+            let node_gone = Api::<Node>::all(client)
+                .get_opt(&node)
+                .await
+                .unwrap()
+                .is_none();
             (pod_gone && node_gone).then_some(())
         }
     })
@@ -261,7 +281,12 @@ async fn expect_unhealthy_node_replaced(env: &Env, condition: Value, node_do_not
     eprintln!("repaired in {:?}", started.elapsed());
 }
 
-async fn repair_spec(test: &str, nodepool: impl FnOnce(&mut Value), condition: Value, node_dnd: bool) {
+async fn repair_spec(
+    test: &str,
+    nodepool: impl FnOnce(&mut Value),
+    condition: Value,
+    node_dnd: bool,
+) {
     let Some(env) = Env::start(test, repair_options()).await else {
         return;
     };
@@ -343,14 +368,18 @@ async fn should_have_nodepool_hash() {
     };
     env.create_defaults().await;
     let (client, name) = (env.client.clone(), env.nodepool.clone());
-    eventually("the NodePool's hash annotation equals its hash", SOON, || {
-        let (client, name) = (client.clone(), name.clone());
-        async move {
-            let np = crate::real_cluster::objects::nodepool(&client, &name).await;
-            let hash = np.annotations().get("karpenter.sh/nodepool-hash")?.clone();
-            (hash == karpenter_core::nodepool::hash::template_hash(&np)).then_some(())
-        }
-    })
+    eventually(
+        "the NodePool's hash annotation equals its hash",
+        SOON,
+        || {
+            let (client, name) = (client.clone(), name.clone());
+            async move {
+                let np = crate::real_cluster::objects::nodepool(&client, &name).await;
+                let hash = np.annotations().get("karpenter.sh/nodepool-hash")?.clone();
+                (hash == karpenter_core::nodepool::hash::template_hash(&np)).then_some(())
+            }
+        },
+    )
     .await
     .unwrap();
 }
@@ -658,7 +687,8 @@ async fn consistently_active(env: &Env, window: Duration, names: &[&str]) {
         for name in names {
             let pod = api.get_opt(name).await.unwrap();
             assert!(
-                pod.as_ref().is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
+                pod.as_ref()
+                    .is_some_and(|p| p.metadata.deletion_timestamp.is_none()),
                 "{name} must stay active for {window:?}: {:?}",
                 pod.map(|p| p.metadata.deletion_timestamp)
             );
@@ -755,8 +785,12 @@ async fn should_drain_pods_according_to_their_grace_period_durations_and_block_i
         short_window > Duration::ZERO,
         "short grace period already expired before consistency check"
     );
-    consistently_active(&env, short_window, &["short-grace", "long-grace", "indefinite-grace"])
-        .await;
+    consistently_active(
+        &env,
+        short_window,
+        &["short-grace", "long-grace", "indefinite-grace"],
+    )
+    .await;
     eventually_pod_gone(&env, "short-grace", LAUNCH).await;
 
     let long_window = until(long_expiry).saturating_sub(Duration::from_secs(5));
@@ -772,7 +806,9 @@ async fn should_drain_pods_according_to_their_grace_period_durations_and_block_i
         .patch(
             "indefinite-grace",
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": null}}})),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": null}}}),
+            ),
         )
         .await
         .unwrap();
@@ -844,19 +880,33 @@ async fn should_correctly_account_for_host_ports_of_uncached_daemonset_pods_targ
     // Port 8000 must go to arm64 (where the DaemonSet holds 9000), 9000 to amd64.
     let dep1 = hostport_deployment("ds-hostport-8000", "arm64", 8000);
     let dep2 = hostport_deployment("ds-hostport-9000", "amd64", 9000);
-    env.apply(&[&env.default_nodeclass(), &nodepool, &ds1, &ds2, &dep1, &dep2])
-        .await;
+    env.apply(&[
+        &env.default_nodeclass(),
+        &nodepool,
+        &ds1,
+        &ds2,
+        &dep1,
+        &dep2,
+    ])
+    .await;
 
     env.eventually_healthy_pods("app=ds-hostport-8000", 1, LAUNCH)
         .await;
     env.eventually_healthy_pods("app=ds-hostport-9000", 1, LAUNCH)
         .await;
-    env.eventually_healthy_pods("app=ds-amd64-8000", 1, LAUNCH).await;
-    env.eventually_healthy_pods("app=ds-arm64-9000", 1, LAUNCH).await;
+    env.eventually_healthy_pods("app=ds-amd64-8000", 1, LAUNCH)
+        .await;
+    env.eventually_healthy_pods("app=ds-arm64-9000", 1, LAUNCH)
+        .await;
 
     // No FailedScheduling events from Karpenter on any test pod.
     let mut test_pods = Vec::new();
-    for app in ["ds-amd64-8000", "ds-arm64-9000", "ds-hostport-8000", "ds-hostport-9000"] {
+    for app in [
+        "ds-amd64-8000",
+        "ds-arm64-9000",
+        "ds-hostport-8000",
+        "ds-hostport-9000",
+    ] {
         test_pods.extend(
             pods(&env.client, &env.ns, &format!("app={app}"))
                 .await
@@ -887,5 +937,40 @@ async fn should_correctly_account_for_host_ports_of_uncached_daemonset_pods_targ
         "host ports: {} node(s), all pods running after {:?}",
         env.counts().await.1,
         started.elapsed()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Describe("Utilization")
+
+/// upstream "should provision one pod per node": 100 `large-app` pods, each 1800m CPU less the
+/// daemonset overhead (none here: the test creates no DaemonSet), `do-not-disrupt`, anti-affine
+/// on the hostname; all healthy, on exactly 100 nodes.
+#[tokio::test]
+async fn should_provision_one_pod_per_node() {
+    const REPLICAS: usize = 100;
+    let Some(env) = Env::start("integration-utilization", options()).await else {
+        return;
+    };
+    let started = Instant::now();
+    let mut dep = super::env::deployment("large-app", REPLICAS as i32, json!({"cpu": "1800m"}));
+    let template = &mut dep["spec"]["template"];
+    template["metadata"]["annotations"] = json!({"karpenter.sh/do-not-disrupt": "true"});
+    template["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": {"matchLabels": {"app": "large-app"}}
+    }]}});
+    env.create_defaults().await;
+    env.apply(&[&dep]).await;
+    env.eventually_healthy_pods("app=large-app", REPLICAS, Duration::from_secs(300))
+        .await;
+    let (claims, node_count) = env.counts().await;
+    eprintln!(
+        "utilization: {REPLICAS} pods healthy on {node_count} node(s) ({claims} NodeClaims) after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        node_count, REPLICAS,
+        "ExpectCreatedNodeCount(==, {REPLICAS})"
     );
 }
