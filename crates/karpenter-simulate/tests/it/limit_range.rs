@@ -304,8 +304,12 @@ fn plan(objects: Vec<Value>) -> (Manifests, Plan) {
     (manifests, plan)
 }
 
-/// What a plan decides, without the NodeClaims' generated names.
-fn decisions(plan: &Plan) -> (Vec<(String, Vec<String>, String)>, Vec<String>) {
+/// A planned NodeClaim without its generated name: (instance type, pods, requests).
+type Decision = (String, Vec<String>, String);
+
+/// What a plan decides, without the NodeClaims' generated names: its NodeClaims and the pods
+/// left unschedulable.
+fn decisions(plan: &Plan) -> (Vec<Decision>, Vec<String>) {
     let claims = plan
         .node_claims
         .iter()
