@@ -18,7 +18,9 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{
+    LimitRange, Namespace, Node, PersistentVolume, PersistentVolumeClaim,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use karpenter_api::v1::EC2NodeClass;
@@ -199,6 +201,8 @@ impl RunningController {
             spawn_reflector::<StorageClass>(&ctx, ignore),
             // Namespace labels feed pod-affinity `namespaceSelector`s.
             spawn_reflector::<Namespace>(&ctx, ignore),
+            // LimitRange defaults give DaemonSet pods the requests admission will give them.
+            spawn_reflector::<LimitRange>(&ctx, ignore),
         ];
         let events = ctx.events.clone();
         let events_shutdown = shutdown_rx.clone();

@@ -6,7 +6,9 @@ use std::fmt;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{
+    LimitRange, Namespace, Node, PersistentVolume, PersistentVolumeClaim,
+};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -108,6 +110,9 @@ pub struct Manifests {
     pub node_claims: Vec<NodeClaim>,
     /// RuntimeClasses, whose overhead and scheduling the pods naming them already carry.
     pub runtime_classes: Vec<RuntimeClass>,
+    /// LimitRanges, whose container defaults the pods of their namespace already carry (as
+    /// admission gives them) and DaemonSet pods get when planned.
+    pub limit_ranges: Vec<LimitRange>,
     /// Documents `simulate` does not use, in input order.
     pub ignored: Vec<IgnoredDocument>,
     /// Notes for people from reading the input (skipped files, empty input).
@@ -126,7 +131,7 @@ pub(super) const DEFAULT_NAMESPACE: &str = "default";
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// Kinds `simulate` reads (everything else is listed as ignored).
-const USED_KINDS: [&str; 16] = [
+const USED_KINDS: [&str; 17] = [
     "NodePool",
     "EC2NodeClass",
     "NodeClaim",
@@ -143,6 +148,7 @@ const USED_KINDS: [&str; 16] = [
     "StorageClass",
     "Namespace",
     "RuntimeClass",
+    "LimitRange",
 ];
 
 impl Manifests {
@@ -449,6 +455,11 @@ impl Manifests {
             "StorageClass" => self.storage_classes.push(typed(value, kind)?),
             "Namespace" => self.namespaces.push(typed(value, kind)?),
             "RuntimeClass" => self.runtime_classes.push(typed(value, kind)?),
+            "LimitRange" => {
+                let mut limit_range: LimitRange = typed(value, kind)?;
+                default_namespace(&mut limit_range.metadata);
+                self.limit_ranges.push(limit_range);
+            }
             // Read for their names only (duplicates); they do not change the plan.
             _ => {}
         }
@@ -484,6 +495,9 @@ impl Manifests {
         }
         for class in &self.storage_classes {
             state.apply(class.clone());
+        }
+        for limit_range in &self.limit_ranges {
+            state.apply(limit_range.clone());
         }
         let mut named: BTreeMap<String, Namespace> = BTreeMap::new();
         let used = self

@@ -80,6 +80,7 @@ fn builtins() -> Vec<ResourceInfo> {
         r("", "v1", "Secret", "secrets", true, false),
         r("", "v1", "Service", "services", true, true),
         r("", "v1", "Event", "events", true, false),
+        r("", "v1", "LimitRange", "limitranges", true, false),
         r(
             "",
             "v1",

@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use crate::resources::{self, Quantity, QuantityError, ResourceList};
 
 mod do_not_disrupt;
+mod limit_range;
 mod object;
 
 pub use do_not_disrupt::{
@@ -17,6 +18,7 @@ pub use do_not_disrupt::{
     parse_go_duration,
 };
 
+pub use limit_range::{ContainerDefaults, apply_limit_ranges, container_defaults};
 pub use object::{Container, Pod, PodSpec, PodStatus, Volume};
 
 /// A pod's quantities could not be read.

@@ -264,7 +264,15 @@ impl<'a> Snapshot<'a> {
                 Err(err) => prepared.problems.push(err),
             }
         }
-        prepared.input.daemonsets = state.daemonsets().map(input::daemonset_pod).collect();
+        // Each DaemonSet's pod as it will be created: its template after the LimitRange
+        // admission of its namespace, which templates never go through.
+        prepared.input.daemonsets = state
+            .daemonsets()
+            .map(|ds| {
+                let namespace = ds.metadata.namespace.as_deref().unwrap_or("default");
+                input::admitted_daemonset_pod(ds, state.limit_ranges(namespace))
+            })
+            .collect();
         prepared.input.volumes = VolumeInput {
             claims: state.pvcs().cloned().collect(),
             volumes: state.pvs().cloned().collect(),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::pod::Pod;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{LimitRange, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use karpenter_api::well_known;
 use karpenter_api::{NodeClaim, NodePool};
@@ -179,6 +179,20 @@ pub fn daemonset_pod(ds: &DaemonSet) -> Pod {
         spec: template.spec.map(Into::into),
         status: None,
     }
+}
+
+/// The pod the DaemonSet controller will create: [`daemonset_pod`] with the defaults of its
+/// namespace's LimitRanges applied, as admission applies them to the real pod (the requests
+/// that pod will really have, which the node must hold beside the pods planned onto it).
+pub fn admitted_daemonset_pod<'a>(
+    ds: &DaemonSet,
+    limit_ranges: impl IntoIterator<Item = &'a LimitRange>,
+) -> Pod {
+    let mut pod = daemonset_pod(ds);
+    if let Some(spec) = pod.spec.as_mut() {
+        crate::pod::apply_limit_ranges(spec, limit_ranges);
+    }
+    pod
 }
 
 /// A NodeClaim whose Node has not registered yet (in flight), with the pods already planned

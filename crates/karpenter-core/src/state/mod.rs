@@ -23,7 +23,9 @@ use std::sync::Arc;
 use crate::pod::Pod;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{
+    LimitRange, Namespace, Node, PersistentVolume, PersistentVolumeClaim,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use karpenter_api::v1::EC2NodeClass;
@@ -49,10 +51,12 @@ pub enum Kind {
     PersistentVolume,
     StorageClass,
     Namespace,
+    /// Admission defaults of pod resources (DaemonSet pods are planned with them).
+    LimitRange,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Pod,
         Kind::Node,
         Kind::NodeClaim,
@@ -64,6 +68,7 @@ impl Kind {
         Kind::PersistentVolume,
         Kind::StorageClass,
         Kind::Namespace,
+        Kind::LimitRange,
     ];
 }
 
@@ -89,6 +94,7 @@ pub struct ClusterState {
     pub(crate) pvs: BTreeMap<String, PersistentVolume>,
     pub(crate) storage_classes: BTreeMap<String, StorageClass>,
     pub(crate) namespaces: BTreeMap<String, Namespace>,
+    pub(crate) limit_ranges: BTreeMap<String, LimitRange>,
     nominations: BTreeMap<String, Nomination>,
     listed: BTreeSet<Kind>,
     tombstones: version::Tombstones,
@@ -163,6 +169,7 @@ tracked!(PersistentVolumeClaim, PersistentVolumeClaim, pvcs);
 tracked!(PersistentVolume, PersistentVolume, pvs);
 tracked!(StorageClass, StorageClass, storage_classes);
 tracked!(Namespace, Namespace, namespaces);
+tracked!(LimitRange, LimitRange, limit_ranges);
 
 impl Tracked for Pod {
     const KIND: Kind = Kind::Pod;
@@ -388,6 +395,13 @@ impl ClusterState {
 
     pub fn daemonsets(&self) -> impl Iterator<Item = &DaemonSet> {
         self.daemonsets.values()
+    }
+
+    /// The LimitRanges of `namespace` (whose defaults admission gives the pods created there).
+    pub fn limit_ranges<'a>(&'a self, namespace: &'a str) -> impl Iterator<Item = &'a LimitRange> {
+        self.limit_ranges
+            .values()
+            .filter(move |lr| lr.metadata.namespace.as_deref().unwrap_or("default") == namespace)
     }
 
     pub fn pdbs(&self) -> impl Iterator<Item = &PodDisruptionBudget> {

@@ -202,11 +202,14 @@ pub fn node_lifecycle(
         .get_or_insert_default()
         .conditions
         .get_or_insert_default();
-    conditions.retain(|c| c.type_ != "Ready");
     if alive {
         taints.retain(|t| t.key != NODE_NOT_READY_TAINT_KEY && t.key != NODE_UNREACHABLE_TAINT_KEY);
-        conditions.push(ready_true(node, now));
+        if !ready_written_by_another(node) {
+            conditions.retain(|c| c.type_ != "Ready");
+            conditions.push(ready_true(node, now));
+        }
     } else {
+        conditions.retain(|c| c.type_ != "Ready");
         for effect in [NO_SCHEDULE, NO_EXECUTE] {
             if !taints
                 .iter()
@@ -224,7 +227,7 @@ pub fn node_lifecycle(
         conditions.push(NodeCondition {
             type_: "Ready".into(),
             status: "Unknown".into(),
-            reason: Some("NodeStatusUnknown".into()),
+            reason: Some(NODE_STATUS_UNKNOWN_REASON.into()),
             message: Some("Kubelet stopped posting node status.".into()),
             last_heartbeat_time: previous.and_then(|c| c.last_heartbeat_time.clone()),
             last_transition_time: if unchanged {
@@ -253,13 +256,31 @@ pub fn node_lifecycle(
     (before_taints != after_taints || ready_changed).then_some(out)
 }
 
+/// The reason of the Ready condition the kubelet posts.
+const KUBELET_READY_REASON: &str = "KubeletReady";
+/// The reason the node-lifecycle controller gives a node whose Lease went stale.
+const NODE_STATUS_UNKNOWN_REASON: &str = "NodeStatusUnknown";
+
+/// Whether the node's Ready condition was written by someone other than this kubelet and the
+/// node-lifecycle controller (a test or a health agent marking the node unhealthy). Like KWOK,
+/// whose heartbeat only refreshes a node that is Ready, the sim kubelet keeps such a condition
+/// instead of posting Ready=True over it: node repair acts on exactly those conditions.
+pub fn ready_written_by_another(node: &Node) -> bool {
+    ready_condition(node).is_some_and(|c| {
+        let reason = c.reason.as_deref();
+        let ours = c.status == "True" && reason == Some(KUBELET_READY_REASON);
+        let lifecycle = c.status == "Unknown" && reason == Some(NODE_STATUS_UNKNOWN_REASON);
+        !(ours || lifecycle)
+    })
+}
+
 fn ready_true(node: &Node, now: Timestamp) -> NodeCondition {
     let previous = ready_condition(node);
     let unchanged = previous.is_some_and(|c| c.status == "True");
     NodeCondition {
         type_: "Ready".into(),
         status: "True".into(),
-        reason: Some("KubeletReady".into()),
+        reason: Some(KUBELET_READY_REASON.into()),
         message: Some("kubelet is posting ready status (simulated)".into()),
         last_heartbeat_time: Some(Time(now)),
         last_transition_time: if unchanged {
@@ -421,14 +442,20 @@ impl SimKubelet {
                 }
             }
         } else {
-            // On a real cluster only the kubelet's own Ready condition is ours to post.
+            // On a real cluster only the kubelet's own Ready condition is ours to post: it
+            // replaces the node-lifecycle controller's Unknown once heartbeats resume, never a
+            // condition another actor wrote.
             for (name, node) in nodes
                 .iter()
                 .filter(|(n, _)| instances.contains_key(*n) && self.is_alive(n))
             {
-                if ready_condition(node).is_none_or(|c| c.status != "True") {
+                let needs_ready = |n: &Node| {
+                    ready_condition(n).is_none_or(|c| c.status != "True")
+                        && !ready_written_by_another(n)
+                };
+                if needs_ready(node) {
                     self.update_node(&node_api, name, |current| {
-                        if ready_condition(current).is_some_and(|c| c.status == "True") {
+                        if !needs_ready(current) {
                             return None;
                         }
                         let mut updated = current.clone();
@@ -829,6 +856,32 @@ mod tests {
                 .taints
                 .is_none()
         );
+    }
+
+    /// Upstream's repair tests mark a node Ready=False or Unknown themselves; KWOK leaves that
+    /// condition alone, and so must the sim kubelet while its Lease stays fresh.
+    #[test]
+    fn a_ready_condition_written_by_another_actor_is_kept() {
+        let grace = SignedDuration::from_secs(40);
+        for status in ["False", "Unknown"] {
+            let marked = node(status, json!([]));
+            assert!(ready_written_by_another(&marked), "{status}");
+            assert!(
+                node_lifecycle(&marked, Some(t0()), t0(), grace).is_none(),
+                "a fresh Lease does not overwrite Ready={status} set by someone else"
+            );
+        }
+        // What the kubelet and the node-lifecycle controller wrote stays theirs to change.
+        let ours: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1"},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}
+        }))
+        .unwrap();
+        assert!(!ready_written_by_another(&ours));
+        let later = t0().checked_add(SignedDuration::from_secs(60)).unwrap();
+        let dead = node_lifecycle(&ours, Some(t0()), later, grace).unwrap();
+        assert!(!ready_written_by_another(&dead));
+        assert_eq!(ready_condition(&dead).unwrap().status, "Unknown");
     }
 
     #[test]

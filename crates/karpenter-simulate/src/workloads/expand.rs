@@ -80,13 +80,19 @@ impl Manifests {
             let spec_path = workload.spec_path();
             let (location, object) = (workload.location, workload.object);
             let admitted = match workload.source {
-                WorkloadSource::Pod(mut pod) => admission::apply_runtime_class(
-                    pod.spec.as_mut(),
-                    &self.runtime_classes,
-                    spec_path,
-                )
-                .and_then(|()| self.reserve_pods(1, "(object)"))
-                .map(|()| self.push_pod(*pod)),
+                WorkloadSource::Pod(mut pod) => {
+                    let namespace = karpenter_core::pod::namespace(&pod).to_string();
+                    if let Some(spec) = pod.spec.as_mut() {
+                        self.apply_limit_ranges(spec, &namespace);
+                    }
+                    admission::apply_runtime_class(
+                        pod.spec.as_mut(),
+                        &self.runtime_classes,
+                        spec_path,
+                    )
+                    .and_then(|()| self.reserve_pods(1, "(object)"))
+                    .map(|()| self.push_pod(*pod))
+                }
                 WorkloadSource::DaemonSet(mut daemonset) => {
                     let spec = daemonset
                         .spec
@@ -107,6 +113,10 @@ impl Manifests {
                             .push(format!("{object} has {count_field}: 0"));
                     }
                     let mut spec = template.spec.clone().map(PodSpec::from);
+                    if let Some(spec) = spec.as_mut() {
+                        let namespace = owner.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE);
+                        self.apply_limit_ranges(spec, namespace);
+                    }
                     admission::apply_runtime_class(spec.as_mut(), &self.runtime_classes, spec_path)
                         .and_then(|()| {
                             let claim_templates = ClaimTemplates {
@@ -135,6 +145,16 @@ impl Manifests {
                 });
             }
         }
+    }
+
+    /// The LimitRanger admission of a pod created in `namespace` (DaemonSet pods get theirs
+    /// when planned, from the cluster state, as in the controller).
+    fn apply_limit_ranges(&self, spec: &mut PodSpec, namespace: &str) {
+        let in_namespace = self
+            .limit_ranges
+            .iter()
+            .filter(|lr| lr.metadata.namespace.as_deref() == Some(namespace));
+        karpenter_core::pod::apply_limit_ranges(spec, in_namespace);
     }
 
     /// Checks that `count` more pods stay within [`MAX_PODS`].

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod consolidation;
+mod limit_range;
 mod node_class;
 mod simulate;
 mod workloads;
