@@ -52,7 +52,9 @@ where
             err,
         ));
     }
-    if let Err(err) = api.delete(name, &DeleteParams::default().grace_period(0)).await
+    if let Err(err) = api
+        .delete(name, &DeleteParams::default().grace_period(0))
+        .await
         && !is_not_found(&err)
     {
         return Err(kube_error(format!("deleting {name}"))(err));

@@ -59,7 +59,11 @@ pub(crate) fn free_port() -> Result<u16> {
 }
 
 impl Karpenter {
-    pub(crate) fn start(binary: &Path, cluster: &Cluster, options: &KarpenterOptions) -> Result<Self> {
+    pub(crate) fn start(
+        binary: &Path,
+        cluster: &Cluster,
+        options: &KarpenterOptions,
+    ) -> Result<Self> {
         let log = cluster.plane().dir().join("logs").join(format!(
             "karpenter-{}-{}.log",
             cluster.namespace(),
@@ -88,7 +92,10 @@ impl Karpenter {
         }
         let child = command
             .stdin(Stdio::null())
-            .stdout(file.try_clone().map_err(io("opening the controller's log"))?)
+            .stdout(
+                file.try_clone()
+                    .map_err(io("opening the controller's log"))?,
+            )
             .stderr(file)
             .spawn()
             .map_err(io(&format!("starting {}", binary.display())))?;
@@ -128,7 +135,11 @@ impl Drop for Karpenter {
             let log = self.log();
             let lines: Vec<&str> = log.lines().collect();
             let from = lines.len().saturating_sub(80);
-            eprintln!("--- {} (last {} lines) ---", self.log.display(), lines.len() - from);
+            eprintln!(
+                "--- {} (last {} lines) ---",
+                self.log.display(),
+                lines.len() - from
+            );
             for line in &lines[from..] {
                 eprintln!("{line}");
             }

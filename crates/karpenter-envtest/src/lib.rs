@@ -31,8 +31,8 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, Config};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use karpenter::{Karpenter, KarpenterOptions};
 pub use wait::eventually;

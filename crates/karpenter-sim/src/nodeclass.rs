@@ -79,7 +79,11 @@ fn set_ready(status: &mut EC2NodeClassStatus, now_rfc3339: &str, generation: Opt
         .chain(&[CONDITION_VALIDATION_SUCCEEDED])
         .filter(|type_| !status.is_condition_true(type_))
         .map(|type_| match status.condition(type_) {
-            Some(c) => format!("{type_}={}: {}", c.status, c.message.as_deref().unwrap_or("")),
+            Some(c) => format!(
+                "{type_}={}: {}",
+                c.status,
+                c.message.as_deref().unwrap_or("")
+            ),
             None => format!("{type_}=Unknown"),
         })
         .collect();
@@ -184,9 +188,15 @@ mod tests {
             .iter()
             .chain(&[CONDITION_VALIDATION_SUCCEEDED, CONDITION_READY])
         {
-            assert!(types.contains(expected), "{expected} missing from {types:?}");
+            assert!(
+                types.contains(expected),
+                "{expected} missing from {types:?}"
+            );
         }
-        assert!(conditions.iter().all(|c| c.status == CONDITION_TRUE), "{conditions:?}");
+        assert!(
+            conditions.iter().all(|c| c.status == CONDITION_TRUE),
+            "{conditions:?}"
+        );
         assert!(conditions.iter().all(|c| c.observed_generation == Some(1)));
         assert!(
             conditions_to_write(&with(conditions.clone()), LATER).is_none(),
@@ -209,21 +219,36 @@ mod tests {
         let mut changed = with(vec![not_ready]);
         changed.metadata.generation = Some(2);
         let conditions = conditions_to_write(&changed, LATER).unwrap();
-        let ready = conditions.iter().find(|c| c.type_ == CONDITION_READY).unwrap();
-        assert_eq!((ready.status.as_str(), ready.observed_generation), ("True", Some(2)));
+        let ready = conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_READY)
+            .unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.observed_generation),
+            ("True", Some(2))
+        );
     }
 
     #[test]
     fn launch_is_refused_without_the_nodeclass_or_when_it_is_not_ready() {
         let missing = launch_refusal(&reference(EC2_NODECLASS_KIND), None);
-        assert!(matches!(missing, Some(CloudError::NodeClassNotReady(m)) if m.contains("not found")));
+        assert!(
+            matches!(missing, Some(CloudError::NodeClassNotReady(m)) if m.contains("not found"))
+        );
         let unreconciled = node_class(1, json!({}));
         assert!(launch_refusal(&reference(EC2_NODECLASS_KIND), Some(&unreconciled)).is_none());
         let ready = with(conditions_to_write(&unreconciled, NOW).unwrap());
         assert!(launch_refusal(&reference(EC2_NODECLASS_KIND), Some(&ready)).is_none());
         let mut not_ready = ready.clone();
         let status = not_ready.status.as_mut().unwrap();
-        status.set_condition(CONDITION_READY, CONDITION_FALSE, "TestingNotReady", "NodeClass is not ready", LATER, Some(1));
+        status.set_condition(
+            CONDITION_READY,
+            CONDITION_FALSE,
+            "TestingNotReady",
+            "NodeClass is not ready",
+            LATER,
+            Some(1),
+        );
         let refused = launch_refusal(&reference(EC2_NODECLASS_KIND), Some(&not_ready));
         assert!(
             matches!(&refused, Some(CloudError::NodeClassNotReady(m)) if m.contains("NodeClass is not ready")),

@@ -323,9 +323,9 @@ pub fn static_drift<'a>(
         if counts.active + counts.pending_disruption > replicas {
             continue;
         }
-        let room = room.entry(pool_name.clone()).or_insert_with(|| {
-            static_capacity::room_under_node_limit(candidate.nodepool, &counts)
-        });
+        let room = room
+            .entry(pool_name.clone())
+            .or_insert_with(|| static_capacity::room_under_node_limit(candidate.nodepool, &counts));
         if *room <= 0 {
             // The next pass looks again once a replaced node is gone.
             continue;

@@ -41,7 +41,8 @@ impl StaticCounts {
 }
 
 fn in_pool(node: &StateNode<'_>, pool: &str) -> bool {
-    node.nodeclaim.is_some_and(|c| c.nodepool_name() == Some(pool))
+    node.nodeclaim
+        .is_some_and(|c| c.nodepool_name() == Some(pool))
 }
 
 fn is_pending_disruption(state: &ClusterState, node: &StateNode<'_>) -> bool {
@@ -172,9 +173,10 @@ pub fn surplus(state: &ClusterState, pool: &NodePool, now: Timestamp) -> Vec<Str
 
     let mut empty = Vec::new();
     let mut occupied = Vec::new();
-    for node in active.iter().filter(|n| {
-        !unlaunched.contains(&claim_name(n))
-    }) {
+    for node in active
+        .iter()
+        .filter(|n| !unlaunched.contains(&claim_name(n)))
+    {
         let pods: Vec<&Pod> = node
             .pods
             .iter()
@@ -228,7 +230,12 @@ mod tests {
     }
 
     /// `n` launched, registered NodeClaims `fixed-0..n` with Nodes `node-0..n`.
-    fn held(n: usize) -> (Vec<karpenter_api::NodeClaim>, Vec<k8s_openapi::api::core::v1::Node>) {
+    fn held(
+        n: usize,
+    ) -> (
+        Vec<karpenter_api::NodeClaim>,
+        Vec<k8s_openapi::api::core::v1::Node>,
+    ) {
         (0..n)
             .map(|i| {
                 let id = format!("sim://{i}");
@@ -250,7 +257,11 @@ mod tests {
         let state = ClusterState::from_objects(vec![pool.clone()], claims, nodes, vec![]);
         assert_eq!(to_provision(&state, &pool), 2, "3 held, limit 5");
         let pool = static_pool(2, None);
-        assert_eq!(to_provision(&state, &pool), 0, "over replicas: scale-down's job");
+        assert_eq!(
+            to_provision(&state, &pool),
+            0,
+            "over replicas: scale-down's job"
+        );
         assert!(nodepool("dynamic").spec.replicas.is_none());
         assert_eq!(to_provision(&state, &nodepool("dynamic")), 0);
     }
@@ -258,12 +269,25 @@ mod tests {
     #[test]
     fn deleting_nodeclaims_count_against_the_node_limit_but_not_as_replicas() {
         let (mut claims, nodes) = held(3);
-        claims[0].metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t0()));
+        claims[0].metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t0()));
         let pool = static_pool(3, Some("3"));
-        let state = ClusterState::from_objects(vec![pool.clone()], claims.clone(), nodes.clone(), vec![]);
+        let state =
+            ClusterState::from_objects(vec![pool.clone()], claims.clone(), nodes.clone(), vec![]);
         let counts = counts(&state, "fixed");
-        assert_eq!(counts, StaticCounts { active: 2, pending_disruption: 0, deleting: 1 });
-        assert_eq!(to_provision(&state, &pool), 0, "the deleting one still holds the limit");
+        assert_eq!(
+            counts,
+            StaticCounts {
+                active: 2,
+                pending_disruption: 0,
+                deleting: 1
+            }
+        );
+        assert_eq!(
+            to_provision(&state, &pool),
+            0,
+            "the deleting one still holds the limit"
+        );
         let pool = static_pool(3, Some("4"));
         assert_eq!(to_provision(&state, &pool), 1);
     }
@@ -275,8 +299,16 @@ mod tests {
         let mut state = ClusterState::from_objects(vec![pool.clone()], claims, nodes, vec![]);
         state.mark_being_disrupted("node-0");
         assert_eq!(counts(&state, "fixed").pending_disruption, 1);
-        assert_eq!(surplus(&state, &pool, t0()), Vec::<String>::new(), "2 active = replicas");
-        assert_eq!(to_provision(&state, &static_pool(3, None)), 0, "active + pending reach 3");
+        assert_eq!(
+            surplus(&state, &pool, t0()),
+            Vec::<String>::new(),
+            "2 active = replicas"
+        );
+        assert_eq!(
+            to_provision(&state, &static_pool(3, None)),
+            0,
+            "active + pending reach 3"
+        );
     }
 
     #[test]
@@ -286,8 +318,13 @@ mod tests {
         unlaunched.status = None;
         claims.push(unlaunched);
         let mut protected = bound_pod("protected", "node-2", "1");
-        protected.metadata.annotations =
-            Some([("karpenter.sh/do-not-disrupt".to_string(), "true".to_string())].into());
+        protected.metadata.annotations = Some(
+            [(
+                "karpenter.sh/do-not-disrupt".to_string(),
+                "true".to_string(),
+            )]
+            .into(),
+        );
         let pods = vec![
             bound_pod("a", "node-0", "1"),
             bound_pod("b", "node-1", "1"),
@@ -306,7 +343,11 @@ mod tests {
         };
         assert_eq!(state(6), Vec::<String>::new());
         assert_eq!(state(5), ["fixed-new"]);
-        assert_eq!(state(3), ["fixed-new", "fixed-3", "fixed-4"], "unlaunched, then empty");
+        assert_eq!(
+            state(3),
+            ["fixed-new", "fixed-3", "fixed-4"],
+            "unlaunched, then empty"
+        );
         assert_eq!(
             state(1),
             ["fixed-new", "fixed-3", "fixed-4", "fixed-0", "fixed-1"],
@@ -320,9 +361,12 @@ mod tests {
     fn daemonset_pods_leave_a_node_empty_unless_they_are_do_not_disrupt() {
         let (claims, nodes) = held(2);
         let mut daemon = bound_pod("ds", "node-0", "1");
-        daemon.metadata.owner_references = Some(vec![serde_json::from_value(json!({
-            "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "ds"
-        })).unwrap()]);
+        daemon.metadata.owner_references = Some(vec![
+            serde_json::from_value(json!({
+                "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "ds"
+            }))
+            .unwrap(),
+        ]);
         let pool = static_pool(1, None);
         let state = ClusterState::from_objects(
             vec![pool.clone()],
@@ -331,8 +375,13 @@ mod tests {
             vec![daemon.clone(), bound_pod("app", "node-1", "1")],
         );
         assert_eq!(surplus(&state, &pool, t0()), ["fixed-0"]);
-        daemon.metadata.annotations =
-            Some([("karpenter.sh/do-not-disrupt".to_string(), "true".to_string())].into());
+        daemon.metadata.annotations = Some(
+            [(
+                "karpenter.sh/do-not-disrupt".to_string(),
+                "true".to_string(),
+            )]
+            .into(),
+        );
         let state = ClusterState::from_objects(
             vec![pool.clone()],
             claims,
@@ -345,12 +394,16 @@ mod tests {
     #[test]
     fn older_nodes_cost_less_to_remove() {
         let (mut claims, nodes) = held(2);
-        claims[0].metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t0()));
-        claims[1].metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            t0().checked_add(jiff::SignedDuration::from_hours(100)).unwrap(),
-        ));
+        claims[0].metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t0()));
+        claims[1].metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                t0().checked_add(jiff::SignedDuration::from_hours(100))
+                    .unwrap(),
+            ));
         for claim in &mut claims {
-            claim.spec.expire_after = Some(karpenter_api::v1::NillableDuration::parse("720h").unwrap());
+            claim.spec.expire_after =
+                Some(karpenter_api::v1::NillableDuration::parse("720h").unwrap());
         }
         let pool = static_pool(1, None);
         let state = ClusterState::from_objects(
@@ -359,7 +412,13 @@ mod tests {
             nodes,
             vec![bound_pod("a", "node-0", "1"), bound_pod("b", "node-1", "1")],
         );
-        let now = t0().checked_add(jiff::SignedDuration::from_hours(200)).unwrap();
-        assert_eq!(surplus(&state, &pool, now), ["fixed-0"], "less lifetime left");
+        let now = t0()
+            .checked_add(jiff::SignedDuration::from_hours(200))
+            .unwrap();
+        assert_eq!(
+            surplus(&state, &pool, now),
+            ["fixed-0"],
+            "less lifetime left"
+        );
     }
 }

@@ -28,8 +28,8 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use tokio::sync::watch;
 
-use crate::SimCloudProvider;
 use super::nodeclass::SimNodeClasses;
+use crate::SimCloudProvider;
 
 /// Name of the ConfigMap holding the ledger's head.
 pub const LEDGER_CONFIGMAP: &str = "karpenter-sim-ledger";

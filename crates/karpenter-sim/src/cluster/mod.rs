@@ -57,7 +57,8 @@ impl SimCloud {
         let node_classes = SimNodeClasses::new(client.clone(), clock.clone());
         let kubelet = SimKubelet::new(client, sim.clone(), clock, options);
         Ok(SimCloud {
-            provider: PersistentSimProvider::new(sim, store).with_node_classes(node_classes.clone()),
+            provider: PersistentSimProvider::new(sim, store)
+                .with_node_classes(node_classes.clone()),
             kubelet,
             node_classes,
             sync_period,

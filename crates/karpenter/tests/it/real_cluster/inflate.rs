@@ -9,8 +9,7 @@ use super::{DISRUPT, LAUNCH, eventually, repo_root};
 
 #[tokio::test]
 async fn inflate_scales_up_on_new_nodes_and_back_to_none() {
-    let Some((cluster, _karpenter)) =
-        super::with_karpenter("inflate", super::options()).await
+    let Some((cluster, _karpenter)) = super::with_karpenter("inflate", super::options()).await
     else {
         return;
     };
@@ -48,24 +47,36 @@ async fn inflate_scales_up_on_new_nodes_and_back_to_none() {
         .collect();
     for pod in &running_pods {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap();
-        assert!(node_names.contains(&node), "{node} not among {node_names:?}");
+        assert!(
+            node_names.contains(&node),
+            "{node} not among {node_names:?}"
+        );
     }
     eprintln!(
         "inflate: 5 pods on {} node(s): {:?}",
         claims.len(),
         claims
             .iter()
-            .map(|c| c.metadata.labels.as_ref().and_then(|l| l.get("node.kubernetes.io/instance-type").cloned()))
+            .map(|c| c
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("node.kubernetes.io/instance-type").cloned()))
             .collect::<Vec<_>>()
     );
 
     scale(&client, ns, "inflate", 0).await;
-    eventually("no NodeClaims and no Nodes after scaling to zero", DISRUPT, || {
-        let client = client.clone();
-        async move {
-            (nodeclaims(&client).await.is_empty() && nodes(&client).await.is_empty()).then_some(())
-        }
-    })
+    eventually(
+        "no NodeClaims and no Nodes after scaling to zero",
+        DISRUPT,
+        || {
+            let client = client.clone();
+            async move {
+                (nodeclaims(&client).await.is_empty() && nodes(&client).await.is_empty())
+                    .then_some(())
+            }
+        },
+    )
     .await
     .unwrap();
     tokio::time::sleep(Duration::from_millis(10)).await;

@@ -13,8 +13,8 @@
 
 mod harness;
 mod inflate;
-mod regression;
 pub(crate) mod objects;
+mod regression;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -12,7 +12,11 @@ use kube::{Api, Client, ResourceExt};
 /// unless they name their own. Panics with the API server's answer when one is refused.
 pub(crate) async fn apply(client: &Client, namespace: &str, yaml: &str) {
     for doc in yaml.split("\n---") {
-        if doc.trim().is_empty() || doc.lines().all(|l| l.trim_start().starts_with('#') || l.trim().is_empty()) {
+        if doc.trim().is_empty()
+            || doc
+                .lines()
+                .all(|l| l.trim_start().starts_with('#') || l.trim().is_empty())
+        {
             continue;
         }
         let object: DynamicObject = serde_saphyr::from_str(doc)
@@ -51,7 +55,10 @@ pub(crate) async fn nodeclaims(client: &Client) -> Vec<NodeClaim> {
 }
 
 pub(crate) async fn nodepool(client: &Client, name: &str) -> NodePool {
-    Api::<NodePool>::all(client.clone()).get(name).await.unwrap()
+    Api::<NodePool>::all(client.clone())
+        .get(name)
+        .await
+        .unwrap()
 }
 
 pub(crate) async fn nodes(client: &Client) -> Vec<Node> {
@@ -73,7 +80,10 @@ pub(crate) async fn pods(client: &Client, namespace: &str, selector: &str) -> Ve
 
 /// Whether the pod is bound and Running (the sim kubelet's word).
 pub(crate) fn running(pod: &Pod) -> bool {
-    pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_ref())
+        .is_some()
         && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
         && pod.metadata.deletion_timestamp.is_none()
 }

@@ -95,7 +95,12 @@ impl Env {
     /// test's namespace.
     pub(crate) async fn apply(&self, objects: &[&Value]) {
         for object in objects {
-            apply(&self.client, &self.ns, &serde_json::to_string(object).unwrap()).await;
+            apply(
+                &self.client,
+                &self.ns,
+                &serde_json::to_string(object).unwrap(),
+            )
+            .await;
         }
     }
 
