@@ -74,6 +74,21 @@ pub(crate) fn usable_pools(state: &ClusterState) -> Vec<NodePool> {
         .collect()
 }
 
+/// The pools whose nodes the disruption loop may consider: the usable dynamic ones and every
+/// static one not being deleted (upstream's candidates come from every managed NodePool; a
+/// static pool's nodes need its catalogue to be candidates for static drift, and the scheduler
+/// is never offered a static pool).
+pub(crate) fn disruption_pools(state: &ClusterState) -> Vec<NodePool> {
+    let mut pools = usable_pools(state);
+    pools.extend(
+        state
+            .nodepools()
+            .filter(|pool| matches!(nodepool::usable(pool, state), Err(nodepool::Unusable::Static)))
+            .cloned(),
+    );
+    pools
+}
+
 /// The instance types the provider offers each of `pools` (with its NodeClass); pools the
 /// provider answers nothing or an error for are left out (logged). Shared by the provisioner and
 /// the disruption loop, so both see the same catalogue.
