@@ -1,5 +1,6 @@
 //! What one test leaves, removed before the next one starts: its namespaces (pods forced out,
-//! finalizers stripped), and every NodePool, NodeClaim, EC2NodeClass and Node, finalizers first
+//! finalizers stripped), every ValidatingAdmissionPolicy (and binding), and every NodePool,
+//! NodeClaim, EC2NodeClass and Node, finalizers first
 //! (the controller that would have removed them was stopped with its test).
 
 use std::time::Duration;
@@ -18,6 +19,15 @@ const CLUSTER_KINDS: [(&str, &str, &str, &str); 3] = [
     ("karpenter.sh", "v1", "NodePool", "nodepools"),
     ("karpenter.sh", "v1", "NodeClaim", "nodeclaims"),
     ("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses"),
+];
+
+/// The admission policies a test may create (cluster-scoped), bindings first.
+const ADMISSION_KINDS: [(&str, &str); 2] = [
+    (
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+    ),
+    ("ValidatingAdmissionPolicy", "validatingadmissionpolicies"),
 ];
 
 fn kube_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -76,6 +86,24 @@ pub(crate) async fn remove_leftovers(client: &Client) -> Result<()> {
         for pod in list.items {
             if let Some(pod_name) = pod.metadata.name {
                 force_delete(&pods, &pod_name).await?;
+            }
+        }
+    }
+    // Admission policies a test made (upstream's e2e blocks Node registration or NodeClass
+    // status writes with them): left in place they would refuse the next test's objects.
+    for (kind, plural) in ADMISSION_KINDS {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
+            plural,
+        );
+        let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(kube_error(format!("listing {plural}")))?;
+        for object in list.items {
+            if let Some(name) = object.metadata.name {
+                force_delete(&api, &name).await?;
             }
         }
     }

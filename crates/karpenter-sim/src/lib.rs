@@ -10,6 +10,7 @@
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod launch;
+pub mod nodeclass;
 pub mod provider;
 
 pub use launch::LaunchChoice;

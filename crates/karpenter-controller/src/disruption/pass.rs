@@ -27,14 +27,15 @@ use crate::metrics::{
     DisruptionReasonLabels, NodePoolReasonLabels,
 };
 use crate::provisioning::provisioner::scheduler_options;
-use crate::provisioning::provisioner::{resolve_instance_types, usable_pools};
+use crate::provisioning::provisioner::{disruption_pools, resolve_instance_types};
 
 /// Instance types per NodePool name.
 pub type InstanceTypes = BTreeMap<String, Vec<Arc<InstanceType>>>;
 
-/// The provider's catalogue for every usable NodePool (the provisioner's helper).
+/// The provider's catalogue for every usable NodePool and every static one (the provisioner's
+/// helper).
 pub async fn instance_types(ctx: &Context) -> InstanceTypes {
-    let pools = usable_pools(&ctx.state.read());
+    let pools = disruption_pools(&ctx.state.read());
     resolve_instance_types(ctx, pools)
         .await
         .into_iter()

@@ -74,6 +74,21 @@ pub(crate) fn usable_pools(state: &ClusterState) -> Vec<NodePool> {
         .collect()
 }
 
+/// The pools whose nodes the disruption loop may consider: the usable dynamic ones and every
+/// static one not being deleted (upstream's candidates come from every managed NodePool; a
+/// static pool's nodes need its catalogue to be candidates for static drift, and the scheduler
+/// is never offered a static pool).
+pub(crate) fn disruption_pools(state: &ClusterState) -> Vec<NodePool> {
+    let mut pools = usable_pools(state);
+    pools.extend(
+        state
+            .nodepools()
+            .filter(|pool| matches!(nodepool::usable(pool, state), Err(nodepool::Unusable::Static)))
+            .cloned(),
+    );
+    pools
+}
+
 /// The instance types the provider offers each of `pools` (with its NodeClass); pools the
 /// provider answers nothing or an error for are left out (logged). Shared by the provisioner and
 /// the disruption loop, so both see the same catalogue.
@@ -105,7 +120,7 @@ pub(crate) fn pods_to_place(state: &ClusterState, now: jiff::Timestamp) -> Vec<&
 
 /// One provisioning pass. Writes (NodeClaims, events) happen only when this replica leads.
 pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
-    let (pools, static_claims, pending) = {
+    let (pools, static_claims, surplus, pending) = {
         let state = ctx.state.read();
         if !state.synced() {
             tracing::debug!(unsynced = ?state.unsynced_kinds(), "waiting on cluster sync");
@@ -117,6 +132,7 @@ pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
         (
             usable_pools(&state),
             pipeline::static_nodeclaims(&state),
+            pipeline::static_surplus(&state, ctx.now()),
             pods_to_place(&state, ctx.now()).len(),
         )
     };
@@ -126,6 +142,11 @@ pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
     {
         let accepted = static_claims.into_iter().map(|c| (c, Vec::new())).collect();
         outcome.created = create_nodeclaims(&leader, &[], accepted, "static").await;
+    }
+    if let Some(leader) = ctx.leader()
+        && !surplus.is_empty()
+    {
+        delete_static_surplus(&leader, &surplus).await;
     }
     if pending == 0 {
         return Ok(outcome);
@@ -339,6 +360,54 @@ async fn within_limits(
 /// client's QPS limit bounds them).
 const PARALLEL_CREATES: usize = 32;
 
+/// Upstream's `static.deprovisioning`: deletes the NodeClaims a static NodePool holds beyond its
+/// replicas (chosen by core's `static_surplus`); their finalizer drains the nodes. The deleted
+/// copies go into the state at once, so the next pass does not pick more of them.
+async fn delete_static_surplus(ctx: &Leader, names: &[String]) {
+    let api: Api<NodeClaim> = Api::all(ctx.writer());
+    for name in names {
+        let pool = ctx
+            .state
+            .read()
+            .nodeclaim(name)
+            .map(|c| {
+                (
+                    c.nodepool_name().unwrap_or_default().to_string(),
+                    c.labels()
+                        .get(karpenter_api::well_known::CAPACITY_TYPE_LABEL)
+                        .cloned()
+                        .unwrap_or_default(),
+                )
+            })
+            .unwrap_or_default();
+        match timeouts::api(api.delete(name, &kube::api::DeleteParams::default())).await {
+            Ok(deleted) => {
+                tracing::info!(nodeclaim = %name, nodepool = %pool.0, "deleting nodeclaim: static nodepool holds more than its replicas");
+                ctx.metrics
+                    .nodeclaims_disrupted
+                    .get_or_create(&crate::metrics::NodeClaimDisruptedLabels {
+                        reason: STATIC_SCALE_DOWN_REASON.into(),
+                        nodepool: pool.0,
+                        capacity_type: pool.1,
+                    })
+                    .inc();
+                // Still there (its finalizer drains it): the state sees it deleting at once.
+                // Gone at once: the watch removes it; a repeated delete meanwhile is a 404.
+                if let Some(claim) = deleted.left() {
+                    ctx.state.write().remember(claim);
+                }
+            }
+            Err(err) if karpenter_kube::is_not_found(&err) => {}
+            Err(err) => {
+                tracing::warn!(nodeclaim = %name, error = %err, "failed to delete surplus static nodeclaim; retrying next pass");
+            }
+        }
+    }
+}
+
+/// Upstream's termination reason for a static NodePool's scale-down.
+const STATIC_SCALE_DOWN_REASON: &str = "overprovisioned";
+
 /// Creates the NodeClaims, remembers them in the state at once and nominates their pods.
 /// `reason` labels `nodeclaims_created_total` (`provisioned`, `static`).
 async fn create_nodeclaims(
@@ -484,8 +553,10 @@ async fn retrigger_provisionable(ctx: Arc<Context>) {
                 .into_iter()
                 .filter_map(|p| p.uid())
                 .collect();
-            if !pipeline::static_nodeclaims(&state).is_empty() {
-                // A static NodePool misses NodeClaims: a pass creates them.
+            if !pipeline::static_nodeclaims(&state).is_empty()
+                || !pipeline::static_surplus(&state, now).is_empty()
+            {
+                // A static NodePool misses NodeClaims or holds too many: a pass fixes it.
                 uids.push("static-capacity".into());
             }
             uids

@@ -26,7 +26,7 @@ use super::candidates::{BlockReason, Candidate, DisruptionClass, Rejection};
 use super::command::{Command, DisruptedNode, DriftContext, Method};
 use super::facts::{Classified, PassFacts};
 use super::simulate::Simulator;
-use crate::nodepool::{hash::template_hash, static_replicas};
+use crate::nodepool::{hash::template_hash, static_capacity, static_replicas};
 use crate::provisioning::nodeclaim;
 use crate::requirements::Requirement;
 
@@ -311,22 +311,30 @@ pub fn static_drift<'a>(
     let input = facts.input();
     let mut budgets = facts.budgets(DisruptionReason::Drifted).into_owned();
     let mut commands = Vec::new();
+    // Per pool: how many replacements `limits.nodes` still allows (upstream reserves them
+    // against the limit, every NodeClaim of the pool counting, deleting ones included).
+    let mut room: BTreeMap<String, i64> = BTreeMap::new();
     for drifted in &found {
         let candidate = &drifted.candidate;
         let pool_name = candidate.nodepool_name();
         let replicas = static_replicas(candidate.nodepool).unwrap_or(0);
-        let held = input
-            .state
-            .nodeclaims()
-            .filter(|c| c.nodepool_name() == Some(pool_name.as_str()))
-            .count();
-        if i64::try_from(held).unwrap_or(i64::MAX) > replicas {
+        let counts = static_capacity::counts(input.state, &pool_name);
+        // Not while the pool is over its replicas: the scale-down comes first.
+        if counts.active + counts.pending_disruption > replicas {
+            continue;
+        }
+        let room = room
+            .entry(pool_name.clone())
+            .or_insert_with(|| static_capacity::room_under_node_limit(candidate.nodepool, &counts));
+        if *room <= 0 {
+            // The next pass looks again once a replaced node is gone.
             continue;
         }
         if !budgets.take(&pool_name) {
             blocked.insert(candidate.name(), reject(candidate, budget_block(candidate)));
             continue;
         }
+        *room -= 1;
         blocked.remove(&candidate.name());
         commands.push(Command {
             method: Method::StaticDrift,

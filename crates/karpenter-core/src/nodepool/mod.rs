@@ -2,6 +2,7 @@
 //! what a pool uses, its limits, and the template hash.
 
 pub mod hash;
+pub mod static_capacity;
 
 use std::collections::BTreeSet;
 

@@ -59,33 +59,31 @@ pub fn dynamic_pools(state: &ClusterState) -> Vec<&NodePool> {
     pools
 }
 
-/// The NodeClaims static NodePools miss: each non-deleting pool with `spec.replicas` holds exactly
-/// that many NodeClaims (not being deleted); the missing ones are built from its template
-/// ([`nodeclaim::build_static`]). Surplus NodeClaims are left alone here (deprovisioning is
-/// disruption's job).
+/// The NodeClaims static NodePools miss: each non-deleting pool with `spec.replicas` gets up to
+/// `replicas` active NodeClaims, never past its `limits.nodes`
+/// ([`nodepool::static_capacity::to_provision`]); the missing ones are built from its template
+/// ([`nodeclaim::build_static`]). Surplus NodeClaims are [`static_surplus`]'s.
 pub fn static_nodeclaims(state: &ClusterState) -> Vec<NodeClaim> {
     let mut out = Vec::new();
-    let mut pools: Vec<&NodePool> = state
-        .nodepools()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect();
+    let mut pools: Vec<&NodePool> = state.nodepools().collect();
     pools.sort_by_key(|p| p.name_any());
     for pool in pools {
-        let Some(replicas) = nodepool::static_replicas(pool) else {
-            continue;
-        };
-        let name = pool.name_any();
-        let held = state
-            .nodeclaims()
-            .filter(|c| c.metadata.deletion_timestamp.is_none())
-            .filter(|c| c.nodepool_name() == Some(name.as_str()))
-            .count();
-        let missing = usize::try_from(replicas.max(0))
-            .unwrap_or(usize::MAX)
-            .saturating_sub(held);
+        let missing = nodepool::static_capacity::to_provision(state, pool);
         out.extend(std::iter::repeat_n(nodeclaim::build_static(pool), missing));
     }
     out
+}
+
+/// The NodeClaims to delete so every static NodePool holds no more than its `replicas`, pool by
+/// pool in name order, each pool's in upstream's scale-down order
+/// ([`nodepool::static_capacity::surplus`]).
+pub fn static_surplus(state: &ClusterState, now: Timestamp) -> Vec<String> {
+    let mut pools: Vec<&NodePool> = state.nodepools().collect();
+    pools.sort_by_key(|p| p.name_any());
+    pools
+        .into_iter()
+        .flat_map(|pool| nodepool::static_capacity::surplus(state, pool, now))
+        .collect()
 }
 
 /// A NodePool offered to the scheduler with its NodeClass's instance types (from the

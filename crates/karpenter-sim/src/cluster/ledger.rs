@@ -28,6 +28,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use tokio::sync::watch;
 
+use super::nodeclass::SimNodeClasses;
 use crate::SimCloudProvider;
 
 /// Name of the ConfigMap holding the ledger's head.
@@ -315,6 +316,8 @@ pub struct PersistentSimProvider {
     pub sim: SimCloudProvider,
     pub store: LedgerStore,
     freshness: Arc<Freshness>,
+    /// Checks each launch's NodeClass on the API server (see [`Self::with_node_classes`]).
+    node_classes: Option<SimNodeClasses>,
 }
 
 /// Whether the in-memory ledger must be reloaded, and the leadership changes that make it so.
@@ -334,7 +337,15 @@ impl PersistentSimProvider {
             sim,
             store,
             freshness: Arc::default(),
+            node_classes: None,
         }
+    }
+
+    /// Refuses launches whose EC2NodeClass is missing or not Ready, as the aws provider does
+    /// (the lifecycle then deletes the NodeClaim). Without it every launch goes ahead.
+    pub fn with_node_classes(mut self, node_classes: SimNodeClasses) -> Self {
+        self.node_classes = Some(node_classes);
+        self
     }
 
     /// Reload the ledger before the next cloud call whenever `leadership` changes (give it
@@ -383,6 +394,9 @@ impl CloudProvider for PersistentSimProvider {
     }
 
     async fn create(&self, node_claim: &NodeClaim) -> Result<NodeClaim, CloudError> {
+        if let Some(node_classes) = &self.node_classes {
+            node_classes.check_launch(node_claim).await?;
+        }
         self.refresh_if_stale().await?;
         let launched = self.sim.create(node_claim).await;
         // Capacity marks change the ledger even when the launch fails.

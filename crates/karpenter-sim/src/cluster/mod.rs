@@ -8,6 +8,7 @@
 
 pub mod kubelet;
 pub mod ledger;
+pub mod nodeclass;
 mod watched;
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use tokio::sync::watch;
 
 pub use kubelet::{NODE_LEASE_NAMESPACE, SimKubelet, SimKubeletError, SimKubeletOptions};
 pub use ledger::{LEDGER_CONFIGMAP, LedgerError, LedgerStore, PersistentSimProvider};
+pub use nodeclass::SimNodeClasses;
 pub use watched::node_view;
 
 use crate::SimCloudProvider;
@@ -28,6 +30,8 @@ use crate::SimCloudProvider;
 pub struct SimCloud {
     pub provider: PersistentSimProvider,
     pub kubelet: SimKubelet,
+    /// The EC2NodeClass status writer (the aws provider's NodeClass controller, for the sim).
+    pub node_classes: SimNodeClasses,
     sync_period: std::time::Duration,
 }
 
@@ -50,10 +54,13 @@ impl SimCloud {
             "sim cloud ledger loaded"
         );
         let sync_period = options.sync_period;
+        let node_classes = SimNodeClasses::new(client.clone(), clock.clone());
         let kubelet = SimKubelet::new(client, sim.clone(), clock, options);
         Ok(SimCloud {
-            provider: PersistentSimProvider::new(sim, store),
+            provider: PersistentSimProvider::new(sim, store)
+                .with_node_classes(node_classes.clone()),
             kubelet,
+            node_classes,
             sync_period,
         })
     }
@@ -70,8 +77,9 @@ impl SimCloud {
         self.provider.follow_leadership(leadership);
     }
 
-    /// Runs the sim kubelet while `leadership` says this replica leads, until `shutdown` (its
-    /// watches run throughout, so a new leader starts from a synced view).
+    /// Runs the sim kubelet and the EC2NodeClass status writer while `leadership` says this
+    /// replica leads, until `shutdown` (the kubelet's watches run throughout, so a new leader
+    /// starts from a synced view).
     pub async fn run(self, leadership: watch::Receiver<bool>, mut shutdown: watch::Receiver<bool>) {
         let mut ticker = tokio::time::interval(self.sync_period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -91,6 +99,9 @@ impl SimCloud {
                     }
                     if let Err(err) = self.kubelet.sync().await {
                         tracing::warn!(error = %err, "sim kubelet sync failed; retrying");
+                    }
+                    if let Err(err) = self.node_classes.sync().await {
+                        tracing::warn!(error = %err, "sim: cannot list EC2NodeClasses; retrying");
                     }
                 }
             }
