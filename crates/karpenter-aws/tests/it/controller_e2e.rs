@@ -441,7 +441,11 @@ impl AwsCluster {
         self.renew_leases(&nodes).await;
         let pods = self.pods_api().list(&ListParams::default()).await.unwrap();
         for pod in pods.items {
-            let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+            let bound = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some();
             if bound && pod.metadata.deletion_timestamp.is_some() {
                 let _ = self
                     .pods_api()
@@ -453,7 +457,10 @@ impl AwsCluster {
 
     async fn renew_leases(&self, nodes: &[Node]) {
         let api: Api<Lease> = Api::namespaced(self.kube.client(), NODE_LEASE_NAMESPACE);
-        for node in nodes.iter().filter(|n| n.metadata.deletion_timestamp.is_none()) {
+        for node in nodes
+            .iter()
+            .filter(|n| n.metadata.deletion_timestamp.is_none())
+        {
             let name = node.name_any();
             let due = self
                 .heartbeats
@@ -658,10 +665,7 @@ async fn inflate_on_moto_through_the_controller() {
 
     // The test's kubelet registers the Nodes; the controller initializes them; kube-scheduler
     // binds the pods to them.
-    let node_names: BTreeSet<String> = claims
-        .iter()
-        .map(|c| instance_id_of(c))
-        .collect();
+    let node_names: BTreeSet<String> = claims.iter().map(instance_id_of).collect();
     cluster
         .eventually("pods bound", Duration::from_secs(60), async || {
             cluster.play_kubelet().await;
@@ -1210,7 +1214,11 @@ async fn garbage_collection_terminates_a_leaked_instance_and_leaves_foreign_ones
         "collected within the grace period: {collected_after:?}"
     );
     for foreign in [&unowned, &untagged] {
-        assert_eq!(instance_state(clients, foreign).await, "running", "{foreign}");
+        assert_eq!(
+            instance_state(clients, foreign).await,
+            "running",
+            "{foreign}"
+        );
     }
     // The GC made no NodeClaim or Node of its own.
     assert!(cluster.list::<NodeClaim>().await.is_empty());

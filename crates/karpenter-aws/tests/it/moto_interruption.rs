@@ -247,7 +247,8 @@ async fn an_empty_queue_long_polls_past_the_clients_attempt_timeout() {
     queue(&clients, &queue_name).await;
     // A client of an address nothing serves: an empty poll has nothing to ask the API server,
     // and a call would fail the poll.
-    let unserved = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+    let unserved =
+        Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
     let clock = Arc::new(FakeClock::default());
     let unavailable = UnavailableOfferings::new(clock.clone());
     let mut consumer = consumer(&clients, &queue_name, &unavailable, clock).await;
