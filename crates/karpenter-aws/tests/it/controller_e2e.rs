@@ -1,15 +1,21 @@
-//! The aws provider through the controller, on the test API server, against moto: the
-//! EC2NodeClass controller makes the class Ready (subnets, security groups, AMIs, instance
-//! profile); inflate pods become NodeClaims and tagged instances whose launch template carries
-//! AL2023's NodeConfig; the test plays the kubelet (a Node per instance) and binds the pods; scale
-//! to zero terminates the instances; deleting the class removes its launch templates and instance
-//! profile. Then: an injected insufficient-capacity error moves the launch to another offering,
-//! a controller that dies between CreateFleet and the status write launches nothing new once
-//! restarted, and a spot interruption message on SQS deletes the NodeClaim and a replacement
-//! launches on another offering.
+//! The aws provider through the controller, on a real control plane (`karpenter-envtest`:
+//! kube-apiserver with the committed CRDs, kube-controller-manager, kube-scheduler), against moto:
+//! the EC2NodeClass controller makes the class Ready (subnets, security groups, AMIs, instance
+//! profile); an inflate Deployment's pods become NodeClaims and tagged instances whose launch
+//! template carries AL2023's NodeConfig; the test plays the kubelet (a Node per instance, its
+//! Lease renewed) and the real kube-scheduler binds the pods; scale to zero terminates the
+//! instances; deleting the class removes its launch templates and instance profile. Then: an
+//! injected insufficient-capacity error (the moto launcher's, not the API server's) moves the
+//! launch to another offering, a controller that dies between CreateFleet and the status write
+//! launches nothing new once restarted, a spot interruption message on SQS deletes the NodeClaim
+//! and a replacement launches on another offering (the real ReplicaSet controller recreates the
+//! evicted pod), and garbage collection terminates a leaked instance of this cluster while
+//! leaving foreign instances alone.
 //!
-//! Real time (the SDK's timeouts run on tokio's clock, so paused time would fire them while moto
-//! answers), with short batch windows; each test takes seconds.
+//! The controller runs in process (`RunningController`, as the binary wires the aws provider)
+//! with a client of the real API server; each test has a control plane to itself, in a namespace
+//! of its own. Real time (the SDK's timeouts run on tokio's clock, so paused time would fire them
+//! while moto answers), with short batch windows; each test takes seconds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -17,12 +23,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use karpenter_api::v1::{CONDITION_READY, ConditionsExt, EC2NodeClass, NodeClaim, NodePool};
 use karpenter_api::well_known as wk;
 use karpenter_aws::instance::{
     EKS_CLUSTER_NAME_TAG, NAME_TAG, NODECLAIM_TAG, NODECLASS_TAG, NODEPOOL_TAG,
+    cluster_ownership_tag,
 };
 use karpenter_aws::instance_profile::{REGION_TAG, managed_profile_name};
 use karpenter_aws::interruption::consumer::{InterruptionConsumer, run_interruption_when_leading};
@@ -41,26 +50,34 @@ use karpenter_core::cloud_provider::{
     CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
 };
 use karpenter_core::instance_type::InstanceType;
-use karpenter_core::resources::ResourceList;
-use karpenter_testapi::TestApiServer;
-use kube::ResourceExt;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::harness::{
-    DISCOVERY_TAG, ICE_LOCK, moto_clients, seed_network, set_ice, unique_cluster,
+    DISCOVERY_TAG, ICE_LOCK, moto_clients, real_cluster, seed_network, set_ice, unique_cluster,
 };
 
 pub(crate) const NODE_CLASS: &str = "default";
 const KUBERNETES_VERSION: &str = "1.32";
 /// moto's default service CIDR of `CreateCluster`.
 const MOTO_SERVICE_CIDR: &str = "172.20.0.0/16";
+/// The namespace of the Node Leases a kubelet renews (the node-lifecycle controller reads them).
+const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+/// How often the test's kubelet renews a Node's Lease, as a kubelet does (10 s); the real
+/// node-lifecycle controller marks a Node NotReady once its Lease is older than its grace period.
+const HEARTBEAT: Duration = Duration::from_secs(10);
 
-/// A cluster in moto (network, EKS cluster, node role) and a test API server for it.
+/// A cluster in moto (network, EKS cluster, node role) and a real control plane for it.
 pub(crate) struct AwsCluster {
     pub(crate) name: String,
     pub(crate) clients: AwsClients,
-    pub(crate) server: TestApiServer,
+    pub(crate) kube: karpenter_envtest::Cluster,
     role: String,
+    /// When the test's kubelet last renewed each Node's Lease.
+    heartbeats: std::sync::Mutex<BTreeMap<String, std::time::Instant>>,
     /// One of these tests at a time: each discovers moto's 1,300+ instance types at start, which
     /// takes seconds of moto's single thread.
     _serial: tokio::sync::MutexGuard<'static, ()>,
@@ -71,7 +88,9 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 impl AwsCluster {
     pub(crate) async fn new(test: &str) -> Option<Self> {
         let clients = moto_clients().await?;
+        // Before the control plane: a test waiting for its turn holds no instance.
         let serial = SERIAL.lock().await;
+        let kube = real_cluster(test).await?;
         let name = unique_cluster(test);
         let network = seed_network(&clients, &name).await;
         clients
@@ -97,26 +116,19 @@ impl AwsCluster {
             .send()
             .await
             .expect("iam:CreateRole");
-        let server = TestApiServer::builder()
-            .pods_terminate_immediately(true)
-            .build();
-        server.register_resource("karpenter.sh", "v1", "NodePool", "nodepools", false, true);
-        server.register_resource("karpenter.sh", "v1", "NodeClaim", "nodeclaims", false, true);
-        server.register_resource(
-            "karpenter.k8s.aws",
-            "v1",
-            "EC2NodeClass",
-            "ec2nodeclasses",
-            false,
-            true,
-        );
         Some(Self {
             name,
             clients,
-            server,
+            kube,
             role,
+            heartbeats: std::sync::Mutex::new(BTreeMap::new()),
             _serial: serial,
         })
+    }
+
+    /// The test's namespace (its pods; the controller's events and lease namespace).
+    pub(crate) fn namespace(&self) -> &str {
+        self.kube.namespace()
     }
 
     /// Starts a controller replica with the aws provider as the binary wires it (the EC2NodeClass
@@ -137,15 +149,16 @@ impl AwsCluster {
                 timings: NodeClassTimings::default(),
             },
             self.clients.clone(),
-            self.server.client(),
+            self.kube.client(),
             clock.clone(),
         )
         .await
         .expect("aws provider starts");
-        // The API server's /version wins over EKS's (the test API server says 1.33).
+        // The API server's /version wins over EKS's 1.32: the real control plane's.
+        let server_version = self.kube.plane().version().trim_start_matches('v');
         assert!(
-            aws.kubernetes_version.starts_with("1."),
-            "{}",
+            server_version.starts_with(&aws.kubernetes_version),
+            "{} is not the API server's {server_version}",
             aws.kubernetes_version
         );
         assert_eq!(aws.cluster.service_cidr.as_deref(), Some(MOTO_SERVICE_CIDR));
@@ -172,7 +185,7 @@ impl AwsCluster {
         let settings = karpenter_controller::Settings {
             cluster_name: self.name.clone(),
             identity: "aws-e2e".into(),
-            leader_election_namespace: "kube-system".into(),
+            leader_election_namespace: self.namespace().to_string(),
             disable_leader_election: true,
             batch_idle_duration: Duration::from_millis(300),
             batch_max_duration: Duration::from_secs(2),
@@ -181,7 +194,7 @@ impl AwsCluster {
         let aws_provider = aws.provider.clone();
         let provider: Arc<dyn CloudProvider> = aws.provider;
         let (ctx, batcher) = Context::new(
-            self.server.client(),
+            self.kube.client(),
             settings,
             wrap(provider),
             Arc::new(CoreScheduler),
@@ -241,6 +254,112 @@ impl AwsCluster {
         .unwrap()
     }
 
+    /// Creates a cluster-scoped object, or replaces the one of its name (whatever its spec).
+    pub(crate) async fn put<K>(&self, object: &K) -> K
+    where
+        K: Resource<DynamicType = ()> + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::all(self.kube.client());
+        let name = object.name_any();
+        match api.get_opt(&name).await.unwrap() {
+            None => api.create(&PostParams::default(), object).await,
+            Some(existing) => {
+                let mut object = object.clone();
+                object.meta_mut().resource_version = existing.meta().resource_version.clone();
+                api.replace(&name, &PostParams::default(), &object).await
+            }
+        }
+        .unwrap_or_else(|err| panic!("writing {name}: {err}"))
+    }
+
+    /// A cluster-scoped object by name.
+    pub(crate) async fn get<K>(&self, name: &str) -> Option<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        Api::<K>::all(self.kube.client())
+            .get_opt(name)
+            .await
+            .unwrap()
+    }
+
+    /// Every object of a cluster-scoped kind.
+    pub(crate) async fn list<K>(&self) -> Vec<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        Api::<K>::all(self.kube.client())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Deletes a cluster-scoped object (gone already is fine).
+    pub(crate) async fn delete<K>(&self, name: &str)
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        match Api::<K>::all(self.kube.client())
+            .delete(name, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => panic!("deleting {name}: {err}"),
+        }
+    }
+
+    pub(crate) fn pods_api(&self) -> Api<Pod> {
+        Api::namespaced(self.kube.client(), self.namespace())
+    }
+
+    /// The pods of the test's namespace labelled `app=<app>`.
+    pub(crate) async fn pods(&self, app: &str) -> Vec<Pod> {
+        self.pods_api()
+            .list(&ListParams::default().labels(&format!("app={app}")))
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// A Deployment of `replicas` pause pods requesting `cpu` each, labelled `app=<name>`, in the
+    /// test's namespace: the real ReplicaSet controller makes the pods, kube-scheduler marks them
+    /// unschedulable and later binds them.
+    pub(crate) async fn deploy(&self, name: &str, replicas: i32, cpu: &str) {
+        let deployment: Deployment = serde_json::from_value(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": self.namespace()},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {"terminationGracePeriodSeconds": 0,
+                             "containers": [{"name": name, "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
+                                             "resources": {"requests": {"cpu": cpu}}}]}
+                }
+            }
+        }))
+        .unwrap();
+        Api::<Deployment>::namespaced(self.kube.client(), self.namespace())
+            .create(&PostParams::default(), &deployment)
+            .await
+            .unwrap();
+    }
+
+    /// Sets the replicas of the Deployment `name`.
+    pub(crate) async fn scale(&self, name: &str, replicas: i32) {
+        Api::<Deployment>::namespaced(self.kube.client(), self.namespace())
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .unwrap();
+    }
+
     /// Polls `check` every 100 ms for up to `limit`.
     pub(crate) async fn eventually<T>(
         &self,
@@ -262,32 +381,35 @@ impl AwsCluster {
     }
 
     async fn ready_node_class(&self) -> EC2NodeClass {
-        self.server.put(&self.node_class()).unwrap();
+        self.put(&self.node_class()).await;
         self.eventually("EC2NodeClass Ready", Duration::from_secs(30), async || {
-            self.server
-                .get::<EC2NodeClass>(None, NODE_CLASS)
+            self.get::<EC2NodeClass>(NODE_CLASS)
+                .await
                 .filter(EC2NodeClass::is_ready)
         })
         .await
     }
 
-    /// The test's kubelet: a Node for each launched NodeClaim (not being deleted), registered
-    /// with its provider ID, the NodeClaim's labels and resources, Ready.
-    pub(crate) fn register_nodes(&self) {
-        let nodes: BTreeSet<String> = self
-            .server
-            .list::<Node>()
+    /// The test's kubelet, one pass: a Node for each launched NodeClaim (not being deleted),
+    /// registered with its provider ID, the NodeClaim's labels and resources, Ready; each of its
+    /// Nodes' Leases renewed every [`HEARTBEAT`] (no kubelet here, and the real node-lifecycle
+    /// controller would otherwise mark the Node NotReady); and the deletion of pods terminating on
+    /// its Nodes completed, as a kubelet confirms it.
+    pub(crate) async fn play_kubelet(&self) {
+        let nodes = self.list::<Node>().await;
+        let registered: BTreeSet<String> = nodes
             .iter()
             .filter_map(|n| n.spec.as_ref()?.provider_id.clone())
             .collect();
-        for claim in self.server.list::<NodeClaim>() {
+        let node_api: Api<Node> = Api::all(self.kube.client());
+        for claim in self.list::<NodeClaim>().await {
             let Some(status) = claim.status.as_ref() else {
                 continue;
             };
             let Some(provider_id) = status.provider_id.clone() else {
                 continue;
             };
-            if nodes.contains(&provider_id) || claim.metadata.deletion_timestamp.is_some() {
+            if registered.contains(&provider_id) || claim.metadata.deletion_timestamp.is_some() {
                 continue;
             }
             let instance_id = provider_id.rsplit('/').next().unwrap().to_string();
@@ -309,83 +431,107 @@ impl AwsCluster {
                 }
             }))
             .unwrap();
-            self.server.put(&node).unwrap();
+            match node_api.create(&PostParams::default(), &node).await {
+                Ok(_) => {}
+                // Registered by an earlier pass whose list this one did not see yet.
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(err) => panic!("registering node {instance_id}: {err}"),
+            }
+        }
+        self.renew_leases(&nodes).await;
+        let pods = self.pods_api().list(&ListParams::default()).await.unwrap();
+        for pod in pods.items {
+            let bound = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some();
+            if bound && pod.metadata.deletion_timestamp.is_some() {
+                let _ = self
+                    .pods_api()
+                    .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
+                    .await;
+            }
         }
     }
 
-    /// kube-scheduler's part: binds pending pods to initialized Nodes with room (by CPU) that
-    /// are neither being deleted nor tainted (the pods tolerate nothing: a draining node carries
-    /// `karpenter.sh/disrupted:NoSchedule`, and a pod bound to it would be lost with it).
-    pub(crate) fn bind_pending(&self) {
-        let cpu = |pod: &Pod| {
-            karpenter_core::pod::effective_requests(&pod.clone().into())
-                .map(|r| r.get("cpu").millis())
-                .unwrap_or(0)
-        };
-        let nodes: Vec<Node> = self
-            .server
-            .list::<Node>()
-            .into_iter()
-            .filter(|n| {
-                n.labels()
-                    .get(wk::NODE_INITIALIZED_LABEL)
-                    .is_some_and(|v| v == "true")
-                    && n.metadata.deletion_timestamp.is_none()
-                    && n.spec
-                        .as_ref()
-                        .and_then(|s| s.taints.as_ref())
-                        .is_none_or(|t| t.iter().all(|t| t.effect == "PreferNoSchedule"))
-            })
-            .collect();
-        let pods = self.server.list::<Pod>();
-        let mut used: BTreeMap<String, i64> = BTreeMap::new();
-        for pod in &pods {
-            if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
-                *used.entry(node).or_default() += cpu(pod);
-            }
-        }
-        for pod in pods
+    async fn renew_leases(&self, nodes: &[Node]) {
+        let api: Api<Lease> = Api::namespaced(self.kube.client(), NODE_LEASE_NAMESPACE);
+        for node in nodes
             .iter()
-            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
+            .filter(|n| n.metadata.deletion_timestamp.is_none())
         {
-            let target = nodes.iter().find(|n| {
-                let allocatable = n
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.allocatable.as_ref())
-                    .and_then(|a| ResourceList::from_k8s(a).ok())
-                    .map(|a| a.get("cpu").millis())
-                    .unwrap_or(0);
-                allocatable - used.get(&n.name_any()).copied().unwrap_or(0) >= cpu(pod)
-            });
-            if let Some(node) = target {
-                let mut bound = pod.clone();
-                bound.spec.get_or_insert_default().node_name = Some(node.name_any());
-                self.server.put(&bound).unwrap();
-                *used.entry(node.name_any()).or_default() += cpu(pod);
+            let name = node.name_any();
+            let due = self
+                .heartbeats
+                .lock()
+                .unwrap()
+                .get(&name)
+                .is_none_or(|at| at.elapsed() >= HEARTBEAT);
+            if !due {
+                continue;
+            }
+            let lease: Lease = serde_json::from_value(json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "namespace": NODE_LEASE_NAMESPACE,
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name,
+                                                  "uid": node.metadata.uid}]},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
+                         "renewTime": MicroTime(jiff::Timestamp::now())}
+            }))
+            .unwrap();
+            let written = api
+                .patch(
+                    &name,
+                    &PatchParams::apply("aws-e2e-kubelet").force(),
+                    &Patch::Apply(&lease),
+                )
+                .await;
+            if written.is_ok() {
+                self.heartbeats
+                    .lock()
+                    .unwrap()
+                    .insert(name, std::time::Instant::now());
             }
         }
     }
 
-    pub(crate) fn launched_claims(&self) -> Vec<NodeClaim> {
-        self.server
-            .list::<NodeClaim>()
+    pub(crate) async fn launched_claims(&self) -> Vec<NodeClaim> {
+        self.list::<NodeClaim>()
+            .await
             .into_iter()
             .filter(|c| c.status.as_ref().is_some_and(|s| s.provider_id.is_some()))
             .collect()
     }
+
+    /// Waits until kube-scheduler has found no node for the pods of `app` (what makes them
+    /// pending to karpenter).
+    pub(crate) async fn unschedulable(&self, app: &str) {
+        self.eventually(
+            &format!("the {app} pods marked unschedulable"),
+            Duration::from_secs(30),
+            async || {
+                let pods = self.pods(app).await;
+                let unschedulable = |p: &Pod| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| {
+                            c.iter().any(|c| {
+                                c.type_ == "PodScheduled"
+                                    && c.reason.as_deref() == Some("Unschedulable")
+                            })
+                        })
+                };
+                (!pods.is_empty() && pods.iter().all(unschedulable)).then_some(())
+            },
+        )
+        .await;
+    }
 }
 
-fn inflate_pod(i: usize) -> Pod {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": format!("inflate-{i}"), "namespace": "default", "labels": {"app": "inflate"}},
-        "spec": {"terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "inflate", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
-                                 "resources": {"requests": {"cpu": "1"}}}]},
-        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
-    }))
-    .unwrap()
+fn node_name(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.node_name.as_deref()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -396,7 +542,8 @@ async fn inflate_on_moto_through_the_controller() {
     let clients = &cluster.clients;
     let (controller, _) = cluster.start_controller(|p| p, None).await;
 
-    // The EC2NodeClass controller resolves everything and holds its finalizer.
+    // The EC2NodeClass controller resolves everything and holds its finalizer; the real API
+    // server accepts the status it writes (the CRD's schema and CEL rules).
     let node_class = cluster.ready_node_class().await;
     let status = node_class.status.clone().unwrap();
     assert_eq!(status.subnets.len(), 2, "{status:#?}");
@@ -447,8 +594,8 @@ async fn inflate_on_moto_through_the_controller() {
     let hash_version = cluster
         .eventually("hash annotations", Duration::from_secs(10), async || {
             cluster
-                .server
-                .get::<EC2NodeClass>(None, NODE_CLASS)?
+                .get::<EC2NodeClass>(NODE_CLASS)
+                .await?
                 .annotations()
                 .get(wk::EC2NODECLASS_HASH_VERSION_ANNOTATION)
                 .cloned()
@@ -458,16 +605,13 @@ async fn inflate_on_moto_through_the_controller() {
 
     // 10 inflate pods → NodeClaims → instances.
     cluster
-        .server
         .put(&cluster.node_pool(&["m5.large", "m5.xlarge", "m5.2xlarge"]))
-        .unwrap();
-    for i in 0..10 {
-        cluster.server.put(&inflate_pod(i)).unwrap();
-    }
+        .await;
+    cluster.deploy("inflate", 10, "1").await;
     let claims = cluster
         .eventually("NodeClaims launched", Duration::from_secs(30), async || {
-            let claims = cluster.server.list::<NodeClaim>();
-            let launched = cluster.launched_claims();
+            let claims = cluster.list::<NodeClaim>().await;
+            let launched = cluster.launched_claims().await;
             (!claims.is_empty() && launched.len() == claims.len()).then_some(launched)
         })
         .await;
@@ -519,49 +663,46 @@ async fn inflate_on_moto_through_the_controller() {
         assert!(user_data.contains(MOTO_SERVICE_CIDR), "{user_data}");
     }
 
-    // The test's kubelet registers the Nodes; the controller initializes them; pods bind.
+    // The test's kubelet registers the Nodes; the controller initializes them; kube-scheduler
+    // binds the pods to them.
+    let node_names: BTreeSet<String> = claims.iter().map(instance_id_of).collect();
     cluster
         .eventually("pods bound", Duration::from_secs(60), async || {
-            cluster.register_nodes();
-            cluster.bind_pending();
-            let pods = cluster.server.list::<Pod>();
-            pods.iter()
-                .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
-                .then_some(())
+            cluster.play_kubelet().await;
+            let pods = cluster.pods("inflate").await;
+            (pods.len() == 10
+                && pods
+                    .iter()
+                    .all(|p| node_name(p).is_some_and(|n| node_names.contains(n))))
+            .then_some(())
         })
         .await;
     assert!(
         cluster
-            .server
             .list::<NodeClaim>()
+            .await
             .iter()
             .all(NodeClaim::is_ready)
     );
     assert_eq!(
-        cluster.server.count::<NodeClaim>(),
+        cluster.list::<NodeClaim>().await.len(),
         claims.len(),
         "no extra NodeClaims"
     );
 
     // Scale to zero and delete the NodeClaims: instances terminated, templates kept.
-    for i in 0..10 {
-        cluster
-            .server
-            .delete::<Pod>(Some("default"), &format!("inflate-{i}"))
-            .unwrap();
-    }
+    cluster.scale("inflate", 0).await;
     for claim in &claims {
-        cluster
-            .server
-            .delete::<NodeClaim>(None, &claim.name_any())
-            .unwrap();
+        cluster.delete::<NodeClaim>(&claim.name_any()).await;
     }
     cluster
         .eventually(
             "instances terminated",
             Duration::from_secs(60),
             async || {
-                let none_left = cluster.server.count::<NodeClaim>() == 0
+                cluster.play_kubelet().await;
+                let none_left = cluster.list::<NodeClaim>().await.is_empty()
+                    && cluster.list::<Node>().await.is_empty()
                     && clients
                         .cluster_instances(&cluster.name)
                         .await
@@ -578,15 +719,12 @@ async fn inflate_on_moto_through_the_controller() {
     assert_eq!(templates_after.len(), templates.len(), "templates kept");
 
     // Deleting the class removes its templates and instance profile, then the class.
-    cluster
-        .server
-        .delete::<EC2NodeClass>(None, NODE_CLASS)
-        .unwrap();
+    cluster.delete::<EC2NodeClass>(NODE_CLASS).await;
     cluster
         .eventually("EC2NodeClass gone", Duration::from_secs(30), async || {
             cluster
-                .server
-                .get::<EC2NodeClass>(None, NODE_CLASS)
+                .get::<EC2NodeClass>(NODE_CLASS)
+                .await
                 .is_none()
                 .then_some(())
         })
@@ -614,10 +752,10 @@ async fn a_node_class_without_matching_subnets_is_not_ready_and_says_why() {
     let mut node_class = cluster.node_class();
     node_class.spec.subnet_selector_terms[0].tags =
         BTreeMap::from([(DISCOVERY_TAG.to_string(), "no-such-cluster".to_string())]);
-    cluster.server.put(&node_class).unwrap();
+    cluster.put(&node_class).await;
     let ready = cluster
         .eventually("Ready=False", Duration::from_secs(30), async || {
-            let nc = cluster.server.get::<EC2NodeClass>(None, NODE_CLASS)?;
+            let nc = cluster.get::<EC2NodeClass>(NODE_CLASS).await?;
             nc.status?.condition(CONDITION_READY).cloned()
         })
         .await;
@@ -628,13 +766,12 @@ async fn a_node_class_without_matching_subnets_is_not_ready_and_says_why() {
         "{message}"
     );
     // Its NodeClaims are not launched: the pod's NodeClaim is refused as NodeClassNotReady.
-    cluster
-        .server
-        .put(&cluster.node_pool(&["m5.large"]))
-        .unwrap();
-    cluster.server.put(&inflate_pod(0)).unwrap();
+    cluster.put(&cluster.node_pool(&["m5.large"])).await;
+    cluster.deploy("inflate", 1, "1").await;
+    cluster.unschedulable("inflate").await;
+    // Past a batch window (2 s at most) and a launch attempt.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(cluster.launched_claims().is_empty());
+    assert!(cluster.launched_claims().await.is_empty());
     assert!(
         cluster
             .clients
@@ -658,10 +795,9 @@ async fn insufficient_capacity_moves_the_nodeclaim_to_another_offering() {
     let (controller, provider) = cluster.start_controller(|p| p, None).await;
     cluster.ready_node_class().await;
     cluster
-        .server
         .put(&cluster.node_pool(&["r5a.large", "r5.large"]))
-        .unwrap();
-    cluster.server.put(&inflate_pod(0)).unwrap();
+        .await;
+    cluster.deploy("inflate", 1, "1").await;
     let claim = cluster
         .eventually(
             "a NodeClaim launched",
@@ -670,6 +806,7 @@ async fn insufficient_capacity_moves_the_nodeclaim_to_another_offering() {
             async || {
                 cluster
                     .launched_claims()
+                    .await
                     .into_iter()
                     .find(|c| c.labels().contains_key(wk::INSTANCE_TYPE_LABEL))
             },
@@ -751,13 +888,16 @@ async fn a_spot_interruption_on_sqs_deletes_the_nodeclaim_and_a_replacement_laun
         .await;
     cluster.ready_node_class().await;
     cluster
-        .server
         .put(&cluster.node_pool_of(&[wk::CAPACITY_TYPE_SPOT], &["m5.large", "m5.xlarge"]))
-        .unwrap();
-    cluster.server.put(&inflate_pod(0)).unwrap();
+        .await;
+    cluster.deploy("inflate", 1, "1").await;
     let interrupted = cluster
         .eventually("a spot NodeClaim", Duration::from_secs(30), async || {
-            cluster.launched_claims().into_iter().next()
+            cluster
+                .launched_claims()
+                .await
+                .into_iter()
+                .find(|c| c.labels().contains_key(wk::CAPACITY_TYPE_LABEL))
         })
         .await;
     let interrupted_offering = offering_of(&interrupted);
@@ -767,12 +907,12 @@ async fn a_spot_interruption_on_sqs_deletes_the_nodeclaim_and_a_replacement_laun
         "{interrupted_offering:?}"
     );
     let interrupted_instance = instance_id_of(&interrupted);
-    cluster
+    let first_pod = cluster
         .eventually("the pod bound", Duration::from_secs(30), async || {
-            cluster.register_nodes();
-            cluster.bind_pending();
-            let pod = cluster.server.get::<Pod>(Some("default"), "inflate-0")?;
-            pod.spec?.node_name.filter(|n| *n == interrupted_instance)
+            cluster.play_kubelet().await;
+            let pods = cluster.pods("inflate").await;
+            pods.into_iter()
+                .find(|p| node_name(p) == Some(interrupted_instance.as_str()))
         })
         .await;
 
@@ -788,37 +928,37 @@ async fn a_spot_interruption_on_sqs_deletes_the_nodeclaim_and_a_replacement_laun
         .send()
         .await
         .unwrap();
-    // The test plays the ReplicaSet (a pod for each evicted one), the kubelet and kube-scheduler.
-    let mut replicas = 1;
-    let replacement = cluster
+    // The test plays the kubelet; the real ReplicaSet controller recreates the evicted pod and
+    // kube-scheduler binds it.
+    let (replacement, pod) = cluster
         .eventually(
             "the NodeClaim replaced and the pod bound again",
             // Drain, termination and a new launch: 20 s alone, more beside the other tests.
             Duration::from_secs(60),
             async || {
-                let pods = cluster.server.list::<Pod>();
-                if pods.iter().all(|p| p.metadata.deletion_timestamp.is_some()) {
-                    cluster.server.put(&inflate_pod(replicas)).unwrap();
-                    replicas += 1;
-                }
-                cluster.register_nodes();
-                cluster.bind_pending();
-                let claims = cluster.server.list::<NodeClaim>();
+                cluster.play_kubelet().await;
+                let claims = cluster.list::<NodeClaim>().await;
                 let [replacement] = claims.as_slice() else {
                     return None;
                 };
-                let replacement_instance = replacement.status.as_ref()?.provider_id.as_ref()?;
-                let pods = cluster.server.list::<Pod>();
-                let all_bound = pods.iter().all(|p| {
-                    p.spec.as_ref().and_then(|s| s.node_name.as_deref())
-                        == replacement_instance.rsplit('/').next()
-                });
-                (replacement.name_any() != interrupted.name_any() && all_bound)
-                    .then(|| replacement.clone())
+                if replacement.name_any() == interrupted.name_any() {
+                    return None;
+                }
+                let replacement_instance = instance_id_of_opt(replacement)?;
+                let pods = cluster.pods("inflate").await;
+                let [pod] = pods.as_slice() else {
+                    return None;
+                };
+                (node_name(pod) == Some(replacement_instance.as_str()))
+                    .then(|| (replacement.clone(), pod.clone()))
             },
         )
         .await;
-    assert!(replicas > 1, "the interrupted node's pod was evicted");
+    assert_ne!(
+        pod.uid(),
+        first_pod.uid(),
+        "the interrupted node's pod was evicted and recreated"
+    );
     // The interrupted spot offering is unavailable: the replacement launched elsewhere.
     let marked = provider.unavailable_offerings().marked();
     assert!(marked.contains(&interrupted_offering), "{marked:?}");
@@ -830,6 +970,10 @@ async fn a_spot_interruption_on_sqs_deletes_the_nodeclaim_and_a_replacement_laun
         ids,
         vec![instance_id_of(&replacement)],
         "the interrupted instance is terminated"
+    );
+    assert!(
+        cluster.get::<Node>(&interrupted_instance).await.is_none(),
+        "the interrupted Node is gone"
     );
     // The message is gone from the queue (neither waiting nor in flight) and counted.
     let attributes = clients
@@ -862,8 +1006,14 @@ async fn a_spot_interruption_on_sqs_deletes_the_nodeclaim_and_a_replacement_laun
     controller.stop().await;
 }
 
+fn instance_id_of_opt(claim: &NodeClaim) -> Option<String> {
+    let provider_id = claim.status.as_ref()?.provider_id.as_ref()?;
+    provider_id.rsplit('/').next().map(str::to_string)
+}
+
 /// A provider whose first `create` launches and then never answers: the replica dies (is
-/// aborted) between CreateFleet and the NodeClaim's status write.
+/// aborted) between CreateFleet and the NodeClaim's status write. The fault is the provider's,
+/// in process: the API server is the real one.
 struct DiesAfterLaunch {
     inner: Arc<dyn CloudProvider>,
     launched: Arc<AtomicBool>,
@@ -926,18 +1076,15 @@ async fn a_crash_between_create_fleet_and_the_status_write_launches_nothing_new(
         )
         .await;
     cluster.ready_node_class().await;
-    cluster
-        .server
-        .put(&cluster.node_pool(&["m5.large"]))
-        .unwrap();
-    cluster.server.put(&inflate_pod(0)).unwrap();
+    cluster.put(&cluster.node_pool(&["m5.large"])).await;
+    cluster.deploy("inflate", 1, "1").await;
     cluster
         .eventually("the fleet launched", Duration::from_secs(30), async || {
             launched.load(Ordering::SeqCst).then_some(())
         })
         .await;
     first.abort();
-    let claims = cluster.server.list::<NodeClaim>();
+    let claims = cluster.list::<NodeClaim>().await;
     assert_eq!(claims.len(), 1);
     assert!(
         claims[0]
@@ -961,7 +1108,7 @@ async fn a_crash_between_create_fleet_and_the_status_write_launches_nothing_new(
         .eventually(
             "the NodeClaim launched",
             Duration::from_secs(30),
-            async || cluster.launched_claims().into_iter().next(),
+            async || cluster.launched_claims().await.into_iter().next(),
         )
         .await;
     assert_eq!(claim.name_any(), claim_name);
@@ -977,4 +1124,112 @@ async fn a_crash_between_create_fleet_and_the_status_write_launches_nothing_new(
         Some(format!("aws:///{}/{}", after[0].zone, after[0].id))
     );
     second.stop().await;
+}
+
+/// Launches an m5.large in moto with `tags`, as something other than this controller would.
+async fn run_instance(clients: &AwsClients, tags: &[(&str, &str)]) -> String {
+    use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
+    let mut request = clients
+        .ec2
+        .run_instances()
+        .image_id("ami-ekslinux")
+        .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+        .min_count(1)
+        .max_count(1);
+    if !tags.is_empty() {
+        request = request.tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .set_tags(Some(
+                    tags.iter()
+                        .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
+                        .collect(),
+                ))
+                .build(),
+        );
+    }
+    let out = request.send().await.unwrap();
+    out.instances()[0].instance_id().unwrap().to_string()
+}
+
+/// The state EC2 reports for an instance (`running`, `shutting-down`, `terminated`).
+async fn instance_state(clients: &AwsClients, id: &str) -> String {
+    let out = clients
+        .ec2
+        .describe_instances()
+        .instance_ids(id)
+        .send()
+        .await
+        .unwrap();
+    out.reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .find_map(|i| i.state()?.name().map(|n| n.as_str().to_string()))
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_collection_terminates_a_leaked_instance_and_leaves_foreign_ones() {
+    let Some(cluster) = AwsCluster::new("e2e-gc").await else {
+        return;
+    };
+    let clients = &cluster.clients;
+    let owner = cluster_ownership_tag(&cluster.name);
+    let karpenter_tags = [
+        (EKS_CLUSTER_NAME_TAG, cluster.name.as_str()),
+        (NODEPOOL_TAG, "general"),
+        (NODECLASS_TAG, NODE_CLASS),
+    ];
+    // Launched for a NodeClaim that no longer exists (deleted during the launch, or lost with a
+    // crash): this cluster's ownership tag and Karpenter's tags, no NodeClaim on the cluster.
+    let mut leaked_tags = karpenter_tags.to_vec();
+    leaked_tags.extend([(owner.as_str(), "owned"), (NODECLAIM_TAG, "general-leaked")]);
+    let leaked = run_instance(clients, &leaked_tags).await;
+    // Karpenter's tags naming this cluster, but without its ownership tag: listed, seen as
+    // unclaimed, and still never terminated.
+    let mut unowned_tags = karpenter_tags.to_vec();
+    unowned_tags.push((NODECLAIM_TAG, "general-unowned"));
+    let unowned = run_instance(clients, &unowned_tags).await;
+    // Not tagged at all: someone else's machine in the same account.
+    let untagged = run_instance(clients, &[]).await;
+    let started = std::time::Instant::now();
+    let (controller, _) = cluster.start_controller(|p| p, None).await;
+    assert!(cluster.list::<NodeClaim>().await.is_empty());
+
+    // The collector looks at start-up (the instances are younger than its 30 s grace then) and
+    // again as soon as the youngest unclaimed one passes it.
+    cluster
+        .eventually(
+            "the leaked instance terminated",
+            Duration::from_secs(60),
+            async || {
+                let state = instance_state(clients, &leaked).await;
+                matches!(state.as_str(), "shutting-down" | "terminated").then_some(())
+            },
+        )
+        .await;
+    let collected_after = started.elapsed();
+    assert!(
+        collected_after >= Duration::from_secs(25),
+        "collected within the grace period: {collected_after:?}"
+    );
+    for foreign in [&unowned, &untagged] {
+        assert_eq!(
+            instance_state(clients, foreign).await,
+            "running",
+            "{foreign}"
+        );
+    }
+    // The GC made no NodeClaim or Node of its own.
+    assert!(cluster.list::<NodeClaim>().await.is_empty());
+    assert!(cluster.list::<Node>().await.is_empty());
+    controller.stop().await;
+    clients
+        .ec2
+        .terminate_instances()
+        .instance_ids(unowned)
+        .instance_ids(untagged)
+        .send()
+        .await
+        .unwrap();
 }

@@ -1,4 +1,4 @@
-//! Capacity reservations through the controller, on moto (the launcher fakes
+//! Capacity reservations through the controller, on a real control plane and moto (the launcher fakes
 //! `DescribeCapacityReservations` and launches into reservations, see `tests/moto/README.md`): an
 //! EC2NodeClass selecting a reservation gets it in `status.capacityReservations` with
 //! `CapacityReservationsReady`; pods launch into it as `reserved` first, and once its instances
@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::v1::{CapacityReservationSelectorTerm, ConditionsExt, EC2NodeClass, NodeClaim};
 use karpenter_api::well_known as wk;
 use karpenter_aws::reservations::CONDITION_CAPACITY_RESERVATIONS_READY;
@@ -15,19 +14,6 @@ use serde_json::json;
 
 use crate::controller_e2e::{AwsCluster, NODE_CLASS};
 use crate::harness::{RESERVATIONS_LOCK, set_reservations};
-
-fn pod(i: usize) -> Pod {
-    // 1.5 cpu: one pod per m5.large (1930m allocatable).
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": format!("reserved-{i}"), "namespace": "default", "labels": {"app": "reserved"}},
-        "spec": {"terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "app", "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7",
-                                 "resources": {"requests": {"cpu": "1500m"}}}]},
-        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
-    }))
-    .unwrap()
-}
 
 fn label<'a>(claim: &'a NodeClaim, key: &str) -> Option<&'a str> {
     claim.labels().get(key).map(String::as_str)
@@ -63,12 +49,12 @@ async fn pods_launch_into_a_selected_reservation_first_then_on_demand() {
         id: Some(id.clone()),
         ..Default::default()
     }];
-    cluster.server.put(&class).unwrap();
+    cluster.put(&class).await;
     let class = cluster
         .eventually("EC2NodeClass Ready", Duration::from_secs(30), async || {
             cluster
-                .server
-                .get::<EC2NodeClass>(None, NODE_CLASS)
+                .get::<EC2NodeClass>(NODE_CLASS)
+                .await
                 .filter(EC2NodeClass::is_ready)
         })
         .await;
@@ -92,22 +78,21 @@ async fn pods_launch_into_a_selected_reservation_first_then_on_demand() {
         &["m5.large"],
     );
     pool.spec.disruption = serde_json::from_value(json!({"budgets": [{"nodes": "0"}]})).unwrap();
-    cluster.server.put(&pool).unwrap();
-    for i in 0..3 {
-        cluster.server.put(&pod(i)).unwrap();
-    }
+    cluster.put(&pool).await;
+    // 1.5 cpu: one pod per m5.large (1930m allocatable).
+    cluster.deploy("reserved", 3, "1500m").await;
     let claims = cluster
         .eventually(
             "three launched NodeClaims and the pods bound",
             Duration::from_secs(60),
             async || {
-                cluster.register_nodes();
-                cluster.bind_pending();
-                let claims = cluster.launched_claims();
-                let pods = cluster.server.list::<Pod>();
-                let bound = pods
-                    .iter()
-                    .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
+                cluster.play_kubelet().await;
+                let claims = cluster.launched_claims().await;
+                let pods = cluster.pods("reserved").await;
+                let bound = pods.len() == 3
+                    && pods
+                        .iter()
+                        .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some());
                 // The launch writes the provider ID, then the labels.
                 let labelled = claims
                     .iter()
@@ -215,24 +200,18 @@ async fn pods_launch_into_a_selected_reservation_first_then_on_demand() {
     // The reservation ends (EC2 forgets it): the next reconcile (a spec change triggers one)
     // removes it from the status, so the reserved nodes would be CapacityReservationDrift.
     set_reservations(&cluster.clients, &json!([])).await;
-    let mut changed = cluster
-        .server
-        .get::<EC2NodeClass>(None, NODE_CLASS)
-        .unwrap();
+    let mut changed = cluster.get::<EC2NodeClass>(NODE_CLASS).await.unwrap();
     changed
         .spec
         .tags
         .insert("reservation".into(), "ended".into());
-    cluster.server.put(&changed).unwrap();
+    cluster.put(&changed).await;
     let status = cluster
         .eventually(
             "the reservation gone from the status",
             Duration::from_secs(30),
             async || {
-                let status = cluster
-                    .server
-                    .get::<EC2NodeClass>(None, NODE_CLASS)?
-                    .status?;
+                let status = cluster.get::<EC2NodeClass>(NODE_CLASS).await?.status?;
                 status.capacity_reservations.is_empty().then_some(status)
             },
         )

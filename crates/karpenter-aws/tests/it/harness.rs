@@ -1,4 +1,5 @@
-//! Connects the tests to the moto launcher that `./scripts/test.sh` starts, and seeds networks in it.
+//! Connects the tests to the moto launcher that `./scripts/test.sh` starts, seeds networks in it,
+//! and gives them a real control plane (`karpenter-envtest`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -198,4 +199,18 @@ pub async fn seed_network(clients: &AwsClients, cluster: &str) -> Network {
         untagged_security_group,
         security_group_name,
     }
+}
+
+/// The CRDs the controller needs, as users install them (`deploy/crds`).
+pub fn control_plane_setup() -> karpenter_envtest::Setup {
+    karpenter_envtest::Setup {
+        crds: vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds")],
+    }
+}
+
+/// A real control plane for `test` (`karpenter-envtest`: kube-apiserver, controller-manager and
+/// scheduler, the committed CRDs, a namespace of the test's own); `None` (after saying so) without
+/// `KUBEBUILDER_ASSETS`.
+pub async fn real_cluster(test: &str) -> Option<karpenter_envtest::Cluster> {
+    karpenter_envtest::cluster(test, &control_plane_setup()).await
 }

@@ -1,6 +1,7 @@
-//! The interruption queue's consumer on moto's SQS and the test API server: a spot interruption
-//! warning deletes the instance's NodeClaim and marks its spot offering unavailable; malformed
-//! messages are deleted and the loop keeps going.
+//! The interruption queue's consumer on moto's SQS and a real control plane (`karpenter-envtest`,
+//! the committed CRDs): a spot interruption warning deletes the instance's NodeClaim, records its
+//! events and marks its spot offering unavailable; malformed messages are deleted and the loop
+//! keeps going; an empty long poll never calls the API server.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,10 +11,11 @@ use karpenter_api::NodeClaim;
 use karpenter_aws::interruption::consumer::{InterruptionConsumer, Outcome, run_interruption};
 use karpenter_aws::unavailable::{OfferingKey, UnavailableOfferings};
 use karpenter_core::clock::FakeClock;
-use karpenter_testapi::TestApiServer;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
 use tokio::sync::watch;
 
-use crate::harness::{moto_clients, moto_clients_with_timeouts, unique_cluster};
+use crate::harness::{moto_clients, moto_clients_with_timeouts, real_cluster, unique_cluster};
 
 fn node_claim(name: &str, instance_id: &str) -> NodeClaim {
     serde_json::from_value(serde_json::json!({
@@ -35,6 +37,25 @@ fn node_claim(name: &str, instance_id: &str) -> NodeClaim {
         "status": {"providerID": format!("aws:///us-west-2a/{instance_id}"), "nodeName": format!("ip-{name}")}
     }))
     .unwrap()
+}
+
+/// Creates the NodeClaim, then writes its status (the API server ignores a status on create).
+async fn create_node_claim(client: &Client, name: &str, instance_id: &str) {
+    let api = Api::<NodeClaim>::all(client.clone());
+    let claim = node_claim(name, instance_id);
+    let mut created = api.create(&PostParams::default(), &claim).await.unwrap();
+    created.status = claim.status;
+    api.replace_status(name, &PostParams::default(), &created)
+        .await
+        .unwrap();
+}
+
+async fn node_claim_exists(client: &Client, name: &str) -> bool {
+    Api::<NodeClaim>::all(client.clone())
+        .get_opt(name)
+        .await
+        .unwrap()
+        .is_some()
 }
 
 fn spot_interruption(instance_id: &str) -> String {
@@ -93,19 +114,14 @@ async fn a_spot_interruption_deletes_the_node_claim_and_marks_the_offering() {
     let Some(clients) = moto_clients().await else {
         return;
     };
+    let Some(cluster) = real_cluster("interruption-spot").await else {
+        return;
+    };
     let queue_name = unique_cluster("interruption");
     let url = queue(&clients, &queue_name).await;
-    let server = TestApiServer::new();
-    server
-        .register_crd(&karpenter_api::crd::crd(karpenter_api::rules::Crd::NodeClaim).unwrap())
-        .unwrap();
-    let client = server.client();
-    server
-        .put(&node_claim("general-spot", "i-0aaaaaaaaaaaaaaa1"))
-        .unwrap();
-    server
-        .put(&node_claim("general-other", "i-0aaaaaaaaaaaaaaa2"))
-        .unwrap();
+    let client = cluster.client();
+    create_node_claim(&client, "general-spot", "i-0aaaaaaaaaaaaaaa1").await;
+    create_node_claim(&client, "general-other", "i-0aaaaaaaaaaaaaaa2").await;
     let clock = Arc::new(FakeClock::default());
     let unavailable = UnavailableOfferings::new(clock.clone());
     let consumer = consumer(&clients, &queue_name, &unavailable, clock).await;
@@ -126,15 +142,26 @@ async fn a_spot_interruption_deletes_the_node_claim_and_marks_the_offering() {
             deleted_node_claims: vec!["general-spot".to_string()]
         }]
     );
-    assert!(server.get::<NodeClaim>(None, "general-spot").is_none());
-    assert!(server.get::<NodeClaim>(None, "general-other").is_some());
+    assert!(!node_claim_exists(&client, "general-spot").await);
+    assert!(node_claim_exists(&client, "general-other").await);
     assert_eq!(
         unavailable.marked(),
         vec![OfferingKey::new("spot", "m5.large", "us-west-2a")]
     );
-    let reasons: Vec<(String, String)> = server
-        .list::<Event>()
+    // Written to the real API server, which validates them.
+    let reasons: Vec<(String, String)> = Api::<Event>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
         .into_iter()
+        // This test's NodeClaim and its Node only: the control plane may hold an earlier test's.
+        .filter(|e| {
+            matches!(
+                e.involved_object.name.as_deref(),
+                Some("general-spot" | "ip-general-spot")
+            )
+        })
         .map(|e| {
             (
                 e.involved_object.kind.unwrap_or_default(),
@@ -162,15 +189,13 @@ async fn malformed_messages_are_deleted_and_the_loop_keeps_going() {
     let Some(clients) = moto_clients().await else {
         return;
     };
+    let Some(cluster) = real_cluster("interruption-malformed").await else {
+        return;
+    };
     let queue_name = unique_cluster("interruption-bad");
     let url = queue(&clients, &queue_name).await;
-    let server = TestApiServer::new();
-    server
-        .register_crd(&karpenter_api::crd::crd(karpenter_api::rules::Crd::NodeClaim).unwrap())
-        .unwrap();
-    server
-        .put(&node_claim("general-spot", "i-0bbbbbbbbbbbbbbb1"))
-        .unwrap();
+    let client = cluster.client();
+    create_node_claim(&client, "general-after-malformed", "i-0bbbbbbbbbbbbbbb1").await;
     let clock = Arc::new(FakeClock::default());
     let unavailable = UnavailableOfferings::new(clock.clone());
     let consumer = consumer(&clients, &queue_name, &unavailable, clock).await;
@@ -180,11 +205,11 @@ async fn malformed_messages_are_deleted_and_the_loop_keeps_going() {
         send(&clients, &url, body).await;
     }
     let (stop, shutdown) = watch::channel(false);
-    let running = tokio::spawn(run_interruption(consumer, server.client(), shutdown));
+    let running = tokio::spawn(run_interruption(consumer, client.clone(), shutdown));
     send(&clients, &url, &spot_interruption("i-0bbbbbbbbbbbbbbb1")).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     // SQS does not keep order: wait for all four messages.
-    while server.get::<NodeClaim>(None, "general-spot").is_some() || metrics.deleted.get() < 4 {
+    while node_claim_exists(&client, "general-after-malformed").await || metrics.deleted.get() < 4 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the loop did not handle the spot interruption after the malformed messages"
@@ -227,13 +252,16 @@ async fn an_empty_queue_long_polls_past_the_clients_attempt_timeout() {
     };
     let queue_name = unique_cluster("interruption-empty");
     queue(&clients, &queue_name).await;
-    let server = TestApiServer::new();
+    // A client of an address nothing serves: an empty poll has nothing to ask the API server,
+    // and a call would fail the poll.
+    let unserved =
+        Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
     let clock = Arc::new(FakeClock::default());
     let unavailable = UnavailableOfferings::new(clock.clone());
     let mut consumer = consumer(&clients, &queue_name, &unavailable, clock).await;
     consumer.wait_time_seconds = 2;
     let started = std::time::Instant::now();
-    let outcomes = consumer.poll_once(&server.client()).await;
+    let outcomes = consumer.poll_once(&unserved).await;
     assert!(
         matches!(&outcomes, Ok(o) if o.is_empty()),
         "an empty long poll is not an error: {outcomes:?}"
