@@ -472,9 +472,12 @@ impl Manifests {
     /// with just its `kubernetes.io/metadata.name` label, as on a real API server (which also
     /// sets that label on every namespace).
     pub fn cluster_state(&self) -> ClusterState {
+        let mut node_pools = self.node_pools.clone();
+        let mut node_claims = self.node_claims.clone();
+        stamp_nodepool_hashes(&mut node_pools, &mut node_claims);
         let mut state = ClusterState::from_objects(
-            self.node_pools.clone(),
-            self.node_claims.clone(),
+            node_pools,
+            node_claims,
             self.nodes.clone(),
             self.bound_pods.clone(),
         );
@@ -576,5 +579,54 @@ fn ignored_reason(kind: &str) -> String {
     match near {
         Some(used) => format!("simulate does not use {kind} objects (did you mean {used}?)"),
         None => format!("simulate does not use {kind} objects"),
+    }
+}
+
+/// What the controller's NodePool hash controller writes before anything else happens, applied to
+/// the input's objects: a pool stamped by another hash version re-stamps its NodeClaims first
+/// (upstream `nodepool.hash`, so a hash-function change alone drifts nothing), then every pool that
+/// carries a hash takes its template's current hash and version. Without this a pool whose
+/// `karpenter.sh/nodepool-hash` is stale (a manifest edited after `kubectl get -o yaml`) drifted
+/// every replacement again, since replacements carry the template's hash: 577 replacements in a
+/// day for a 3-node pool. A pool with no hash at all (a user's own file) is left alone: drift then
+/// compares the NodeClaims with its template's hash directly.
+fn stamp_nodepool_hashes(pools: &mut [NodePool], claims: &mut [NodeClaim]) {
+    use karpenter_api::well_known::{
+        NODEPOOL_HASH_ANNOTATION, NODEPOOL_HASH_VERSION, NODEPOOL_HASH_VERSION_ANNOTATION,
+        NODEPOOL_LABEL,
+    };
+    use karpenter_core::nodepool::hash;
+    for pool in pools.iter_mut() {
+        let Some(annotations) = pool.metadata.annotations.as_ref() else {
+            continue;
+        };
+        if !annotations.contains_key(NODEPOOL_HASH_ANNOTATION) {
+            continue;
+        }
+        let name = pool.metadata.name.clone().unwrap_or_default();
+        if hash::pool_needs_claim_restamp(pool) {
+            for claim in claims.iter_mut().filter(|c| {
+                c.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(NODEPOOL_LABEL))
+                    == Some(&name)
+            }) {
+                if let Some(restamp) = hash::nodeclaim_restamp(pool, claim) {
+                    claim
+                        .metadata
+                        .annotations
+                        .get_or_insert_default()
+                        .extend(restamp);
+                }
+            }
+        }
+        let current = hash::template_hash(pool);
+        let annotations = pool.metadata.annotations.get_or_insert_default();
+        annotations.insert(NODEPOOL_HASH_ANNOTATION.to_string(), current);
+        annotations.insert(
+            NODEPOOL_HASH_VERSION_ANNOTATION.to_string(),
+            NODEPOOL_HASH_VERSION.to_string(),
+        );
     }
 }

@@ -306,3 +306,39 @@ fn the_last_do_not_disrupt_duration_on_a_node_decides_when_it_is_disrupted() {
     assert_eq!(report.commands[0].reason, "Drifted");
     assert_eq!(report.commands[0].at, "2026-01-30T23:03:00Z");
 }
+
+/// Issue 33: a NodePool whose `karpenter.sh/nodepool-hash` is stale (the controller would stamp
+/// its template's hash at once) drifted every replacement again: 577 replacements in 24 h for a
+/// 3-node pool. The drifted node is replaced once, and its replacement stays.
+#[test]
+fn a_stale_nodepool_hash_drifts_the_old_node_once_and_never_its_replacement() {
+    let yaml = DRIFTED.replacen(
+        "metadata:\n  name: default\nspec:\n  disruption:",
+        "metadata:\n  name: default\n  annotations:\n    karpenter.sh/nodepool-hash: \"stale-hash\"\n    karpenter.sh/nodepool-hash-version: v3\nspec:\n  disruption:",
+        1,
+    );
+    assert_ne!(yaml, DRIFTED);
+    let report = run(&yaml, SignedDuration::from_hours(24), MAX_STEPS).unwrap();
+    assert_eq!(report.commands.len(), 1, "{report:#?}");
+    assert_eq!(report.commands[0].reason, "Drifted");
+    assert_eq!(report.commands[0].candidates[0].name, "node-drifted");
+}
+
+/// A pool stamped by an older hash version re-stamps its NodeClaims instead of drifting them
+/// (upstream `nodepool.hash`, as the controller does): nothing is replaced.
+#[test]
+fn a_nodepool_on_an_older_hash_version_re_stamps_its_nodeclaims_instead_of_drifting_them() {
+    let yaml = DRIFTED
+        .replacen(
+            "metadata:\n  name: default\nspec:\n  disruption:",
+            "metadata:\n  name: default\n  annotations:\n    karpenter.sh/nodepool-hash: \"older\"\n    karpenter.sh/nodepool-hash-version: v2\nspec:\n  disruption:",
+            1,
+        )
+        .replace(
+            "karpenter.sh/nodepool-hash-version: v3\nspec:\n  expireAfter",
+            "karpenter.sh/nodepool-hash-version: v2\nspec:\n  expireAfter",
+        );
+    assert!(yaml.contains("hash-version: v2\nspec:\n  expireAfter"));
+    let report = run(&yaml, SignedDuration::from_hours(24), MAX_STEPS).unwrap();
+    assert!(report.commands.is_empty(), "{report:#?}");
+}
