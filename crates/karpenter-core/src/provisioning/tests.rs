@@ -193,3 +193,60 @@ fn unlaunched_nodeclaims_offer_what_they_were_created_for() {
     launched.spec.resources = claim.spec.resources.clone();
     assert!(matches!(offered_capacity(&launched), Cow::Borrowed(_)));
 }
+
+/// Issue 38's runaway: a DaemonSet whose template sets no CPU, in a namespace whose LimitRange
+/// defaults every container to 2 CPU. Its pods will request 2 CPU; a node sized from the bare
+/// template (the pod's 2 CPU alone: small.2x) cannot hold both, and the DaemonSet's pod
+/// (higher priority) would preempt the workload's pod, which would ask for another such node,
+/// forever. Planned with the admitted requests, one node holds both; a LimitRange of another
+/// namespace changes nothing.
+#[test]
+fn daemonset_overhead_is_its_pod_after_the_limit_range_admission_of_its_namespace() {
+    let default = pool("default", json!({}));
+    let mut state = state_with(
+        vec![default.clone()],
+        vec![],
+        vec![],
+        vec![pending_pod("app", "2")],
+    );
+    let daemonset: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "agent", "namespace": "default", "uid": "uid-agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": {
+            "metadata": {"labels": {"app": "agent"}},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {"memory": "1Gi"}}}]}
+        }}
+    }))
+    .unwrap();
+    state.apply(daemonset);
+    let limit_range = |namespace: &str| -> k8s_openapi::api::core::v1::LimitRange {
+        serde_json::from_value(json!({
+            "metadata": {"name": "limits", "namespace": namespace},
+            "spec": {"limits": [{"type": "Container", "default": {"cpu": "2", "memory": "1Gi"}}]}
+        }))
+        .unwrap()
+    };
+    let types = catalogue();
+    let plan = |state: &ClusterState| {
+        let snapshot =
+            Snapshot::new(state, SchedulerOptions::default(), t0()).offer(&default, &types);
+        let pods = snapshot.pods_to_place();
+        let prepared = snapshot.scheduler_input();
+        let overhead = crate::pod::effective_requests(&prepared.input.daemonsets[0]).unwrap();
+        let results = solve(prepared.input, &pods);
+        let [claim] = results.new_node_claims.as_slice() else {
+            panic!("one NodeClaim: {results:?}");
+        };
+        let cheapest = nodeclaim::build(claim, &default)
+            .spec
+            .requirements
+            .iter()
+            .find(|r| r.key == "node.kubernetes.io/instance-type")
+            .map(|r| r.values[0].clone())
+            .unwrap();
+        (overhead.get("cpu").millis(), cheapest)
+    };
+    state.apply(limit_range("elsewhere"));
+    assert_eq!(plan(&state), (0, "small.2x".to_string()));
+    state.apply(limit_range("default"));
+    assert_eq!(plan(&state), (2000, "medium.4x".to_string()));
+}

@@ -430,7 +430,11 @@ async fn validation_spec(test: &str, change: impl FnOnce(Value) -> Value, accept
     env.apply(&[&env.default_nodeclass()]).await;
     let nodepool = change(env.default_nodepool());
     let result = create_nodepool(&env, &nodepool).await;
-    eprintln!("{test}: {result:?}");
+    match &result {
+        Ok(()) => eprintln!("{test}: accepted"),
+        Err(kube::Error::Api(status)) => eprintln!("{test}: refused: {}", status.message),
+        Err(err) => eprintln!("{test}: {err}"),
+    }
     assert_eq!(result.is_ok(), accepted, "{result:?}\n{nodepool:#}");
 }
 
