@@ -102,6 +102,10 @@ pub struct Context {
     pub provisioning_trigger: Trigger,
     /// Wakes the NodePool controllers (something their status depends on changed).
     pub nodepools_changed: Arc<Notify>,
+    /// A NodePool or NodeClass changed: the disruption loop brings the NodeClaims' `Drifted`
+    /// conditions up to date at once, as upstream's NodeClaim disruption controller reacts to
+    /// its NodePool's events, instead of at its next 10 s pass.
+    pub templates_changed: Arc<Notify>,
     leader_tx: watch::Sender<bool>,
     leader_rx: watch::Receiver<bool>,
     /// Why the replica is broken (a controller loop panicked or ended); `/healthz` fails.
@@ -151,6 +155,7 @@ impl Context {
             metrics,
             provisioning_trigger: trigger,
             nodepools_changed: Arc::new(Notify::new()),
+            templates_changed: Arc::new(Notify::new()),
             leader_tx,
             leader_rx,
             failure: std::sync::Mutex::new(None),

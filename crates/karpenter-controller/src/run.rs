@@ -145,6 +145,12 @@ fn wake_nodepools<K>(ctx: &Context, _: &K) {
     ctx.nodepools_changed.notify_one();
 }
 
+/// NodePools and NodeClasses: their status and their NodeClaims' drift follow them.
+fn on_template_change<K>(ctx: &Context, obj: &K) {
+    wake_nodepools(ctx, obj);
+    ctx.templates_changed.notify_one();
+}
+
 /// Nodes and NodeClaims: their changes move NodePool status; once marked for deletion, their
 /// pods need a new home, so the provisioner plans for them right away (upstream's node trigger).
 fn on_capacity_change<K: kube::Resource>(ctx: &Context, obj: &K) {
@@ -192,8 +198,8 @@ impl RunningController {
             }),
             spawn_reflector::<Node>(&ctx, on_capacity_change),
             spawn_reflector::<NodeClaim>(&ctx, on_capacity_change),
-            spawn_reflector::<NodePool>(&ctx, wake_nodepools),
-            spawn_reflector::<EC2NodeClass>(&ctx, wake_nodepools),
+            spawn_reflector::<NodePool>(&ctx, on_template_change),
+            spawn_reflector::<EC2NodeClass>(&ctx, on_template_change),
             spawn_reflector::<DaemonSet>(&ctx, ignore),
             spawn_reflector::<PodDisruptionBudget>(&ctx, ignore),
             spawn_reflector::<PersistentVolumeClaim>(&ctx, ignore),

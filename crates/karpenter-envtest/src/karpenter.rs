@@ -137,6 +137,14 @@ impl Karpenter {
 impl Drop for Karpenter {
     fn drop(&mut self) {
         self.kill();
+        // The instance's directory goes when the test binary exits: keep the whole log where
+        // `KARPENTER_ENVTEST_KEEP_LOGS` says, to read after a failure.
+        if let Some(dir) = std::env::var_os("KARPENTER_ENVTEST_KEEP_LOGS")
+            && let Some(name) = self.log.file_name()
+        {
+            let _ = std::fs::create_dir_all(&dir);
+            let _ = std::fs::copy(&self.log, std::path::Path::new(&dir).join(name));
+        }
         if std::thread::panicking() {
             let log = self.log();
             let lines: Vec<&str> = log.lines().collect();

@@ -4,6 +4,8 @@
 //! 2. deletes expired NodeClaims ([`expiration`], forceful, no budgets) and, with the
 //!    `NodeRepair` gate, those of nodes unhealthy past the provider's toleration ([`repair`]);
 //! 3. writes the `Consolidatable` and `Drifted` conditions where they changed ([`conditions`]);
+//!    `Drifted` also at once when a NodePool or NodeClass changes (`Context::templates_changed`),
+//!    as upstream's NodeClaim disruption controller follows its NodePool's events;
 //! 4. unless the provisioner has work (pending pods, NodeClaims not initialized), runs one pass
 //!    of the pure [`karpenter_core::disruption::decide`] ([`pass`]), publishes its events and
 //!    metrics, waits [`pass::VALIDATION_DELAY`] and re-validates consolidation commands, and
@@ -122,6 +124,13 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
             Ok(()) = leadership.changed() => {
                 if !ctx.is_leader() {
                     in_flight.abort_all(&ctx);
+                }
+            }
+            () = ctx.templates_changed.notified() => {
+                if let Some(leader) = ctx.working() {
+                    let types = pass::instance_types(&leader).await;
+                    let drift = pass::provider_drift(&leader).await;
+                    conditions::update_drifted(&leader, &types, &drift).await;
                 }
             }
             () = tokio::time::sleep_until(next) => {

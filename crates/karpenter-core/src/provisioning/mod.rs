@@ -209,7 +209,11 @@ impl<'a> Snapshot<'a> {
                 state
                     .pods_on_node_shared(&node_name)
                     .filter(|p| reschedulable::is_reschedulable(p, &pdbs, self.now))
-                    .filter(|p| state.nomination(&crate::pod::key(p), self.now).is_none()),
+                    .filter(|p| {
+                        state
+                            .reserving_nomination(&crate::pod::key(p), self.now)
+                            .is_none()
+                    }),
             );
         }
         pods
@@ -245,10 +249,11 @@ impl<'a> Snapshot<'a> {
             let mut pods: Vec<Arc<Pod>> =
                 state.pods_on_node_shared(&node.name()).cloned().collect();
             if let Some(claim) = node.nodeclaim {
-                // Pods nominated to an in-flight NodeClaim already use its capacity.
+                // Pods nominated to an in-flight NodeClaim already use its capacity (until its
+                // Node exists: then they are placed again like any pending pod).
                 pods.extend(
                     state
-                        .nominated_pods_shared(&claim.name_any(), self.now)
+                        .reserving_pods_shared(&claim.name_any(), self.now)
                         .cloned(),
                 );
             }

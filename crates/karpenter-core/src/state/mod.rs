@@ -473,6 +473,10 @@ impl ClusterState {
     /// Records that `pod_key` should land on `nodeclaim`; until `until` the pod is not
     /// provisioned for again.
     pub fn nominate(&mut self, pod_key: &str, nodeclaim: &str, until: Timestamp) {
+        // Bound since the pass's snapshot: the binding is what counts.
+        if self.pods.get(pod_key).is_some_and(|p| is_bound(p)) {
+            return;
+        }
         self.nominations.insert(
             pod_key.to_string(),
             Nomination {
@@ -485,6 +489,28 @@ impl ClusterState {
     /// The NodeClaim `pod_key` is nominated to, if the nomination is still live at `now`.
     pub fn nomination(&self, pod_key: &str, now: Timestamp) -> Option<&Nomination> {
         self.nominations.get(pod_key).filter(|n| n.until > now)
+    }
+
+    /// The nomination of `pod_key` while it still reserves room: live, and its target has no
+    /// Node yet. Once the target's Node exists, the kube-scheduler binds pods by the node's real
+    /// room, possibly other pods than the ones planned there; the pod is then placed again each
+    /// pass like any pending pod (as upstream re-simulates every pending pod), so one the
+    /// scheduler left out gets capacity at the next pass instead of after its window. The
+    /// nomination itself still keeps the node from disruption ([`Self::nomination`]).
+    pub fn reserving_nomination(&self, pod_key: &str, now: Timestamp) -> Option<&Nomination> {
+        self.nomination(pod_key, now)
+            .filter(|n| !self.has_node(&n.nodeclaim))
+    }
+
+    /// Whether `target` (a NodeClaim's or a Node's name) has its Node in the state.
+    fn has_node(&self, target: &str) -> bool {
+        if self.nodes.contains_key(target) {
+            return true;
+        }
+        self.nodeclaims
+            .get(target)
+            .and_then(|c| c.status.as_ref()?.node_name.as_deref())
+            .is_some_and(|node| !node.is_empty() && self.nodes.contains_key(node))
     }
 
     /// Drops expired nominations.
@@ -504,7 +530,9 @@ impl ClusterState {
     pub fn provisionable_pods_shared(&self, now: Timestamp) -> Vec<&Arc<Pod>> {
         self.pods
             .iter()
-            .filter(|(key, pod)| pod::is_provisionable(pod) && self.nomination(key, now).is_none())
+            .filter(|(key, pod)| {
+                pod::is_provisionable(pod) && self.reserving_nomination(key, now).is_none()
+            })
             .map(|(_, pod)| pod)
             .collect()
     }
@@ -560,6 +588,18 @@ impl ClusterState {
             .collect()
     }
 
+    /// Pods nominated to `nodeclaim` whose nomination still reserves its room
+    /// ([`Self::reserving_nomination`]): none once its Node exists.
+    pub fn reserving_pods_shared(
+        &self,
+        nodeclaim: &str,
+        now: Timestamp,
+    ) -> impl Iterator<Item = &Arc<Pod>> {
+        let reserves = !self.has_node(nodeclaim);
+        self.nominated_pods_shared(nodeclaim, now)
+            .filter(move |_| reserves)
+    }
+
     /// [`nominated_pods`](Self::nominated_pods), as the state shares them.
     pub fn nominated_pods_shared(
         &self,
@@ -570,6 +610,9 @@ impl ClusterState {
             .iter()
             .filter(move |(_, n)| n.nodeclaim == nodeclaim && n.until > now)
             .filter_map(|(key, _)| self.pods.get(key))
+            // A pass nominates after its snapshot: a pod the kube-scheduler bound meanwhile
+            // already uses its node's room and must not hold the nominated one too.
+            .filter(|pod| !is_bound(pod))
     }
 }
 
@@ -578,3 +621,11 @@ pub mod fixtures;
 
 #[cfg(test)]
 mod tests;
+
+/// Whether the pod has been bound to a node (`spec.nodeName`).
+fn is_bound(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
+}
