@@ -228,9 +228,9 @@ run_step "cargo test (real control plane: real_cluster::)" \
 # only the binary is rebuilt.
 run_step "cargo test (default features: no_aws_feature)" \
     cargo test --workspace --locked --no-fail-fast --test it -- no_aws_feature::
-# The README's `cargo run` lines as a newcomer types them, through cargo, into a target directory of
-# their own (tests/it/readme_as_typed.rs): the same selection as the step above, so nothing is rebuilt
-# for the test binary itself.
+# The README's `cargo run` lines as a newcomer types them, through cargo (tests/it/readme_as_typed.rs),
+# last: their build of the default members replaces the binary the steps above test. The same
+# selection as the step above, so nothing is rebuilt for the test binary itself.
 run_step "README as typed (cargo run lines)" \
     cargo test --workspace --locked --no-fail-fast --test it -- --ignored readme_as_typed::
 

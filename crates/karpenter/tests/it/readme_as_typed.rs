@@ -4,10 +4,11 @@
 //! every one of these lines (`cargo run` could not tell which binary to run) while a test of the
 //! built binary stayed green.
 //!
-//! Ignored in the main test step: cargo builds the default members with their own features into
-//! its own target directory (`README_TARGET_DIR`, else `target/readme` under `CARGO_TARGET_DIR`),
-//! which would otherwise race the `--features aws` binary the other tests run. `scripts/test.sh`
-//! runs it in a step of its own (`--ignored readme_as_typed::`). The line that pipes `crds` into
+//! Ignored in the main test step: cargo builds the default members with their own features, and
+//! its `karpenter` binary would replace the `--features aws` one the other tests run.
+//! `scripts/test.sh` runs it last, in a step of its own (`--ignored readme_as_typed::`), in the
+//! run's target directory (`README_TARGET_DIR`, else `CARGO_TARGET_DIR`, else `target`), so only
+//! what the default members build differently is compiled again. The line that pipes `crds` into
 //! `kubectl apply --server-side` runs against a real control plane (`KUBEBUILDER_ASSETS`).
 
 use std::path::PathBuf;
@@ -51,9 +52,9 @@ async fn every_cargo_run_line_of_the_readme_works_as_typed() {
     let lines = cargo_run_lines(&readme);
     assert!(!lines.is_empty());
     let target = std::env::var_os("README_TARGET_DIR")
+        .or_else(|| std::env::var_os("CARGO_TARGET_DIR"))
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("CARGO_TARGET_DIR").map(|d| PathBuf::from(d).join("readme")))
-        .unwrap_or_else(|| root.join("target/readme"));
+        .unwrap_or_else(|| root.join("target"));
     // The one line that needs a cluster gets the real control plane.
     let cluster = if lines.iter().any(|l| l.contains("kubectl")) {
         super::real_cluster::cluster("readme-kubectl").await
