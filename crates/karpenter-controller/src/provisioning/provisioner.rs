@@ -83,7 +83,12 @@ pub(crate) fn disruption_pools(state: &ClusterState) -> Vec<NodePool> {
     pools.extend(
         state
             .nodepools()
-            .filter(|pool| matches!(nodepool::usable(pool, state), Err(nodepool::Unusable::Static)))
+            .filter(|pool| {
+                matches!(
+                    nodepool::usable(pool, state),
+                    Err(nodepool::Unusable::Static)
+                )
+            })
             .cloned(),
     );
     pools

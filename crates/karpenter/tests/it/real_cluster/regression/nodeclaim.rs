@@ -332,11 +332,7 @@ async fn should_delete_a_nodeclaim_if_it_references_a_nodeclass_that_isnt_ready(
         },
     );
     classes
-        .replace_status(
-            &env.nodeclass,
-            &PostParams::default(),
-            &replaced,
-        )
+        .replace_status(&env.nodeclass, &PostParams::default(), &replaced)
         .await
         .unwrap();
 
