@@ -84,7 +84,14 @@ pub fn room_under_node_limit(pool: &NodePool, counts: &StaticCounts) -> i64 {
 
 /// How many NodeClaims the static `pool` should get now (0 for a dynamic or deleting pool):
 /// none while its active and pending-disruption NodeClaims reach `replicas` (scaling down is
-/// [`surplus`]'s), else `replicas - active`, cut to the room under `limits.nodes`.
+/// [`surplus`]'s), else the difference, cut to the room under `limits.nodes` with one more node
+/// reserved per pending disruption.
+///
+/// Upstream reserves its launches against the limit in one counter shared with static drift;
+/// here the disruption loop and the provisioner decide apart, so a node being replaced is
+/// counted twice until its command is done: once itself, once for its replacement, which may not
+/// be in the state yet. (Upstream also asks for `replicas - active`; the replacements of the
+/// pending nodes are on their way, so asking for them again would only overshoot the replicas.)
 pub fn to_provision(state: &ClusterState, pool: &NodePool) -> usize {
     let Some(replicas) = static_replicas(pool) else {
         return 0;
@@ -93,12 +100,12 @@ pub fn to_provision(state: &ClusterState, pool: &NodePool) -> usize {
         return 0;
     }
     let counts = counts(state, &pool.name_any());
-    if counts.active + counts.pending_disruption >= replicas {
+    let held = counts.active + counts.pending_disruption;
+    if held >= replicas {
         return 0;
     }
-    let wanted = replicas - counts.active;
-    let granted = wanted.min(room_under_node_limit(pool, &counts));
-    usize::try_from(granted.max(0)).unwrap_or(0)
+    let room = room_under_node_limit(pool, &counts).saturating_sub(counts.pending_disruption);
+    usize::try_from((replicas - held).min(room).max(0)).unwrap_or(0)
 }
 
 /// A node's place in the scale-down order: lower goes first.
@@ -309,6 +316,21 @@ mod tests {
             0,
             "active + pending reach 3"
         );
+    }
+
+    #[test]
+    fn replacements_in_flight_are_reserved_against_the_node_limit() {
+        // 3 nodes, 2 of them being replaced by static drift (replacements not seen yet), the
+        // pool scaled to 4 under a limit of 5: the replacements take the room.
+        let (claims, nodes) = held(3);
+        let pool = static_pool(4, Some("5"));
+        let mut state = ClusterState::from_objects(vec![pool.clone()], claims, nodes, vec![]);
+        state.mark_being_disrupted("node-0");
+        state.mark_being_disrupted("node-1");
+        assert_eq!(to_provision(&state, &pool), 0);
+        state.unmark_being_disrupted("node-1");
+        assert_eq!(to_provision(&state, &pool), 1, "5 - 3 held - 1 replacement");
+        assert_eq!(to_provision(&state, &static_pool(4, None)), 1, "4 - 3 held");
     }
 
     #[test]
