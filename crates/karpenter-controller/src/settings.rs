@@ -60,6 +60,9 @@ pub struct Settings {
     /// rolled back (upstream's fixed 10 min; hidden `DISRUPTION_REPLACEMENT_TIMEOUT`, which
     /// tests shorten to watch a rollback).
     pub disruption_replacement_timeout: Duration,
+    /// How long a launched NodeClaim may wait for its Node before it is deleted (upstream's
+    /// fixed 15 min; hidden `REGISTRATION_TTL`, which tests shorten to watch the deletion).
+    pub registration_ttl: Duration,
 }
 
 impl Default for Settings {
@@ -86,6 +89,7 @@ impl Default for Settings {
             nodepool_status_period: Duration::from_secs(5),
             feature_gates: FeatureGates::default(),
             disruption_replacement_timeout: Duration::from_secs(10 * 60),
+            registration_ttl: Duration::from_secs(15 * 60),
         }
     }
 }

@@ -304,6 +304,16 @@ pub fn transitioned_at(claim: &NodeClaim, type_: &str) -> Option<Timestamp> {
 /// [`REGISTRATION_TIMEOUT`] (each measured from its condition's last transition) is deleted.
 /// Returns the metric reason.
 pub fn liveness_verdict(claim: &NodeClaim, now: Timestamp) -> Option<&'static str> {
+    liveness_verdict_with(claim, now, REGISTRATION_TIMEOUT)
+}
+
+/// [`liveness_verdict`] with another registration timeout (the controller's hidden
+/// `REGISTRATION_TTL`, which tests shorten to watch the deletion).
+pub fn liveness_verdict_with(
+    claim: &NodeClaim,
+    now: Timestamp,
+    registration_timeout: SignedDuration,
+) -> Option<&'static str> {
     if is_registered(claim) {
         return None;
     }
@@ -313,7 +323,7 @@ pub fn liveness_verdict(claim: &NodeClaim, now: Timestamp) -> Option<&'static st
     if !is_launched(claim) {
         return expired(NODECLAIM_CONDITION_LAUNCHED, LAUNCH_TIMEOUT).then_some("launch_timeout");
     }
-    expired(NODECLAIM_CONDITION_REGISTERED, REGISTRATION_TIMEOUT).then_some("registration_timeout")
+    expired(NODECLAIM_CONDITION_REGISTERED, registration_timeout).then_some("registration_timeout")
 }
 
 /// When the drain must be over: deletion + `spec.terminationGracePeriod`.
