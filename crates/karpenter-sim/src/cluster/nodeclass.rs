@@ -10,7 +10,7 @@ use karpenter_api::v1::EC2NodeClass;
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_kube::{is_conflict, is_not_found, timeouts};
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -60,7 +60,7 @@ impl SimNodeClasses {
             });
             match timeouts::api(self.api.patch_status(
                 &name,
-                &PatchParams::default(),
+                &karpenter_kube::identity::patch_params(),
                 &Patch::Merge(&patch),
             ))
             .await
