@@ -249,8 +249,7 @@ impl<'a> Snapshot<'a> {
             let mut pods: Vec<Arc<Pod>> =
                 state.pods_on_node_shared(&node.name()).cloned().collect();
             if let Some(claim) = node.nodeclaim {
-                // Pods nominated to an in-flight NodeClaim already use its capacity (until its
-                // Node exists: then they are placed again like any pending pod).
+                // Pods nominated to an in-flight NodeClaim already use its capacity.
                 pods.extend(
                     state
                         .reserving_pods_shared(&claim.name_any(), self.now)

@@ -491,26 +491,10 @@ impl ClusterState {
         self.nominations.get(pod_key).filter(|n| n.until > now)
     }
 
-    /// The nomination of `pod_key` while it still reserves room: live, and its target has no
-    /// Node yet. Once the target's Node exists, the kube-scheduler binds pods by the node's real
-    /// room, possibly other pods than the ones planned there; the pod is then placed again each
-    /// pass like any pending pod (as upstream re-simulates every pending pod), so one the
-    /// scheduler left out gets capacity at the next pass instead of after its window. The
-    /// nomination itself still keeps the node from disruption ([`Self::nomination`]).
+    /// The nomination of `pod_key` while it reserves room on its target: live (the pod is then
+    /// not provisioned for again). Kept as its own name for the provisioner's two uses.
     pub fn reserving_nomination(&self, pod_key: &str, now: Timestamp) -> Option<&Nomination> {
         self.nomination(pod_key, now)
-            .filter(|n| !self.has_node(&n.nodeclaim))
-    }
-
-    /// Whether `target` (a NodeClaim's or a Node's name) has its Node in the state.
-    fn has_node(&self, target: &str) -> bool {
-        if self.nodes.contains_key(target) {
-            return true;
-        }
-        self.nodeclaims
-            .get(target)
-            .and_then(|c| c.status.as_ref()?.node_name.as_deref())
-            .is_some_and(|node| !node.is_empty() && self.nodes.contains_key(node))
     }
 
     /// Drops expired nominations.
@@ -588,16 +572,13 @@ impl ClusterState {
             .collect()
     }
 
-    /// Pods nominated to `nodeclaim` whose nomination still reserves its room
-    /// ([`Self::reserving_nomination`]): none once its Node exists.
+    /// Pods nominated to `nodeclaim` whose nomination reserves its room.
     pub fn reserving_pods_shared(
         &self,
         nodeclaim: &str,
         now: Timestamp,
     ) -> impl Iterator<Item = &Arc<Pod>> {
-        let reserves = !self.has_node(nodeclaim);
         self.nominated_pods_shared(nodeclaim, now)
-            .filter(move |_| reserves)
     }
 
     /// [`nominated_pods`](Self::nominated_pods), as the state shares them.

@@ -101,38 +101,6 @@ fn nominated_pods_are_not_provisionable_until_the_window_ends() {
     assert!(state.nomination("default/b", later).is_none());
 }
 
-/// Issue 34 (the late tail): the kube-scheduler bound another pod onto the node planned for
-/// `a`; `a` waited out its 20 s nomination before a pass planned capacity for it. Once the
-/// nominated NodeClaim's Node exists, the pod is provisionable again (placed by the simulation
-/// against the node's real room), while the nomination still marks the node for disruption.
-#[test]
-fn a_nomination_stops_reserving_once_the_nodeclaims_node_exists() {
-    let mut state = ClusterState::new();
-    state.apply(pending_pod("a", "1"));
-    let until = t0() + SignedDuration::from_secs(20);
-    state.nominate("default/a", "default-xyz", until);
-    let mut claim = nodeclaim("default-xyz", "default", Some("sim://i-1"), "4");
-    state.apply(claim.clone());
-    assert!(
-        state.provisionable_pods(t0()).is_empty(),
-        "reserved while in flight"
-    );
-    assert_eq!(state.reserving_pods_shared("default-xyz", t0()).count(), 1);
-
-    claim.status.get_or_insert_default().node_name = Some("node-xyz".into());
-    state.apply(claim);
-    state.apply(node("node-xyz", Some("default"), "sim://i-1", "4"));
-    let names: Vec<_> = state
-        .provisionable_pods(t0())
-        .iter()
-        .map(|p| p.name_any())
-        .collect();
-    assert_eq!(names, ["a"], "placed again once the Node exists");
-    assert_eq!(state.reserving_pods_shared("default-xyz", t0()).count(), 0);
-    assert!(state.nomination("default/a", t0()).is_some());
-    assert_eq!(state.nominated_pods("default-xyz", t0()).len(), 1);
-}
-
 /// A pass nominates after its snapshot: a pod bound meanwhile holds its node's room, not the
 /// nominated NodeClaim's too (it had made the provisioner launch extra nodes).
 #[test]

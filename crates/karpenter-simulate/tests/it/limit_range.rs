@@ -224,21 +224,43 @@ impl Objects {
     /// Whether the API server accepts every pod: a container's own request must not exceed the
     /// limit a LimitRange gives it (the first, by name, to set one).
     fn valid(&self) -> bool {
+        // Admission applies the LimitRanges one after the other; a request above a limit makes
+        // the pod invalid (the API server refuses it), whichever range sets which.
         self.daemonsets.iter().chain(&self.deployments).all(|w| {
             let ranges = self.ranges_of(w.namespace);
             [("cpu", w.cpu), ("memory", w.memory)]
                 .into_iter()
                 .all(|(resource, own)| {
-                    let Own::Request(request) = own else {
-                        return true;
+                    let defaults = || {
+                        ranges
+                            .iter()
+                            .map(|(_, r)| if resource == "cpu" { r.cpu } else { r.memory })
                     };
-                    let limit = ranges.iter().find_map(|(_, r)| {
-                        match if resource == "cpu" { r.cpu } else { r.memory } {
+                    let limits: Vec<u32> = defaults()
+                        .filter_map(|d| match d {
                             ItemDefault::Limit(l) | ItemDefault::Both { limit: l, .. } => Some(l),
                             ItemDefault::None | ItemDefault::Request(_) => None,
-                        }
-                    });
-                    limit.is_none_or(|l| request <= l)
+                        })
+                        .collect();
+                    let requests: Vec<u32> = match own {
+                        Own::Request(r) => vec![r],
+                        Own::Limit(_) => Vec::new(),
+                        Own::None => defaults()
+                            .filter_map(|d| match d {
+                                ItemDefault::Request(r) | ItemDefault::Both { request: r, .. } => {
+                                    Some(r)
+                                }
+                                ItemDefault::None | ItemDefault::Limit(_) => None,
+                            })
+                            .collect(),
+                    };
+                    let own_limit = match own {
+                        Own::Limit(l) => Some(l),
+                        _ => None,
+                    };
+                    requests
+                        .iter()
+                        .all(|r| limits.iter().all(|l| r <= l) && own_limit.is_none_or(|l| *r <= l))
                 })
         })
     }

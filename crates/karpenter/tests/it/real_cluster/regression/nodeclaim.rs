@@ -245,6 +245,18 @@ async fn should_delete_a_nodeclaim_after_the_registration_timeout_when_the_node_
     env.apply(&[&env.default_nodeclass(), &claim]).await;
     let claim = eventually_nodeclaims(&env.client, 1, SOON).await.remove(0);
     let api = Api::<NodeClaim>::all(env.client.clone());
+    // upstream `EventuallyExpectLaunchedNodeClaimCount`: launched first (the status is written
+    // a moment after the NodeClaim is created).
+    let name = claim.name_any();
+    crate::real_cluster::eventually("the NodeClaim Launched", SOON, || {
+        let (api, name) = (api.clone(), name.clone());
+        async move {
+            let current = api.get(&name).await.ok()?;
+            crate::real_cluster::objects::condition_true(&current, "Launched").then_some(())
+        }
+    })
+    .await
+    .unwrap();
     // Consistently (gomega's default: 2 s): launched, neither registered nor initialized.
     for _ in 0..20 {
         let current = api.get(&claim.name_any()).await.unwrap();
