@@ -209,11 +209,7 @@ impl<'a> Snapshot<'a> {
                 state
                     .pods_on_node_shared(&node_name)
                     .filter(|p| reschedulable::is_reschedulable(p, &pdbs, self.now))
-                    .filter(|p| {
-                        state
-                            .reserving_nomination(&crate::pod::key(p), self.now)
-                            .is_none()
-                    }),
+                    .filter(|p| state.nomination(&crate::pod::key(p), self.now).is_none()),
             );
         }
         pods
@@ -252,7 +248,7 @@ impl<'a> Snapshot<'a> {
                 // Pods nominated to an in-flight NodeClaim already use its capacity.
                 pods.extend(
                     state
-                        .reserving_pods_shared(&claim.name_any(), self.now)
+                        .nominated_pods_shared(&claim.name_any(), self.now)
                         .cloned(),
                 );
             }

@@ -491,12 +491,6 @@ impl ClusterState {
         self.nominations.get(pod_key).filter(|n| n.until > now)
     }
 
-    /// The nomination of `pod_key` while it reserves room on its target: live (the pod is then
-    /// not provisioned for again). Kept as its own name for the provisioner's two uses.
-    pub fn reserving_nomination(&self, pod_key: &str, now: Timestamp) -> Option<&Nomination> {
-        self.nomination(pod_key, now)
-    }
-
     /// Drops expired nominations.
     pub fn expire_nominations(&mut self, now: Timestamp) {
         self.nominations.retain(|_, n| n.until > now);
@@ -514,9 +508,7 @@ impl ClusterState {
     pub fn provisionable_pods_shared(&self, now: Timestamp) -> Vec<&Arc<Pod>> {
         self.pods
             .iter()
-            .filter(|(key, pod)| {
-                pod::is_provisionable(pod) && self.reserving_nomination(key, now).is_none()
-            })
+            .filter(|(key, pod)| pod::is_provisionable(pod) && self.nomination(key, now).is_none())
             .map(|(_, pod)| pod)
             .collect()
     }
@@ -570,15 +562,6 @@ impl ClusterState {
         self.nominated_pods_shared(nodeclaim, now)
             .map(|p| &**p)
             .collect()
-    }
-
-    /// Pods nominated to `nodeclaim` whose nomination reserves its room.
-    pub fn reserving_pods_shared(
-        &self,
-        nodeclaim: &str,
-        now: Timestamp,
-    ) -> impl Iterator<Item = &Arc<Pod>> {
-        self.nominated_pods_shared(nodeclaim, now)
     }
 
     /// [`nominated_pods`](Self::nominated_pods), as the state shares them.
