@@ -133,6 +133,14 @@ impl ControlPlane {
         // The watchdog first: even a failed start may have left processes behind.
         spawn_watchdog(&dir)?;
         if !output.status.success() {
+            // Stop what did start now rather than at exit: a retry follows.
+            let _ = Command::new("bash")
+                .arg(scripts_dir().join("stop.sh"))
+                .arg(&dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
             return Err(Error::Start {
                 status: output.status.to_string(),
                 stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
@@ -272,15 +280,29 @@ fn pool() -> &'static Pool {
     })
 }
 
+/// How often one instance's start is tried before the failure stands for the whole binary.
+const START_ATTEMPTS: u32 = 3;
+
 fn start_plane(assets: &Path) -> Result<&'static ControlPlane> {
     let pool = pool();
     if let Some(err) = pool.failed.get() {
         return Err(Error::EarlierStart(err.clone()));
     }
-    let started = ControlPlane::start(assets).and_then(|mut plane| {
-        plane.version = server_version(&plane.kubeconfig)?;
-        Ok(plane)
-    });
+    // A start can lose a port to another process between the pick and the bind: try again
+    // (new ports) before giving up for the whole binary.
+    let mut started = Err(Error::EarlierStart(String::new()));
+    for attempt in 1..=START_ATTEMPTS {
+        started = ControlPlane::start(assets).and_then(|mut plane| {
+            plane.version = server_version(&plane.kubeconfig)?;
+            Ok(plane)
+        });
+        match &started {
+            Err(err) if attempt < START_ATTEMPTS => {
+                eprintln!("control plane start {attempt}/{START_ATTEMPTS} failed, retrying: {err}");
+            }
+            _ => break,
+        }
+    }
     match started {
         Ok(plane) => {
             eprintln!(
