@@ -125,6 +125,7 @@ pub(crate) fn pods_to_place(state: &ClusterState, now: jiff::Timestamp) -> Vec<&
 
 /// One provisioning pass. Writes (NodeClaims, events) happen only when this replica leads.
 pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
+    release_displaced_nominations(ctx);
     let (pools, static_claims, surplus, pending) = {
         let state = ctx.state.read();
         if !state.synced() {
@@ -536,6 +537,18 @@ pub async fn run(ctx: Arc<Context>, mut batcher: Batcher, mut shutdown: watch::R
     }
 }
 
+/// Frees the pods whose nominated node the kube-scheduler filled with other pods, so this pass
+/// (or the retrigger's) plans for them (see `ClusterState::release_displaced_nominations`).
+fn release_displaced_nominations(ctx: &Context) {
+    let released = ctx.state.write().release_displaced_nominations(ctx.now());
+    if !released.is_empty() {
+        tracing::debug!(
+            pods = %nodeclaim::summarize(&released, 5),
+            "released nominations their nodes can no longer hold"
+        );
+    }
+}
+
 /// Aborts the task when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -551,8 +564,9 @@ async fn retrigger_provisionable(ctx: Arc<Context>) {
     loop {
         ticker.tick().await;
         let uids: Vec<String> = {
-            let mut state = ctx.state.write();
             let now = ctx.now();
+            release_displaced_nominations(&ctx);
+            let mut state = ctx.state.write();
             state.expire_nominations(now);
             let mut uids: Vec<String> = pods_to_place(&state, now)
                 .into_iter()

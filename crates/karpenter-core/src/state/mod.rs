@@ -496,6 +496,59 @@ impl ClusterState {
         self.nominations.retain(|_, n| n.until > now);
     }
 
+    /// Drops the live nominations a registered Node can no longer honour, and returns the pods
+    /// released (by key, in order).
+    ///
+    /// The kube-scheduler binds whichever pending pod fits first, often other pods than those a
+    /// pass planned onto a node, so the room a nomination reserved may be gone. Upstream
+    /// re-simulates every pending pod each pass; here a nomination holds while its node still
+    /// has room for it after the pods bound there and the nominations kept before it (by pod
+    /// key), so a displaced pod is planned for in the next pass instead of waiting out its
+    /// window. Only an initialized Node is judged: before, nothing is bound there (the
+    /// kube-scheduler waits for Ready and the startup taints) and its allocatable may still lack
+    /// what a device plugin registers later, so an in-flight or registering NodeClaim keeps
+    /// every nomination.
+    pub fn release_displaced_nominations(&mut self, now: Timestamp) -> Vec<String> {
+        let mut by_claim: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (key, nomination) in &self.nominations {
+            if nomination.until > now {
+                by_claim
+                    .entry(nomination.nodeclaim.as_str())
+                    .or_default()
+                    .push(key.as_str());
+            }
+        }
+        if by_claim.is_empty() {
+            return Vec::new();
+        }
+        let mut released = Vec::new();
+        for node in self.state_nodes() {
+            let (Some(_), Some(claim)) = (node.node, node.nodeclaim) else {
+                continue;
+            };
+            if !node.initialized() {
+                continue;
+            }
+            let Some(keys) = by_claim.get(claim.name_any().as_str()) else {
+                continue;
+            };
+            let mut room = node.available();
+            for key in keys {
+                let Some(pod) = self.pods.get(*key).filter(|p| !is_bound(p)) else {
+                    continue;
+                };
+                match pod::effective_requests(pod) {
+                    Ok(requests) if room.fits(&requests) => room.sub_floor_zero(&requests),
+                    _ => released.push((*key).to_string()),
+                }
+            }
+        }
+        for key in &released {
+            self.nominations.remove(key);
+        }
+        released
+    }
+
     /// Pods waiting for capacity that Karpenter has not already planned for.
     pub fn provisionable_pods(&self, now: Timestamp) -> Vec<&Pod> {
         self.provisionable_pods_shared(now)

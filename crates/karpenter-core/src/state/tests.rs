@@ -113,6 +113,57 @@ fn a_pod_bound_before_its_nomination_is_written_reserves_nothing() {
     assert_eq!(state.nominated_pods("default-xyz", t0()).len(), 0);
 }
 
+/// Upstream's late tail: the kube-scheduler binds other pods onto the node a pass planned for
+/// nominated ones; the nominations it can no longer honour are released at once (they used to
+/// wait out their 20 s window), those it can still honour stay.
+#[test]
+fn nominations_a_node_can_no_longer_honour_are_released() {
+    let mut state = ClusterState::from_objects(
+        vec![nodepool("default")],
+        vec![
+            nodeclaim("default-abc", "default", Some("sim://i-1"), "4"),
+            nodeclaim("default-new", "default", None, "2"),
+        ],
+        vec![node("node-1", Some("default"), "sim://i-1", "4")],
+        vec![
+            pending_pod("a", "1"),
+            pending_pod("b", "1"),
+            pending_pod("c", "2"),
+            pending_pod("d", "2"),
+        ],
+    );
+    let until = t0() + SignedDuration::from_secs(20);
+    for pod in ["default/a", "default/b", "default/c"] {
+        state.nominate(pod, "default-abc", until);
+    }
+    // The in-flight NodeClaim has no Node: its nomination stays even if it looks overfull.
+    state.nominate("default/d", "default-new", until);
+    state.nominate("default/x", "default-new", until);
+    assert!(
+        state.release_displaced_nominations(t0()).is_empty(),
+        "4 cpu hold a, b and c"
+    );
+
+    // Someone else's 2-cpu pod takes half the node: a (1) and b (1) still fit, c (2) does not;
+    // judged only once the node is initialized.
+    state.apply(bound_pod("other", "node-1", "2"));
+    let mut registering = node("node-1", Some("default"), "sim://i-1", "4");
+    registering.labels_mut().remove("karpenter.sh/initialized");
+    state.apply(registering);
+    assert!(state.release_displaced_nominations(t0()).is_empty(), "not initialized yet");
+    state.apply(node("node-1", Some("default"), "sim://i-1", "4"));
+    assert_eq!(state.release_displaced_nominations(t0()), ["default/c"]);
+    assert!(state.nomination("default/c", t0()).is_none());
+    assert!(state.nomination("default/a", t0()).is_some());
+    assert!(state.nomination("default/d", t0()).is_some());
+    let provisionable: Vec<_> = state
+        .provisionable_pods(t0())
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(provisionable, ["c"]);
+}
+
 #[test]
 fn synced_only_after_every_kind_is_listed() {
     let mut state = ClusterState::new();

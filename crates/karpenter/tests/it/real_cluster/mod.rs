@@ -13,6 +13,7 @@
 
 mod harness;
 mod inflate;
+mod late_tail;
 mod leader;
 pub(crate) mod objects;
 mod regression;

@@ -5,7 +5,7 @@
 //! Where an expectation cannot apply here, `docs/conformance.md` ("Upstream's regression suite")
 //! says why.
 
-mod env;
+pub(crate) mod env;
 
 mod chaos;
 mod drift;
