@@ -1,12 +1,14 @@
 //! The controller benchmark harness, a dev tool outside the shipped `karpenter` binary (so the
 //! binary does not link the test API server). `karpenter-bench controller` measures a
 //! `karpenter controller` child process on N pending pods; `karpenter-bench workload` prints the
-//! same workload as manifests for `karpenter simulate`. See docs/benchmarks.md.
+//! same workload as manifests for `karpenter simulate`; `karpenter-bench perf` runs upstream's
+//! performance suite on a real control plane. See docs/benchmarks.md.
 //!
 //! A library too, so `karpenter`'s integration tests run the harness on the binary they built.
 
 mod binder;
 pub mod controller;
+pub mod perf;
 mod process;
 pub mod workload;
 

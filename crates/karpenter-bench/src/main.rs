@@ -24,6 +24,37 @@ enum Target {
     /// Print `controller`'s workload (Deployments, NodePool, EC2NodeClass) as YAML, for
     /// `karpenter simulate -f -`.
     Workload(WorkloadArgs),
+    /// Upstream Karpenter's performance suite (`test/suites/performance`) on a real control
+    /// plane (KUBEBUILDER_ASSETS) with the sim controller: each phase beside upstream's
+    /// thresholds (time, controller memory and CPU, reserved utilization).
+    Perf(PerfArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct PerfArgs {
+    /// Scenarios to run (upstream's tests): basic, do-not-disrupt, drift, hostname-spreading,
+    /// hostname-spreading-xl, wide-deployments, interference, or all.
+    #[arg(long = "scenario", value_delimiter = ',', default_value = "basic")]
+    scenarios: Vec<String>,
+    /// Multiply every replica count (0.05: the suite's shape in a minute; 10: 10,000 pods).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Quiet seconds (no node added, removed or draining) that end a consolidation (upstream
+    /// waits 180).
+    #[arg(long, default_value_t = 60)]
+    settle: u64,
+    /// Give up on a phase after this many seconds.
+    #[arg(long, default_value_t = 1800)]
+    timeout: u64,
+    /// The `karpenter` binary to run (default: the one beside this tool).
+    #[arg(long, value_name = "PATH")]
+    karpenter: Option<PathBuf>,
+    /// The CRDs to install (default: this repository's deploy/crds).
+    #[arg(long, value_name = "DIR")]
+    crds: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    output: Format,
 }
 
 /// `-o` of the report.
@@ -95,6 +126,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Target::Controller(args) => controller(&args),
         Target::Workload(args) => workload(&args),
+        Target::Perf(args) => perf(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -126,6 +158,59 @@ fn controller(args: &ControllerArgs) -> anyhow::Result<()> {
         Format::Table => print!("{}", controller_table(&report)),
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Yaml => print!("{}", serde_saphyr::to_string(&report)?),
+    }
+    Ok(())
+}
+
+fn perf(args: &PerfArgs) -> anyhow::Result<()> {
+    use karpenter_bench::perf::{self, scenarios};
+    if !(args.scale > 0.0 && args.scale.is_finite()) {
+        anyhow::bail!("--scale must be a positive number, not {}", args.scale);
+    }
+    let known = scenarios::all();
+    let wanted: Vec<scenarios::Scenario> = if args.scenarios.iter().any(|s| s == "all") {
+        known
+    } else {
+        let mut out = Vec::new();
+        for name in &args.scenarios {
+            match known.iter().find(|s| s.name == name) {
+                Some(s) => out.push(s.clone()),
+                None => anyhow::bail!(
+                    "--scenario {name}: unknown; one of {}, or all",
+                    known.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+                ),
+            }
+        }
+        out
+    };
+    let options = perf::PerfOptions {
+        karpenter: match &args.karpenter {
+            Some(path) => path.clone(),
+            None => beside_this_tool()?,
+        },
+        crds: args
+            .crds
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds")),
+        timeout: Duration::from_secs(args.timeout),
+        settle: Duration::from_secs(args.settle),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let mut reports = Vec::new();
+    for scenario in wanted {
+        let scenario = scenarios::scaled(scenario, args.scale);
+        eprintln!(
+            "{} (scale {}): {}",
+            scenario.name, args.scale, scenario.upstream
+        );
+        reports.push(runtime.block_on(perf::run_scenario(&scenario, &options))?);
+    }
+    match args.output {
+        Format::Table => print!("{}", perf::table(&reports)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&reports)?),
+        Format::Yaml => print!("{}", serde_saphyr::to_string(&reports)?),
     }
     Ok(())
 }

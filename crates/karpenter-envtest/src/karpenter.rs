@@ -117,6 +117,11 @@ impl Karpenter {
         self.metrics_port
     }
 
+    /// The controller's process id (benchmarks read its memory and CPU from `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Its log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -150,7 +150,10 @@ fn nominations_a_node_can_no_longer_honour_are_released() {
     let mut registering = node("node-1", Some("default"), "sim://i-1", "4");
     registering.labels_mut().remove("karpenter.sh/initialized");
     state.apply(registering);
-    assert!(state.release_displaced_nominations(t0()).is_empty(), "not initialized yet");
+    assert!(
+        state.release_displaced_nominations(t0()).is_empty(),
+        "not initialized yet"
+    );
     state.apply(node("node-1", Some("default"), "sim://i-1", "4"));
     assert_eq!(state.release_displaced_nominations(t0()), ["default/c"]);
     assert!(state.nomination("default/c", t0()).is_none());
