@@ -32,6 +32,9 @@ pub struct PhaseReport {
     /// From the phase's first write to the last pod's `PodScheduled` (scale-out: when the last
     /// pod was bound).
     pub last_bound_seconds: Option<f64>,
+    /// From the phase's first write to the last pod's creation (the ReplicaSet controller's
+    /// pace: what no autoscaler can shorten).
+    pub last_created_seconds: Option<f64>,
     /// P95 of the controller's resident memory during the phase, MiB.
     pub memory_p95_mib: Option<f64>,
     /// The controller's average CPU during the phase, cores.
@@ -138,6 +141,7 @@ pub fn table(reports: &[ScenarioReport]) -> String {
                     p.seconds,
                     opt(p.limits.seconds, |s| format!("{s:.0}"))
                 ),
+                opt(p.last_created_seconds, |s| format!("{s:.0}")),
                 opt(p.last_bound_seconds, |s| format!("{s:.0}")),
                 format!(
                     "{} [{}]",
@@ -198,6 +202,7 @@ mod tests {
             nodes_after: 101,
             seconds,
             last_bound_seconds: Some(seconds - 2.0),
+            last_created_seconds: Some(seconds - 10.0),
             memory_p95_mib: Some(memory),
             cpu_avg_cores: Some(0.2),
             cpu_util: Some(0.8),

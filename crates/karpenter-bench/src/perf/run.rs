@@ -191,6 +191,11 @@ async fn run_phase(
         .filter_map(pod_scheduled)
         .max()
         .map(|at| at.duration_since(started_at).as_secs_f64().max(0.0));
+    let last_created = pods
+        .iter()
+        .filter_map(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0))
+        .max()
+        .map(|at| at.duration_since(started_at).as_secs_f64().max(0.0));
     let window: Vec<Sample> = samples
         .lock()
         .map(|s| s.iter().filter(|s| s.at >= started).copied().collect())
@@ -204,6 +209,7 @@ async fn run_phase(
         nodes_after: nodes.len(),
         seconds: finished.duration_since(started).as_secs_f64(),
         last_bound_seconds: last_bound,
+        last_created_seconds: last_created,
         memory_p95_mib: percentile(
             window.iter().map(|s| s.rss_kib as f64 / 1024.0).collect(),
             0.95,

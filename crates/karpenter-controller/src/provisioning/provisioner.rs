@@ -125,7 +125,7 @@ pub(crate) fn pods_to_place(state: &ClusterState, now: jiff::Timestamp) -> Vec<&
 
 /// One provisioning pass. Writes (NodeClaims, events) happen only when this replica leads.
 pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
-    release_displaced_nominations(ctx);
+    let _ = release_displaced_nominations(ctx);
     let (pools, static_claims, surplus, pending) = {
         let state = ctx.state.read();
         if !state.synced() {
@@ -513,6 +513,7 @@ pub async fn run(ctx: Arc<Context>, mut batcher: Batcher, mut shutdown: watch::R
     // Aborted with the loop, also when the loop itself is aborted (a crashed replica must not
     // leave a ticker behind that keeps its state alive).
     let _retrigger = AbortOnDrop(tokio::spawn(retrigger_provisionable(ctx.clone())));
+    let _displaced = AbortOnDrop(tokio::spawn(retrigger_displaced(ctx.clone())));
     let mut starts = ctx.work_starts();
     loop {
         // A window cut short by a start loses only its triggers: the pass reads every pending
@@ -537,9 +538,36 @@ pub async fn run(ctx: Arc<Context>, mut batcher: Batcher, mut shutdown: watch::R
     }
 }
 
+/// How often the nominations are checked against what the kube-scheduler bound: a displaced pod
+/// waits at most this long (plus a batch window) for the pass that plans its node. Cheap: a walk
+/// over the live nominations and their nodes.
+const DISPLACED_CHECK_PERIOD: Duration = Duration::from_secs(1);
+
+/// Triggers a pass for every pod whose nomination an initialized node can no longer honour, as
+/// soon as that is so: each late pass used to wait for a pod event or the 10 s re-trigger, and a
+/// burst of 1,000 pods ended in six passes of one pod each, 4–5 s apart.
+async fn retrigger_displaced(ctx: Arc<Context>) {
+    let mut ticker = tokio::time::interval(DISPLACED_CHECK_PERIOD);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let released = release_displaced_nominations(&ctx);
+        let uids: Vec<String> = {
+            let state = ctx.state.read();
+            released
+                .iter()
+                .filter_map(|key| state.pod(key).and_then(|p| p.uid()))
+                .collect()
+        };
+        for uid in uids {
+            ctx.provisioning_trigger.trigger(uid);
+        }
+    }
+}
+
 /// Frees the pods whose nominated node the kube-scheduler filled with other pods, so this pass
 /// (or the retrigger's) plans for them (see `ClusterState::release_displaced_nominations`).
-fn release_displaced_nominations(ctx: &Context) {
+fn release_displaced_nominations(ctx: &Context) -> Vec<String> {
     let released = ctx.state.write().release_displaced_nominations(ctx.now());
     if !released.is_empty() {
         tracing::debug!(
@@ -547,6 +575,7 @@ fn release_displaced_nominations(ctx: &Context) {
             "released nominations their nodes can no longer hold"
         );
     }
+    released
 }
 
 /// Aborts the task when dropped.
@@ -565,7 +594,7 @@ async fn retrigger_provisionable(ctx: Arc<Context>) {
         ticker.tick().await;
         let uids: Vec<String> = {
             let now = ctx.now();
-            release_displaced_nominations(&ctx);
+            let _ = release_displaced_nominations(&ctx);
             let mut state = ctx.state.write();
             state.expire_nominations(now);
             let mut uids: Vec<String> = pods_to_place(&state, now)
