@@ -14,6 +14,7 @@
 mod harness;
 mod inflate;
 mod leader;
+mod nodeoverlay;
 pub(crate) mod objects;
 mod regression;
 
