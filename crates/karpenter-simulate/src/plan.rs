@@ -165,6 +165,56 @@ fn check_node_pool(node_pool: &NodePool) -> Result<(), SimulateError> {
     })
 }
 
+/// Each pool's types with the input's NodeOverlays applied, as the controller applies the
+/// cluster's ([`karpenter_core::node_overlay`]): prices and capacities everywhere downstream
+/// (the plan, the cost lower bound, `explain`, `--disruption`) are the overlaid ones.
+pub(crate) fn apply_overlays(
+    manifests: &Manifests,
+    pool_types: BTreeMap<String, Vec<Arc<InstanceType>>>,
+) -> BTreeMap<String, Vec<Arc<InstanceType>>> {
+    if manifests.node_overlays.is_empty() {
+        return pool_types;
+    }
+    let evaluation = evaluate_overlays(manifests, &pool_types);
+    pool_types
+        .into_iter()
+        .map(|(name, types)| {
+            let types = evaluation.apply(&name, &types);
+            (name, types)
+        })
+        .collect()
+}
+
+fn evaluate_overlays(
+    manifests: &Manifests,
+    pool_types: &BTreeMap<String, Vec<Arc<InstanceType>>>,
+) -> karpenter_core::node_overlay::Evaluation {
+    let offered: Vec<_> = manifests
+        .node_pools
+        .iter()
+        .filter_map(|pool| {
+            let types = pool_types.get(pool.metadata.name.as_deref()?)?;
+            Some((pool.clone(), types.clone()))
+        })
+        .collect();
+    karpenter_core::node_overlay::evaluate(&manifests.node_overlays, &offered)
+}
+
+/// The overlays of the input that are not applied (conflict or runtime validation), with why.
+fn overlay_verdicts(
+    manifests: &Manifests,
+    pool_types: &BTreeMap<String, Vec<Arc<InstanceType>>>,
+) -> Vec<(String, karpenter_core::node_overlay::Verdict)> {
+    if manifests.node_overlays.is_empty() {
+        return Vec::new();
+    }
+    evaluate_overlays(manifests, pool_types)
+        .verdicts
+        .into_iter()
+        .filter(|(_, verdict)| *verdict != karpenter_core::node_overlay::Verdict::Applied)
+        .collect()
+}
+
 /// Computes the plan for `manifests` on `provider`'s catalogue with the default policies.
 pub fn plan(
     manifests: &Manifests,
@@ -235,6 +285,10 @@ fn plan_keeping(
             })?;
         pool_types.insert(name.clone(), types);
     }
+    for (name, verdict) in overlay_verdicts(manifests, &pool_types) {
+        warnings.push(format!("NodeOverlay {name} is not applied: {verdict}"));
+    }
+    let pool_types = apply_overlays(manifests, pool_types);
     let by_node = manifests.pods_by_node();
     for (node, pods) in &by_node {
         if !manifests
