@@ -59,10 +59,7 @@ pub const PRICE_PATTERN: &str = r"^\d+(\.\d+)?$";
 
 /// Every CRD in a stable order: nodepools, nodeclaims, ec2nodeclasses, nodeoverlays.
 pub fn all() -> Result<Vec<CustomResourceDefinition>, CrdError> {
-    Crd::ALL
-        .into_iter()
-        .map(crd)
-        .collect()
+    Crd::ALL.into_iter().map(crd).collect()
 }
 
 /// One finished CRD.
@@ -692,11 +689,7 @@ fn patches() -> Vec<(Crd, &'static str, Value)> {
             "spec.capacity",
             json!({ "maxProperties": 100, "additionalProperties": { "pattern": QUANTITY_PATTERN } }),
         ),
-        (
-            NO,
-            "spec.weight",
-            json!({ "minimum": 1, "maximum": 10000 }),
-        ),
+        (NO, "spec.weight", json!({ "minimum": 1, "maximum": 10000 })),
         (NO, "status.conditions", conditions_schema()),
     ]
 }

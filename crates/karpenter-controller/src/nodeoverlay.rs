@@ -10,14 +10,14 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
+use karpenter_api::NodePool;
 use karpenter_api::v1alpha1::NodeOverlay;
 use karpenter_core::instance_type::InstanceType;
 use karpenter_core::node_overlay::{self, Evaluation};
-use karpenter_api::NodePool;
-use kube::api::{Api, Patch};
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use kube::ResourceExt;
+use kube::api::{Api, Patch};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 

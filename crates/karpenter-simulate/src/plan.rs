@@ -185,6 +185,25 @@ pub(crate) fn apply_overlays(
         .collect()
 }
 
+/// The launch choice among a pool's overlaid types: the cheapest available offering at the
+/// overlaid price (a savings plan's discount is what the cluster pays), as upstream's aws provider
+/// launches a NodeClaim whose prices an overlay changed in the order of those prices.
+fn overlaid_launch_choice(
+    node_claim: &NodeClaim,
+    types: Option<&Vec<Arc<InstanceType>>>,
+) -> Result<karpenter_sim::LaunchChoice, karpenter_core::cloud_provider::CloudError> {
+    let (requirements, requests) = karpenter_core::cloud_provider::parse_claim(node_claim)?;
+    let by_name: BTreeMap<String, Arc<InstanceType>> = types
+        .into_iter()
+        .flatten()
+        .map(|t| (t.name.clone(), Arc::clone(t)))
+        .collect();
+    karpenter_sim::launch::candidates(&by_name, &requirements, &requests, |_, _| true)
+        .first()
+        .map(karpenter_sim::launch::Candidate::choice)
+        .ok_or_else(|| karpenter_sim::launch::no_offering_error(&requirements))
+}
+
 fn evaluate_overlays(
     manifests: &Manifests,
     pool_types: &BTreeMap<String, Vec<Arc<InstanceType>>>,
@@ -365,7 +384,12 @@ fn plan_keeping(
         let name = format!("{node_pool}-{:05}", *counter);
         node_claim.metadata.name = Some(name.clone());
         node_claim.metadata.generate_name = None;
-        match provider.launch_choice(&node_claim) {
+        let choice = if manifests.node_overlays.is_empty() {
+            provider.launch_choice(&node_claim)
+        } else {
+            overlaid_launch_choice(&node_claim, pool_types.get(&node_pool))
+        };
+        match choice {
             Ok(choice) => {
                 // The labels the node will carry: the launched type's, then zone and capacity
                 // type, then the NodeClaim's own.

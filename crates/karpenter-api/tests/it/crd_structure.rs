@@ -74,8 +74,14 @@ fn nodeoverlay_crd_is_upstreams_v1alpha1() {
     assert_eq!(crd["metadata"]["name"], "nodeoverlays.karpenter.sh");
     assert_eq!(crd["spec"]["scope"], "Cluster");
     assert_eq!(crd["spec"]["names"]["kind"], "NodeOverlay");
-    assert_eq!(crd["spec"]["names"]["shortNames"], serde_json::json!(["overlays"]));
-    assert_eq!(crd["spec"]["names"]["categories"], serde_json::json!(["karpenter"]));
+    assert_eq!(
+        crd["spec"]["names"]["shortNames"],
+        serde_json::json!(["overlays"])
+    );
+    assert_eq!(
+        crd["spec"]["names"]["categories"],
+        serde_json::json!(["karpenter"])
+    );
     let version = &crd["spec"]["versions"][0];
     assert_eq!(version["name"], "v1alpha1");
     assert!(version["subresources"]["status"].is_object());
@@ -84,7 +90,10 @@ fn nodeoverlay_crd_is_upstreams_v1alpha1() {
         vec![("Ready".into(), 0), ("Age".into(), 0), ("Weight".into(), 1)]
     );
     let schema = crd::schema(Crd::NodeOverlay).unwrap();
-    assert_eq!(schema["properties"]["spec"]["required"], serde_json::json!(["requirements"]));
+    assert_eq!(
+        schema["properties"]["spec"]["required"],
+        serde_json::json!(["requirements"])
+    );
     assert_eq!(node(&schema, "spec.weight")["minimum"], 1);
     assert_eq!(node(&schema, "spec.weight")["maximum"], 10000);
     assert_eq!(node(&schema, "spec.requirements")["maxItems"], 100);

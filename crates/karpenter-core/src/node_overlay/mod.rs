@@ -186,9 +186,7 @@ fn parse(overlay: &NodeOverlay) -> Result<Parsed, String> {
     };
     let capacity = match &spec.capacity {
         None => ResourceList::new(),
-        Some(map) => {
-            ResourceList::from_k8s(map).map_err(|err| format!("spec.capacity: {err}"))?
-        }
+        Some(map) => ResourceList::from_k8s(map).map_err(|err| format!("spec.capacity: {err}"))?,
     };
     Ok(Parsed {
         name: overlay.name_any(),
@@ -344,7 +342,9 @@ impl Evaluation {
 
     /// Whether some overlay changes some type of `pool`.
     pub fn changes(&self, pool: &str) -> bool {
-        self.updates.get(pool).is_some_and(|types| !types.is_empty())
+        self.updates
+            .get(pool)
+            .is_some_and(|types| !types.is_empty())
     }
 
     /// `types` of `pool` with the overlays applied: changed types are copies, the others are

@@ -39,8 +39,7 @@ fn instance_type(name: &str, arch: &str, offerings: Vec<Offering>) -> Arc<Instan
     Arc::new(InstanceType {
         name: name.into(),
         labels,
-        capacity: ResourceList::parse([("cpu", "4"), ("memory", "16Gi"), ("pods", "110")])
-            .unwrap(),
+        capacity: ResourceList::parse([("cpu", "4"), ("memory", "16Gi"), ("pods", "110")]).unwrap(),
         offerings,
         ..Default::default()
     })
@@ -148,7 +147,11 @@ fn should_return_the_same_instance_type_when_zero_overlay_are_applied() {
 fn should_pass_with_a_single_overlay() {
     let pools = pools_of(vec![default_type()]);
     let o = priced(
-        overlay("overlay", Some(10), vec![req(IT, "In", &["default-instance-type"])]),
+        overlay(
+            "overlay",
+            Some(10),
+            vec![req(IT, "In", &["default-instance-type"])],
+        ),
         Some("0.5"),
         None,
     );
@@ -171,7 +174,11 @@ fn runtime_validation_should_fail_validation_for_invalid_requirements_values() {
 fn runtime_validation_should_fail_validation_for_invalid_capacity_values() {
     // Upstream adds a resource to its well-known set; ours is fixed, so use one of them.
     let o = with_capacity(
-        overlay("overlay", Some(10), vec![req(IT, "In", &["default-instance-type"])]),
+        overlay(
+            "overlay",
+            Some(10),
+            vec![req(IT, "In", &["default-instance-type"])],
+        ),
         &[("cpu", "5")],
     );
     let evaluation = evaluate(&[o], &pools_of(vec![default_type()]));
@@ -180,22 +187,41 @@ fn runtime_validation_should_fail_validation_for_invalid_capacity_values() {
     assert_eq!(v.condition().1, "RuntimeValidation");
     // Not applied: the type keeps its capacity.
     let applied = evaluation.apply("default", &[default_type()]);
-    assert_eq!(applied[0].capacity.get("cpu"), Quantity::parse("4").unwrap());
+    assert_eq!(
+        applied[0].capacity.get("cpu"),
+        Quantity::parse("4").unwrap()
+    );
 }
 
 #[test]
 fn instance_types_requirements_should_fail_when_requirements_overlays_overlap() {
     let types = vec![
-        instance_type("arm-instance-type", "arm64", vec![offering("spot", "test-zone-1", 1.0)]),
-        instance_type("amd-instance-type", "amd64", vec![offering("spot", "test-zone-1", 1.0)]),
+        instance_type(
+            "arm-instance-type",
+            "arm64",
+            vec![offering("spot", "test-zone-1", 1.0)],
+        ),
+        instance_type(
+            "amd-instance-type",
+            "amd64",
+            vec![offering("spot", "test-zone-1", 1.0)],
+        ),
     ];
     let a = priced(
-        overlay("overlay-a", Some(10), vec![req("kubernetes.io/arch", "In", &["arm64"])]),
+        overlay(
+            "overlay-a",
+            Some(10),
+            vec![req("kubernetes.io/arch", "In", &["arm64"])],
+        ),
         Some("1.03"),
         None,
     );
     let b = priced(
-        overlay("overlay-b", Some(10), vec![req("kubernetes.io/os", "In", &["linux"])]),
+        overlay(
+            "overlay-b",
+            Some(10),
+            vec![req("kubernetes.io/os", "In", &["linux"])],
+        ),
         Some("23"),
         None,
     );
@@ -208,16 +234,32 @@ fn instance_types_requirements_should_fail_when_requirements_overlays_overlap() 
 #[test]
 fn instance_types_requirements_should_succeed_with_requirements_overlays_dont_overlap() {
     let types = vec![
-        instance_type("arm-instance-type", "arm64", vec![offering("spot", "test-zone-1", 1.0)]),
-        instance_type("amd-instance-type", "amd64", vec![offering("spot", "test-zone-1", 1.0)]),
+        instance_type(
+            "arm-instance-type",
+            "arm64",
+            vec![offering("spot", "test-zone-1", 1.0)],
+        ),
+        instance_type(
+            "amd-instance-type",
+            "amd64",
+            vec![offering("spot", "test-zone-1", 1.0)],
+        ),
     ];
     let a = priced(
-        overlay("overlay-a", Some(10), vec![req("kubernetes.io/arch", "In", &["arm64"])]),
+        overlay(
+            "overlay-a",
+            Some(10),
+            vec![req("kubernetes.io/arch", "In", &["arm64"])],
+        ),
         Some("1.03"),
         None,
     );
     let b = priced(
-        overlay("overlay-b", Some(10), vec![req("kubernetes.io/arch", "In", &["amd64"])]),
+        overlay(
+            "overlay-b",
+            Some(10),
+            vec![req("kubernetes.io/arch", "In", &["amd64"])],
+        ),
         Some("23"),
         None,
     );
@@ -235,13 +277,21 @@ fn offering_requirements_should_fail_with_requirements_overlays_overlap_on_zone(
         overlay(
             "overlay-a",
             Some(10),
-            vec![req("topology.kubernetes.io/zone", "In", &["test-zone-1", "test-zone-4"])],
+            vec![req(
+                "topology.kubernetes.io/zone",
+                "In",
+                &["test-zone-1", "test-zone-4"],
+            )],
         ),
         Some("1.03"),
         None,
     );
     let b = priced(
-        overlay("overlay-b", Some(10), vec![req("karpenter.sh/capacity-type", "Exists", &[])]),
+        overlay(
+            "overlay-b",
+            Some(10),
+            vec![req("karpenter.sh/capacity-type", "Exists", &[])],
+        ),
         Some("23"),
         None,
     );
@@ -290,7 +340,11 @@ fn offering_requirements_should_succeed_with_requirements_overlays_dont_overlap(
         overlay(
             "overlay-b",
             Some(10),
-            vec![req("karpenter.sh/capacity-type", "In", &["on-demand", "reserved"])],
+            vec![req(
+                "karpenter.sh/capacity-type",
+                "In",
+                &["on-demand", "reserved"],
+            )],
         ),
         Some("23"),
         None,
@@ -317,7 +371,11 @@ fn pricing_table(
 ) {
     let types = vec![
         default_type(),
-        instance_type("small-instance-type", "amd64", vec![offering("spot", "test-zone-1", 0.5)]),
+        instance_type(
+            "small-instance-type",
+            "amd64",
+            vec![offering("spot", "test-zone-1", 0.5)],
+        ),
         instance_type(
             "gpu-vendor-instance-type",
             "amd64",
@@ -337,12 +395,20 @@ fn pricing_table(
             change_a,
         );
         let b = set(
-            overlay("overlay-b", Some(b_weight), vec![req(IT, b_operator, b_values)]),
+            overlay(
+                "overlay-b",
+                Some(b_weight),
+                vec![req(IT, b_operator, b_values)],
+            ),
             change_b,
         );
         let evaluation = evaluate(&[a, b], &pools_of(types.clone()));
         assert_eq!(verdict(&evaluation, "overlay-a"), expect_a, "{entry}");
-        assert_eq!(verdict(&evaluation, "overlay-b"), Verdict::Applied, "{entry}");
+        assert_eq!(
+            verdict(&evaluation, "overlay-b"),
+            Verdict::Applied,
+            "{entry}"
+        );
     }
 }
 
@@ -410,18 +476,30 @@ fn capacity_pair(
 ) -> Evaluation {
     let types = vec![
         default_type(),
-        instance_type("gpu-vendor-instance-type", "amd64", vec![offering("spot", "test-zone-1", 3.0)]),
+        instance_type(
+            "gpu-vendor-instance-type",
+            "amd64",
+            vec![offering("spot", "test-zone-1", 3.0)],
+        ),
     ];
-    let a = with_capacity(overlay("overlay-a", Some(10), vec![req(IT, "In", a_values)]), a_capacity);
+    let a = with_capacity(
+        overlay("overlay-a", Some(10), vec![req(IT, "In", a_values)]),
+        a_capacity,
+    );
     let b = with_capacity(
-        overlay("overlay-b", Some(b_weight), vec![req(IT, b_operator, b_values)]),
+        overlay(
+            "overlay-b",
+            Some(b_weight),
+            vec![req(IT, b_operator, b_values)],
+        ),
         b_capacity,
     );
     evaluate(&[a, b], &pools_of(types))
 }
 
 #[test]
-fn capacity_adjustment_should_fail_with_conflicting_capacity_overlays_with_overlapping_requirements() {
+fn capacity_adjustment_should_fail_with_conflicting_capacity_overlays_with_overlapping_requirements()
+ {
     let e = capacity_pair(
         &["default-instance-type"],
         "In",
@@ -439,15 +517,27 @@ fn capacity_adjustment_should_fail_with_conflicting_capacity_overlays_with_multi
     let types = vec![default_type()];
     let overlays = vec![
         with_capacity(
-            overlay("overlay-a", Some(10), vec![req(IT, "In", &["default-instance-type"])]),
+            overlay(
+                "overlay-a",
+                Some(10),
+                vec![req(IT, "In", &["default-instance-type"])],
+            ),
             &[("hugepages-1Gi", "100Mi")],
         ),
         with_capacity(
-            overlay("overlay-b", Some(10), vec![req(IT, "In", &["default-instance-type"])]),
+            overlay(
+                "overlay-b",
+                Some(10),
+                vec![req(IT, "In", &["default-instance-type"])],
+            ),
             &[("hugepages-2Mi", "100Mi")],
         ),
         with_capacity(
-            overlay("overlay-c", Some(10), vec![req(IT, "In", &["default-instance-type"])]),
+            overlay(
+                "overlay-c",
+                Some(10),
+                vec![req(IT, "In", &["default-instance-type"])],
+            ),
             &[("hugepages-1Gi", "10Mi"), ("hugepages-2Mi", "10Mi")],
         ),
     ];
@@ -528,13 +618,20 @@ fn price_updates_should_update_prices_based_on_the_overlay_entry_price_and_price
         (None, Some("+1000"), 1001.020),
     ] {
         let o = priced(
-            overlay("overlay", Some(10), vec![req(IT, "In", &["default-instance-type"])]),
+            overlay(
+                "overlay",
+                Some(10),
+                vec![req(IT, "In", &["default-instance-type"])],
+            ),
             price,
             adjustment,
         );
         let pools = pools_of(vec![default_type()]);
         let applied = evaluate(&[o], &pools).apply("default", &pools[0].1);
-        assert!(close(prices(&applied, "default-instance-type")[0], expected));
+        assert!(close(
+            prices(&applied, "default-instance-type")[0],
+            expected
+        ));
     }
 }
 
@@ -542,7 +639,11 @@ fn price_updates_should_update_prices_based_on_the_overlay_entry_price_and_price
 fn price_updates_should_not_update_prices_for_instance_types_that_do_not_match() {
     for (price, adjustment) in [(Some("13234.223"), None), (None, Some("+1000"))] {
         let o = priced(
-            overlay("overlay", Some(10), vec![req(IT, "In", &["other-instance-type"])]),
+            overlay(
+                "overlay",
+                Some(10),
+                vec![req(IT, "In", &["other-instance-type"])],
+            ),
             price,
             adjustment,
         );
@@ -560,13 +661,20 @@ fn capacity_requirements_should_only_apply_override_for_nodepool_that_defined_in
         (pool("other"), vec![default_type()]),
     ];
     let o = with_capacity(
-        overlay("overlay", Some(10), vec![req("karpenter.sh/nodepool", "In", &["default"])]),
+        overlay(
+            "overlay",
+            Some(10),
+            vec![req("karpenter.sh/nodepool", "In", &["default"])],
+        ),
         &[("hugepages-2Mi", "1Gi")],
     );
     let e = evaluate(&[o], &pools);
     let default = e.apply("default", &pools[0].1);
     let other = e.apply("other", &pools[1].1);
-    assert_eq!(default[0].capacity.get("hugepages-2Mi"), Quantity::parse("1Gi").unwrap());
+    assert_eq!(
+        default[0].capacity.get("hugepages-2Mi"),
+        Quantity::parse("1Gi").unwrap()
+    );
     assert!(!other[0].capacity.contains("hugepages-2Mi"));
 }
 
@@ -578,18 +686,28 @@ fn capacity_requirements_should_pass_with_conflicting_capcaity_update_overlays_f
         (pool("other"), vec![default_type()]),
     ];
     let a = with_capacity(
-        overlay("overlay-a", Some(10), vec![req("karpenter.sh/nodepool", "In", &["default"])]),
+        overlay(
+            "overlay-a",
+            Some(10),
+            vec![req("karpenter.sh/nodepool", "In", &["default"])],
+        ),
         &[("hugepages-2Mi", "1Gi")],
     );
     let b = with_capacity(
-        overlay("overlay-b", Some(10), vec![req("karpenter.sh/nodepool", "In", &["other"])]),
+        overlay(
+            "overlay-b",
+            Some(10),
+            vec![req("karpenter.sh/nodepool", "In", &["other"])],
+        ),
         &[("hugepages-2Mi", "2Gi")],
     );
     let e = evaluate(&[a, b], &pools);
     assert_eq!(verdict(&e, "overlay-a"), Verdict::Applied);
     assert_eq!(verdict(&e, "overlay-b"), Verdict::Applied);
     assert_eq!(
-        e.apply("other", &pools[1].1)[0].capacity.get("hugepages-2Mi"),
+        e.apply("other", &pools[1].1)[0]
+            .capacity
+            .get("hugepages-2Mi"),
         Quantity::parse("2Gi").unwrap()
     );
 }
@@ -599,18 +717,36 @@ fn capacity_requirements_should_only_apply_price_adjustments_for_nodeclaim_spec_
  {
     // The fixture pool's template labels carry team=a.
     let pools = pools_of(vec![default_type()]);
-    let matching = priced(overlay("match", Some(10), vec![req("team", "In", &["a"])]), Some("9"), None);
+    let matching = priced(
+        overlay("match", Some(10), vec![req("team", "In", &["a"])]),
+        Some("9"),
+        None,
+    );
     let e = evaluate(&[matching], &pools);
-    assert!(close(prices(&e.apply("default", &pools[0].1), "default-instance-type")[0], 9.0));
-    let other = priced(overlay("miss", Some(10), vec![req("team", "In", &["b"])]), Some("9"), None);
+    assert!(close(
+        prices(&e.apply("default", &pools[0].1), "default-instance-type")[0],
+        9.0
+    ));
+    let other = priced(
+        overlay("miss", Some(10), vec![req("team", "In", &["b"])]),
+        Some("9"),
+        None,
+    );
     let e = evaluate(&[other], &pools);
-    assert!(close(prices(&e.apply("default", &pools[0].1), "default-instance-type")[0], 1.02));
+    assert!(close(
+        prices(&e.apply("default", &pools[0].1), "default-instance-type")[0],
+        1.02
+    ));
 }
 
 #[test]
 fn should_not_apply_capacity_adjustments_for_invalid_overlay() {
     let o = with_capacity(
-        overlay("overlay", Some(10), vec![req(IT, "In", &["default-instance-type"])]),
+        overlay(
+            "overlay",
+            Some(10),
+            vec![req(IT, "In", &["default-instance-type"])],
+        ),
         &[("memory", "1Gi")],
     );
     let pools = pools_of(vec![default_type()]);
@@ -621,7 +757,11 @@ fn should_not_apply_capacity_adjustments_for_invalid_overlay() {
 #[test]
 fn should_not_apply_capacity_adjustments_for_instances_types_that_do_not_overlap() {
     let o = with_capacity(
-        overlay("overlay", Some(10), vec![req("kubernetes.io/arch", "In", &["arm64"])]),
+        overlay(
+            "overlay",
+            Some(10),
+            vec![req("kubernetes.io/arch", "In", &["arm64"])],
+        ),
         &[("hugepages-2Mi", "1Gi")],
     );
     let pools = pools_of(vec![default_type()]);
@@ -632,14 +772,24 @@ fn should_not_apply_capacity_adjustments_for_instances_types_that_do_not_overlap
 #[test]
 fn should_apply_capacity_adjustments_for_instances_types() {
     let o = with_capacity(
-        overlay("overlay", Some(10), vec![req(IT, "In", &["default-instance-type"])]),
+        overlay(
+            "overlay",
+            Some(10),
+            vec![req(IT, "In", &["default-instance-type"])],
+        ),
         &[("hugepages-2Mi", "1Gi")],
     );
     let pools = pools_of(vec![default_type()]);
     let applied = evaluate(&[o], &pools).apply("default", &pools[0].1);
-    assert_eq!(applied[0].capacity.get("hugepages-2Mi"), Quantity::parse("1Gi").unwrap());
+    assert_eq!(
+        applied[0].capacity.get("hugepages-2Mi"),
+        Quantity::parse("1Gi").unwrap()
+    );
     // Capacity only adds: cpu is untouched; hugepages come out of allocatable memory.
-    assert_eq!(applied[0].capacity.get("cpu"), Quantity::parse("4").unwrap());
+    assert_eq!(
+        applied[0].capacity.get("cpu"),
+        Quantity::parse("4").unwrap()
+    );
     assert_eq!(
         applied[0].allocatable().get("memory"),
         Quantity::parse("15Gi").unwrap()
@@ -650,7 +800,11 @@ fn should_apply_capacity_adjustments_for_instances_types() {
 fn should_update_capacity_for_instance_types_from_multiple_overlays() {
     let overlays = vec![
         with_capacity(
-            overlay("overlay-a", Some(10), vec![req(IT, "In", &["default-instance-type"])]),
+            overlay(
+                "overlay-a",
+                Some(10),
+                vec![req(IT, "In", &["default-instance-type"])],
+            ),
             &[("hugepages-1Gi", "1Gi")],
         ),
         with_capacity(
@@ -660,20 +814,38 @@ fn should_update_capacity_for_instance_types_from_multiple_overlays() {
     ];
     let pools = pools_of(vec![default_type()]);
     let applied = evaluate(&overlays, &pools).apply("default", &pools[0].1);
-    assert_eq!(applied[0].capacity.get("hugepages-1Gi"), Quantity::parse("1Gi").unwrap());
-    assert_eq!(applied[0].capacity.get("hugepages-2Mi"), Quantity::parse("2Gi").unwrap());
+    assert_eq!(
+        applied[0].capacity.get("hugepages-1Gi"),
+        Quantity::parse("1Gi").unwrap()
+    );
+    assert_eq!(
+        applied[0].capacity.get("hugepages-2Mi"),
+        Quantity::parse("2Gi").unwrap()
+    );
 }
 
 #[test]
 fn should_update_price_offerings_instance_types_from_multiple_overlays_with_different_weights() {
     let overlays = vec![
         priced(
-            overlay("overlay-a", Some(10), vec![req("karpenter.sh/capacity-type", "In", &["spot", "on-demand"])]),
+            overlay(
+                "overlay-a",
+                Some(10),
+                vec![req(
+                    "karpenter.sh/capacity-type",
+                    "In",
+                    &["spot", "on-demand"],
+                )],
+            ),
             Some("1"),
             None,
         ),
         priced(
-            overlay("overlay-b", Some(20), vec![req("karpenter.sh/capacity-type", "In", &["on-demand"])]),
+            overlay(
+                "overlay-b",
+                Some(20),
+                vec![req("karpenter.sh/capacity-type", "In", &["on-demand"])],
+            ),
             Some("2"),
             None,
         ),
@@ -690,12 +862,23 @@ fn should_update_price_offerings_instance_types_from_multiple_overlays_with_diff
 #[test]
 fn should_apply_higher_weight_overlay_when_multiple_overlays_match_the_same_instance_type() {
     let overlays = vec![
-        priced(overlay("cheap", Some(1), vec![req(IT, "Exists", &[])]), Some("0.1"), None),
-        priced(overlay("dear", Some(100), vec![req(IT, "Exists", &[])]), Some("9"), None),
+        priced(
+            overlay("cheap", Some(1), vec![req(IT, "Exists", &[])]),
+            Some("0.1"),
+            None,
+        ),
+        priced(
+            overlay("dear", Some(100), vec![req(IT, "Exists", &[])]),
+            Some("9"),
+            None,
+        ),
     ];
     let pools = pools_of(vec![default_type()]);
     let e = evaluate(&overlays, &pools);
-    assert!(close(prices(&e.apply("default", &pools[0].1), "default-instance-type")[0], 9.0));
+    assert!(close(
+        prices(&e.apply("default", &pools[0].1), "default-instance-type")[0],
+        9.0
+    ));
     assert_eq!(verdict(&e, "cheap"), Verdict::Applied);
 }
 
@@ -705,15 +888,31 @@ fn should_that_there_is_not_a_partial_application_for_instance_types() {
     // small-instance-type either.
     let types = vec![
         default_type(),
-        instance_type("small-instance-type", "amd64", vec![offering("spot", "test-zone-1", 0.5)]),
+        instance_type(
+            "small-instance-type",
+            "amd64",
+            vec![offering("spot", "test-zone-1", 0.5)],
+        ),
     ];
     let a = priced(
-        overlay("overlay-a", Some(10), vec![req(IT, "In", &["default-instance-type", "small-instance-type"])]),
+        overlay(
+            "overlay-a",
+            Some(10),
+            vec![req(
+                IT,
+                "In",
+                &["default-instance-type", "small-instance-type"],
+            )],
+        ),
         Some("7"),
         None,
     );
     let b = priced(
-        overlay("overlay-b", Some(10), vec![req(IT, "In", &["default-instance-type"])]),
+        overlay(
+            "overlay-b",
+            Some(10),
+            vec![req(IT, "In", &["default-instance-type"])],
+        ),
         Some("3"),
         None,
     );
@@ -731,22 +930,40 @@ fn should_that_there_is_not_a_partial_application_for_nodepools() {
         (pool("default"), vec![default_type()]),
         (pool("other"), vec![default_type()]),
     ];
-    let a = priced(overlay("overlay-a", Some(10), vec![req(IT, "Exists", &[])]), Some("7"), None);
+    let a = priced(
+        overlay("overlay-a", Some(10), vec![req(IT, "Exists", &[])]),
+        Some("7"),
+        None,
+    );
     let b = priced(
-        overlay("overlay-b", Some(10), vec![req("karpenter.sh/nodepool", "In", &["other"])]),
+        overlay(
+            "overlay-b",
+            Some(10),
+            vec![req("karpenter.sh/nodepool", "In", &["other"])],
+        ),
         Some("3"),
         None,
     );
     let e = evaluate(&[a, b], &pools);
     assert_eq!(verdict(&e, "overlay-a"), Verdict::Conflict);
-    assert!(close(prices(&e.apply("default", &pools[0].1), "default-instance-type")[0], 1.02));
-    assert!(close(prices(&e.apply("other", &pools[1].1), "default-instance-type")[0], 3.0));
+    assert!(close(
+        prices(&e.apply("default", &pools[0].1), "default-instance-type")[0],
+        1.02
+    ));
+    assert!(close(
+        prices(&e.apply("other", &pools[1].1), "default-instance-type")[0],
+        3.0
+    ));
 }
 
 #[test]
 fn should_apply_pricing_and_capacity_adjustment_from_two_overlays_on_the_same_instance_type() {
     let overlays = vec![
-        priced(overlay("price", Some(10), vec![req(IT, "Exists", &[])]), None, Some("-50%")),
+        priced(
+            overlay("price", Some(10), vec![req(IT, "Exists", &[])]),
+            None,
+            Some("-50%"),
+        ),
         with_capacity(
             overlay("capacity", Some(10), vec![req(IT, "Exists", &[])]),
             &[("example.com/device", "2")],
@@ -758,13 +975,20 @@ fn should_apply_pricing_and_capacity_adjustment_from_two_overlays_on_the_same_in
     assert_eq!(verdict(&e, "capacity"), Verdict::Applied);
     let applied = e.apply("default", &pools[0].1);
     assert!(close(applied[0].offerings[0].price, 0.51));
-    assert_eq!(applied[0].capacity.get("example.com/device"), Quantity::parse("2").unwrap());
+    assert_eq!(
+        applied[0].capacity.get("example.com/device"),
+        Quantity::parse("2").unwrap()
+    );
 }
 
 #[test]
 fn should_have_an_empty_instance_types_set_when_cloudprovider_does_not_return_instance_types() {
     let pools = pools_of(vec![]);
-    let o = priced(overlay("overlay", Some(10), vec![req(IT, "Exists", &[])]), Some("1"), None);
+    let o = priced(
+        overlay("overlay", Some(10), vec![req(IT, "Exists", &[])]),
+        Some("1"),
+        None,
+    );
     let e = evaluate(&[o], &pools);
     assert!(e.apply("default", &[]).is_empty());
     assert!(!e.changes("default"));
@@ -813,8 +1037,15 @@ fn conflicting_overlay_gets_validation_succeeded_false_with_upstreams_reason_and
         .unwrap();
     assert_eq!(condition.status, "False");
     assert_eq!(condition.reason.as_deref(), Some("Conflict"));
-    assert_eq!(condition.message.as_deref(), Some("conflict with another overlay"));
-    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(
+        condition.message.as_deref(),
+        Some("conflict with another overlay")
+    );
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
     assert_eq!(ready.status, "False");
     // Written once: the same verdict later changes nothing.
     let mut written = o.clone();

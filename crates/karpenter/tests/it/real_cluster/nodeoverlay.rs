@@ -91,8 +91,8 @@ async fn the_controller_writes_validation_succeeded_and_conflict_with_the_gate_o
     let client = cluster.client();
     let ns = cluster.namespace();
     apply(&client, ns, DEFAULT_NODECLASS).await;
-    let nodepool = std::fs::read_to_string(repo_root().join("examples/inflate/nodepool.yaml"))
-        .unwrap();
+    let nodepool =
+        std::fs::read_to_string(repo_root().join("examples/inflate/nodepool.yaml")).unwrap();
     apply(&client, ns, &nodepool).await;
     let api = Api::<NodeOverlay>::all(client.clone());
     for (name, price) in [("overlay-a", "0.5"), ("overlay-b", "0.7")] {
