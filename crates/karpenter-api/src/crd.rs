@@ -1,4 +1,4 @@
-//! CustomResourceDefinitions for NodePool, NodeClaim and EC2NodeClass.
+//! CustomResourceDefinitions for NodePool, NodeClaim, EC2NodeClass and NodeOverlay.
 //!
 //! kube-derive generates the structural schema from the Rust types; this module adds what the
 //! types cannot express: CRD defaults, string patterns, bounds, list markers and the CEL rules from
@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use crate::rules::{self, Crd};
 use crate::v1::{EC2NodeClass, NodeClaim, NodePool};
+use crate::v1alpha1::NodeOverlay;
 
 /// Go duration made of h/m/s parts (terminationGracePeriod).
 pub const DURATION_PATTERN: &str = r"^([0-9]+(s|m|h))+$";
@@ -49,12 +50,16 @@ pub enum CrdError {
     Json(#[from] serde_json::Error),
 }
 
-/// The three CRDs in a stable order: nodepools, nodeclaims, ec2nodeclasses.
+/// A NodeOverlay price adjustment: `+`/`-` a number, `+` a percentage, or a
+/// decrease of at most 100% (upstream's pattern).
+pub const PRICE_ADJUSTMENT_PATTERN: &str =
+    r"^(([+-]{1}(\d*\.?\d+))|(\+{1}\d*\.?\d+%)|(^(-\d{1,2}(\.\d+)?%)$)|(-100%))$";
+/// A NodeOverlay replacement price: a non-negative decimal.
+pub const PRICE_PATTERN: &str = r"^\d+(\.\d+)?$";
+
+/// Every CRD in a stable order: nodepools, nodeclaims, ec2nodeclasses, nodeoverlays.
 pub fn all() -> Result<Vec<CustomResourceDefinition>, CrdError> {
-    [Crd::NodePool, Crd::NodeClaim, Crd::EC2NodeClass]
-        .into_iter()
-        .map(crd)
-        .collect()
+    Crd::ALL.into_iter().map(crd).collect()
 }
 
 /// One finished CRD.
@@ -100,6 +105,7 @@ fn base_crd(which: Crd) -> CustomResourceDefinition {
         Crd::NodePool => NodePool::crd(),
         Crd::NodeClaim => NodeClaim::crd(),
         Crd::EC2NodeClass => EC2NodeClass::crd(),
+        Crd::NodeOverlay => NodeOverlay::crd(),
     }
 }
 
@@ -124,6 +130,9 @@ fn finish_schema(which: Crd, schema: &mut Value) -> Result<(), CrdError> {
         Crd::NodeClaim => "NodeClaim is the Schema for the NodeClaims API: a request for one node.",
         Crd::EC2NodeClass => {
             "EC2NodeClass is the Schema for the EC2NodeClass API: AWS-specific node configuration."
+        }
+        Crd::NodeOverlay => {
+            "NodeOverlay is the Schema for the NodeOverlays API: price and capacity changes to the instance types it selects."
         }
     };
     merge(schema, json!({ "description": description }));
@@ -303,7 +312,7 @@ fn selector_tags_schema() -> Value {
 }
 
 fn patches() -> Vec<(Crd, &'static str, Value)> {
-    use Crd::{EC2NodeClass as EC2, NodeClaim as NC, NodePool as NP};
+    use Crd::{EC2NodeClass as EC2, NodeClaim as NC, NodeOverlay as NO, NodePool as NP};
     let quantity_map = json!({ "additionalProperties": { "pattern": QUANTITY_PATTERN } });
     vec![
         // ---- NodePool -------------------------------------------------------------------------
@@ -646,6 +655,42 @@ fn patches() -> Vec<(Crd, &'static str, Value)> {
             json!({ "enum": ["active", "expiring"] }),
         ),
         (EC2, "status.conditions", conditions_schema()),
+        // ---- NodeOverlay ----------------------------------------------------------------------
+        (NO, "spec", json!({ "required": ["requirements"] })),
+        (
+            NO,
+            "spec.requirements",
+            json!({
+                "items": {
+                    "properties": {
+                        "key": { "maxLength": 316, "pattern": QUALIFIED_NAME_PATTERN },
+                        "operator": { "enum": ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Gte", "Lte"] },
+                        "values": {
+                            "items": { "maxLength": 63, "pattern": LABEL_VALUE_PATTERN },
+                            "x-kubernetes-list-type": "atomic"
+                        }
+                    }
+                },
+                "maxItems": 100,
+                "x-kubernetes-list-type": "atomic"
+            }),
+        ),
+        (
+            NO,
+            "spec.priceAdjustment",
+            json!({ "pattern": PRICE_ADJUSTMENT_PATTERN }),
+        ),
+        (NO, "spec.price", json!({ "pattern": PRICE_PATTERN })),
+        // Upstream leaves the map unbounded; the API server's cost estimate of its CEL rule then
+        // exceeds the budget (karpenter_testapi::crd_check). A node has a handful of extended
+        // resources: 100 keeps the rule well within budget without refusing a real overlay.
+        (
+            NO,
+            "spec.capacity",
+            json!({ "maxProperties": 100, "additionalProperties": { "pattern": QUANTITY_PATTERN } }),
+        ),
+        (NO, "spec.weight", json!({ "minimum": 1, "maximum": 10000 })),
+        (NO, "status.conditions", conditions_schema()),
     ]
 }
 
@@ -665,7 +710,8 @@ mod tests {
             [
                 "nodepools.karpenter.sh",
                 "nodeclaims.karpenter.sh",
-                "ec2nodeclasses.karpenter.k8s.aws"
+                "ec2nodeclasses.karpenter.k8s.aws",
+                "nodeoverlays.karpenter.sh"
             ]
         );
     }
@@ -683,6 +729,8 @@ mod tests {
             QUANTITY_PATTERN,
             VOLUME_SIZE_PATTERN,
             EVICTION_VALUE_PATTERN,
+            PRICE_ADJUSTMENT_PATTERN,
+            PRICE_PATTERN,
         ] {
             regex::Regex::new(pattern).unwrap();
         }

@@ -10,6 +10,7 @@ pub mod manifest;
 pub mod quantity;
 pub mod rules;
 pub mod v1;
+pub mod v1alpha1;
 pub mod validation;
 pub mod well_known;
 

@@ -232,10 +232,11 @@ pub fn list_item_lines(text: &str) -> Vec<usize> {
 }
 
 /// The Karpenter kinds, by API group (v1).
-const KARPENTER_KINDS: [(&str, &str); 3] = [
+const KARPENTER_KINDS: [(&str, &str); 4] = [
     ("karpenter.sh/v1", "NodePool"),
     ("karpenter.sh/v1", "NodeClaim"),
     ("karpenter.k8s.aws/v1", "EC2NodeClass"),
+    ("karpenter.sh/v1alpha1", "NodeOverlay"),
 ];
 
 /// A document that is almost a Karpenter v1 object: a Karpenter API group with an unknown version
@@ -267,7 +268,7 @@ pub fn karpenter_near_miss(api_version: &str, kind: &str) -> Option<ValidationEr
     if karpenter_group {
         let kinds: Vec<&str> = KARPENTER_KINDS
             .iter()
-            .filter(|(v, _)| v.starts_with(group))
+            .filter(|(v, _)| *v == format!("{group}/v1"))
             .map(|(_, k)| *k)
             .collect();
         return Some(ValidationError::new(

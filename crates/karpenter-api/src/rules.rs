@@ -1,4 +1,4 @@
-//! The CEL rules (`x-kubernetes-validations`) of the three CRDs, in one table.
+//! The CEL rules (`x-kubernetes-validations`) of the CRDs, in one table.
 //!
 //! Each rule is written once here: the CRD generator inserts it at its schema paths, and the offline
 //! validator (`crate::validation`) implements the same check in Rust and reports the same message.
@@ -11,6 +11,17 @@ pub enum Crd {
     NodePool,
     NodeClaim,
     EC2NodeClass,
+    NodeOverlay,
+}
+
+impl Crd {
+    /// Every CRD, in the order `karpenter crds` writes them.
+    pub const ALL: [Crd; 4] = [
+        Crd::NodePool,
+        Crd::NodeClaim,
+        Crd::EC2NodeClass,
+        Crd::NodeOverlay,
+    ];
 }
 
 /// A CEL validation rule and where it lives in the schema.
@@ -41,10 +52,11 @@ macro_rules! rules {
     };
 }
 
-use Crd::{EC2NodeClass as EC2, NodeClaim as NC, NodePool as NP};
+use Crd::{EC2NodeClass as EC2, NodeClaim as NC, NodeOverlay as NO, NodePool as NP};
 
 const NP_REQS: &str = "spec.template.spec.requirements";
 const NC_REQS: &str = "spec.requirements";
+const NO_REQS: &str = "spec.requirements";
 
 rules! {
     // ---- NodePool spec ------------------------------------------------------------------------
@@ -92,7 +104,7 @@ rules! {
         hint: "the kubelet sets kubernetes.io/hostname; remove it",
     }
     REQ_KEY_KARPENTER_DOMAIN {
-        paths: &[(NP, "spec.template.spec.requirements[].key"), (NC, "spec.requirements[].key")],
+        paths: &[(NP, "spec.template.spec.requirements[].key"), (NC, "spec.requirements[].key"), (NO, "spec.requirements[].key")],
         rule: "self in ['karpenter.sh/capacity-type', 'karpenter.sh/nodepool'] || !self.find('^([^/]+)').endsWith('karpenter.sh')",
         message: "label domain \"karpenter.sh\" is restricted",
         hint: "only karpenter.sh/capacity-type may be used from the karpenter.sh domain",
@@ -104,20 +116,20 @@ rules! {
         hint: "a NodePool cannot select on its own name; remove this requirement",
     }
     REQ_KEY_HOSTNAME {
-        paths: &[(NP, "spec.template.spec.requirements[].key"), (NC, "spec.requirements[].key")],
+        paths: &[(NP, "spec.template.spec.requirements[].key"), (NC, "spec.requirements[].key"), (NO, "spec.requirements[].key")],
         rule: "self != 'kubernetes.io/hostname'",
         message: "label \"kubernetes.io/hostname\" is restricted",
         hint: "hostnames are not known before launch; remove this requirement",
     }
     // ---- requirements lists -------------------------------------------------------------------
     REQ_IN_HAS_VALUES {
-        paths: &[(NP, NP_REQS), (NC, NC_REQS)],
+        paths: &[(NP, NP_REQS), (NC, NC_REQS), (NO, NO_REQS)],
         rule: "self.all(x, x.operator == 'In' ? (has(x.values) && x.values.size() != 0) : true)",
         message: "requirements with operator 'In' must have a value defined",
         hint: "add at least one value, or use operator Exists",
     }
     REQ_NUMERIC_SINGLE_VALUE {
-        paths: &[(NP, NP_REQS), (NC, NC_REQS)],
+        paths: &[(NP, NP_REQS), (NC, NC_REQS), (NO, NO_REQS)],
         rule: "self.all(x, (x.operator == 'Gt' || x.operator == 'Lt' || x.operator == 'Gte' || x.operator == 'Lte') ? (has(x.values) && x.values.size() == 1 && x.values[0].matches('^[0-9]+$') && int(x.values[0]) >= 0) : true)",
         message: "requirements operator 'Gt', 'Lt', 'Gte' or 'Lte' must have a single positive integer value",
         hint: "use exactly one non-negative integer, e.g. values: [\"2\"]",
@@ -433,6 +445,26 @@ rules! {
         message: "expected at least one, got none, ['tcpEstablishedTimeout', 'udpStreamTimeout', 'udpTimeout']",
         hint: "set a timeout or remove connectionTracking",
     }
+    // ---- NodeOverlay (upstream's v1alpha1 markers) --------------------------------------------
+    NO_PRICE_XOR_ADJUSTMENT {
+        paths: &[(NO, "spec")],
+        rule: "!has(self.price) || !has(self.priceAdjustment)",
+        message: "cannot set both 'price' and 'priceAdjustment'",
+        hint: "keep price (a replacement) or priceAdjustment (a change), not both",
+    }
+    NO_REQ_NOT_IN_HAS_VALUES {
+        paths: &[(NO, "spec.requirements")],
+        rule: "self.all(x, x.operator == 'NotIn' ? (has(x.values) && x.values.size() != 0) : true)",
+        message: "requirements with operator 'NotIn' must have a value defined",
+        hint: "add at least one value, or use operator DoesNotExist",
+    }
+    NO_CAPACITY_RESTRICTED {
+        paths: &[(NO, "spec.capacity")],
+        rule: "self.all(x, !(x in ['cpu', 'memory', 'ephemeral-storage', 'pods']))",
+        message: "invalid resource restricted",
+        hint: "capacity only adds extended resources (e.g. hugepages-2Mi, example.com/device); cpu, memory, ephemeral-storage and pods come from the instance type",
+    }
+
 }
 
 #[cfg(test)]

@@ -106,6 +106,8 @@ pub struct Context {
     /// conditions up to date at once, as upstream's NodeClaim disruption controller reacts to
     /// its NodePool's events, instead of at its next 10 s pass.
     pub templates_changed: Arc<Notify>,
+    /// NodeOverlays (watched only with the `NodeOverlay` gate on; empty otherwise).
+    pub overlays: Arc<crate::nodeoverlay::OverlayStore>,
     leader_tx: watch::Sender<bool>,
     leader_rx: watch::Receiver<bool>,
     /// Why the replica is broken (a controller loop panicked or ended); `/healthz` fails.
@@ -156,6 +158,7 @@ impl Context {
             provisioning_trigger: trigger,
             nodepools_changed: Arc::new(Notify::new()),
             templates_changed: Arc::new(Notify::new()),
+            overlays: Arc::default(),
             leader_tx,
             leader_rx,
             failure: std::sync::Mutex::new(None),

@@ -17,6 +17,7 @@ pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod nodeclaim;
+pub mod nodeoverlay;
 pub mod nodepool;
 pub mod provisioning;
 pub mod run;

@@ -189,7 +189,7 @@ impl RunningController {
                 (task.name, tokio::spawn(future))
             })
             .collect();
-        let watchers = vec![
+        let mut watchers = vec![
             spawn_reflector::<Pod>(&ctx, |ctx, p| {
                 if pod::is_provisionable(p) && p.metadata.deletion_timestamp.is_none() {
                     ctx.provisioning_trigger
@@ -210,6 +210,13 @@ impl RunningController {
             // LimitRange defaults give DaemonSet pods the requests admission will give them.
             spawn_reflector::<LimitRange>(&ctx, ignore),
         ];
+        let node_overlays = ctx.settings.feature_gates.node_overlay;
+        if node_overlays {
+            watchers.push((
+                "NodeOverlay watcher",
+                tokio::spawn(crate::nodeoverlay::watch(ctx.clone())),
+            ));
+        }
         let events = ctx.events.clone();
         let events_shutdown = shutdown_rx.clone();
         let mut graceful = vec![
@@ -246,6 +253,12 @@ impl RunningController {
                 tokio::spawn(async move { events.run_writer(events_shutdown).await }),
             ),
         ];
+        if node_overlays {
+            graceful.push((
+                "nodeoverlay",
+                tokio::spawn(crate::nodeoverlay::run(ctx.clone(), shutdown_rx.clone())),
+            ));
+        }
         graceful.extend(provider_tasks);
         let (mut metrics_address, mut health_address) = (None, None);
         if let Some(probes) = &options.probes {

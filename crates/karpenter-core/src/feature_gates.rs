@@ -18,8 +18,11 @@ pub struct FeatureGates {
     pub reserved_capacity: bool,
     /// Single- and multi-node consolidation may replace spot nodes with cheaper spot nodes.
     pub spot_to_spot_consolidation: bool,
+    /// NodeOverlays adjust the price and capacity of the instance types they select
+    /// ([`crate::node_overlay`]).
     pub node_overlay: bool,
     pub static_capacity: bool,
+    /// Not implemented: refused when on ([`FeatureGates::NOT_IMPLEMENTED`]).
     pub capacity_buffer: bool,
 }
 
@@ -46,6 +49,10 @@ pub enum FeatureGateError {
     NotABool { name: String, value: String },
     #[error("missing \"=true\" or \"=false\" for feature gate {name:?}")]
     MissingValue { name: String },
+    #[error(
+        "feature gate {name}=true is not supported: karpenter-rs does not implement {name} (leave it false)"
+    )]
+    NotImplemented { name: String },
 }
 
 impl FeatureGates {
@@ -59,7 +66,12 @@ impl FeatureGates {
         "CapacityBuffer",
     ];
 
-    /// The defaults overridden by `raw` (an empty string keeps every default).
+    /// Gates upstream knows whose feature karpenter-rs does not have: accepted off (so upstream's
+    /// Helm values start the controller), refused on, so no one believes the feature runs.
+    pub const NOT_IMPLEMENTED: [&'static str; 1] = ["CapacityBuffer"];
+
+    /// The defaults overridden by `raw` (an empty string keeps every default). A gate of
+    /// [`FeatureGates::NOT_IMPLEMENTED`] turned on is an error naming it.
     pub fn parse(raw: &str) -> Result<Self, FeatureGateError> {
         let mut gates = FeatureGates::default();
         for pair in raw.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -77,6 +89,13 @@ impl FeatureGates {
                 name: name.to_string(),
                 value: value.to_string(),
             })?;
+        }
+        for (name, on) in Self::NAMES.iter().zip(gates.values()) {
+            if on && Self::NOT_IMPLEMENTED.contains(name) {
+                return Err(FeatureGateError::NotImplemented {
+                    name: name.to_string(),
+                });
+            }
         }
         Ok(gates)
     }
@@ -190,5 +209,28 @@ mod tests {
         assert!(bare.to_string().contains("NodeRepair"), "{bare}");
         // Names are case-sensitive, as upstream's.
         assert!(FeatureGates::parse("noderepair=true").is_err());
+    }
+
+    #[test]
+    fn a_gate_whose_feature_is_missing_is_refused_on_and_accepted_off() {
+        let err = FeatureGates::parse("NodeOverlay=true,CapacityBuffer=true").unwrap_err();
+        assert_eq!(
+            err,
+            FeatureGateError::NotImplemented {
+                name: "CapacityBuffer".into()
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "feature gate CapacityBuffer=true is not supported: karpenter-rs does not implement CapacityBuffer (leave it false)"
+        );
+        assert!(!err.to_string().contains('\n'));
+        let chart = "NodeRepair=false,ReservedCapacity=true,SpotToSpotConsolidation=false,NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false";
+        assert_eq!(FeatureGates::parse(chart).unwrap(), FeatureGates::default());
+        assert!(
+            FeatureGates::parse("NodeOverlay=true")
+                .unwrap()
+                .node_overlay
+        );
     }
 }

@@ -10,6 +10,7 @@ pub mod drain;
 pub mod feature_gates;
 pub mod instance_type;
 pub mod node;
+pub mod node_overlay;
 pub mod nodeclaim_lifecycle;
 pub mod nodepool;
 pub mod pod;

@@ -1,6 +1,6 @@
 //! What one test leaves, removed before the next one starts: its namespaces (pods forced out,
 //! finalizers stripped), every ValidatingAdmissionPolicy (and binding), and every NodePool,
-//! NodeClaim, EC2NodeClass and Node, finalizers first
+//! NodeClaim, EC2NodeClass, NodeOverlay and Node, finalizers first
 //! (the controller that would have removed them was stopped with its test).
 
 use std::time::Duration;
@@ -15,7 +15,8 @@ use serde_json::json;
 use crate::{Error, OWNED_LABEL, Result, eventually};
 
 /// The cluster-scoped kinds a test creates, by group, version, kind and plural.
-const CLUSTER_KINDS: [(&str, &str, &str, &str); 3] = [
+const CLUSTER_KINDS: [(&str, &str, &str, &str); 4] = [
+    ("karpenter.sh", "v1alpha1", "NodeOverlay", "nodeoverlays"),
     ("karpenter.sh", "v1", "NodePool", "nodepools"),
     ("karpenter.sh", "v1", "NodeClaim", "nodeclaims"),
     ("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses"),

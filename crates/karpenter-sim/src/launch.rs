@@ -166,7 +166,7 @@ pub fn choose(
         .ok_or_else(|| no_offering_error(requirements))
 }
 
-pub(crate) fn no_offering_error(requirements: &Requirements) -> CloudError {
+pub fn no_offering_error(requirements: &Requirements) -> CloudError {
     CloudError::InsufficientCapacity(format!(
         "no available offering satisfies the requirements [{}]",
         requirements

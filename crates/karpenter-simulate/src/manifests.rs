@@ -15,6 +15,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::manifest::karpenter_near_miss;
 use karpenter_api::v1::EC2NodeClass;
+use karpenter_api::v1alpha1::NodeOverlay;
 use karpenter_api::validation::{self, Outcome, validate_document};
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::pod::Pod;
@@ -94,6 +95,10 @@ pub const MAX_PODS: usize = 1_000_000;
 pub struct Manifests {
     pub node_pools: Vec<NodePool>,
     pub node_classes: Vec<EC2NodeClass>,
+    /// NodeOverlays (`karpenter.sh/v1alpha1`): applied to every pool's instance types by the
+    /// plan, `explain` and `--disruption`. The binary empties this list when the `NodeOverlay`
+    /// gate is off (`--feature-gates`), as the controller then does not read them.
+    pub node_overlays: Vec<NodeOverlay>,
     /// Pods without `spec.nodeName`: the ones to schedule (in input order). The replicas of a
     /// workload share one `Pod`.
     pub pending_pods: Vec<PendingPod>,
@@ -131,8 +136,9 @@ pub(super) const DEFAULT_NAMESPACE: &str = "default";
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// Kinds `simulate` reads (everything else is listed as ignored).
-const USED_KINDS: [&str; 17] = [
+const USED_KINDS: [&str; 18] = [
     "NodePool",
+    "NodeOverlay",
     "EC2NodeClass",
     "NodeClaim",
     "Node",
@@ -309,6 +315,7 @@ impl Manifests {
             kind.as_str(),
             "NodePool"
                 | "EC2NodeClass"
+                | "NodeOverlay"
                 | "NodeClaim"
                 | "Node"
                 | "PersistentVolume"
@@ -386,6 +393,7 @@ impl Manifests {
         match kind {
             "NodePool" => self.node_pools.push(typed(value, kind)?),
             "EC2NodeClass" => self.node_classes.push(typed(value, kind)?),
+            "NodeOverlay" => self.node_overlays.push(typed(value, kind)?),
             "NodeClaim" => self.node_claims.push(typed(value, kind)?),
             "Node" => self.nodes.push(typed(value, kind)?),
             "Pod" => {

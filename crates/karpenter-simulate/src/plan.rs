@@ -165,6 +165,75 @@ fn check_node_pool(node_pool: &NodePool) -> Result<(), SimulateError> {
     })
 }
 
+/// Each pool's types with the input's NodeOverlays applied, as the controller applies the
+/// cluster's ([`karpenter_core::node_overlay`]): prices and capacities everywhere downstream
+/// (the plan, the cost lower bound, `explain`, `--disruption`) are the overlaid ones.
+pub(crate) fn apply_overlays(
+    manifests: &Manifests,
+    pool_types: BTreeMap<String, Vec<Arc<InstanceType>>>,
+) -> BTreeMap<String, Vec<Arc<InstanceType>>> {
+    if manifests.node_overlays.is_empty() {
+        return pool_types;
+    }
+    let evaluation = evaluate_overlays(manifests, &pool_types);
+    pool_types
+        .into_iter()
+        .map(|(name, types)| {
+            let types = evaluation.apply(&name, &types);
+            (name, types)
+        })
+        .collect()
+}
+
+/// The launch choice among a pool's overlaid types: the cheapest available offering at the
+/// overlaid price (a savings plan's discount is what the cluster pays), as upstream's aws provider
+/// launches a NodeClaim whose prices an overlay changed in the order of those prices.
+fn overlaid_launch_choice(
+    node_claim: &NodeClaim,
+    types: Option<&Vec<Arc<InstanceType>>>,
+) -> Result<karpenter_sim::LaunchChoice, karpenter_core::cloud_provider::CloudError> {
+    let (requirements, requests) = karpenter_core::cloud_provider::parse_claim(node_claim)?;
+    let by_name: BTreeMap<String, Arc<InstanceType>> = types
+        .into_iter()
+        .flatten()
+        .map(|t| (t.name.clone(), Arc::clone(t)))
+        .collect();
+    karpenter_sim::launch::candidates(&by_name, &requirements, &requests, |_, _| true)
+        .first()
+        .map(karpenter_sim::launch::Candidate::choice)
+        .ok_or_else(|| karpenter_sim::launch::no_offering_error(&requirements))
+}
+
+fn evaluate_overlays(
+    manifests: &Manifests,
+    pool_types: &BTreeMap<String, Vec<Arc<InstanceType>>>,
+) -> karpenter_core::node_overlay::Evaluation {
+    let offered: Vec<_> = manifests
+        .node_pools
+        .iter()
+        .filter_map(|pool| {
+            let types = pool_types.get(pool.metadata.name.as_deref()?)?;
+            Some((pool.clone(), types.clone()))
+        })
+        .collect();
+    karpenter_core::node_overlay::evaluate(&manifests.node_overlays, &offered)
+}
+
+/// The overlays of the input that are not applied (conflict or runtime validation), with why.
+fn overlay_verdicts(
+    manifests: &Manifests,
+    pool_types: &BTreeMap<String, Vec<Arc<InstanceType>>>,
+) -> Vec<(String, karpenter_core::node_overlay::Verdict)> {
+    if manifests.node_overlays.is_empty() {
+        return Vec::new();
+    }
+    evaluate_overlays(manifests, pool_types)
+        .verdicts
+        .into_iter()
+        .filter(|(_, verdict)| *verdict != karpenter_core::node_overlay::Verdict::Applied)
+        .collect()
+}
+
 /// Computes the plan for `manifests` on `provider`'s catalogue with the default policies.
 pub fn plan(
     manifests: &Manifests,
@@ -235,6 +304,10 @@ fn plan_keeping(
             })?;
         pool_types.insert(name.clone(), types);
     }
+    for (name, verdict) in overlay_verdicts(manifests, &pool_types) {
+        warnings.push(format!("NodeOverlay {name} is not applied: {verdict}"));
+    }
+    let pool_types = apply_overlays(manifests, pool_types);
     let by_node = manifests.pods_by_node();
     for (node, pods) in &by_node {
         if !manifests
@@ -311,7 +384,12 @@ fn plan_keeping(
         let name = format!("{node_pool}-{:05}", *counter);
         node_claim.metadata.name = Some(name.clone());
         node_claim.metadata.generate_name = None;
-        match provider.launch_choice(&node_claim) {
+        let choice = if manifests.node_overlays.is_empty() {
+            provider.launch_choice(&node_claim)
+        } else {
+            overlaid_launch_choice(&node_claim, pool_types.get(&node_pool))
+        };
+        match choice {
             Ok(choice) => {
                 // The labels the node will carry: the launched type's, then zone and capacity
                 // type, then the NodeClaim's own.

@@ -1,4 +1,4 @@
-//! Offline validation of Karpenter manifests: the CRD schema (types, required fields, enums,
+//! Offline validation of Karpenter manifests (NodePool, NodeClaim, EC2NodeClass, NodeOverlay): the CRD schema (types, required fields, enums,
 //! patterns, bounds, unknown fields), the CEL rules of [`crate::rules`] implemented in Rust, and
 //! upstream's runtime checks (the NodePool `ValidationSucceeded` condition).
 //!
@@ -21,9 +21,11 @@ use serde_json::Value;
 use crate::crd;
 use crate::rules::{CelRule, Crd};
 use crate::v1::{EC2NodeClass, NodeClaim, NodePool};
+use crate::v1alpha1::NodeOverlay;
 
 pub use rules_impl::{
-    check_ec2nodeclass, check_nodeclaim, check_nodepool, runtime_checks_nodepool,
+    OVERLAY_RESTRICTED_RESOURCES, check_ec2nodeclass, check_nodeclaim, check_nodeoverlay,
+    check_nodepool, runtime_checks_nodeoverlay, runtime_checks_nodepool,
 };
 
 /// One problem with a manifest.
@@ -117,6 +119,7 @@ pub fn v1_kind(api_version: &str, kind: &str) -> Option<Crd> {
         ("karpenter.sh/v1", "NodePool") => Some(Crd::NodePool),
         ("karpenter.sh/v1", "NodeClaim") => Some(Crd::NodeClaim),
         ("karpenter.k8s.aws/v1", "EC2NodeClass") => Some(Crd::EC2NodeClass),
+        ("karpenter.sh/v1alpha1", "NodeOverlay") => Some(Crd::NodeOverlay),
         _ => None,
     }
 }
@@ -135,7 +138,7 @@ pub fn is_legacy(api_version: &str, kind: &str) -> bool {
 fn schemas() -> &'static [(Crd, Value)] {
     static SCHEMAS: OnceLock<Vec<(Crd, Value)>> = OnceLock::new();
     SCHEMAS.get_or_init(|| {
-        [Crd::NodePool, Crd::NodeClaim, Crd::EC2NodeClass]
+        Crd::ALL
             .into_iter()
             .filter_map(|which| crd::schema(which).ok().map(|s| (which, s)))
             .collect()
@@ -218,6 +221,8 @@ pub fn validate_document(doc: &Value) -> DocumentReport {
             }
             Crd::EC2NodeClass => serde_json::from_value::<EC2NodeClass>(doc.clone())
                 .map(|nc| check_ec2nodeclass(&nc)),
+            Crd::NodeOverlay => serde_json::from_value::<NodeOverlay>(doc.clone())
+                .map(|overlay| validate_nodeoverlay(&overlay)),
         };
         match typed {
             Ok(found) => {
@@ -318,6 +323,21 @@ pub fn validate_ec2nodeclass(nodeclass: &EC2NodeClass) -> Vec<ValidationError> {
         )],
     };
     errors.extend(check_ec2nodeclass(nodeclass));
+    dedup(errors)
+}
+
+/// Every check a NodeOverlay must pass: schema, CEL rules and upstream's runtime validation.
+pub fn validate_nodeoverlay(overlay: &NodeOverlay) -> Vec<ValidationError> {
+    let mut errors = match serde_json::to_value(overlay) {
+        Ok(value) => check_schema(Crd::NodeOverlay, &value),
+        Err(err) => vec![ValidationError::new(
+            "",
+            format!("cannot be serialized: {err}"),
+            "report this bug",
+        )],
+    };
+    errors.extend(check_nodeoverlay(overlay));
+    errors.extend(runtime_checks_nodeoverlay(overlay));
     dedup(errors)
 }
 

@@ -11,7 +11,11 @@ use crate::v1::{
     AMI_ALIAS_FAMILIES, EC2NodeClass, NodeClaim, NodeClassReference, NodePool,
     NodeSelectorRequirementWithMinValues, parse_budget_schedule,
 };
+use crate::v1alpha1::NodeOverlay;
 use crate::well_known::{CAPACITY_TYPE_LABEL, CAPACITY_TYPES, normalize_label_key};
+
+/// Resources a NodeOverlay's `capacity` may not set (upstream's `WellKnownResources`).
+pub const OVERLAY_RESTRICTED_RESOURCES: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pods"];
 
 fn label_domain(key: &str) -> &str {
     key.split('/').next().unwrap_or_default()
@@ -280,6 +284,67 @@ fn check_taints(path: &str, taints: &[Taint], startup_taints: &[Taint], errors: 
             }
         }
     }
+}
+
+/// CEL rules of a NodeOverlay (upstream's v1alpha1 markers).
+pub fn check_nodeoverlay(overlay: &NodeOverlay) -> Vec<E> {
+    let mut errors = Vec::new();
+    let spec = &overlay.spec;
+    if spec.price.is_some() && spec.price_adjustment.is_some() {
+        errors.push(E::rule("spec.priceAdjustment", &NO_PRICE_XOR_ADJUSTMENT));
+    }
+    for (i, requirement) in spec.requirements.iter().enumerate() {
+        let item = join_index("spec.requirements", i);
+        let key_path = join_field(&item, "key");
+        if !karpenter_domain_allowed(&requirement.key) {
+            errors.push(E::rule(&key_path, &REQ_KEY_KARPENTER_DOMAIN));
+        }
+        if requirement.key == "kubernetes.io/hostname" {
+            errors.push(E::rule(&key_path, &REQ_KEY_HOSTNAME));
+        }
+        let values_path = join_field(&item, "values");
+        match requirement.operator.as_str() {
+            "In" if requirement.values.is_empty() => {
+                errors.push(E::rule(&values_path, &REQ_IN_HAS_VALUES))
+            }
+            "NotIn" if requirement.values.is_empty() => {
+                errors.push(E::rule(&values_path, &NO_REQ_NOT_IN_HAS_VALUES))
+            }
+            "Gt" | "Lt" | "Gte" | "Lte" => {
+                let single_non_negative = matches!(requirement.values.as_slice(), [v]
+                    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) && v.parse::<i64>().is_ok());
+                if !single_non_negative {
+                    errors.push(E::rule(&values_path, &REQ_NUMERIC_SINGLE_VALUE));
+                }
+            }
+            _ => {}
+        }
+    }
+    for name in spec.capacity.iter().flat_map(|c| c.keys()) {
+        if OVERLAY_RESTRICTED_RESOURCES.contains(&name.as_str()) {
+            errors.push(E::rule(
+                join_key("spec.capacity", name),
+                &NO_CAPACITY_RESTRICTED,
+            ));
+        }
+    }
+    errors
+}
+
+/// Upstream's runtime NodeOverlay validation (`ValidationSucceeded=False`, reason
+/// `RuntimeValidation`): requirement keys must be qualified names.
+pub fn runtime_checks_nodeoverlay(overlay: &NodeOverlay) -> Vec<E> {
+    let mut errors = Vec::new();
+    for (i, requirement) in overlay.spec.requirements.iter().enumerate() {
+        if let Some(problem) = qualified_name_problem(&requirement.key) {
+            errors.push(E::new(
+                join_field(&join_index("spec.requirements", i), "key"),
+                format!("invalid requirement key {:?}: {problem}", requirement.key),
+                "use a label key such as node.kubernetes.io/instance-type",
+            ));
+        }
+    }
+    errors
 }
 
 /// CEL rules of a NodeClaim (creation rules).

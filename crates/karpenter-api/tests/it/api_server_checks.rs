@@ -44,11 +44,7 @@ fn committed_deploy_crds_pass_the_api_server_crd_checks() {
 #[test]
 fn cel_rules_fit_the_cost_budgets_with_room_to_spare() {
     // Not only under the limits: each rule well under, so a small schema change cannot tip it.
-    for which in [
-        karpenter_api::rules::Crd::NodePool,
-        karpenter_api::rules::Crd::NodeClaim,
-        karpenter_api::rules::Crd::EC2NodeClass,
-    ] {
+    for which in karpenter_api::rules::Crd::ALL {
         let schema = crd::schema(which).unwrap();
         let report = crd_check::cost_report(&schema);
         for (path, cost) in &report.rules {
@@ -69,7 +65,7 @@ async fn the_test_api_server_accepts_the_crds_through_its_api() {
     for c in crd::all().unwrap() {
         crds.create(&PostParams::default(), &c).await.unwrap();
     }
-    assert_eq!(server.count::<CustomResourceDefinition>(), 3);
+    assert_eq!(server.count::<CustomResourceDefinition>(), 4);
 }
 
 /// Creates any v1 document through the test API server with a plain `kube::Client`.
@@ -86,6 +82,7 @@ async fn create_through_the_api(
         "NodePool" => "nodepools",
         "NodeClaim" => "nodeclaims",
         "EC2NodeClass" => "ec2nodeclasses",
+        "NodeOverlay" => "nodeoverlays",
         other => panic!("not one of our kinds: {other}"),
     };
     let resource = ApiResource {
@@ -102,7 +99,7 @@ async fn create_through_the_api(
         .map(|_| ())
 }
 
-/// A test API server serving our three CRDs.
+/// A test API server serving our CRDs.
 fn server_with_crds(crds: &[CustomResourceDefinition]) -> TestApiServer {
     let server = TestApiServer::new();
     for c in crds {

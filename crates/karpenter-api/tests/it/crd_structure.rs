@@ -69,6 +69,46 @@ fn names_scope_and_categories() {
 }
 
 #[test]
+fn nodeoverlay_crd_is_upstreams_v1alpha1() {
+    let crd = crd_value(Crd::NodeOverlay);
+    assert_eq!(crd["metadata"]["name"], "nodeoverlays.karpenter.sh");
+    assert_eq!(crd["spec"]["scope"], "Cluster");
+    assert_eq!(crd["spec"]["names"]["kind"], "NodeOverlay");
+    assert_eq!(
+        crd["spec"]["names"]["shortNames"],
+        serde_json::json!(["overlays"])
+    );
+    assert_eq!(
+        crd["spec"]["names"]["categories"],
+        serde_json::json!(["karpenter"])
+    );
+    let version = &crd["spec"]["versions"][0];
+    assert_eq!(version["name"], "v1alpha1");
+    assert!(version["subresources"]["status"].is_object());
+    assert_eq!(
+        columns(Crd::NodeOverlay),
+        vec![("Ready".into(), 0), ("Age".into(), 0), ("Weight".into(), 1)]
+    );
+    let schema = crd::schema(Crd::NodeOverlay).unwrap();
+    assert_eq!(
+        schema["properties"]["spec"]["required"],
+        serde_json::json!(["requirements"])
+    );
+    assert_eq!(node(&schema, "spec.weight")["minimum"], 1);
+    assert_eq!(node(&schema, "spec.weight")["maximum"], 10000);
+    assert_eq!(node(&schema, "spec.requirements")["maxItems"], 100);
+    assert_eq!(
+        node(&schema, "spec.priceAdjustment")["pattern"],
+        crd::PRICE_ADJUSTMENT_PATTERN
+    );
+    assert_eq!(node(&schema, "spec.price")["pattern"], crd::PRICE_PATTERN);
+    assert_eq!(
+        node(&schema, "spec.capacity")["additionalProperties"]["x-kubernetes-int-or-string"],
+        true
+    );
+}
+
+#[test]
 fn nodepool_scale_subresource() {
     let crd = crd_value(Crd::NodePool);
     let scale = &crd["spec"]["versions"][0]["subresources"]["scale"];
@@ -223,7 +263,7 @@ fn assert_structural(node: &Value, path: &str) {
 
 #[test]
 fn schemas_are_structural() {
-    for which in [Crd::NodePool, Crd::NodeClaim, Crd::EC2NodeClass] {
+    for which in Crd::ALL {
         assert_structural(&crd::schema(which).unwrap(), &format!("{which:?}"));
     }
     let np = crd::schema(Crd::NodePool).unwrap();

@@ -49,6 +49,13 @@ macro_rules! invalid_cases {
 }
 
 invalid_cases! {
+    no_bad_price_adjustment,
+    no_capacity_cpu,
+    no_missing_requirements,
+    no_price_and_adjustment,
+    no_req_hostname,
+    no_req_not_in_without_values,
+    no_weight_zero,
     ec2_alias_bad_family,
     ec2_alias_no_version,
     ec2_alias_windows_version,

@@ -10,4 +10,5 @@ mod convert;
 mod crd_structure;
 mod fixtures;
 mod invalid;
+mod nodeoverlay;
 mod seeds;

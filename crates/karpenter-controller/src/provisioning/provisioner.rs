@@ -94,10 +94,24 @@ pub(crate) fn disruption_pools(state: &ClusterState) -> Vec<NodePool> {
     pools
 }
 
-/// The instance types the provider offers each of `pools` (with its NodeClass); pools the
-/// provider answers nothing or an error for are left out (logged). Shared by the provisioner and
-/// the disruption loop, so both see the same catalogue.
+/// The instance types the provider offers each of `pools` (with its NodeClass), with the
+/// cluster's NodeOverlays applied when the `NodeOverlay` gate is on; pools the provider answers
+/// nothing or an error for are left out (logged). Shared by the provisioner and the disruption
+/// loop (consolidation, drift), so both see the same catalogue and the same prices.
 pub(crate) async fn resolve_instance_types(
+    ctx: &Context,
+    pools: Vec<NodePool>,
+) -> Vec<(NodePool, Vec<Arc<InstanceType>>)> {
+    let offered = resolve_offered(ctx, pools).await;
+    if ctx.settings.feature_gates.node_overlay {
+        crate::nodeoverlay::apply(ctx, offered)
+    } else {
+        offered
+    }
+}
+
+/// [`resolve_instance_types`] as the provider answers, before NodeOverlays.
+pub(crate) async fn resolve_offered(
     ctx: &Context,
     pools: Vec<NodePool>,
 ) -> Vec<(NodePool, Vec<Arc<InstanceType>>)> {

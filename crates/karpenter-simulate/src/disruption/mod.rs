@@ -412,7 +412,7 @@ pub(crate) fn pool_instance_types(
         })?;
         types.insert(name, resolved);
     }
-    Ok(types)
+    Ok(crate::plan::apply_overlays(manifests, types))
 }
 
 #[cfg(test)]

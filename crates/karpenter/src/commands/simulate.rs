@@ -91,6 +91,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         Err(err) => return Err(err.into()),
     }
+    if !args.disruption.feature_gates.node_overlay && !manifests.node_overlays.is_empty() {
+        // The controller does not read NodeOverlays with the gate off; neither does the plan.
+        if args.output == Format::Table {
+            output::note(format!(
+                "{} NodeOverlay(s) ignored: the NodeOverlay feature gate is off (add --feature-gates NodeOverlay=true)",
+                manifests.node_overlays.len()
+            ));
+        }
+        manifests.node_overlays.clear();
+    }
     if args.output == Format::Table {
         for ignored in &manifests.ignored {
             output::note(format!(

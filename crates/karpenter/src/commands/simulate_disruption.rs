@@ -30,9 +30,9 @@ pub struct DisruptionArgs {
     /// With --disruption: how much virtual time to run (Go duration, e.g. 24h, 90m).
     #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = parse_duration, requires = "disruption")]
     pub until: SignedDuration,
-    /// With --disruption: upstream's feature gates, as `karpenter controller` takes them (e.g.
-    /// `SpotToSpotConsolidation=true`).
-    #[arg(long, default_value = "", value_parser = super::controller::feature_gates, requires = "disruption")]
+    /// Upstream's feature gates, as `karpenter controller` takes them (e.g.
+    /// `NodeOverlay=true`, or with --disruption `SpotToSpotConsolidation=true`).
+    #[arg(long, default_value = "", value_parser = super::controller::feature_gates)]
     pub feature_gates: FeatureGates,
     /// How long an evicted pod takes to terminate, at most its own
     /// terminationGracePeriodSeconds. Default: the whole grace period (30 s when unset).

@@ -31,15 +31,16 @@ fn text(bytes: &[u8]) -> String {
 const SEEDS: &str = "tests/fixtures/manifests/seeds";
 
 #[test]
-fn crds_prints_three_crds() {
+fn crds_prints_every_crd() {
     let out = karpenter(&["crds"], "");
     assert!(out.status.success());
     let stdout = text(&out.stdout);
-    assert_eq!(stdout.matches("kind: CustomResourceDefinition").count(), 3);
+    assert_eq!(stdout.matches("kind: CustomResourceDefinition").count(), 4);
     for name in [
         "nodepools.karpenter.sh",
         "nodeclaims.karpenter.sh",
         "ec2nodeclasses.karpenter.k8s.aws",
+        "nodeoverlays.karpenter.sh",
     ] {
         assert!(stdout.contains(&format!("name: {name}")), "{name}");
     }
@@ -54,6 +55,7 @@ fn crds_dir_writes_what_is_committed_in_deploy() {
         "karpenter.sh_nodepools.yaml",
         "karpenter.sh_nodeclaims.yaml",
         "karpenter.k8s.aws_ec2nodeclasses.yaml",
+        "karpenter.sh_nodeoverlays.yaml",
     ] {
         let generated = std::fs::read_to_string(dir.join(name)).unwrap();
         let committed =

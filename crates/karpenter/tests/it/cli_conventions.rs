@@ -90,13 +90,14 @@ fn bench_disruption_takes_dash_o_and_still_reads_json() {
 fn crds_take_dash_o_json() {
     let (json, _) = succeeded(&karpenter(&["crds", "-o", "json"], ""));
     let list: Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(list["items"].as_array().unwrap().len(), 3);
+    assert_eq!(list["items"].as_array().unwrap().len(), 4);
 }
 
 #[test]
 fn disruption_flags_say_they_need_disruption() {
     let help = text(&karpenter(&["simulate", "--help"], "").stdout);
-    for flag in ["--now", "--until", "--feature-gates"] {
+    // (--feature-gates also serves the plan: NodeOverlay=true.)
+    for flag in ["--now", "--until"] {
         let line = help
             .lines()
             .skip_while(|l| !l.trim_start().starts_with(flag))

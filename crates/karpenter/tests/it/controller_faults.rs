@@ -64,6 +64,11 @@ fn unknown_or_non_bool_feature_gates_stop_the_start_naming_the_gate() {
             "unrecognized feature gate \"Drift\"",
         ),
         ("NodeRepair=maybe", "for feature gate NodeRepair"),
+        // Upstream's gate without the feature behind it here: refused on, in one line.
+        (
+            "CapacityBuffer=true",
+            "feature gate CapacityBuffer=true is not supported",
+        ),
     ] {
         let out = controller_with(&["--feature-gates", value, "--kubeconfig", "/nonexistent"]);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -380,3 +380,58 @@ fn packing_policy_flag_is_accepted_and_the_table_names_the_bound() {
         assert!(line.contains("(ratio "), "{line}");
     }
 }
+
+/// `examples/node-overlay`: the overlay's 40% discount on m7i changes the plan's choice only with
+/// the `NodeOverlay` gate on; with it off the overlay is ignored with a note.
+#[test]
+fn a_node_overlay_discounting_a_family_changes_the_choice_with_its_gate_only() {
+    let plan = |gates: &[&str]| {
+        let args = [
+            &["simulate", "-f", "examples/node-overlay", "-o", "json"][..],
+            gates,
+        ]
+        .concat();
+        let out = karpenter(&args, None);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let claims = value["nodeClaims"].as_array().unwrap().clone();
+        assert_eq!(claims.len(), 1, "{value}");
+        (
+            claims[0]["instanceType"].as_str().unwrap().to_string(),
+            claims[0]["price"].as_f64().unwrap(),
+        )
+    };
+    let (before, before_price) = plan(&[]);
+    let (after, after_price) = plan(&["--feature-gates", "NodeOverlay=true"]);
+    assert!(!before.starts_with("m7i."), "{before}");
+    assert!(after.starts_with("m7i."), "{after}");
+    assert!(
+        after_price < before_price,
+        "{after_price} vs {before_price}"
+    );
+
+    let table = karpenter(&["simulate", "-f", "examples/node-overlay"], None);
+    assert!(
+        String::from_utf8_lossy(&table.stderr).contains("1 NodeOverlay(s) ignored"),
+        "{}",
+        String::from_utf8_lossy(&table.stderr)
+    );
+    let refused = karpenter(
+        &[
+            "simulate",
+            "--feature-gates",
+            "CapacityBuffer=true",
+            "-f",
+            "examples/node-overlay",
+        ],
+        None,
+    );
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("CapacityBuffer=true is not supported")
+    );
+}

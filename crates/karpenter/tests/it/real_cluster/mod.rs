@@ -15,6 +15,7 @@ mod harness;
 mod inflate;
 mod late_tail;
 mod leader;
+mod nodeoverlay;
 pub(crate) mod objects;
 mod regression;
 
