@@ -46,6 +46,9 @@ struct PerfArgs {
     /// Give up on a phase after this many seconds.
     #[arg(long, default_value_t = 1800)]
     timeout: u64,
+    /// Run only the first N phases of each scenario (1: the scale-out alone).
+    #[arg(long, value_name = "N")]
+    phases: Option<usize>,
     /// The `karpenter` binary to run (default: the one beside this tool).
     #[arg(long, value_name = "PATH")]
     karpenter: Option<PathBuf>,
@@ -200,7 +203,10 @@ fn perf(args: &PerfArgs) -> anyhow::Result<()> {
         .build()?;
     let mut reports = Vec::new();
     for scenario in wanted {
-        let scenario = scenarios::scaled(scenario, args.scale);
+        let mut scenario = scenarios::scaled(scenario, args.scale);
+        if let Some(n) = args.phases {
+            scenario.phases.truncate(n.max(1));
+        }
         eprintln!(
             "{} (scale {}): {}",
             scenario.name, args.scale, scenario.upstream

@@ -121,6 +121,7 @@ pub fn table(reports: &[ScenarioReport]) -> String {
         "pods",
         "nodes",
         "time s [limit]",
+        "last created s",
         "last bound s",
         "mem p95 MiB [MB]",
         "CPU cores [limit]",
@@ -236,6 +237,17 @@ mod tests {
         };
         let table = table(&[report]);
         assert!(table.contains("55.0 [120]"), "{table}");
+        assert_eq!(
+            table
+                .lines()
+                .next()
+                .map(|l| l.split("  ").filter(|c| !c.trim().is_empty()).count()),
+            table
+                .lines()
+                .nth(1)
+                .map(|l| l.split("  ").filter(|c| !c.trim().is_empty()).count()),
+            "a header per column:\n{table}"
+        );
         assert!(table.contains("70 [260]"), "{table}");
         assert!(table.contains("80% [53%]"), "{table}");
         assert!(
