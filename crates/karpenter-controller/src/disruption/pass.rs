@@ -167,6 +167,7 @@ pub fn record_metrics(
     types: &InstanceTypes,
     elapsed: Duration,
 ) -> Vec<EventRecord> {
+    ctx.metrics.record_reconcile("disruption", elapsed, true);
     let method = pass.method.map_or("none", Method::as_str);
     ctx.metrics
         .disruption_evaluation_duration

@@ -1,0 +1,781 @@
+//! The gauges derived from the cluster state the controller holds, refreshed at each scrape (no
+//! API call: the state, the provider's catalogue as the last pass resolved it, and what earlier
+//! scrapes remembered), and the histograms and counters observed from state changes between
+//! scrapes (pod startup, condition transitions, terminations).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use karpenter_api::well_known::{
+    ARCH_LABEL, CAPACITY_TYPE_LABEL, INSTANCE_TYPE_LABEL, NODEPOOL_LABEL, REGION_LABEL, ZONE_LABEL,
+};
+use karpenter_core::instance_type::InstanceType;
+use karpenter_core::pod::Pod;
+use karpenter_core::resources::{Quantity, ResourceList};
+use karpenter_core::state::ClusterState;
+
+use super::extra::*;
+use super::{Metrics, NodePoolReasonLabels, PodStateLabels};
+
+const OS_LABEL: &str = "kubernetes.io/os";
+
+/// What scrapes remember between them. Bounded by the live objects: each map is pruned to
+/// what the state still holds at every scrape.
+#[derive(Debug, Default)]
+pub struct ScrapeMemory {
+    /// When cluster state was first seen unsynced, while it stays so.
+    unsynced_since: Option<Timestamp>,
+    /// Pods (by key) whose bound and startup durations were observed.
+    bound_observed: HashSet<String>,
+    started_observed: HashSet<String>,
+    /// Per pod key: when karpenter first saw it pending, decided on it, and found it a place.
+    pub(crate) seen: HashMap<String, Timestamp>,
+    pub(crate) decided: HashMap<String, Timestamp>,
+    pub(crate) schedulable: HashMap<String, Timestamp>,
+    /// Per (kind, namespace/name): its conditions (type -> status, reason, since) and deletion.
+    pub(super) objects: HashMap<(usize, String), ObjectSnapshot>,
+    /// Scheduling simulations in progress, since when; and how many started so far.
+    solving: HashMap<SchedulingIdLabels, Timestamp>,
+    solves: u64,
+}
+
+/// A scheduling simulation in progress (see [`Metrics::begin_solve`]).
+#[derive(Debug)]
+pub struct SolveGuard<'a> {
+    metrics: &'a Metrics,
+    labels: SchedulingIdLabels,
+}
+
+impl Drop for SolveGuard<'_> {
+    fn drop(&mut self) {
+        let x = &self.metrics.x;
+        x.scheduler_queue_depth.remove(&self.labels);
+        x.scheduler_unfinished_work.remove(&self.labels);
+        self.metrics.memory().solving.remove(&self.labels);
+    }
+}
+
+/// An object's conditions (type -> status, reason, since) and deletion at the last scrape.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ObjectSnapshot {
+    pub(super) conditions: BTreeMap<String, (String, String, Option<Timestamp>)>,
+    pub(super) deleted_at: Option<Timestamp>,
+}
+
+/// The instance types the latest pass resolved, per NodePool (the provider's cached catalogue).
+pub type Offered = Arc<Mutex<BTreeMap<String, Vec<Arc<InstanceType>>>>>;
+
+impl Metrics {
+    /// Remembers the instance types a pass resolved for each pool (the cost view and the
+    /// `karpenter_cloudprovider_instance_type_*` gauges read them at scrape time).
+    pub fn remember_offered<'a>(
+        &self,
+        offered: impl IntoIterator<Item = (&'a str, &'a [Arc<InstanceType>])>,
+    ) {
+        let mut map = self.offered.lock().unwrap_or_else(PoisonError::into_inner);
+        for (pool, types) in offered {
+            map.insert(pool.to_string(), types.to_vec());
+        }
+    }
+
+    /// A provisioning pass looked at `pending` pods at `started` and found a place for
+    /// `scheduled` of them at `now` (the `karpenter_pods_*scheduling*` and
+    /// `karpenter_pods_provisioning_*` metrics start from these moments).
+    pub fn record_scheduling_pass(
+        &self,
+        pending: &[String],
+        scheduled: &[String],
+        started: Timestamp,
+        now: Timestamp,
+    ) {
+        let mut mem = self.memory();
+        for key in pending {
+            let seen = *mem.seen.entry(key.clone()).or_insert(started);
+            if !mem.decided.contains_key(key) {
+                mem.decided.insert(key.clone(), now);
+                self.x
+                    .pods_scheduling_decision_duration
+                    .observe(secs(seen, now));
+            }
+        }
+        for key in scheduled {
+            mem.schedulable.entry(key.clone()).or_insert(now);
+        }
+    }
+
+    /// Marks a scheduling simulation of `pods` pods in progress for `controller`
+    /// (`karpenter_scheduler_queue_depth`, `_unfinished_work_seconds`) until the guard drops.
+    pub fn begin_solve(&self, controller: &str, pods: usize, now: Timestamp) -> SolveGuard<'_> {
+        let labels = SchedulingIdLabels {
+            controller: controller.into(),
+            scheduling_id: {
+                let mut mem = self.memory();
+                mem.solves = mem.solves.wrapping_add(1);
+                mem.solves.to_string()
+            },
+        };
+        self.x
+            .scheduler_queue_depth
+            .get_or_create(&labels)
+            .set(i64::try_from(pods).unwrap_or(i64::MAX));
+        self.x
+            .scheduler_unfinished_work
+            .get_or_create(&labels)
+            .set(0.0);
+        self.memory().solving.insert(labels.clone(), now);
+        SolveGuard {
+            metrics: self,
+            labels,
+        }
+    }
+
+    /// One pass of a singleton controller (the provisioner, the disruption loop) as
+    /// controller-runtime counts a reconcile.
+    pub fn record_reconcile(&self, controller: &str, took: std::time::Duration, ok: bool) {
+        let labels = ReconcilerLabels {
+            controller: controller.into(),
+        };
+        let x = &self.x;
+        x.reconcile_time
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+        x.max_concurrent_reconciles.get_or_create(&labels).set(1);
+        // controller-runtime exports the error counters from the start, at 0.
+        let errors = x.reconcile_errors.get_or_create(&labels);
+        if !ok {
+            errors.inc();
+        }
+        x.reconcile_total
+            .get_or_create(&ReconcileResultLabels {
+                controller: controller.into(),
+                result: if ok { "success" } else { "error" }.into(),
+            })
+            .inc();
+    }
+
+    /// A disruption command started: `karpenter_voluntary_disruption_decisions_by_nodepool_total`
+    /// for each NodePool of its candidates, and a consolidation's savings.
+    pub fn command_started(
+        &self,
+        command: &karpenter_core::disruption::command::Command,
+        labels: &super::DisruptionDecisionLabels,
+    ) {
+        let pools: std::collections::BTreeSet<&str> = command
+            .candidates
+            .iter()
+            .map(|c| c.node_pool.as_str())
+            .collect();
+        for pool in pools {
+            self.x
+                .disruption_decisions_by_nodepool
+                .get_or_create(&NodePoolDecisionLabels {
+                    nodepool: pool.into(),
+                    decision: labels.decision.clone(),
+                    reason: labels.reason.clone(),
+                    consolidation_type: labels.consolidation_type.clone(),
+                })
+                .inc();
+        }
+        use karpenter_core::disruption::command::Method;
+        let consolidation = matches!(
+            command.method,
+            Method::Emptiness | Method::SingleNodeConsolidation | Method::MultiNodeConsolidation
+        );
+        if consolidation && command.savings_per_hour.is_finite() && command.savings_per_hour > 0.0 {
+            self.x
+                .consolidation_savings_per_hour
+                .inc_by(command.savings_per_hour);
+        }
+    }
+
+    /// A cloud provider call, timed and its error counted as upstream's decorator does
+    /// (`karpenter_cloudprovider_duration_seconds`, `_errors_total`; the `controller` label is
+    /// empty: the calls do not carry their caller's name).
+    pub async fn measure_cloud<T>(
+        &self,
+        provider: &str,
+        method: &str,
+        call: impl std::future::Future<Output = Result<T, karpenter_core::cloud_provider::CloudError>>,
+    ) -> Result<T, karpenter_core::cloud_provider::CloudError> {
+        let started = std::time::Instant::now();
+        let result = call.await;
+        self.x
+            .cloudprovider_duration
+            .get_or_create(&CloudMethodLabels {
+                controller: String::new(),
+                method: method.into(),
+                provider: provider.into(),
+            })
+            .observe(started.elapsed().as_secs_f64());
+        if let Err(err) = &result {
+            self.x
+                .cloudprovider_errors
+                .get_or_create(&CloudErrorLabels {
+                    controller: String::new(),
+                    method: method.into(),
+                    provider: provider.into(),
+                    error: err.metric_label().into(),
+                })
+                .inc();
+        }
+        result
+    }
+
+    pub(super) fn memory(&self) -> std::sync::MutexGuard<'_, ScrapeMemory> {
+        self.scrape_memory
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn secs(from: Timestamp, to: Timestamp) -> f64 {
+    to.duration_since(from).as_secs_f64().max(0.0)
+}
+
+fn time(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Option<Timestamp> {
+    t.map(|t| t.0)
+}
+
+fn label<'a>(labels: Option<&'a BTreeMap<String, String>>, key: &str) -> &'a str {
+    labels.and_then(|l| l.get(key)).map_or("", String::as_str)
+}
+
+/// Upstream's `resource_type` value: lower case, `-` as `_`.
+fn resource_type(name: &str) -> String {
+    name.to_lowercase().replace('-', "_")
+}
+
+/// A quantity as the metric's number: cpu in cores, memory in bytes, counts as counts.
+fn amount(q: Quantity) -> f64 {
+    q.as_f64_units()
+}
+
+fn parse_list(
+    map: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+) -> ResourceList {
+    map.and_then(|m| ResourceList::from_k8s(m).ok())
+        .unwrap_or_default()
+}
+
+/// The sum of a pod's containers' limits (init containers are transient; upstream's resource
+/// helpers count the same way for limits).
+fn pod_limits(pod: &Pod) -> ResourceList {
+    let mut total = ResourceList::new();
+    for c in pod.spec.iter().flat_map(|s| &s.containers) {
+        total.add(&parse_list(
+            c.resources.as_ref().and_then(|r| r.limits.as_ref()),
+        ));
+    }
+    total
+}
+
+fn pod_requests(pod: &Pod) -> ResourceList {
+    karpenter_core::pod::effective_requests(pod).unwrap_or_default()
+}
+
+fn node_labels(node: &Node, managed: bool) -> NodeLabels {
+    let l = node.metadata.labels.as_ref();
+    NodeLabels {
+        node_name: node.metadata.name.clone().unwrap_or_default(),
+        phase: node
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default(),
+        managed: managed.to_string(),
+        nodepool: label(l, NODEPOOL_LABEL).into(),
+        zone: label(l, ZONE_LABEL).into(),
+        region: label(l, REGION_LABEL).into(),
+        arch: label(l, ARCH_LABEL).into(),
+        os: label(l, OS_LABEL).into(),
+        instance_type: label(l, INSTANCE_TYPE_LABEL).into(),
+        capacity_type: label(l, CAPACITY_TYPE_LABEL).into(),
+    }
+}
+
+fn with_resource(n: &NodeLabels, resource: &str) -> NodeResourceLabels {
+    NodeResourceLabels {
+        node_name: n.node_name.clone(),
+        phase: n.phase.clone(),
+        managed: n.managed.clone(),
+        nodepool: n.nodepool.clone(),
+        zone: n.zone.clone(),
+        region: n.region.clone(),
+        arch: n.arch.clone(),
+        os: n.os.clone(),
+        instance_type: n.instance_type.clone(),
+        capacity_type: n.capacity_type.clone(),
+        resource_type: resource_type(resource),
+    }
+}
+
+/// Refreshes every state-derived family. Called by `/metrics` before encoding.
+pub fn refresh(metrics: &Metrics, state: &ClusterState, now: Timestamp, leader: bool, lease: &str) {
+    metrics.cluster_state_synced.set(i64::from(state.synced()));
+    metrics
+        .cluster_state_node_count
+        .set(i64::try_from(state.nodes().count()).unwrap_or(i64::MAX));
+    metrics
+        .x
+        .leader_election_master_status
+        .get_or_create(&LeaseLabels { name: lease.into() })
+        .set(i64::from(leader));
+    {
+        let mut mem = metrics.memory();
+        for (labels, since) in &mem.solving {
+            metrics
+                .x
+                .scheduler_unfinished_work
+                .get_or_create(labels)
+                .set(secs(*since, now));
+        }
+        if state.synced() {
+            mem.unsynced_since = None;
+            metrics.x.cluster_state_unsynced_time.set(0.0);
+        } else {
+            let since = *mem.unsynced_since.get_or_insert(now);
+            metrics.x.cluster_state_unsynced_time.set(secs(since, now));
+        }
+    }
+    refresh_nodes(metrics, state, now);
+    refresh_pods(metrics, state, now);
+    refresh_budgets(metrics, state);
+    refresh_catalogue_and_cost(metrics, state);
+    super::status::refresh_status(metrics, state, now);
+}
+
+fn refresh_nodes(metrics: &Metrics, state: &ClusterState, now: Timestamp) {
+    let x = &metrics.x;
+    for family in [
+        &x.nodes_allocatable,
+        &x.nodes_total_pod_requests,
+        &x.nodes_total_pod_limits,
+        &x.nodes_total_daemon_requests,
+        &x.nodes_total_daemon_limits,
+        &x.nodes_system_overhead,
+    ] {
+        family.clear();
+    }
+    x.nodes_current_lifetime.clear();
+    x.cluster_utilization.clear();
+    let mut cluster_allocatable = ResourceList::new();
+    let mut cluster_requests = ResourceList::new();
+    for node in state.nodes() {
+        let managed = label(node.metadata.labels.as_ref(), NODEPOOL_LABEL) != "";
+        let labels = node_labels(node, managed);
+        let status = node.status.as_ref();
+        let allocatable = parse_list(status.and_then(|s| s.allocatable.as_ref()));
+        let capacity = parse_list(status.and_then(|s| s.capacity.as_ref()));
+        let (mut requests, mut limits) = (ResourceList::new(), ResourceList::new());
+        let (mut daemon_requests, mut daemon_limits) = (ResourceList::new(), ResourceList::new());
+        let name = labels.node_name.clone();
+        for pod in state
+            .pods_on_node(&name)
+            .filter(|p| !karpenter_core::pod::is_terminal(p))
+        {
+            let (r, l) = (pod_requests(pod), pod_limits(pod));
+            if karpenter_core::pod::is_owned_by_daemonset(pod) {
+                daemon_requests.add(&r);
+                daemon_limits.add(&l);
+            }
+            requests.add(&r);
+            limits.add(&l);
+        }
+        let mut overhead = capacity.clone();
+        overhead.sub_floor_zero(&allocatable);
+        // Every resource the node has, 0 where nothing requests it (a node without daemonsets
+        // still has a daemon-requests series).
+        let resources: BTreeSet<&str> = allocatable
+            .iter()
+            .chain(capacity.iter())
+            .map(|(name, _)| name)
+            .collect();
+        for (family, list) in [
+            (&x.nodes_allocatable, &allocatable),
+            (&x.nodes_total_pod_requests, &requests),
+            (&x.nodes_total_pod_limits, &limits),
+            (&x.nodes_total_daemon_requests, &daemon_requests),
+            (&x.nodes_total_daemon_limits, &daemon_limits),
+            (&x.nodes_system_overhead, &overhead),
+        ] {
+            let mut names = resources.clone();
+            names.extend(list.iter().map(|(name, _)| name));
+            for resource in names {
+                family
+                    .get_or_create(&with_resource(&labels, resource))
+                    .set(amount(list.get(resource)));
+            }
+        }
+        if let Some(created) = time(node.metadata.creation_timestamp.as_ref()) {
+            x.nodes_current_lifetime
+                .get_or_create(&labels)
+                .set(secs(created, now));
+        }
+        if managed {
+            cluster_allocatable.add(&allocatable);
+            cluster_requests.add(&requests);
+        }
+    }
+    for (resource, total) in cluster_allocatable.iter() {
+        let total = amount(total);
+        if total > 0.0 {
+            x.cluster_utilization
+                .get_or_create(&ResourceTypeLabels {
+                    resource_type: resource_type(resource),
+                })
+                .set(100.0 * amount(cluster_requests.get(resource)) / total);
+        }
+    }
+}
+
+fn pod_condition_time(pod: &Pod, type_: &str) -> Option<Timestamp> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .and_then(|c| time(c.last_transition_time.as_ref()))
+}
+
+fn owner(pod: &Pod) -> String {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| {
+            format!(
+                "{}/{}/{}",
+                o.kind,
+                karpenter_core::pod::namespace(pod),
+                o.name
+            )
+        })
+        .unwrap_or_default()
+}
+
+fn refresh_pods(metrics: &Metrics, state: &ClusterState, now: Timestamp) {
+    let x = &metrics.x;
+    metrics.pods_state.clear();
+    for family in [
+        &x.pods_unstarted_time,
+        &x.pods_unbound_time,
+        &x.pods_provisioning_unbound_time,
+        &x.pods_provisioning_unstarted_time,
+        &x.pods_provisioning_scheduling_undecided_time,
+    ] {
+        family.clear();
+    }
+    x.scheduler_pending_pods_by_effective_zone.clear();
+    let mut mem = metrics.memory();
+    let mut live = HashSet::new();
+    for pod in state.pods() {
+        let key = karpenter_core::pod::key(pod);
+        live.insert(key.clone());
+        let node_name = karpenter_core::pod::node_name(pod).unwrap_or_default();
+        let node_labels = state
+            .node(node_name)
+            .and_then(|n| n.metadata.labels.as_ref());
+        let phase = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        let ready = karpenter_core::node::pod_is_ready(pod);
+        let nodepool = label(node_labels, NODEPOOL_LABEL);
+        metrics
+            .pods_state
+            .get_or_create(&PodStateLabels {
+                name: karpenter_core::pod::name(pod).into(),
+                namespace: karpenter_core::pod::namespace(pod).into(),
+                owner: owner(pod),
+                node: node_name.into(),
+                scheduled: (!node_name.is_empty()).to_string(),
+                nodepool: nodepool.into(),
+                zone: label(node_labels, ZONE_LABEL).into(),
+                arch: label(node_labels, ARCH_LABEL).into(),
+                capacity_type: label(node_labels, CAPACITY_TYPE_LABEL).into(),
+                instance_type: label(node_labels, INSTANCE_TYPE_LABEL).into(),
+                phase: phase.clone(),
+                ready: ready.to_string(),
+                managed: (!nodepool.is_empty()).to_string(),
+            })
+            .set(1);
+        if karpenter_core::pod::is_terminal(pod) {
+            continue;
+        }
+        let Some(created) = time(pod.metadata.creation_timestamp.as_ref()) else {
+            continue;
+        };
+        let ids = PodLabels {
+            name: karpenter_core::pod::name(pod).into(),
+            namespace: karpenter_core::pod::namespace(pod).into(),
+        };
+        if node_name.is_empty() {
+            x.scheduler_pending_pods_by_effective_zone
+                .get_or_create(&ControllerZoneLabels {
+                    controller: "provisioner".into(),
+                    zone: effective_zone(pod),
+                })
+                .inc();
+        }
+        let bound_at = pod_condition_time(pod, "PodScheduled").filter(|_| !node_name.is_empty());
+        let started_at = pod_condition_time(pod, "Ready").filter(|_| phase == "Running");
+        let schedulable = mem.schedulable.get(&key).copied();
+        match bound_at {
+            Some(at) => {
+                if mem.bound_observed.insert(key.clone()) {
+                    x.pods_bound_duration.observe(secs(created, at));
+                    if let Some(s) = schedulable {
+                        x.pods_provisioning_bound_duration.observe(secs(s, at));
+                    }
+                }
+            }
+            None => {
+                x.pods_unbound_time
+                    .get_or_create(&ids)
+                    .set(secs(created, now));
+                if let Some(s) = schedulable {
+                    x.pods_provisioning_unbound_time
+                        .get_or_create(&ids)
+                        .set(secs(s, now));
+                }
+                if let Some(seen) = mem.seen.get(&key).copied()
+                    && !mem.decided.contains_key(&key)
+                {
+                    x.pods_provisioning_scheduling_undecided_time
+                        .get_or_create(&ids)
+                        .set(secs(seen, now));
+                }
+            }
+        }
+        match started_at {
+            Some(at) => {
+                if mem.started_observed.insert(key.clone()) {
+                    x.pods_startup_duration.observe(&[], secs(created, at));
+                    if let Some(s) = schedulable {
+                        x.pods_provisioning_startup_duration.observe(secs(s, at));
+                    }
+                }
+            }
+            None => {
+                x.pods_unstarted_time
+                    .get_or_create(&ids)
+                    .set(secs(created, now));
+                if let Some(s) = schedulable {
+                    x.pods_provisioning_unstarted_time
+                        .get_or_create(&ids)
+                        .set(secs(s, now));
+                }
+            }
+        }
+    }
+    mem.bound_observed.retain(|k| live.contains(k));
+    mem.started_observed.retain(|k| live.contains(k));
+    mem.seen.retain(|k, _| live.contains(k));
+    mem.decided.retain(|k, _| live.contains(k));
+    mem.schedulable.retain(|k, _| live.contains(k));
+}
+
+/// Nodes consuming a pool's disruption budget: its nodes being deleted or disrupted now.
+fn refresh_budgets(metrics: &Metrics, state: &ClusterState) {
+    let family = &metrics.x.nodepools_nodes_consuming_budgets;
+    family.clear();
+    let mut per_pool: BTreeMap<&str, i64> = state
+        .nodepools()
+        .map(|p| (p.metadata.name.as_deref().unwrap_or_default(), 0))
+        .collect();
+    for claim in state.nodeclaims() {
+        let pool = label(claim.metadata.labels.as_ref(), NODEPOOL_LABEL);
+        let name = claim.metadata.name.as_deref().unwrap_or_default();
+        let disrupting = claim.metadata.deletion_timestamp.is_some()
+            || state.is_marked_for_deletion(name)
+            || state.is_being_disrupted(name);
+        if disrupting && let Some(count) = per_pool.get_mut(pool) {
+            *count = count.saturating_add(1);
+        }
+    }
+    for (pool, count) in per_pool {
+        family
+            .get_or_create(&NodePoolReasonLabels {
+                nodepool: pool.into(),
+                reason: "all".into(),
+            })
+            .set(count);
+    }
+}
+
+/// The catalogue gauges, `karpenter_nodepools_cost_total` and the cost view.
+fn refresh_catalogue_and_cost(metrics: &Metrics, state: &ClusterState) {
+    let x = &metrics.x;
+    let offered = metrics
+        .offered
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    for family in [&x.instance_type_cpu_cores, &x.instance_type_memory_bytes] {
+        family.clear();
+    }
+    x.offering_available.clear();
+    x.offering_price_estimate.clear();
+    x.nodepools_cost.clear();
+    x.cluster_cost_per_hour.clear();
+    x.cluster_cost_lower_bound_per_hour.clear();
+    x.cluster_cost_ratio_to_lower_bound.clear();
+    for ty in offered.values().flatten() {
+        let it = InstanceTypeLabels {
+            instance_type: ty.name.clone(),
+        };
+        x.instance_type_cpu_cores
+            .get_or_create(&it)
+            .set(amount(ty.capacity.get(karpenter_core::resources::CPU)));
+        x.instance_type_memory_bytes
+            .get_or_create(&it)
+            .set(amount(ty.capacity.get(karpenter_core::resources::MEMORY)));
+        for o in &ty.offerings {
+            let labels = OfferingLabels {
+                instance_type: ty.name.clone(),
+                capacity_type: o.capacity_type.clone(),
+                zone: o.zone.clone(),
+            };
+            x.offering_available
+                .get_or_create(&labels)
+                .set(i64::from(o.available));
+            x.offering_price_estimate
+                .get_or_create(&labels)
+                .set(o.price);
+        }
+    }
+    let view = cost_view(state, &offered);
+    for (pool, row) in &view {
+        x.nodepools_cost
+            .get_or_create(&NodePoolOnlyLabels {
+                nodepool: pool.clone(),
+            })
+            .set(row.cost.values().sum());
+        for (capacity_type, cost) in &row.cost {
+            x.cluster_cost_per_hour
+                .get_or_create(&NodePoolCapacityLabels {
+                    nodepool: pool.clone(),
+                    capacity_type: capacity_type.clone(),
+                })
+                .set(*cost);
+        }
+        let pool_labels = NodePoolOnlyLabels {
+            nodepool: pool.clone(),
+        };
+        x.cluster_cost_lower_bound_per_hour
+            .get_or_create(&pool_labels)
+            .set(row.lower_bound);
+        if let Some(ratio) =
+            karpenter_core::cost::cost_ratio(row.cost.values().sum(), row.lower_bound)
+        {
+            x.cluster_cost_ratio_to_lower_bound
+                .get_or_create(&pool_labels)
+                .set(ratio);
+        }
+    }
+}
+
+/// One NodePool's cost view.
+#[derive(Debug, Default, PartialEq)]
+pub struct PoolCost {
+    /// USD/hour of its nodes by capacity type.
+    pub cost: BTreeMap<String, f64>,
+    /// The fractional bound for the pods on its nodes (USD/hour).
+    pub lower_bound: f64,
+}
+
+/// Per NodePool with nodes: what its nodes cost (each at its offering's price in the pool's
+/// catalogue) and the bound for the pods on them.
+pub fn cost_view(
+    state: &ClusterState,
+    offered: &BTreeMap<String, Vec<Arc<InstanceType>>>,
+) -> BTreeMap<String, PoolCost> {
+    let mut view: BTreeMap<String, PoolCost> = BTreeMap::new();
+    let mut demand: BTreeMap<String, ResourceList> = BTreeMap::new();
+    for node in state.nodes() {
+        let l = node.metadata.labels.as_ref();
+        let pool = label(l, NODEPOOL_LABEL);
+        if pool.is_empty() {
+            continue;
+        }
+        let Some(types) = offered.get(pool) else {
+            continue;
+        };
+        let capacity_type = label(l, CAPACITY_TYPE_LABEL);
+        let price = karpenter_core::cost::node_hourly_price(
+            types,
+            label(l, INSTANCE_TYPE_LABEL),
+            label(l, ZONE_LABEL),
+            capacity_type,
+        );
+        let row = view.entry(pool.to_string()).or_default();
+        *row.cost.entry(capacity_type.to_string()).or_default() += price.unwrap_or(0.0);
+        let pods = demand.entry(pool.to_string()).or_default();
+        for pod in state
+            .pods_on_node(node.metadata.name.as_deref().unwrap_or_default())
+            .filter(|p| !karpenter_core::pod::is_terminal(p))
+        {
+            pods.add(&pod_requests(pod));
+        }
+    }
+    for (pool, row) in view.iter_mut() {
+        if let (Some(types), Some(pods)) = (offered.get(pool), demand.get(pool)) {
+            row.lower_bound = karpenter_core::cost::fractional_lower_bound(
+                types,
+                karpenter_core::cost::demand_row(pods),
+            );
+        }
+    }
+    view
+}
+
+/// The zone a pending pod can only go to, `flexible` when it may go to several (or any), `none`
+/// when its zone selector and required zone affinity allow none.
+fn effective_zone(pod: &Pod) -> String {
+    let spec = pod.spec.as_ref();
+    let mut allowed: Option<BTreeSet<String>> = spec
+        .and_then(|s| s.node_selector.as_ref()?.get(ZONE_LABEL))
+        .map(|zone| BTreeSet::from([zone.clone()]));
+    let terms = spec
+        .and_then(|s| s.affinity.as_ref()?.node_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .map(|r| &r.node_selector_terms);
+    if let Some(terms) = terms.filter(|t| !t.is_empty()) {
+        // Terms are ORed: a term without a zone `In` allows every zone.
+        let mut union = BTreeSet::new();
+        let mut any_zone = false;
+        for term in terms {
+            let zones: Option<BTreeSet<String>> = term
+                .match_expressions
+                .iter()
+                .flatten()
+                .filter(|e| e.key == ZONE_LABEL && e.operator == "In")
+                .map(|e| e.values.iter().flatten().cloned().collect::<BTreeSet<_>>())
+                .reduce(|a, b| a.intersection(&b).cloned().collect());
+            match zones {
+                Some(zones) => union.extend(zones),
+                None => any_zone = true,
+            }
+        }
+        if !any_zone {
+            allowed = Some(match allowed {
+                Some(selected) => selected.intersection(&union).cloned().collect(),
+                None => union,
+            });
+        }
+    }
+    match allowed {
+        None => "flexible".into(),
+        Some(zones) if zones.is_empty() => "none".into(),
+        Some(zones) if zones.len() == 1 => zones.into_iter().next().unwrap_or_default(),
+        Some(_) => "flexible".into(),
+    }
+}
