@@ -561,7 +561,7 @@ impl Extra {
             None,
             self.scheduler_queue_depth.clone(),
         );
-        r.add("karpenter_scheduler_unfinished_work", "How many seconds of work has been done that is in progress and hasn't been observed by scheduling_duration_seconds.", "gauge", &["controller", "scheduling_id"], S, self.scheduler_unfinished_work.clone());
+        r.add("karpenter_scheduler_unfinished_work", "Seconds a scheduling simulation still running has taken so far (not yet observed by scheduling_duration_seconds).", "gauge", &["controller", "scheduling_id"], S, self.scheduler_unfinished_work.clone());
         r.add("karpenter_scheduler_pending_pods_by_effective_zone_count", "Pending pods dimensioned by effective zone constraint: a zone name, 'flexible' (several zones) or 'none' (no zone allowed).", "gauge", &["controller", "zone"], None, self.scheduler_pending_pods_by_effective_zone.clone());
         r.add(
             "karpenter_scheduler_ignored_pods_count",
@@ -713,7 +713,7 @@ impl Extra {
             S,
             self.workqueue_work_duration.clone(),
         );
-        r.add("workqueue_unfinished_work", "How many seconds of work has been done that is in progress and hasn't been observed by work_duration.", "gauge", &["controller", "name"], S, self.workqueue_unfinished_work.clone());
+        r.add("workqueue_unfinished_work", "Seconds of work the reconciles still running have done so far (not yet observed by work_duration).", "gauge", &["controller", "name"], S, self.workqueue_unfinished_work.clone());
         r.add(
             "workqueue_longest_running_processor",
             "How many seconds has the longest running processor for workqueue been running.",

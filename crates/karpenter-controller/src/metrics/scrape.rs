@@ -363,7 +363,7 @@ fn refresh_nodes(metrics: &Metrics, state: &ClusterState, now: Timestamp) {
     let mut cluster_allocatable = ResourceList::new();
     let mut cluster_requests = ResourceList::new();
     for node in state.nodes() {
-        let managed = label(node.metadata.labels.as_ref(), NODEPOOL_LABEL) != "";
+        let managed = !label(node.metadata.labels.as_ref(), NODEPOOL_LABEL).is_empty();
         let labels = node_labels(node, managed);
         let status = node.status.as_ref();
         let allocatable = parse_list(status.and_then(|s| s.allocatable.as_ref()));
@@ -836,7 +836,8 @@ mod tests {
         Arc::new(InstanceType {
             name: "m5.large".into(),
             labels: Default::default(),
-            capacity: ResourceList::parse([("cpu", "2"), ("memory", "8Gi"), ("pods", "110")]).unwrap(),
+            capacity: ResourceList::parse([("cpu", "2"), ("memory", "8Gi"), ("pods", "110")])
+                .unwrap(),
             overhead: Overhead::default(),
             offerings: vec![Offering {
                 zone: "a".into(),
@@ -859,7 +860,12 @@ mod tests {
             vec![
                 pod("app", "1", Some("n1"), json!({})),
                 pod("agent", "100m", Some("n1"), daemon),
-                pod("waiting", "1", None, json!({"spec": {"nodeSelector": {"topology.kubernetes.io/zone": "b"}}})),
+                pod(
+                    "waiting",
+                    "1",
+                    None,
+                    json!({"spec": {"nodeSelector": {"topology.kubernetes.io/zone": "b"}}}),
+                ),
             ],
         )
     }
@@ -871,7 +877,12 @@ mod tests {
     }
 
     fn value(text: &str, prefix: &str) -> f64 {
-        line(text, prefix).rsplit(' ').next().unwrap().parse().unwrap()
+        line(text, prefix)
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
     }
 
     #[test]
@@ -889,48 +900,96 @@ mod tests {
         assert_eq!(cpu("karpenter_nodes_total_daemon_limits"), 0.0);
         assert!((cpu("karpenter_nodes_system_overhead") - 0.1).abs() < 1e-9);
         assert_eq!(
-            value(&text, &format!("karpenter_nodes_current_lifetime_seconds{{{node}}}")),
+            value(
+                &text,
+                &format!("karpenter_nodes_current_lifetime_seconds{{{node}}}")
+            ),
             3600.0
         );
-        let utilization = value(&text, r#"karpenter_cluster_utilization_percent{resource_type="cpu"}"#);
+        let utilization = value(
+            &text,
+            r#"karpenter_cluster_utilization_percent{resource_type="cpu"}"#,
+        );
         assert!((utilization - 110.0 / 1.9).abs() < 1e-9, "{utilization}");
         // The node at its offering's price; the bound buys 0.55 of an m5.large (1.1 of 2 cpu).
         assert_eq!(
-            value(&text, r#"karpenter_cluster_cost_per_hour{nodepool="default",capacity_type="on-demand"}"#),
+            value(
+                &text,
+                r#"karpenter_cluster_cost_per_hour{nodepool="default",capacity_type="on-demand"}"#
+            ),
             0.096
         );
-        let bound = value(&text, r#"karpenter_cluster_cost_lower_bound_per_hour{nodepool="default"}"#);
+        let bound = value(
+            &text,
+            r#"karpenter_cluster_cost_lower_bound_per_hour{nodepool="default"}"#,
+        );
         assert!((bound - 0.55 * 0.096).abs() < 1e-9, "{bound}");
-        let ratio = value(&text, r#"karpenter_cluster_cost_ratio_to_lower_bound{nodepool="default"}"#);
+        let ratio = value(
+            &text,
+            r#"karpenter_cluster_cost_ratio_to_lower_bound{nodepool="default"}"#,
+        );
         assert!((ratio - 1.0 / 0.55).abs() < 1e-9, "{ratio}");
-        assert_eq!(value(&text, r#"karpenter_nodepools_cost_total{nodepool="default"}"#), 0.096);
         assert_eq!(
-            value(&text, r#"karpenter_cloudprovider_instance_type_offering_price_estimate{instance_type="m5.large",capacity_type="on-demand",zone="a"}"#),
+            value(
+                &text,
+                r#"karpenter_nodepools_cost_total{nodepool="default"}"#
+            ),
+            0.096
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"karpenter_cloudprovider_instance_type_offering_price_estimate{instance_type="m5.large",capacity_type="on-demand",zone="a"}"#
+            ),
             0.096
         );
         // Pods: the pending one's zone and wait; the running ones' bound and startup times.
         assert_eq!(
-            value(&text, r#"karpenter_scheduler_pending_pods_by_effective_zone_count{controller="provisioner",zone="b"}"#),
+            value(
+                &text,
+                r#"karpenter_scheduler_pending_pods_by_effective_zone_count{controller="provisioner",zone="b"}"#
+            ),
             1.0
         );
         assert_eq!(
-            value(&text, r#"karpenter_pods_unbound_time_seconds{name="waiting",namespace="default"}"#),
+            value(
+                &text,
+                r#"karpenter_pods_unbound_time_seconds{name="waiting",namespace="default"}"#
+            ),
             3600.0
         );
-        assert_eq!(value(&text, "karpenter_pods_bound_duration_seconds_sum"), 20.0);
-        assert_eq!(value(&text, "karpenter_pods_startup_duration_seconds_count"), 2.0);
         assert_eq!(
-            value(&text, r#"karpenter_pods_startup_duration_seconds{quantile="0.5"}"#),
+            value(&text, "karpenter_pods_bound_duration_seconds_sum"),
+            20.0
+        );
+        assert_eq!(
+            value(&text, "karpenter_pods_startup_duration_seconds_count"),
+            2.0
+        );
+        assert_eq!(
+            value(
+                &text,
+                r#"karpenter_pods_startup_duration_seconds{quantile="0.5"}"#
+            ),
             30.0
         );
-        assert!(line(&text, "karpenter_pods_state{name=\"agent\"").contains(r#"owner="DaemonSet/default/ds""#));
+        assert!(
+            line(&text, "karpenter_pods_state{name=\"agent\"")
+                .contains(r#"owner="DaemonSet/default/ds""#)
+        );
         assert_eq!(
-            value(&text, r#"leader_election_master_status{name="karpenter-leader-election"}"#),
+            value(
+                &text,
+                r#"leader_election_master_status{name="karpenter-leader-election"}"#
+            ),
             1.0
         );
         // A second scrape observes nothing twice.
         refresh(&m, &state(), now, true, "karpenter-leader-election");
-        assert_eq!(value(&m.encode(), "karpenter_pods_startup_duration_seconds_count"), 2.0);
+        assert_eq!(
+            value(&m.encode(), "karpenter_pods_startup_duration_seconds_count"),
+            2.0
+        );
     }
 
     fn pool(status: &str, since: &str, deleting: bool) -> NodePool {
@@ -940,7 +999,9 @@ mod tests {
             "lastTransitionTime": since}]}))
         .unwrap();
         if deleting {
-            p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t("2026-01-01T00:10:00Z")));
+            p.metadata.deletion_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t("2026-01-01T00:10:00Z")),
+            );
         }
         p
     }
@@ -948,52 +1009,101 @@ mod tests {
     #[test]
     fn condition_transitions_and_terminations_are_seen_between_scrapes() {
         let m = Metrics::new();
-        let with = |p: Vec<NodePool>| ClusterState::from_objects(p, Vec::new(), Vec::new(), Vec::new());
-        refresh(&m, &with(vec![pool("True", "2026-01-01T00:00:00Z", false)]), t("2026-01-01T00:01:00Z"), false, "l");
+        let with =
+            |p: Vec<NodePool>| ClusterState::from_objects(p, Vec::new(), Vec::new(), Vec::new());
+        refresh(
+            &m,
+            &with(vec![pool("True", "2026-01-01T00:00:00Z", false)]),
+            t("2026-01-01T00:01:00Z"),
+            false,
+            "l",
+        );
         let text = m.encode();
         assert_eq!(
-            value(&text, r#"operator_nodepool_status_condition_current_status_seconds{namespace="",name="default",type="Ready",status="True",reason="True"}"#),
+            value(
+                &text,
+                r#"operator_nodepool_status_condition_current_status_seconds{namespace="",name="default",type="Ready",status="True",reason="True"}"#
+            ),
             60.0
         );
-        assert!(!text.contains("operator_nodepool_status_condition_transitions_total{"), "{text}");
-        refresh(&m, &with(vec![pool("False", "2026-01-01T00:05:00Z", true)]), t("2026-01-01T00:11:00Z"), false, "l");
+        assert!(
+            !text.contains("operator_nodepool_status_condition_transitions_total{"),
+            "{text}"
+        );
+        refresh(
+            &m,
+            &with(vec![pool("False", "2026-01-01T00:05:00Z", true)]),
+            t("2026-01-01T00:11:00Z"),
+            false,
+            "l",
+        );
         let text = m.encode();
         assert_eq!(
-            value(&text, r#"operator_nodepool_status_condition_transitions_total{type="Ready",status="False",reason="False"}"#),
+            value(
+                &text,
+                r#"operator_nodepool_status_condition_transitions_total{type="Ready",status="False",reason="False"}"#
+            ),
             1.0
         );
         // True held 5 minutes before it turned False.
         assert_eq!(
-            value(&text, r#"operator_nodepool_status_condition_transition_seconds_sum{type="Ready",status="True",reason="True"}"#),
+            value(
+                &text,
+                r#"operator_nodepool_status_condition_transition_seconds_sum{type="Ready",status="True",reason="True"}"#
+            ),
             300.0
         );
         assert_eq!(
-            value(&text, r#"operator_nodepool_termination_current_time_seconds{namespace="",name="default"}"#),
+            value(
+                &text,
+                r#"operator_nodepool_termination_current_time_seconds{namespace="",name="default"}"#
+            ),
             60.0
         );
         assert_eq!(
-            value(&text, r#"operator_status_condition_count{kind="nodepool",namespace="",name="default",type="Ready",status="False",reason="False"}"#),
+            value(
+                &text,
+                r#"operator_status_condition_count{kind="nodepool",namespace="",name="default",type="Ready",status="False",reason="False"}"#
+            ),
             1.0
         );
         // Gone: its termination took 2 minutes.
         refresh(&m, &with(Vec::new()), t("2026-01-01T00:12:00Z"), false, "l");
         let text = m.encode();
-        assert_eq!(value(&text, "operator_nodepool_termination_duration_seconds_sum"), 120.0);
-        assert!(!text.contains("operator_nodepool_status_condition_count{"), "{text}");
+        assert_eq!(
+            value(&text, "operator_nodepool_termination_duration_seconds_sum"),
+            120.0
+        );
+        assert!(
+            !text.contains("operator_nodepool_status_condition_count{"),
+            "{text}"
+        );
     }
 
     #[test]
     fn a_solve_in_progress_shows_its_queue_until_it_ends() {
         let m = Metrics::new();
         let guard = m.begin_solve("provisioner", 7, t("2026-01-01T00:00:00Z"));
-        refresh(&m, &ClusterState::new(), t("2026-01-01T00:00:03Z"), false, "l");
+        refresh(
+            &m,
+            &ClusterState::new(),
+            t("2026-01-01T00:00:03Z"),
+            false,
+            "l",
+        );
         let text = m.encode();
         assert_eq!(
-            value(&text, r#"karpenter_scheduler_queue_depth{controller="provisioner",scheduling_id="1"}"#),
+            value(
+                &text,
+                r#"karpenter_scheduler_queue_depth{controller="provisioner",scheduling_id="1"}"#
+            ),
             7.0
         );
         assert_eq!(
-            value(&text, r#"karpenter_scheduler_unfinished_work_seconds{controller="provisioner",scheduling_id="1"}"#),
+            value(
+                &text,
+                r#"karpenter_scheduler_unfinished_work_seconds{controller="provisioner",scheduling_id="1"}"#
+            ),
             3.0
         );
         drop(guard);
