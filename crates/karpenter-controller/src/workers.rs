@@ -405,6 +405,58 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn instrumented_workers_count_reconciles_as_controller_runtime_does() {
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let mut workers = Workers::new("node", BackoffPolicy::RECONCILE, 2);
+        workers.instrument(metrics.clone(), "node.termination");
+        let make = |key: &str| {
+            let fails = key == "bad";
+            Some(async move {
+                if fails {
+                    Err(crate::Error::Settings {
+                        name: "X",
+                        message: "boom".into(),
+                    })
+                } else {
+                    Ok(())
+                }
+            })
+        };
+        // Three objects, two slots: one waits in the queue.
+        workers.start_in_turn(
+            t0(),
+            vec!["good".into(), "bad".into(), "later".into()],
+            make,
+        );
+        let text = metrics.encode();
+        for line in [
+            r#"controller_runtime_active_workers{controller="node.termination"} 2"#,
+            r#"controller_runtime_max_concurrent_reconciles{controller="node.termination"} 2"#,
+            r#"workqueue_depth{controller="node.termination",name="node.termination",priority=""} 1"#,
+            r#"workqueue_adds_total{controller="node.termination",name="node.termination"} 2"#,
+            r#"controller_runtime_reconcile_errors_total{controller="node.termination"} 0"#,
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        for _ in 0..2 {
+            let done = workers.next_finished().await;
+            workers.finished(done, t0());
+        }
+        let text = metrics.encode();
+        for line in [
+            r#"controller_runtime_reconcile_total{controller="node.termination",result="success"} 1"#,
+            r#"controller_runtime_reconcile_total{controller="node.termination",result="error"} 1"#,
+            r#"controller_runtime_reconcile_errors_total{controller="node.termination"} 1"#,
+            r#"workqueue_retries_total{controller="node.termination",name="node.termination"} 1"#,
+            r#"controller_runtime_reconcile_time_seconds_count{controller="node.termination"} 2"#,
+            r#"workqueue_queue_duration_seconds_count{controller="node.termination",name="node.termination"} 2"#,
+            r#"controller_runtime_active_workers{controller="node.termination"} 0"#,
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_hung_object_does_not_block_others_and_failures_back_off() {
         let mut workers = Workers::new("nodeclaim", BackoffPolicy::RECONCILE, 8);
         assert!(workers.start("hung".into(), t0(), std::future::pending()));
