@@ -168,11 +168,23 @@ pub fn record_metrics(
     elapsed: Duration,
 ) -> Vec<EventRecord> {
     ctx.metrics.record_reconcile("disruption", elapsed, true);
-    let method = pass.method.map_or("none", Method::as_str);
+    let (reason, consolidation_type) = match pass.method {
+        None => ("none".to_string(), ""),
+        Some(method) => (
+            method.reason().as_str().to_lowercase(),
+            match method {
+                Method::Emptiness
+                | Method::SingleNodeConsolidation
+                | Method::MultiNodeConsolidation => method.as_str(),
+                Method::Drift | Method::StaticDrift => "",
+            },
+        ),
+    };
     ctx.metrics
         .disruption_evaluation_duration
         .get_or_create(&DisruptionMethodLabels {
-            method: method.into(),
+            reason,
+            consolidation_type: consolidation_type.into(),
         })
         .observe(elapsed.as_secs_f64());
     let now = ctx.now();

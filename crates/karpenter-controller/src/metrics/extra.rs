@@ -295,6 +295,8 @@ impl Reg<'_> {
         if kind == "counter" {
             exported.push_str("_total");
         }
+        // prometheus-client ends every help text with a period.
+        let help = help.trim_end_matches('.');
         self.catalog.push(FamilyInfo {
             name: exported,
             kind,

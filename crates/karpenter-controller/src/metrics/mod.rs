@@ -36,6 +36,14 @@ pub struct NodeClaimCreatedLabels {
 pub struct NodeClaimLabels {
     pub nodepool: String,
     pub capacity_type: String,
+    pub zone: String,
+}
+
+/// A Node's pool and zone (`karpenter_nodes_created_total`, `_terminated_total`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodePoolZoneLabels {
+    pub nodepool: String,
+    pub zone: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -71,9 +79,12 @@ pub struct DisruptionReasonLabels {
     pub reason: String,
 }
 
+/// Upstream's labels of the disruption pass duration: the acting method's reason (`empty`,
+/// `drifted`, `underutilized`; `none` when no method acted) and consolidation type.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DisruptionMethodLabels {
-    pub method: String,
+    pub reason: String,
+    pub consolidation_type: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -150,8 +161,8 @@ pub struct Metrics {
     pub nodeclaims_created: Family<NodeClaimCreatedLabels, Counter>,
     pub nodeclaims_terminated: Family<NodeClaimLabels, Counter>,
     pub nodeclaims_disrupted: Family<NodeClaimDisruptedLabels, Counter>,
-    pub nodes_created: Family<NodePoolLabels, Counter>,
-    pub nodes_terminated: Family<NodePoolLabels, Counter>,
+    pub nodes_created: Family<NodePoolZoneLabels, Counter>,
+    pub nodes_terminated: Family<NodePoolZoneLabels, Counter>,
     /// From the NodeClaim's deletion to its finalizer's removal.
     pub nodeclaims_termination_duration: Family<NodePoolLabels, Histogram>,
     /// From the Node's deletion to its finalizer's removal (a summary, as upstream's).
@@ -283,147 +294,147 @@ impl Metrics {
         // prometheus-client appends `_total` to counters.
         registry.register(
             "events_dropped",
-            "Kubernetes events dropped because the event queue was full.",
+            "Kubernetes events dropped because the event queue was full",
             Always(m.events_dropped.clone()),
         );
         registry.register(
             "nodeclaims_created",
-            "Number of nodeclaims created.",
+            "Number of nodeclaims created",
             Always(m.nodeclaims_created.clone()),
         );
         registry.register(
             "nodeclaims_terminated",
-            "Number of nodeclaims terminated.",
+            "Number of nodeclaims terminated",
             Always(m.nodeclaims_terminated.clone()),
         );
         registry.register(
             "nodeclaims_disrupted",
-            "Number of nodeclaims disrupted, by reason.",
+            "Number of nodeclaims disrupted, by reason",
             Always(m.nodeclaims_disrupted.clone()),
         );
         registry.register(
             "nodes_created",
-            "Number of nodes created.",
+            "Number of nodes created",
             Always(m.nodes_created.clone()),
         );
         registry.register(
             "nodes_terminated",
-            "Number of nodes terminated.",
+            "Number of nodes terminated",
             Always(m.nodes_terminated.clone()),
         );
         registry.register_with_unit(
             "nodeclaims_termination_duration",
-            "Time from a nodeclaim's deletion to the removal of its finalizer.",
+            "Time from a nodeclaim's deletion to the removal of its finalizer",
             prometheus_client::registry::Unit::Seconds,
             Always(m.nodeclaims_termination_duration.clone()),
         );
         registry.register_with_unit(
             "nodes_lifetime_duration",
-            "Time from a node's creation to the removal of its finalizer.",
+            "Time from a node's creation to the removal of its finalizer",
             prometheus_client::registry::Unit::Seconds,
             Always(m.nodes_lifetime_duration.clone()),
         );
         registry.register(
             "pods_drained",
-            "Pods evicted from nodes being terminated, by reason.",
+            "Pods evicted from nodes being terminated, by reason",
             Always(m.pods_drained.clone()),
         );
         registry.register(
             "pods_eviction_requests",
-            "Eviction requests sent while draining nodes, by response code.",
+            "Eviction requests sent while draining nodes, by response code",
             Always(m.pods_eviction_requests.clone()),
         );
         registry.register(
             "pods_state",
-            "Pod state: 1 per pod, labelled with its node, nodepool and phase.",
+            "Pod state: 1 per pod, labelled with its node, nodepool and phase",
             Always(m.pods_state.clone()),
         );
         registry.register_with_unit(
             "provisioner_scheduling_duration",
-            "Duration of one provisioning scheduling pass.",
+            "Duration of one provisioning scheduling pass",
             prometheus_client::registry::Unit::Seconds,
             Always(m.provisioner_scheduling_duration.clone()),
         );
         registry.register_with_unit(
             "scheduler_scheduling_duration",
-            "Duration of scheduling simulations, by controller.",
+            "Duration of scheduling simulations, by controller",
             prometheus_client::registry::Unit::Seconds,
             Always(m.scheduler_scheduling_duration.clone()),
         );
         registry.register(
             "scheduler_unschedulable_pods_count",
-            "Pods the last scheduling pass could not place.",
+            "Pods the last scheduling pass could not place",
             Always(m.scheduler_unschedulable_pods.clone()),
         );
         registry.register(
             "nodepools_usage",
-            "Resources provisioned by a nodepool.",
+            "Resources provisioned by a nodepool",
             Always(m.nodepools_usage.clone()),
         );
         registry.register(
             "nodepools_limit",
-            "Resource limits of a nodepool.",
+            "Resource limits of a nodepool",
             Always(m.nodepools_limit.clone()),
         );
         registry.register(
             "cluster_state_node_count",
-            "Nodes tracked in cluster state.",
+            "Nodes tracked in cluster state",
             Always(m.cluster_state_node_count.clone()),
         );
         registry.register(
             "cluster_state_synced",
-            "1 when cluster state has listed every kind.",
+            "1 when cluster state has listed every kind",
             Always(m.cluster_state_synced.clone()),
         );
         registry.register(
             "cluster_state_ignored_objects",
-            "Objects the API server holds that karpenter-rs cannot decode and skips, by kind.",
+            "Objects the API server holds that karpenter-rs cannot decode and skips, by kind",
             Always(m.cluster_state_ignored_objects.clone()),
         );
         registry.register(
             "leader",
-            "1 when this replica holds the leader lease.",
+            "1 when this replica holds the leader lease",
             Always(m.leader.clone()),
         );
         registry.register(
             "voluntary_disruption_decisions",
-            "Disruption commands started, by decision (delete/replace), reason and method.",
+            "Disruption commands started, by decision (delete/replace), reason and method",
             Always(m.disruption_decisions.clone()),
         );
         registry.register(
             "voluntary_disruption_eligible_nodes",
-            "Nodes eligible for voluntary disruption in the last pass, by reason.",
+            "Nodes eligible for voluntary disruption in the last pass, by reason",
             Always(m.disruption_eligible_nodes.clone()),
         );
         registry.register_with_unit(
             "voluntary_disruption_decision_evaluation_duration",
-            "Duration of one disruption pass (every method tried), by the method that acted.",
+            "Duration of one disruption pass (every method tried), by the method that acted",
             prometheus_client::registry::Unit::Seconds,
             Always(m.disruption_evaluation_duration.clone()),
         );
         registry.register(
             "voluntary_disruption_queue_failures",
-            "Disruption commands rolled back (a replacement failed or timed out).",
+            "Disruption commands rolled back (a replacement failed or timed out)",
             Always(m.disruption_queue_failures.clone()),
         );
         registry.register(
             "voluntary_disruption_failed_validations",
-            "Consolidation commands abandoned because the validation after the delay failed.",
+            "Consolidation commands abandoned because the validation after the delay failed",
             Always(m.disruption_failed_validations.clone()),
         );
         registry.register(
             "nodepools_allowed_disruptions",
-            "Nodes of a nodepool its budgets allow to be disrupted now, by reason.",
+            "Nodes of a nodepool its budgets allow to be disrupted now, by reason",
             Always(m.nodepools_allowed_disruptions.clone()),
         );
         registry.register(
             "consolidation_score",
-            "Balanced consolidation scores of judged moves (approved at >= 0.5), by decision, nodepool and policy.",
+            "Balanced consolidation scores of judged moves (approved at >= 0.5), by decision, nodepool and policy",
             Always(m.consolidation_score.clone()),
         );
         registry.register(
             "consolidation_moves",
-            "Consolidation moves judged, by decision (approved/rejected), nodepool and consolidation policy.",
+            "Consolidation moves judged, by decision (approved/rejected), nodepool and consolidation policy",
             Always(m.consolidation_moves.clone()),
         );
         catalog.extend(first_set_catalog());
@@ -555,15 +566,23 @@ fn first_set_catalog() -> Vec<FamilyInfo> {
         (
             "karpenter_nodeclaims_terminated_total",
             "counter",
-            &["nodepool", "capacity_type"],
+            &["nodepool", "capacity_type", "zone"],
         ),
         (
             "karpenter_nodeclaims_disrupted_total",
             "counter",
             &["reason", "nodepool", "capacity_type"],
         ),
-        ("karpenter_nodes_created_total", "counter", &["nodepool"]),
-        ("karpenter_nodes_terminated_total", "counter", &["nodepool"]),
+        (
+            "karpenter_nodes_created_total",
+            "counter",
+            &["nodepool", "zone"],
+        ),
+        (
+            "karpenter_nodes_terminated_total",
+            "counter",
+            &["nodepool", "zone"],
+        ),
         (
             "karpenter_nodeclaims_termination_duration_seconds",
             "histogram",
@@ -645,7 +664,7 @@ fn first_set_catalog() -> Vec<FamilyInfo> {
         (
             "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
             "histogram",
-            &["method"],
+            &["reason", "consolidation_type"],
         ),
         (
             "karpenter_voluntary_disruption_queue_failures_total",
@@ -713,8 +732,9 @@ mod tests {
             })
             .set(1);
         m.cluster_state_synced.set(1);
-        let _ = m.nodes_created.get_or_create(&NodePoolLabels {
+        let _ = m.nodes_created.get_or_create(&NodePoolZoneLabels {
             nodepool: "default".into(),
+            zone: "a".into(),
         });
         let pool = NodePoolLabels {
             nodepool: "default".into(),
@@ -744,7 +764,7 @@ mod tests {
             "karpenter_nodeclaims_created_total{reason=\"provisioned\",nodepool=\"default\",min_values_relaxed=\"false\"} 1",
             "karpenter_nodepools_limit{nodepool=\"default\",resource_type=\"cpu\"} 1000.0",
             "karpenter_provisioner_scheduling_duration_seconds_count 1",
-            "karpenter_nodes_created_total{nodepool=\"default\"} 0",
+            "karpenter_nodes_created_total{nodepool=\"default\",zone=\"a\"} 0",
             "# TYPE karpenter_pods_state gauge",
             "karpenter_cluster_state_synced 1",
         ] {
@@ -771,7 +791,7 @@ mod tests {
         m.register_provider_metrics(|registry| {
             registry.register(
                 "provider_things",
-                "Things a provider counts.",
+                "Things a provider counts",
                 provider_counter.clone(),
             );
         });

@@ -88,22 +88,10 @@ pub const PROVIDER_FAMILIES: &[(&str, &str, &[&str], &str)] = &[
 ];
 
 /// Exported families whose labels differ from upstream's, and why.
-pub const LABEL_DIFFERENCES: &[(&str, &str)] = &[
-    (
-        "karpenter_nodeclaims_terminated_total",
-        "no zone label (the counter predates it; a NodeClaim's zone is on karpenter_nodes_* gauges)",
-    ),
-    (
-        "karpenter_nodeclaims_disrupted_total",
-        "no consolidation_policy and termination_mode labels (upstream's newer additions)",
-    ),
-    ("karpenter_nodes_created_total", "no zone label"),
-    ("karpenter_nodes_terminated_total", "no zone label"),
-    (
-        "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
-        "labelled by the method that acted (method) instead of reason and consolidation_type",
-    ),
-];
+pub const LABEL_DIFFERENCES: &[(&str, &str)] = &[(
+    "karpenter_nodeclaims_disrupted_total",
+    "no consolidation_policy and termination_mode labels (upstream's newer additions)",
+)];
 
 #[derive(Debug)]
 struct Upstream {

@@ -347,7 +347,17 @@ impl Terminator {
                 .unwrap_or_default(),
         };
         let now = ctx.now();
-        ctx.metrics.nodes_terminated.get_or_create(&pool).inc();
+        ctx.metrics
+            .nodes_terminated
+            .get_or_create(&crate::metrics::NodePoolZoneLabels {
+                nodepool: pool.nodepool.clone(),
+                zone: node
+                    .labels()
+                    .get(karpenter_api::well_known::ZONE_LABEL)
+                    .cloned()
+                    .unwrap_or_default(),
+            })
+            .inc();
         if let Some(seconds) = seconds_since(node.metadata.deletion_timestamp.as_ref(), now) {
             ctx.metrics
                 .nodes_termination_duration

@@ -125,6 +125,11 @@ pub(super) async fn finalize(ctx: &Leader, claim: NodeClaim) -> crate::Result<()
                 .get(CAPACITY_TYPE_LABEL)
                 .cloned()
                 .unwrap_or_default(),
+            zone: claim
+                .labels()
+                .get(karpenter_api::well_known::ZONE_LABEL)
+                .cloned()
+                .unwrap_or_default(),
         })
         .inc();
     if let Some(seconds) = seconds_since(claim.metadata.deletion_timestamp.as_ref(), ctx.now()) {
