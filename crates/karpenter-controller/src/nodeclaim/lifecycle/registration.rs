@@ -14,7 +14,6 @@ use kube::{Api, ResourceExt};
 
 use super::{REASON_UNREGISTERED_TAINT_MISSING, remember, resync};
 use crate::events::{EventRecord, EventType};
-use crate::metrics::NodePoolLabels;
 use crate::nodeclaim::name;
 use crate::timeouts;
 use crate::writes::Leader;
