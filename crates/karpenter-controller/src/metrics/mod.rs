@@ -5,7 +5,9 @@
 //! labels) for the comparison with upstream's list (`upstream.rs`). See `docs/metrics.md`.
 
 mod client;
+mod cost;
 mod extra;
+mod record;
 pub mod scrape;
 mod status;
 pub mod summary;
@@ -13,7 +15,9 @@ pub mod summary;
 mod upstream;
 
 pub use client::ApiCall;
+pub use cost::{PoolCost, cost_view};
 pub use extra::*;
+pub use record::SolveGuard;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

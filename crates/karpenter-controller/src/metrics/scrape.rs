@@ -37,24 +37,8 @@ pub struct ScrapeMemory {
     /// Per (kind, namespace/name): its conditions (type -> status, reason, since) and deletion.
     pub(super) objects: HashMap<(usize, String), ObjectSnapshot>,
     /// Scheduling simulations in progress, since when; and how many started so far.
-    solving: HashMap<SchedulingIdLabels, Timestamp>,
-    solves: u64,
-}
-
-/// A scheduling simulation in progress (see [`Metrics::begin_solve`]).
-#[derive(Debug)]
-pub struct SolveGuard<'a> {
-    metrics: &'a Metrics,
-    labels: SchedulingIdLabels,
-}
-
-impl Drop for SolveGuard<'_> {
-    fn drop(&mut self) {
-        let x = &self.metrics.x;
-        x.scheduler_queue_depth.remove(&self.labels);
-        x.scheduler_unfinished_work.remove(&self.labels);
-        self.metrics.memory().solving.remove(&self.labels);
-    }
+    pub(super) solving: HashMap<SchedulingIdLabels, Timestamp>,
+    pub(super) solves: u64,
 }
 
 /// An object's conditions (type -> status, reason, since) and deletion at the last scrape.
@@ -68,161 +52,6 @@ pub(super) struct ObjectSnapshot {
 pub type Offered = Arc<Mutex<BTreeMap<String, Vec<Arc<InstanceType>>>>>;
 
 impl Metrics {
-    /// Remembers the instance types a pass resolved for each pool (the cost view and the
-    /// `karpenter_cloudprovider_instance_type_*` gauges read them at scrape time).
-    pub fn remember_offered<'a>(
-        &self,
-        offered: impl IntoIterator<Item = (&'a str, &'a [Arc<InstanceType>])>,
-    ) {
-        let mut map = self.offered.lock().unwrap_or_else(PoisonError::into_inner);
-        for (pool, types) in offered {
-            map.insert(pool.to_string(), types.to_vec());
-        }
-    }
-
-    /// A provisioning pass looked at `pending` pods at `started` and found a place for
-    /// `scheduled` of them at `now` (the `karpenter_pods_*scheduling*` and
-    /// `karpenter_pods_provisioning_*` metrics start from these moments).
-    pub fn record_scheduling_pass(
-        &self,
-        pending: &[String],
-        scheduled: &[String],
-        started: Timestamp,
-        now: Timestamp,
-    ) {
-        let mut mem = self.memory();
-        for key in pending {
-            let seen = *mem.seen.entry(key.clone()).or_insert(started);
-            if !mem.decided.contains_key(key) {
-                mem.decided.insert(key.clone(), now);
-                self.x
-                    .pods_scheduling_decision_duration
-                    .observe(secs(seen, now));
-            }
-        }
-        for key in scheduled {
-            mem.schedulable.entry(key.clone()).or_insert(now);
-        }
-    }
-
-    /// Marks a scheduling simulation of `pods` pods in progress for `controller`
-    /// (`karpenter_scheduler_queue_depth`, `_unfinished_work_seconds`) until the guard drops.
-    pub fn begin_solve(&self, controller: &str, pods: usize, now: Timestamp) -> SolveGuard<'_> {
-        let labels = SchedulingIdLabels {
-            controller: controller.into(),
-            scheduling_id: {
-                let mut mem = self.memory();
-                mem.solves = mem.solves.wrapping_add(1);
-                mem.solves.to_string()
-            },
-        };
-        self.x
-            .scheduler_queue_depth
-            .get_or_create(&labels)
-            .set(i64::try_from(pods).unwrap_or(i64::MAX));
-        self.x
-            .scheduler_unfinished_work
-            .get_or_create(&labels)
-            .set(0.0);
-        self.memory().solving.insert(labels.clone(), now);
-        SolveGuard {
-            metrics: self,
-            labels,
-        }
-    }
-
-    /// One pass of a singleton controller (the provisioner, the disruption loop) as
-    /// controller-runtime counts a reconcile.
-    pub fn record_reconcile(&self, controller: &str, took: std::time::Duration, ok: bool) {
-        let labels = ReconcilerLabels {
-            controller: controller.into(),
-        };
-        let x = &self.x;
-        x.reconcile_time
-            .get_or_create(&labels)
-            .observe(took.as_secs_f64());
-        x.max_concurrent_reconciles.get_or_create(&labels).set(1);
-        // controller-runtime exports the error counters from the start, at 0.
-        let errors = x.reconcile_errors.get_or_create(&labels);
-        if !ok {
-            errors.inc();
-        }
-        x.reconcile_total
-            .get_or_create(&ReconcileResultLabels {
-                controller: controller.into(),
-                result: if ok { "success" } else { "error" }.into(),
-            })
-            .inc();
-    }
-
-    /// A disruption command started: `karpenter_voluntary_disruption_decisions_by_nodepool_total`
-    /// for each NodePool of its candidates, and a consolidation's savings.
-    pub fn command_started(
-        &self,
-        command: &karpenter_core::disruption::command::Command,
-        labels: &super::DisruptionDecisionLabels,
-    ) {
-        let pools: std::collections::BTreeSet<&str> = command
-            .candidates
-            .iter()
-            .map(|c| c.node_pool.as_str())
-            .collect();
-        for pool in pools {
-            self.x
-                .disruption_decisions_by_nodepool
-                .get_or_create(&NodePoolDecisionLabels {
-                    nodepool: pool.into(),
-                    decision: labels.decision.clone(),
-                    reason: labels.reason.clone(),
-                    consolidation_type: labels.consolidation_type.clone(),
-                })
-                .inc();
-        }
-        use karpenter_core::disruption::command::Method;
-        let consolidation = matches!(
-            command.method,
-            Method::Emptiness | Method::SingleNodeConsolidation | Method::MultiNodeConsolidation
-        );
-        if consolidation && command.savings_per_hour.is_finite() && command.savings_per_hour > 0.0 {
-            self.x
-                .consolidation_savings_per_hour
-                .inc_by(command.savings_per_hour);
-        }
-    }
-
-    /// A cloud provider call, timed and its error counted as upstream's decorator does
-    /// (`karpenter_cloudprovider_duration_seconds`, `_errors_total`; the `controller` label is
-    /// empty: the calls do not carry their caller's name).
-    pub async fn measure_cloud<T>(
-        &self,
-        provider: &str,
-        method: &str,
-        call: impl std::future::Future<Output = Result<T, karpenter_core::cloud_provider::CloudError>>,
-    ) -> Result<T, karpenter_core::cloud_provider::CloudError> {
-        let started = std::time::Instant::now();
-        let result = call.await;
-        self.x
-            .cloudprovider_duration
-            .get_or_create(&CloudMethodLabels {
-                controller: String::new(),
-                method: method.into(),
-                provider: provider.into(),
-            })
-            .observe(started.elapsed().as_secs_f64());
-        if let Err(err) = &result {
-            self.x
-                .cloudprovider_errors
-                .get_or_create(&CloudErrorLabels {
-                    controller: String::new(),
-                    method: method.into(),
-                    provider: provider.into(),
-                    error: err.metric_label().into(),
-                })
-                .inc();
-        }
-        result
-    }
-
     pub(super) fn memory(&self) -> std::sync::MutexGuard<'_, ScrapeMemory> {
         self.scrape_memory
             .lock()
@@ -238,7 +67,7 @@ fn time(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Opt
     t.map(|t| t.0)
 }
 
-fn label<'a>(labels: Option<&'a BTreeMap<String, String>>, key: &str) -> &'a str {
+pub(super) fn label<'a>(labels: Option<&'a BTreeMap<String, String>>, key: &str) -> &'a str {
     labels.and_then(|l| l.get(key)).map_or("", String::as_str)
 }
 
@@ -248,7 +77,7 @@ fn resource_type(name: &str) -> String {
 }
 
 /// A quantity as the metric's number: cpu in cores, memory in bytes, counts as counts.
-fn amount(q: Quantity) -> f64 {
+pub(super) fn amount(q: Quantity) -> f64 {
     q.as_f64_units()
 }
 
@@ -271,7 +100,7 @@ fn pod_limits(pod: &Pod) -> ResourceList {
     total
 }
 
-fn pod_requests(pod: &Pod) -> ResourceList {
+pub(super) fn pod_requests(pod: &Pod) -> ResourceList {
     karpenter_core::pod::effective_requests(pod).unwrap_or_default()
 }
 
@@ -342,7 +171,7 @@ pub fn refresh(metrics: &Metrics, state: &ClusterState, now: Timestamp, leader: 
     refresh_nodes(metrics, state, now);
     refresh_pods(metrics, state, now);
     refresh_budgets(metrics, state);
-    refresh_catalogue_and_cost(metrics, state);
+    super::cost::refresh_catalogue_and_cost(metrics, state);
     super::status::refresh_status(metrics, state, now);
 }
 
@@ -606,132 +435,6 @@ fn refresh_budgets(metrics: &Metrics, state: &ClusterState) {
             })
             .set(count);
     }
-}
-
-/// The catalogue gauges, `karpenter_nodepools_cost_total` and the cost view.
-fn refresh_catalogue_and_cost(metrics: &Metrics, state: &ClusterState) {
-    let x = &metrics.x;
-    let offered = metrics
-        .offered
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
-    for family in [&x.instance_type_cpu_cores, &x.instance_type_memory_bytes] {
-        family.clear();
-    }
-    x.offering_available.clear();
-    x.offering_price_estimate.clear();
-    x.nodepools_cost.clear();
-    x.cluster_cost_per_hour.clear();
-    x.cluster_cost_lower_bound_per_hour.clear();
-    x.cluster_cost_ratio_to_lower_bound.clear();
-    for ty in offered.values().flatten() {
-        let it = InstanceTypeLabels {
-            instance_type: ty.name.clone(),
-        };
-        x.instance_type_cpu_cores
-            .get_or_create(&it)
-            .set(amount(ty.capacity.get(karpenter_core::resources::CPU)));
-        x.instance_type_memory_bytes
-            .get_or_create(&it)
-            .set(amount(ty.capacity.get(karpenter_core::resources::MEMORY)));
-        for o in &ty.offerings {
-            let labels = OfferingLabels {
-                instance_type: ty.name.clone(),
-                capacity_type: o.capacity_type.clone(),
-                zone: o.zone.clone(),
-            };
-            x.offering_available
-                .get_or_create(&labels)
-                .set(i64::from(o.available));
-            x.offering_price_estimate
-                .get_or_create(&labels)
-                .set(o.price);
-        }
-    }
-    let view = cost_view(state, &offered);
-    for (pool, row) in &view {
-        x.nodepools_cost
-            .get_or_create(&NodePoolOnlyLabels {
-                nodepool: pool.clone(),
-            })
-            .set(row.cost.values().sum());
-        for (capacity_type, cost) in &row.cost {
-            x.cluster_cost_per_hour
-                .get_or_create(&NodePoolCapacityLabels {
-                    nodepool: pool.clone(),
-                    capacity_type: capacity_type.clone(),
-                })
-                .set(*cost);
-        }
-        let pool_labels = NodePoolOnlyLabels {
-            nodepool: pool.clone(),
-        };
-        x.cluster_cost_lower_bound_per_hour
-            .get_or_create(&pool_labels)
-            .set(row.lower_bound);
-        if let Some(ratio) =
-            karpenter_core::cost::cost_ratio(row.cost.values().sum(), row.lower_bound)
-        {
-            x.cluster_cost_ratio_to_lower_bound
-                .get_or_create(&pool_labels)
-                .set(ratio);
-        }
-    }
-}
-
-/// One NodePool's cost view.
-#[derive(Debug, Default, PartialEq)]
-pub struct PoolCost {
-    /// USD/hour of its nodes by capacity type.
-    pub cost: BTreeMap<String, f64>,
-    /// The fractional bound for the pods on its nodes (USD/hour).
-    pub lower_bound: f64,
-}
-
-/// Per NodePool with nodes: what its nodes cost (each at its offering's price in the pool's
-/// catalogue) and the bound for the pods on them.
-pub fn cost_view(
-    state: &ClusterState,
-    offered: &BTreeMap<String, Vec<Arc<InstanceType>>>,
-) -> BTreeMap<String, PoolCost> {
-    let mut view: BTreeMap<String, PoolCost> = BTreeMap::new();
-    let mut demand: BTreeMap<String, ResourceList> = BTreeMap::new();
-    for node in state.nodes() {
-        let l = node.metadata.labels.as_ref();
-        let pool = label(l, NODEPOOL_LABEL);
-        if pool.is_empty() {
-            continue;
-        }
-        let Some(types) = offered.get(pool) else {
-            continue;
-        };
-        let capacity_type = label(l, CAPACITY_TYPE_LABEL);
-        let price = karpenter_core::cost::node_hourly_price(
-            types,
-            label(l, INSTANCE_TYPE_LABEL),
-            label(l, ZONE_LABEL),
-            capacity_type,
-        );
-        let row = view.entry(pool.to_string()).or_default();
-        *row.cost.entry(capacity_type.to_string()).or_default() += price.unwrap_or(0.0);
-        let pods = demand.entry(pool.to_string()).or_default();
-        for pod in state
-            .pods_on_node(node.metadata.name.as_deref().unwrap_or_default())
-            .filter(|p| !karpenter_core::pod::is_terminal(p))
-        {
-            pods.add(&pod_requests(pod));
-        }
-    }
-    for (pool, row) in view.iter_mut() {
-        if let (Some(types), Some(pods)) = (offered.get(pool), demand.get(pool)) {
-            row.lower_bound = karpenter_core::cost::fractional_lower_bound(
-                types,
-                karpenter_core::cost::demand_row(pods),
-            );
-        }
-    }
-    view
 }
 
 /// The zone a pending pod can only go to, `flexible` when it may go to several (or any), `none`
