@@ -4,7 +4,7 @@
 # provider) and, for the checks of the default build, off.
 # Installs what the tests need by itself, beyond the Rust toolchain: Python 3 venvs from PyPI with
 # helm-python-sdk (the chart tests), cfn-lint and parliament (the IAM outputs' linters) and moto
-# (the AWS emulator for the aws provider's tests).
+# (the AWS emulator for the aws provider's tests), and Debian's prometheus package (the Prometheus test).
 #
 # Every step runs even when an earlier one failed (`cargo test --no-fail-fast`); the run ends with
 # each step's result, the failing tests and targets, and a count of the tests, and exits non-zero
@@ -118,6 +118,19 @@ install_parliament_venv() {
   "$venv/bin/pip" install --quiet --disable-pip-version-check "parliament==$PARLIAMENT_VERSION"
 }
 run_step "install parliament (.venv-parliament)" install_parliament_venv
+
+# The Prometheus test (crates/karpenter/tests/it/prometheus.rs) runs Debian's prometheus package
+# (Prometheus and promtool). Skipped when both are on PATH.
+install_prometheus() {
+  if command -v prometheus >/dev/null && command -v promtool >/dev/null; then
+    return
+  fi
+  echo "== installing Debian's prometheus package"
+  local sudo=""
+  [[ "$(id -u)" == 0 ]] || sudo="sudo"
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq prometheus >/dev/null
+}
+run_step "install prometheus (apt)" install_prometheus
 
 # --- moto (AWS emulator) for crates/karpenter-aws integration tests -------------------------------
 # Creates .venv-moto/ once (pinned moto; fast when present), starts tests/moto/moto_launcher.py on a free

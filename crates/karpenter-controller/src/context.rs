@@ -141,15 +141,15 @@ impl Context {
         let terms = Terms::new(settings.disable_leader_election);
         let ctx = Context {
             events: Arc::new(Events::new(
-                Some(writes::events_client(&client, &terms)),
+                Some(writes::events_client(&client, &terms, &metrics)),
                 clock.clone(),
                 metrics.events_dropped.clone(),
             )),
-            client: writes::read_client(&client),
+            client: writes::read_client(&client, &metrics),
             raw_client: client,
             settings,
             state: Arc::new(SharedState::default()),
-            cloud: CloudReads::new(cloud.clone()),
+            cloud: CloudReads::new(cloud.clone(), metrics.clone()),
             cloud_provider: cloud,
             terms,
             solver,

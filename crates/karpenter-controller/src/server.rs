@@ -15,48 +15,40 @@ use crate::context::Context;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-async fn metrics(State(ctx): State<Arc<Context>>) -> impl IntoResponse {
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// OpenMetrics, unless the client asks for Prometheus's classic text format only (an `Accept`
+/// naming `text/plain` and not OpenMetrics, as `promtool` and old scrapers send).
+async fn metrics(
+    State(ctx): State<Arc<Context>>,
+    headers: axum::http::HeaderMap,
+) -> impl IntoResponse {
     refresh_gauges(&ctx);
-    ([(header::CONTENT_TYPE, OPENMETRICS)], ctx.metrics.encode())
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if accept.contains("text/plain") && !accept.contains("application/openmetrics-text") {
+        (
+            [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
+            ctx.metrics.encode_text(),
+        )
+    } else {
+        ([(header::CONTENT_TYPE, OPENMETRICS)], ctx.metrics.encode())
+    }
 }
 
-/// Gauges derived from the state, computed at scrape time.
+/// Gauges derived from the state, computed at scrape time (see [`crate::metrics::scrape`]).
 pub fn refresh_gauges(ctx: &Context) {
+    let now = ctx.now();
     let state = ctx.state.read();
-    ctx.metrics
-        .cluster_state_synced
-        .set(i64::from(state.synced()));
-    ctx.metrics
-        .cluster_state_node_count
-        .set(i64::try_from(state.nodes().count()).unwrap_or(i64::MAX));
-    ctx.metrics.pods_state.clear();
-    for pod in state.pods() {
-        let node = karpenter_core::pod::node_name(pod)
-            .unwrap_or_default()
-            .to_string();
-        let nodepool = state
-            .node(&node)
-            .and_then(|n| {
-                n.metadata
-                    .labels
-                    .as_ref()?
-                    .get(karpenter_api::well_known::NODEPOOL_LABEL)
-                    .cloned()
-            })
-            .unwrap_or_default();
-        let labels = crate::metrics::PodStateLabels {
-            name: pod.metadata.name.clone().unwrap_or_default(),
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            node,
-            nodepool,
-            phase: pod
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.clone())
-                .unwrap_or_default(),
-        };
-        ctx.metrics.pods_state.get_or_create(&labels).set(1);
-    }
+    crate::metrics::scrape::refresh(
+        &ctx.metrics,
+        &state,
+        now,
+        ctx.is_leader(),
+        &ctx.settings.leader_election_name,
+    );
 }
 
 /// What the health probes look at. Served before the controller exists (the binary starts the

@@ -38,6 +38,132 @@ pub struct Workers {
     last_turn: HashMap<String, u64>,
     turns: u64,
     tasks: JoinSet<Outcome>,
+    /// controller-runtime's and the workqueue's families, once [`Workers::instrument`]ed.
+    instruments: Option<Instruments>,
+}
+
+/// What the metrics of one reconciler loop need: the families, its controller name, when each
+/// waiting object started to wait and each running reconcile started (wall time: durations).
+struct Instruments {
+    metrics: Arc<crate::metrics::Metrics>,
+    controller: String,
+    waiting_since: HashMap<String, std::time::Instant>,
+    running_since: HashMap<String, std::time::Instant>,
+}
+
+impl Instruments {
+    fn reconciler(&self) -> crate::metrics::ReconcilerLabels {
+        crate::metrics::ReconcilerLabels {
+            controller: self.controller.clone(),
+        }
+    }
+
+    fn queue(&self) -> crate::metrics::WorkqueueLabels {
+        crate::metrics::WorkqueueLabels {
+            controller: self.controller.clone(),
+            name: self.controller.clone(),
+        }
+    }
+
+    fn started(&mut self, key: &str) {
+        let now = std::time::Instant::now();
+        let x = &self.metrics.x;
+        x.workqueue_adds.get_or_create(&self.queue()).inc();
+        let waited = self
+            .waiting_since
+            .remove(key)
+            .map_or(0.0, |since| now.duration_since(since).as_secs_f64());
+        x.workqueue_queue_duration
+            .get_or_create(&self.queue())
+            .observe(waited);
+        self.running_since.insert(key.to_string(), now);
+    }
+
+    fn finished(&mut self, key: &str, result: Option<&crate::Result<()>>) {
+        let x = &self.metrics.x;
+        let took = self
+            .running_since
+            .remove(key)
+            .map_or(0.0, |since| since.elapsed().as_secs_f64());
+        x.workqueue_work_duration
+            .get_or_create(&self.queue())
+            .observe(took);
+        x.reconcile_time
+            .get_or_create(&self.reconciler())
+            .observe(took);
+        let outcome = match result {
+            Some(Ok(())) => "success",
+            Some(Err(err)) => {
+                x.reconcile_errors.get_or_create(&self.reconciler()).inc();
+                x.workqueue_retries.get_or_create(&self.queue()).inc();
+                if is_timeout(err) {
+                    x.reconcile_timeouts.get_or_create(&self.reconciler()).inc();
+                }
+                "error"
+            }
+            None => {
+                x.reconcile_panics.get_or_create(&self.reconciler()).inc();
+                "error"
+            }
+        };
+        x.reconcile_total
+            .get_or_create(&crate::metrics::ReconcileResultLabels {
+                controller: self.controller.clone(),
+                result: outcome.into(),
+            })
+            .inc();
+    }
+
+    fn set_active(&self, in_flight: usize) {
+        self.metrics
+            .x
+            .active_workers
+            .get_or_create(&self.reconciler())
+            .set(i64::try_from(in_flight).unwrap_or(i64::MAX));
+    }
+
+    /// The gauges of the moment: workers in use, objects waiting, how long the running ones run.
+    fn refresh(&mut self, in_flight: usize, waiting: &[String]) {
+        let now = std::time::Instant::now();
+        let x = &self.metrics.x;
+        let live: HashSet<&str> = waiting.iter().map(String::as_str).collect();
+        self.waiting_since
+            .retain(|key, _| live.contains(key.as_str()));
+        for key in waiting {
+            self.waiting_since.entry(key.clone()).or_insert(now);
+        }
+        self.set_active(in_flight);
+        x.workqueue_depth
+            .get_or_create(&crate::metrics::WorkqueueDepthLabels {
+                controller: self.controller.clone(),
+                name: self.controller.clone(),
+                priority: String::new(),
+            })
+            .set(i64::try_from(waiting.len()).unwrap_or(i64::MAX));
+        let running: Vec<f64> = self
+            .running_since
+            .values()
+            .map(|since| now.duration_since(*since).as_secs_f64())
+            .collect();
+        x.workqueue_unfinished_work
+            .get_or_create(&self.queue())
+            .set(running.iter().sum());
+        x.workqueue_longest_running_processor
+            .get_or_create(&self.queue())
+            .set(running.iter().copied().fold(0.0, f64::max));
+    }
+}
+
+/// Whether a reconcile failed because a call got no answer in time.
+fn is_timeout(err: &crate::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cause {
+        if e.downcast_ref::<crate::timeouts::TimedOut>().is_some() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 impl std::fmt::Debug for Workers {
@@ -60,7 +186,35 @@ impl Workers {
             last_turn: HashMap::new(),
             turns: 0,
             tasks: JoinSet::new(),
+            instruments: None,
         }
+    }
+
+    /// Records controller-runtime's `controller_runtime_*` and the `workqueue_*` families for
+    /// this loop under `controller` (upstream's controller name, e.g. `nodeclaim.lifecycle`).
+    pub fn instrument(&mut self, metrics: Arc<crate::metrics::Metrics>, controller: &str) {
+        let labels = crate::metrics::ReconcilerLabels {
+            controller: controller.into(),
+        };
+        metrics
+            .x
+            .max_concurrent_reconciles
+            .get_or_create(&labels)
+            .set(i64::try_from(self.concurrency).unwrap_or(i64::MAX));
+        // Upstream never has terminal errors here either: every failure is retried.
+        let _ = metrics.x.terminal_reconcile_errors.get_or_create(&labels);
+        // controller-runtime exports these from the start, at 0.
+        let _ = metrics.x.reconcile_errors.get_or_create(&labels);
+        let _ = metrics.x.reconcile_panics.get_or_create(&labels);
+        let _ = metrics.x.reconcile_timeouts.get_or_create(&labels);
+        let mut instruments = Instruments {
+            metrics,
+            controller: controller.into(),
+            waiting_since: HashMap::new(),
+            running_since: HashMap::new(),
+        };
+        instruments.refresh(0, &[]);
+        self.instruments = Some(instruments);
     }
 
     /// Starts `reconcile` for `key` unless one is already running for it, it is backing off, or
@@ -85,6 +239,9 @@ impl Workers {
         self.turns = self.turns.saturating_add(1);
         self.last_turn.insert(key.clone(), self.turns);
         self.in_flight.insert(key.clone());
+        if let Some(instruments) = self.instruments.as_mut() {
+            instruments.started(&key);
+        }
         self.tasks.spawn(async move { (key, reconcile.await) });
         true
     }
@@ -105,9 +262,9 @@ impl Workers {
     ) where
         F: Future<Output = crate::Result<()>> + Send + 'static,
     {
-        let live: HashSet<&str> = candidates.iter().map(String::as_str).collect();
-        self.backoff.retain(|key| live.contains(key.as_str()));
-        self.last_turn.retain(|key, _| live.contains(key.as_str()));
+        let live: HashSet<String> = candidates.iter().cloned().collect();
+        self.backoff.retain(|key| live.contains(key));
+        self.last_turn.retain(|key, _| live.contains(key));
         let mut candidates = candidates;
         candidates.sort_by_key(|key| self.last_turn.get(key).copied().unwrap_or(0));
         for key in candidates {
@@ -119,6 +276,16 @@ impl Workers {
             }
             if let Some(reconcile) = make(&key) {
                 self.start(key, now, reconcile);
+            }
+        }
+        if self.instruments.is_some() {
+            let waiting: Vec<String> = live
+                .into_iter()
+                .filter(|key| !self.in_flight.contains(key))
+                .collect();
+            let in_flight = self.in_flight.len();
+            if let Some(instruments) = self.instruments.as_mut() {
+                instruments.refresh(in_flight, &waiting);
             }
         }
     }
@@ -136,6 +303,10 @@ impl Workers {
         match done {
             Ok((key, result)) => {
                 self.in_flight.remove(&key);
+                if let Some(instruments) = self.instruments.as_mut() {
+                    instruments.finished(&key, Some(&result));
+                    instruments.set_active(self.in_flight.len());
+                }
                 match result {
                     Ok(()) => self.backoff.succeeded(&key),
                     Err(err) => {
@@ -149,7 +320,12 @@ impl Workers {
                     }
                 }
             }
-            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(err) if err.is_panic() => {
+                if let Some(instruments) = self.instruments.as_mut() {
+                    instruments.finished("", None);
+                }
+                std::panic::resume_unwind(err.into_panic())
+            }
             // Cancelled: only `stop` aborts tasks.
             Err(_) => {}
         }
@@ -184,6 +360,12 @@ pub async fn run_reconciler(
     period: Duration,
     start: impl Fn(&Leader, &mut Workers),
 ) {
+    let controller = match workers.what {
+        "nodeclaim" => "nodeclaim.lifecycle",
+        "node" => "node.termination",
+        other => other,
+    };
+    workers.instrument(ctx.metrics.clone(), controller);
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut leadership = ctx.leadership();
@@ -220,6 +402,58 @@ mod tests {
 
     fn t0() -> Timestamp {
         Timestamp::from_second(1_704_067_200).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn instrumented_workers_count_reconciles_as_controller_runtime_does() {
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let mut workers = Workers::new("node", BackoffPolicy::RECONCILE, 2);
+        workers.instrument(metrics.clone(), "node.termination");
+        let make = |key: &str| {
+            let fails = key == "bad";
+            Some(async move {
+                if fails {
+                    Err(crate::Error::Settings {
+                        name: "X",
+                        message: "boom".into(),
+                    })
+                } else {
+                    Ok(())
+                }
+            })
+        };
+        // Three objects, two slots: one waits in the queue.
+        workers.start_in_turn(
+            t0(),
+            vec!["good".into(), "bad".into(), "later".into()],
+            make,
+        );
+        let text = metrics.encode();
+        for line in [
+            r#"controller_runtime_active_workers{controller="node.termination"} 2"#,
+            r#"controller_runtime_max_concurrent_reconciles{controller="node.termination"} 2"#,
+            r#"workqueue_depth{controller="node.termination",name="node.termination",priority=""} 1"#,
+            r#"workqueue_adds_total{controller="node.termination",name="node.termination"} 2"#,
+            r#"controller_runtime_reconcile_errors_total{controller="node.termination"} 0"#,
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        for _ in 0..2 {
+            let done = workers.next_finished().await;
+            workers.finished(done, t0());
+        }
+        let text = metrics.encode();
+        for line in [
+            r#"controller_runtime_reconcile_total{controller="node.termination",result="success"} 1"#,
+            r#"controller_runtime_reconcile_total{controller="node.termination",result="error"} 1"#,
+            r#"controller_runtime_reconcile_errors_total{controller="node.termination"} 1"#,
+            r#"workqueue_retries_total{controller="node.termination",name="node.termination"} 1"#,
+            r#"controller_runtime_reconcile_time_seconds_count{controller="node.termination"} 2"#,
+            r#"workqueue_queue_duration_seconds_count{controller="node.termination",name="node.termination"} 2"#,
+            r#"controller_runtime_active_workers{controller="node.termination"} 0"#,
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -84,12 +84,17 @@ impl Terms {
     }
 
     /// The client that writes while `term` is open.
-    fn writer(&self, raw: &kube::Client, term: Term) -> kube::Client {
+    fn writer(
+        &self,
+        raw: &kube::Client,
+        term: Term,
+        metrics: &Arc<crate::metrics::Metrics>,
+    ) -> kube::Client {
         let mut cached = karpenter_kube::lock(&self.writer);
         match cached.as_ref() {
             Some((built_for, client)) if *built_for == term => client.clone(),
             _ => {
-                let client = gated(raw, Allow::During(term, self.subscribe()));
+                let client = gated(raw, Allow::During(term, self.subscribe()), metrics);
                 *cached = Some((term, client.clone()));
                 client
             }
@@ -124,6 +129,8 @@ impl Allow {
 struct Gated {
     inner: kube::Client,
     allow: Allow,
+    /// client-go's `client_go_request_*` families, recorded for every request sent.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 type Sent = Pin<Box<dyn Future<Output = Result<Response<Body>, kube::Error>> + Send>>;
@@ -147,34 +154,58 @@ impl tower_service::Service<Request<Body>> for Gated {
             return Box::pin(std::future::ready(Err(refused)));
         }
         let inner = self.inner.clone();
-        Box::pin(async move { inner.send(request).await })
+        let metrics = self.metrics.clone();
+        let call = crate::metrics::ApiCall::of(&request);
+        Box::pin(async move {
+            let started = std::time::Instant::now();
+            let answer = inner.send(request).await;
+            let code = match &answer {
+                Ok(response) => response.status().as_u16().to_string(),
+                Err(kube::Error::Api(status)) => status.code.to_string(),
+                Err(_) => "<error>".to_string(),
+            };
+            metrics.record_api_call(&call, &code, started.elapsed());
+            answer
+        })
     }
 }
 
-fn gated(client: &kube::Client, allow: Allow) -> kube::Client {
+fn gated(
+    client: &kube::Client,
+    allow: Allow,
+    metrics: &Arc<crate::metrics::Metrics>,
+) -> kube::Client {
     let namespace = client.default_namespace().to_string();
     kube::Client::new(
         Gated {
             inner: client.clone(),
             allow,
+            metrics: metrics.clone(),
         },
         namespace,
     )
 }
 
 /// The client every replica reads with: mutating requests are refused.
-pub(crate) fn read_client(raw: &kube::Client) -> kube::Client {
-    gated(raw, Allow::Nothing)
+pub(crate) fn read_client(
+    raw: &kube::Client,
+    metrics: &Arc<crate::metrics::Metrics>,
+) -> kube::Client {
+    gated(raw, Allow::Nothing, metrics)
 }
 
 /// The client of the event writer: events go out while this replica leads.
-pub(crate) fn events_client(raw: &kube::Client, terms: &Terms) -> kube::Client {
-    gated(raw, Allow::WhileLeading(terms.subscribe()))
+pub(crate) fn events_client(
+    raw: &kube::Client,
+    terms: &Terms,
+    metrics: &Arc<crate::metrics::Metrics>,
+) -> kube::Client {
+    gated(raw, Allow::WhileLeading(terms.subscribe()), metrics)
 }
 
 /// What every replica may ask the cloud: everything but launching and terminating instances.
 #[derive(Clone)]
-pub struct CloudReads(Arc<dyn CloudProvider>);
+pub struct CloudReads(Arc<dyn CloudProvider>, Arc<crate::metrics::Metrics>);
 
 impl std::fmt::Debug for CloudReads {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -183,8 +214,11 @@ impl std::fmt::Debug for CloudReads {
 }
 
 impl CloudReads {
-    pub(crate) fn new(cloud: Arc<dyn CloudProvider>) -> Self {
-        CloudReads(cloud)
+    pub(crate) fn new(
+        cloud: Arc<dyn CloudProvider>,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Self {
+        CloudReads(cloud, metrics)
     }
 
     pub fn name(&self) -> &str {
@@ -192,11 +226,15 @@ impl CloudReads {
     }
 
     pub async fn get(&self, provider_id: &str) -> Result<NodeClaim, CloudError> {
-        self.0.get(provider_id).await
+        self.1
+            .measure_cloud(self.0.name(), "Get", self.0.get(provider_id))
+            .await
     }
 
     pub async fn list(&self) -> Result<Vec<NodeClaim>, CloudError> {
-        self.0.list().await
+        self.1
+            .measure_cloud(self.0.name(), "List", self.0.list())
+            .await
     }
 
     pub async fn instance_types(
@@ -204,14 +242,22 @@ impl CloudReads {
         node_pool: &NodePool,
         node_class: Option<&EC2NodeClass>,
     ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
-        self.0.instance_types(node_pool, node_class).await
+        self.1
+            .measure_cloud(
+                self.0.name(),
+                "GetInstanceTypes",
+                self.0.instance_types(node_pool, node_class),
+            )
+            .await
     }
 
     pub async fn is_drifted(
         &self,
         node_claim: &NodeClaim,
     ) -> Result<Option<DriftReason>, CloudError> {
-        self.0.is_drifted(node_claim).await
+        self.1
+            .measure_cloud(self.0.name(), "IsDrifted", self.0.is_drifted(node_claim))
+            .await
     }
 
     pub fn repair_policies(&self) -> Vec<RepairPolicy> {
@@ -253,7 +299,7 @@ impl Leader {
         let term = terms.current()?;
         Some(Leader {
             ctx: ctx.clone(),
-            writer: terms.writer(raw, term),
+            writer: terms.writer(raw, term, &ctx.metrics),
             term,
             terms: terms.subscribe(),
         })
@@ -298,12 +344,18 @@ impl CloudWrites<'_> {
     }
 
     pub async fn create(&self, node_claim: &NodeClaim) -> Result<NodeClaim, CloudError> {
-        self.check("launch an instance")?.create(node_claim).await
+        let cloud = self.check("launch an instance")?;
+        self.0
+            .metrics
+            .measure_cloud(cloud.name(), "Create", cloud.create(node_claim))
+            .await
     }
 
     pub async fn delete(&self, node_claim: &NodeClaim) -> Result<(), CloudError> {
-        self.check("terminate an instance")?
-            .delete(node_claim)
+        let cloud = self.check("terminate an instance")?;
+        self.0
+            .metrics
+            .measure_cloud(cloud.name(), "Delete", cloud.delete(node_claim))
             .await
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod clock;
 pub mod cloud_provider;
+pub mod cost;
 pub mod disruption;
 pub mod drain;
 pub mod feature_gates;

@@ -167,11 +167,24 @@ pub fn record_metrics(
     types: &InstanceTypes,
     elapsed: Duration,
 ) -> Vec<EventRecord> {
-    let method = pass.method.map_or("none", Method::as_str);
+    ctx.metrics.record_reconcile("disruption", elapsed, true);
+    let (reason, consolidation_type) = match pass.method {
+        None => ("none".to_string(), ""),
+        Some(method) => (
+            method.reason().as_str().to_lowercase(),
+            match method {
+                Method::Emptiness
+                | Method::SingleNodeConsolidation
+                | Method::MultiNodeConsolidation => method.as_str(),
+                Method::Drift | Method::StaticDrift => "",
+            },
+        ),
+    };
     ctx.metrics
         .disruption_evaluation_duration
         .get_or_create(&DisruptionMethodLabels {
-            method: method.into(),
+            reason,
+            consolidation_type: consolidation_type.into(),
         })
         .observe(elapsed.as_secs_f64());
     let now = ctx.now();

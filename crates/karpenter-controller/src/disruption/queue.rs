@@ -211,6 +211,8 @@ async fn run(
         .disruption_decisions
         .get_or_create(&decision_labels(command))
         .inc();
+    ctx.metrics
+        .command_started(command, &decision_labels(command));
 
     // 4. Wait until every replacement is initialized.
     if !created.is_empty() {

@@ -117,6 +117,7 @@ async fn force_delete(ctx: &Leader, mut claim: NodeClaim, now: Timestamp) {
                     capacity_type: super::queue::capacity_type(&claim),
                 })
                 .inc();
+            record_unhealthy(ctx, &claim);
         }
         Err(err) if is_not_found(&err) => {}
         Err(err) => {
@@ -159,4 +160,38 @@ async fn publish_blocked(ctx: &Context, blocked: &RepairBlocked, claim: Option<&
     for record in records {
         ctx.events.publish(record).await;
     }
+}
+
+/// `karpenter_nodeclaims_unhealthy_disrupted_total`: the repair policy's condition the claim's
+/// Node matches (the first, as policies are checked in order).
+fn record_unhealthy(ctx: &Leader, claim: &NodeClaim) {
+    let status = claim.status.as_ref();
+    let node_name = status.and_then(|s| s.node_name.clone()).unwrap_or_default();
+    let condition = {
+        let state = ctx.state.read();
+        let node_conditions = state
+            .node(&node_name)
+            .and_then(|n| n.status.as_ref()?.conditions.clone())
+            .unwrap_or_default();
+        ctx.cloud
+            .repair_policies()
+            .into_iter()
+            .find(|p| {
+                node_conditions
+                    .iter()
+                    .any(|c| c.type_ == p.condition_type && c.status == p.condition_status)
+            })
+            .map(|p| p.condition_type)
+            .unwrap_or_default()
+    };
+    ctx.metrics
+        .x
+        .nodeclaims_unhealthy_disrupted
+        .get_or_create(&crate::metrics::UnhealthyLabels {
+            condition,
+            nodepool: claim.nodepool_name().unwrap_or_default().to_string(),
+            capacity_type: super::queue::capacity_type(claim),
+            image_id: status.and_then(|s| s.image_id.clone()).unwrap_or_default(),
+        })
+        .inc();
 }

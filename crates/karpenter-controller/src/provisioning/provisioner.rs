@@ -128,6 +128,13 @@ pub(crate) async fn resolve_offered(
             }
         }
     }
+    ctx.metrics
+        .remember_offered(offered.iter().map(|(pool, types)| {
+            (
+                pool.metadata.name.as_deref().unwrap_or_default(),
+                &types[..],
+            )
+        }));
     offered
 }
 
@@ -210,6 +217,14 @@ pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
         .map(|(p, _)| (p.name_any(), p))
         .collect();
     let started = std::time::Instant::now();
+    let started_at = ctx.now();
+    ctx.metrics
+        .x
+        .scheduler_ignored_pods
+        .set(i64::try_from(problems.len()).unwrap_or(i64::MAX));
+    let solving = ctx
+        .metrics
+        .begin_solve("provisioner", pods.len(), started_at);
     // Solving is CPU-bound (up to seconds on big clusters): keep it off the async workers.
     let solver = ctx.solver.clone();
     let input = prepared.input;
@@ -226,6 +241,15 @@ pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
             return Ok(outcome);
         }
     };
+    drop(solving);
+    let unschedulable: std::collections::HashSet<usize> =
+        results.unschedulable.iter().map(|u| u.pod).collect();
+    let scheduled: Vec<String> = (0..pod_names.len())
+        .filter(|i| !unschedulable.contains(i))
+        .filter_map(|i| pod_names.get(i).cloned())
+        .collect();
+    ctx.metrics
+        .record_scheduling_pass(&pod_names, &scheduled, started_at, ctx.now());
     let elapsed = started.elapsed().as_secs_f64();
     ctx.metrics.provisioner_scheduling_duration.observe(elapsed);
     let controller = ControllerLabels {
@@ -542,7 +566,11 @@ pub async fn run(ctx: Arc<Context>, mut batcher: Batcher, mut shutdown: watch::R
             }
             _ = shutdown.wait_for(|stop| *stop) => break,
         }
-        match provision(&ctx).await {
+        let pass_started = std::time::Instant::now();
+        let result = provision(&ctx).await;
+        ctx.metrics
+            .record_reconcile("provisioner", pass_started.elapsed(), result.is_ok());
+        match result {
             Ok(outcome) if outcome.waiting_for_sync => {
                 // Try again shortly: the pods are still pending and will re-trigger.
             }

@@ -270,7 +270,20 @@ impl Terminator {
         }
         let drained_at = *lock(&self.drained_since)
             .entry(node_name.clone())
-            .or_insert(now);
+            .or_insert_with(|| {
+                ctx.metrics
+                    .x
+                    .nodes_drained
+                    .get_or_create(&crate::metrics::NodePoolOnlyLabels {
+                        nodepool: node
+                            .labels()
+                            .get(NODEPOOL_LABEL)
+                            .cloned()
+                            .unwrap_or_default(),
+                    })
+                    .inc();
+                now
+            });
         if now.duration_since(drained_at) < MIN_DRAIN_TIME {
             return Ok(());
         }
@@ -334,12 +347,21 @@ impl Terminator {
                 .unwrap_or_default(),
         };
         let now = ctx.now();
-        ctx.metrics.nodes_terminated.get_or_create(&pool).inc();
+        ctx.metrics
+            .nodes_terminated
+            .get_or_create(&crate::metrics::NodePoolZoneLabels {
+                nodepool: pool.nodepool.clone(),
+                zone: node
+                    .labels()
+                    .get(karpenter_api::well_known::ZONE_LABEL)
+                    .cloned()
+                    .unwrap_or_default(),
+            })
+            .inc();
         if let Some(seconds) = seconds_since(node.metadata.deletion_timestamp.as_ref(), now) {
             ctx.metrics
                 .nodes_termination_duration
-                .get_or_create(&pool)
-                .observe(seconds);
+                .observe(&[&pool.nodepool], seconds);
         }
         if let Some(seconds) = seconds_since(node.metadata.creation_timestamp.as_ref(), now) {
             ctx.metrics

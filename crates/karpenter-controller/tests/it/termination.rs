@@ -151,11 +151,13 @@ async fn drains_in_tier_order_respecting_pdbs_then_terminates() {
     assert_eq!(cluster.server.count::<NodeClaim>(), 0);
     let metrics = controller.ctx.metrics.encode();
     assert!(
-        metrics.contains("karpenter_nodes_terminated_total{nodepool=\"default\"} 1"),
+        metrics.contains(
+            "karpenter_nodes_terminated_total{nodepool=\"default\",zone=\"us-west-2a\"} 1"
+        ),
         "{metrics}"
     );
     assert!(metrics.contains(
-        "karpenter_nodeclaims_terminated_total{nodepool=\"default\",capacity_type=\"on-demand\"} 1"
+        "karpenter_nodeclaims_terminated_total{nodepool=\"default\",capacity_type=\"on-demand\",zone=\"us-west-2a\"} 1"
     ));
     let refusals = evictions(&cluster, false).len();
     for line in [

@@ -393,6 +393,10 @@ impl ClusterState {
         self.nodeclasses.get(name)
     }
 
+    pub fn nodeclasses(&self) -> impl Iterator<Item = &EC2NodeClass> {
+        self.nodeclasses.values()
+    }
+
     pub fn daemonsets(&self) -> impl Iterator<Item = &DaemonSet> {
         self.daemonsets.values()
     }

@@ -174,6 +174,7 @@ fn check_types(rendered: &Rendered) {
             ("apps/v1", "Deployment") => strict::<Deployment>(&what, object),
             ("v1", "ServiceAccount") => strict::<v1::ServiceAccount>(&what, object),
             ("v1", "Service") => strict::<v1::Service>(&what, object),
+            ("v1", "ConfigMap") => strict::<v1::ConfigMap>(&what, object),
             ("policy/v1", "PodDisruptionBudget") => {
                 strict::<policy::v1::PodDisruptionBudget>(&what, object)
             }
@@ -633,6 +634,86 @@ fn service_monitor_scrapes_the_metrics_port() {
         monitors[0]["spec"]["selector"]["matchLabels"],
         rendered.of_kind("Service")[0]["spec"]["selector"]
     );
+}
+
+#[test]
+fn dashboards_ship_as_grafana_sidecar_configmaps_beside_the_service_monitor() {
+    let sets = [
+        CLUSTER,
+        "dashboards.enabled=true",
+        "serviceMonitor.enabled=true",
+    ];
+    let rendered = render_ok(&sets);
+    assert_invariants(&rendered, "dashboards");
+    // What `helm template --set ...` prints for the dashboards and the ServiceMonitor.
+    println!(
+        "# helm template karpenter charts/karpenter --set {}",
+        sets.join(" --set ")
+    );
+    for (source, object) in &rendered.objects {
+        if matches!(
+            object["kind"].as_str(),
+            Some("ConfigMap" | "ServiceMonitor")
+        ) {
+            let mut shown = object.clone();
+            // The dashboards' JSON is long: show its size, the test compares it whole below.
+            if let Some(data) = shown["data"].as_object_mut() {
+                for value in data.values_mut() {
+                    let len = value.as_str().map_or(0, str::len);
+                    *value = Value::String(format!("<{len} bytes of dashboard JSON>"));
+                }
+            }
+            println!(
+                "---\n# Source: {source}\n{}",
+                serde_saphyr::to_string(&shown).unwrap()
+            );
+        }
+    }
+    let maps = rendered.of_kind("ConfigMap");
+    let names: Vec<&str> = maps
+        .iter()
+        .map(|m| m["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "karpenter-dashboard-capacity",
+            "karpenter-dashboard-performance",
+            "karpenter-dashboard-cost"
+        ]
+    );
+    for (map, name) in maps.iter().zip(["capacity", "performance", "cost"]) {
+        assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1");
+        assert_eq!(map["metadata"]["namespace"], "karpenter");
+        let shipped: Value = serde_json::from_str(
+            map["data"][format!("karpenter-{name}.json")]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        let file: Value = serde_json::from_str(
+            &std::fs::read_to_string(
+                repo().join(format!("charts/karpenter/dashboards/{name}.json")),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(shipped, file, "{name}");
+    }
+    assert_eq!(rendered.of_kind("ServiceMonitor").len(), 1);
+    // Off by default; the label and namespace are values.
+    assert!(render_ok(&[CLUSTER]).of_kind("ConfigMap").is_empty());
+    let moved = render_ok(&[
+        CLUSTER,
+        "dashboards.enabled=true",
+        "dashboards.namespace=monitoring",
+        "dashboards.labels.team=platform",
+    ]);
+    for map in moved.of_kind("ConfigMap") {
+        assert_eq!(map["metadata"]["namespace"], "monitoring");
+        assert_eq!(map["metadata"]["labels"]["team"], "platform");
+        assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1");
+    }
 }
 
 #[test]

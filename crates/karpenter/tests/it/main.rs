@@ -16,11 +16,13 @@ mod cli_conventions;
 mod controller_aws;
 mod controller_e2e;
 mod controller_faults;
+mod dashboards;
 mod docs;
 mod explain_live;
 mod getting_started;
 #[cfg(not(feature = "aws"))]
 mod no_aws_feature;
+mod prometheus;
 mod readme_as_typed;
 mod real_cluster;
 mod simulate;

@@ -86,7 +86,7 @@ pub(super) async fn finalize(ctx: &Leader, claim: NodeClaim) -> crate::Result<()
             );
             return write_status(ctx, &claim, before.as_ref()).await;
         }
-        Err(CloudError::NodeClaimNotFound(_)) => {}
+        Err(CloudError::NodeClaimNotFound(_)) => record_instance_termination(ctx, &claim),
         Err(err) => {
             return Err(crate::Error::Cloud {
                 action: format!("terminate instance of nodeclaim {claim_name}"),
@@ -125,6 +125,11 @@ pub(super) async fn finalize(ctx: &Leader, claim: NodeClaim) -> crate::Result<()
                 .get(CAPACITY_TYPE_LABEL)
                 .cloned()
                 .unwrap_or_default(),
+            zone: claim
+                .labels()
+                .get(karpenter_api::well_known::ZONE_LABEL)
+                .cloned()
+                .unwrap_or_default(),
         })
         .inc();
     if let Some(seconds) = seconds_since(claim.metadata.deletion_timestamp.as_ref(), ctx.now()) {
@@ -135,4 +140,33 @@ pub(super) async fn finalize(ctx: &Leader, claim: NodeClaim) -> crate::Result<()
     }
     tracing::info!(nodeclaim = %claim_name, "deleted nodeclaim");
     Ok(())
+}
+
+/// `karpenter_nodeclaims_instance_termination_duration_seconds`: from the first delete call (the
+/// `InstanceTerminating` condition's transition) to the provider's answer that the instance is
+/// gone.
+fn record_instance_termination(ctx: &Leader, claim: &NodeClaim) {
+    let since = claim
+        .status
+        .as_ref()
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == NODECLAIM_CONDITION_INSTANCE_TERMINATING)
+        })
+        .and_then(|c| {
+            c.last_transition_time
+                .as_deref()?
+                .parse::<jiff::Timestamp>()
+                .ok()
+        });
+    if let Some(since) = since {
+        ctx.metrics
+            .x
+            .nodeclaims_instance_termination_duration
+            .get_or_create(&crate::metrics::NodePoolOnlyLabels {
+                nodepool: claim.nodepool_name().unwrap_or_default().to_string(),
+            })
+            .observe(ctx.now().duration_since(since).as_secs_f64().max(0.0));
+    }
 }

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Node;
 use karpenter_api::v1::{
     CONDITION_FALSE, CONDITION_TRUE, CONDITION_UNKNOWN, NODECLAIM_CONDITION_REGISTERED,
 };
-use karpenter_api::well_known::{NODE_REGISTERED_LABEL, UNREGISTERED_TAINT_KEY};
+use karpenter_api::well_known::{NODE_REGISTERED_LABEL, UNREGISTERED_TAINT_KEY, ZONE_LABEL};
 use karpenter_api::{NodeClaim, NodeClaimStatus};
 use karpenter_core::nodeclaim_lifecycle::{is_registered, registered_node, set_condition};
 use karpenter_kube::{is_conflict, is_not_found};
@@ -14,7 +14,6 @@ use kube::{Api, ResourceExt};
 
 use super::{REASON_UNREGISTERED_TAINT_MISSING, remember, resync};
 use crate::events::{EventRecord, EventType};
-use crate::metrics::NodePoolLabels;
 use crate::nodeclaim::name;
 use crate::timeouts;
 use crate::writes::Leader;
@@ -101,8 +100,9 @@ pub(super) async fn register(
     );
     ctx.metrics
         .nodes_created
-        .get_or_create(&NodePoolLabels {
+        .get_or_create(&crate::metrics::NodePoolZoneLabels {
             nodepool: claim.nodepool_name().unwrap_or_default().to_string(),
+            zone: claim.labels().get(ZONE_LABEL).cloned().unwrap_or_default(),
         })
         .inc();
     tracing::info!(nodeclaim = %name(claim), node = %node_name, "registered nodeclaim");

@@ -1,5 +1,23 @@
-//! Prometheus metrics with upstream Karpenter's names (all prefixed `karpenter_`), served in the
-//! OpenMetrics text format on `/metrics`. See `docs/metrics.md`.
+//! Prometheus metrics with upstream Karpenter's names (`karpenter_*`, and the framework families
+//! `controller_runtime_*`, `workqueue_*`, `leader_election_*`, `operator_*`), served in the
+//! OpenMetrics text format on `/metrics`. Every family is registered here at start, so its
+//! `# HELP`/`# TYPE` lines are on the first scrape; [`Metrics::catalog`] lists them (name, type,
+//! labels) for the comparison with upstream's list (`upstream.rs`). See `docs/metrics.md`.
+
+mod client;
+mod cost;
+mod extra;
+mod record;
+pub mod scrape;
+mod status;
+pub mod summary;
+#[cfg(test)]
+mod upstream;
+
+pub use client::ApiCall;
+pub use cost::{PoolCost, cost_view};
+pub use extra::*;
+pub use record::SolveGuard;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -22,6 +40,14 @@ pub struct NodeClaimCreatedLabels {
 pub struct NodeClaimLabels {
     pub nodepool: String,
     pub capacity_type: String,
+    pub zone: String,
+}
+
+/// A Node's pool and zone (`karpenter_nodes_created_total`, `_terminated_total`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodePoolZoneLabels {
+    pub nodepool: String,
+    pub zone: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -57,9 +83,12 @@ pub struct DisruptionReasonLabels {
     pub reason: String,
 }
 
+/// Upstream's labels of the disruption pass duration: the acting method's reason (`empty`,
+/// `drifted`, `underutilized`; `none` when no method acted) and consolidation type.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DisruptionMethodLabels {
-    pub method: String,
+    pub reason: String,
+    pub consolidation_type: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -79,13 +108,22 @@ pub struct NodePoolResourceLabels {
     pub resource_type: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PodStateLabels {
     pub name: String,
     pub namespace: String,
+    /// The pod's controller owner, `kind/namespace/name` (empty without one).
+    pub owner: String,
     pub node: String,
+    pub scheduled: String,
     pub nodepool: String,
+    pub zone: String,
+    pub arch: String,
+    pub capacity_type: String,
+    pub instance_type: String,
     pub phase: String,
+    pub ready: String,
+    pub managed: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -116,15 +154,23 @@ pub struct Metrics {
     /// Behind a lock so a cloud provider can add its own metrics after start
     /// ([`Metrics::register_provider_metrics`]); `/metrics` encodes everything registered.
     registry: std::sync::Mutex<Registry>,
+    /// Every family registered at start: exported name, type, label names.
+    catalog: Vec<FamilyInfo>,
+    /// The families beyond the first set (upstream's other metrics, the framework families and
+    /// the cost view): see `extra.rs`.
+    pub x: Extra,
+    /// The instance types the last pass resolved per NodePool (see `scrape.rs`).
+    offered: scrape::Offered,
+    scrape_memory: std::sync::Mutex<scrape::ScrapeMemory>,
     pub nodeclaims_created: Family<NodeClaimCreatedLabels, Counter>,
     pub nodeclaims_terminated: Family<NodeClaimLabels, Counter>,
     pub nodeclaims_disrupted: Family<NodeClaimDisruptedLabels, Counter>,
-    pub nodes_created: Family<NodePoolLabels, Counter>,
-    pub nodes_terminated: Family<NodePoolLabels, Counter>,
+    pub nodes_created: Family<NodePoolZoneLabels, Counter>,
+    pub nodes_terminated: Family<NodePoolZoneLabels, Counter>,
     /// From the NodeClaim's deletion to its finalizer's removal.
     pub nodeclaims_termination_duration: Family<NodePoolLabels, Histogram>,
-    /// From the Node's deletion to its finalizer's removal.
-    pub nodes_termination_duration: Family<NodePoolLabels, Histogram>,
+    /// From the Node's deletion to its finalizer's removal (a summary, as upstream's).
+    pub nodes_termination_duration: summary::Summary,
     /// From the Node's creation to its finalizer's removal.
     pub nodes_lifetime_duration: Family<NodePoolLabels, Histogram>,
     pub pods_drained: Family<PodsDrainedLabels, Counter>,
@@ -191,8 +237,19 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("karpenter");
+        let mut root = Registry::default();
+        let mut catalog = Vec::new();
+        let x = Extra::new();
+        x.register(&mut Reg {
+            registry: &mut root,
+            catalog: &mut catalog,
+        });
+        let registry = root.sub_registry_with_prefix("karpenter");
         let m = Metrics {
+            catalog: Vec::new(),
+            x,
+            offered: scrape::Offered::default(),
+            scrape_memory: std::sync::Mutex::default(),
             nodeclaims_created: Family::default(),
             nodeclaims_terminated: Family::default(),
             nodeclaims_disrupted: Family::default(),
@@ -201,9 +258,11 @@ impl Metrics {
             nodeclaims_termination_duration: Family::new_with_constructor(|| {
                 Histogram::new(termination_buckets())
             }),
-            nodes_termination_duration: Family::new_with_constructor(|| {
-                Histogram::new(termination_buckets())
-            }),
+            nodes_termination_duration: summary::Summary::new(
+                "karpenter_nodes_termination_duration_seconds",
+                "The time taken between a node's deletion request and the removal of its finalizer.",
+                &["nodepool"],
+            ),
             nodes_lifetime_duration: Family::new_with_constructor(|| {
                 Histogram::new(lifetime_buckets())
             }),
@@ -239,159 +298,170 @@ impl Metrics {
         // prometheus-client appends `_total` to counters.
         registry.register(
             "events_dropped",
-            "Kubernetes events dropped because the event queue was full.",
-            m.events_dropped.clone(),
+            "Kubernetes events dropped because the event queue was full",
+            Always(m.events_dropped.clone()),
         );
         registry.register(
             "nodeclaims_created",
-            "Number of nodeclaims created.",
-            m.nodeclaims_created.clone(),
+            "Number of nodeclaims created",
+            Always(m.nodeclaims_created.clone()),
         );
         registry.register(
             "nodeclaims_terminated",
-            "Number of nodeclaims terminated.",
-            m.nodeclaims_terminated.clone(),
+            "Number of nodeclaims terminated",
+            Always(m.nodeclaims_terminated.clone()),
         );
         registry.register(
             "nodeclaims_disrupted",
-            "Number of nodeclaims disrupted, by reason.",
-            m.nodeclaims_disrupted.clone(),
+            "Number of nodeclaims disrupted, by reason",
+            Always(m.nodeclaims_disrupted.clone()),
         );
         registry.register(
             "nodes_created",
-            "Number of nodes created.",
-            m.nodes_created.clone(),
+            "Number of nodes created",
+            Always(m.nodes_created.clone()),
         );
         registry.register(
             "nodes_terminated",
-            "Number of nodes terminated.",
-            m.nodes_terminated.clone(),
+            "Number of nodes terminated",
+            Always(m.nodes_terminated.clone()),
         );
         registry.register_with_unit(
             "nodeclaims_termination_duration",
-            "Time from a nodeclaim's deletion to the removal of its finalizer.",
+            "Time from a nodeclaim's deletion to the removal of its finalizer",
             prometheus_client::registry::Unit::Seconds,
-            m.nodeclaims_termination_duration.clone(),
-        );
-        registry.register_with_unit(
-            "nodes_termination_duration",
-            "Time from a node's deletion to the removal of its finalizer.",
-            prometheus_client::registry::Unit::Seconds,
-            m.nodes_termination_duration.clone(),
+            Always(m.nodeclaims_termination_duration.clone()),
         );
         registry.register_with_unit(
             "nodes_lifetime_duration",
-            "Time from a node's creation to the removal of its finalizer.",
+            "Time from a node's creation to the removal of its finalizer",
             prometheus_client::registry::Unit::Seconds,
-            m.nodes_lifetime_duration.clone(),
+            Always(m.nodes_lifetime_duration.clone()),
         );
         registry.register(
             "pods_drained",
-            "Pods evicted from nodes being terminated, by reason.",
-            m.pods_drained.clone(),
+            "Pods evicted from nodes being terminated, by reason",
+            Always(m.pods_drained.clone()),
         );
         registry.register(
             "pods_eviction_requests",
-            "Eviction requests sent while draining nodes, by response code.",
-            m.pods_eviction_requests.clone(),
+            "Eviction requests sent while draining nodes, by response code",
+            Always(m.pods_eviction_requests.clone()),
         );
         registry.register(
             "pods_state",
-            "Pod state: 1 per pod, labelled with its node, nodepool and phase.",
-            m.pods_state.clone(),
+            "Pod state: 1 per pod, labelled with its node, nodepool and phase",
+            Always(m.pods_state.clone()),
         );
         registry.register_with_unit(
             "provisioner_scheduling_duration",
-            "Duration of one provisioning scheduling pass.",
+            "Duration of one provisioning scheduling pass",
             prometheus_client::registry::Unit::Seconds,
-            m.provisioner_scheduling_duration.clone(),
+            Always(m.provisioner_scheduling_duration.clone()),
         );
         registry.register_with_unit(
             "scheduler_scheduling_duration",
-            "Duration of scheduling simulations, by controller.",
+            "Duration of scheduling simulations, by controller",
             prometheus_client::registry::Unit::Seconds,
-            m.scheduler_scheduling_duration.clone(),
+            Always(m.scheduler_scheduling_duration.clone()),
         );
         registry.register(
             "scheduler_unschedulable_pods_count",
-            "Pods the last scheduling pass could not place.",
-            m.scheduler_unschedulable_pods.clone(),
+            "Pods the last scheduling pass could not place",
+            Always(m.scheduler_unschedulable_pods.clone()),
         );
         registry.register(
             "nodepools_usage",
-            "Resources provisioned by a nodepool.",
-            m.nodepools_usage.clone(),
+            "Resources provisioned by a nodepool",
+            Always(m.nodepools_usage.clone()),
         );
         registry.register(
             "nodepools_limit",
-            "Resource limits of a nodepool.",
-            m.nodepools_limit.clone(),
+            "Resource limits of a nodepool",
+            Always(m.nodepools_limit.clone()),
         );
         registry.register(
             "cluster_state_node_count",
-            "Nodes tracked in cluster state.",
-            m.cluster_state_node_count.clone(),
+            "Nodes tracked in cluster state",
+            Always(m.cluster_state_node_count.clone()),
         );
         registry.register(
             "cluster_state_synced",
-            "1 when cluster state has listed every kind.",
-            m.cluster_state_synced.clone(),
+            "1 when cluster state has listed every kind",
+            Always(m.cluster_state_synced.clone()),
         );
         registry.register(
             "cluster_state_ignored_objects",
-            "Objects the API server holds that karpenter-rs cannot decode and skips, by kind.",
-            m.cluster_state_ignored_objects.clone(),
+            "Objects the API server holds that karpenter-rs cannot decode and skips, by kind",
+            Always(m.cluster_state_ignored_objects.clone()),
         );
         registry.register(
             "leader",
-            "1 when this replica holds the leader lease.",
-            m.leader.clone(),
+            "1 when this replica holds the leader lease",
+            Always(m.leader.clone()),
         );
         registry.register(
             "voluntary_disruption_decisions",
-            "Disruption commands started, by decision (delete/replace), reason and method.",
-            m.disruption_decisions.clone(),
+            "Disruption commands started, by decision (delete/replace), reason and method",
+            Always(m.disruption_decisions.clone()),
         );
         registry.register(
             "voluntary_disruption_eligible_nodes",
-            "Nodes eligible for voluntary disruption in the last pass, by reason.",
-            m.disruption_eligible_nodes.clone(),
+            "Nodes eligible for voluntary disruption in the last pass, by reason",
+            Always(m.disruption_eligible_nodes.clone()),
         );
         registry.register_with_unit(
             "voluntary_disruption_decision_evaluation_duration",
-            "Duration of one disruption pass (every method tried), by the method that acted.",
+            "Duration of one disruption pass (every method tried), by the method that acted",
             prometheus_client::registry::Unit::Seconds,
-            m.disruption_evaluation_duration.clone(),
+            Always(m.disruption_evaluation_duration.clone()),
         );
         registry.register(
             "voluntary_disruption_queue_failures",
-            "Disruption commands rolled back (a replacement failed or timed out).",
-            m.disruption_queue_failures.clone(),
+            "Disruption commands rolled back (a replacement failed or timed out)",
+            Always(m.disruption_queue_failures.clone()),
         );
         registry.register(
             "voluntary_disruption_failed_validations",
-            "Consolidation commands abandoned because the validation after the delay failed.",
-            m.disruption_failed_validations.clone(),
+            "Consolidation commands abandoned because the validation after the delay failed",
+            Always(m.disruption_failed_validations.clone()),
         );
         registry.register(
             "nodepools_allowed_disruptions",
-            "Nodes of a nodepool its budgets allow to be disrupted now, by reason.",
-            m.nodepools_allowed_disruptions.clone(),
+            "Nodes of a nodepool its budgets allow to be disrupted now, by reason",
+            Always(m.nodepools_allowed_disruptions.clone()),
         );
         registry.register(
             "consolidation_score",
-            "Balanced consolidation scores of judged moves (approved at >= 0.5), by decision, nodepool and policy.",
-            m.consolidation_score.clone(),
+            "Balanced consolidation scores of judged moves (approved at >= 0.5), by decision, nodepool and policy",
+            Always(m.consolidation_score.clone()),
         );
         registry.register(
             "consolidation_moves",
-            "Consolidation moves judged, by decision (approved/rejected), nodepool and consolidation policy.",
-            m.consolidation_moves.clone(),
+            "Consolidation moves judged, by decision (approved/rejected), nodepool and consolidation policy",
+            Always(m.consolidation_moves.clone()),
         );
+        catalog.extend(first_set_catalog());
+        catalog.push(FamilyInfo {
+            name: m.nodes_termination_duration.name.to_string(),
+            kind: "summary",
+            labels: m.nodes_termination_duration.labels.to_vec(),
+        });
+        catalog.push(FamilyInfo {
+            name: m.x.pods_startup_duration.name.to_string(),
+            kind: "summary",
+            labels: Vec::new(),
+        });
         Metrics {
-            registry: std::sync::Mutex::new(registry),
+            registry: std::sync::Mutex::new(root),
+            catalog,
             ..m
         }
+    }
+
+    /// Every family registered at start (the provider's are not here).
+    pub fn catalog(&self) -> &[FamilyInfo] {
+        &self.catalog
     }
 
     /// Lets a cloud provider add its own metrics (upstream's provider metrics, such as
@@ -400,7 +470,7 @@ impl Metrics {
     /// [`crate::run::ProviderTaskContext::metrics`] while the replica starts, so the metrics are
     /// on `/metrics` from the first scrape.
     pub fn register_provider_metrics(&self, register: impl FnOnce(&mut Registry)) {
-        register(&mut self.lock_registry());
+        register(self.lock_registry().sub_registry_with_prefix("karpenter"));
     }
 
     /// The OpenMetrics text exposition.
@@ -408,7 +478,20 @@ impl Metrics {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.lock_registry());
+        // prometheus-client has no summaries: they go before the closing `# EOF`.
+        let body_end = out.strip_suffix("# EOF\n").map_or(out.len(), str::len);
+        out.truncate(body_end);
+        self.nodes_termination_duration.encode(&mut out);
+        self.x.pods_startup_duration.encode(&mut out);
+        out.push_str("# EOF\n");
         out
+    }
+
+    /// The same in Prometheus's classic text format (0.0.4), for clients that do not ask for
+    /// OpenMetrics (`promtool check metrics`, older scrapers): a counter family is named with
+    /// its `_total`, and there are no `# UNIT` or `# EOF` lines.
+    pub fn encode_text(&self) -> String {
+        openmetrics_to_text(&self.encode())
     }
 
     fn lock_registry(&self) -> std::sync::MutexGuard<'_, Registry> {
@@ -417,6 +500,210 @@ impl Metrics {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// See [`Metrics::encode_text`].
+pub fn openmetrics_to_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        match renamed {
+            Some(line) => out.push_str(&line),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// A metric whose `# HELP` and `# TYPE` lines are encoded even without a series
+/// (prometheus-client leaves out empty families; upstream's families are on the first scrape).
+#[derive(Debug)]
+pub(crate) struct Always<M>(pub M);
+
+impl<M: prometheus_client::encoding::EncodeMetric> prometheus_client::encoding::EncodeMetric
+    for Always<M>
+{
+    fn encode(
+        &self,
+        encoder: prometheus_client::encoding::MetricEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        self.0.metric_type()
+    }
+}
+
+/// One family as registered: its exported name (with `_total`/unit suffixes), its type and its
+/// label names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FamilyInfo {
+    pub name: String,
+    pub kind: &'static str,
+    pub labels: Vec<&'static str>,
+}
+
+/// The families [`Metrics::new`] registers itself (the first set, before `extra.rs`).
+fn first_set_catalog() -> Vec<FamilyInfo> {
+    const FIRST_SET: &[(&str, &str, &[&str])] = &[
+        ("karpenter_events_dropped_total", "counter", &[]),
+        (
+            "karpenter_nodeclaims_created_total",
+            "counter",
+            &["reason", "nodepool", "min_values_relaxed"],
+        ),
+        (
+            "karpenter_nodeclaims_terminated_total",
+            "counter",
+            &["nodepool", "capacity_type", "zone"],
+        ),
+        (
+            "karpenter_nodeclaims_disrupted_total",
+            "counter",
+            &["reason", "nodepool", "capacity_type"],
+        ),
+        (
+            "karpenter_nodes_created_total",
+            "counter",
+            &["nodepool", "zone"],
+        ),
+        (
+            "karpenter_nodes_terminated_total",
+            "counter",
+            &["nodepool", "zone"],
+        ),
+        (
+            "karpenter_nodeclaims_termination_duration_seconds",
+            "histogram",
+            &["nodepool"],
+        ),
+        (
+            "karpenter_nodes_lifetime_duration_seconds",
+            "histogram",
+            &["nodepool"],
+        ),
+        ("karpenter_pods_drained_total", "counter", &["reason"]),
+        (
+            "karpenter_pods_eviction_requests_total",
+            "counter",
+            &["code"],
+        ),
+        (
+            "karpenter_pods_state",
+            "gauge",
+            &[
+                "name",
+                "namespace",
+                "owner",
+                "node",
+                "scheduled",
+                "nodepool",
+                "zone",
+                "arch",
+                "capacity_type",
+                "instance_type",
+                "phase",
+                "ready",
+                "managed",
+            ],
+        ),
+        (
+            "karpenter_provisioner_scheduling_duration_seconds",
+            "histogram",
+            &[],
+        ),
+        (
+            "karpenter_scheduler_scheduling_duration_seconds",
+            "histogram",
+            &["controller"],
+        ),
+        (
+            "karpenter_scheduler_unschedulable_pods_count",
+            "gauge",
+            &["controller"],
+        ),
+        (
+            "karpenter_nodepools_usage",
+            "gauge",
+            &["nodepool", "resource_type"],
+        ),
+        (
+            "karpenter_nodepools_limit",
+            "gauge",
+            &["nodepool", "resource_type"],
+        ),
+        ("karpenter_cluster_state_node_count", "gauge", &[]),
+        ("karpenter_cluster_state_synced", "gauge", &[]),
+        (
+            "karpenter_cluster_state_ignored_objects",
+            "gauge",
+            &["kind"],
+        ),
+        ("karpenter_leader", "gauge", &[]),
+        (
+            "karpenter_voluntary_disruption_decisions_total",
+            "counter",
+            &["decision", "reason", "consolidation_type"],
+        ),
+        (
+            "karpenter_voluntary_disruption_eligible_nodes",
+            "gauge",
+            &["reason"],
+        ),
+        (
+            "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
+            "histogram",
+            &["reason", "consolidation_type"],
+        ),
+        (
+            "karpenter_voluntary_disruption_queue_failures_total",
+            "counter",
+            &["decision", "reason", "consolidation_type"],
+        ),
+        (
+            "karpenter_voluntary_disruption_failed_validations_total",
+            "counter",
+            &["consolidation_type"],
+        ),
+        (
+            "karpenter_nodepools_allowed_disruptions",
+            "gauge",
+            &["nodepool", "reason"],
+        ),
+        (
+            "karpenter_consolidation_score",
+            "histogram",
+            &["decision", "nodepool", "policy"],
+        ),
+        (
+            "karpenter_consolidation_moves_total",
+            "counter",
+            &["decision", "nodepool", "policy"],
+        ),
+    ];
+    FIRST_SET
+        .iter()
+        .map(|(name, kind, labels)| FamilyInfo {
+            name: (*name).to_string(),
+            kind,
+            labels: labels.to_vec(),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -444,14 +731,14 @@ mod tests {
             .get_or_create(&PodStateLabels {
                 name: "a".into(),
                 namespace: "default".into(),
-                node: String::new(),
-                nodepool: String::new(),
                 phase: "Pending".into(),
+                ..PodStateLabels::default()
             })
             .set(1);
         m.cluster_state_synced.set(1);
-        let _ = m.nodes_created.get_or_create(&NodePoolLabels {
+        let _ = m.nodes_created.get_or_create(&NodePoolZoneLabels {
             nodepool: "default".into(),
+            zone: "a".into(),
         });
         let pool = NodePoolLabels {
             nodepool: "default".into(),
@@ -459,9 +746,7 @@ mod tests {
         m.nodeclaims_termination_duration
             .get_or_create(&pool)
             .observe(12.0);
-        m.nodes_termination_duration
-            .get_or_create(&pool)
-            .observe(7.0);
+        m.nodes_termination_duration.observe(&["default"], 7.0);
         m.nodes_lifetime_duration
             .get_or_create(&pool)
             .observe(3600.0);
@@ -483,12 +768,23 @@ mod tests {
             "karpenter_nodeclaims_created_total{reason=\"provisioned\",nodepool=\"default\",min_values_relaxed=\"false\"} 1",
             "karpenter_nodepools_limit{nodepool=\"default\",resource_type=\"cpu\"} 1000.0",
             "karpenter_provisioner_scheduling_duration_seconds_count 1",
-            "karpenter_nodes_created_total{nodepool=\"default\"} 0",
+            "karpenter_nodes_created_total{nodepool=\"default\",zone=\"a\"} 0",
             "# TYPE karpenter_pods_state gauge",
             "karpenter_cluster_state_synced 1",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }
+    }
+
+    #[test]
+    fn the_classic_text_format_names_counters_with_their_total() {
+        let text = openmetrics_to_text(
+            "# HELP a_seconds A.\n# TYPE a_seconds histogram\n# UNIT a_seconds seconds\n# HELP b B.\n# TYPE b counter\nb_total 1\n# EOF\n",
+        );
+        assert_eq!(
+            text,
+            "# HELP a_seconds A.\n# TYPE a_seconds histogram\n# HELP b_total B.\n# TYPE b_total counter\nb_total 1\n"
+        );
     }
 
     #[test]
@@ -499,7 +795,7 @@ mod tests {
         m.register_provider_metrics(|registry| {
             registry.register(
                 "provider_things",
-                "Things a provider counts.",
+                "Things a provider counts",
                 provider_counter.clone(),
             );
         });
