@@ -24,11 +24,11 @@ use karpenter_core::scheduling::SchedulerOptions;
 use karpenter_core::state::ClusterState;
 use kube_core::ResourceExt;
 
-use super::pdb;
 use super::report::{NodeReport, ReplacementReport, UnschedulableReport};
 use crate::manifests::Manifests;
 use crate::pending::PendingPod;
 use crate::plan::{PlanOutcome, SimulateError, plan_with};
+use karpenter_core::disruption::orchestration::pdb;
 use karpenter_sim::SimCloudProvider;
 use karpenter_sim::launch::LaunchChoice;
 

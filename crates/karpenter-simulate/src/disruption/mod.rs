@@ -15,7 +15,6 @@
 //! upstream's 10 s poll, until nothing more would happen or `until` has passed.
 
 mod cluster;
-mod pdb;
 pub mod report;
 pub mod timeline;
 

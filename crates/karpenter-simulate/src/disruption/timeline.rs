@@ -30,9 +30,9 @@ use karpenter_core::provisioning::reschedulable::moves_with_its_node;
 use karpenter_core::state::ClusterState;
 
 use super::cluster::SimCluster;
-use super::pdb;
 use super::report::{CommandReport, round6};
 use crate::plan::SimulateError;
+use karpenter_core::disruption::orchestration::pdb;
 
 /// How long an instance takes from termination to gone by default: EC2 instances spend tens of
 /// seconds to a few minutes in `shutting-down`; a round minute.

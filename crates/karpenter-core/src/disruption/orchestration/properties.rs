@@ -1,0 +1,1 @@
+//! Invariants of the orchestration machine over random commands and nodes.
