@@ -69,6 +69,7 @@ pub fn run(
                 .pod_termination_seconds
                 .map(|s| SignedDuration::from_secs(i64::from(s))),
             instance_shutdown: SignedDuration::from_secs(i64::from(args.instance_shutdown_seconds)),
+            ..TimelineSettings::default()
         },
     };
     let disruption = simulate_disruption(manifests, provider, options, outcome, settings)

@@ -168,11 +168,7 @@ pub fn next(view: &CommandView, now: Timestamp) -> CommandPlan {
     }) {
         return CommandPlan::now(CommandStep::RollBack(Failure::LaunchFailed(message)));
     }
-    if view
-        .replacements
-        .iter()
-        .any(|r| *r == ReplacementView::NotCreated)
-    {
+    if view.replacements.contains(&ReplacementView::NotCreated) {
         return CommandPlan::now(CommandStep::CreateReplacements);
     }
     // 3. Wait for initialization, until the deadline.
