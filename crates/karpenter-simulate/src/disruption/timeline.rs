@@ -229,6 +229,7 @@ impl Timeline {
                 })
                 .collect(),
             replacements: vec![ReplacementView::NotCreated; replacements.len()],
+            committed: false,
         };
         let launched = vec![None; replacements.len()];
         self.in_flight.insert(
@@ -312,6 +313,8 @@ impl Timeline {
             }
             // Writes to the simulated cluster do not fail: nothing to drop.
             CommandStep::Drop(_) | CommandStep::WaitForInitialization { .. } => {}
+            // Every node on its way out is marked for deletion in each pass's state (`mark`).
+            CommandStep::Commit => flight.view.committed = true,
             CommandStep::CreateReplacements => {
                 let ready_at = self
                     .settings

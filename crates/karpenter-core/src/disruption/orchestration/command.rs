@@ -67,6 +67,8 @@ pub struct CommandView {
     pub timeout: SignedDuration,
     pub candidates: Vec<CandidateView>,
     pub replacements: Vec<ReplacementView>,
+    /// The [`CommandStep::Commit`] step was taken.
+    pub committed: bool,
 }
 
 /// Why a command is rolled back.
@@ -92,9 +94,12 @@ pub enum CommandStep {
     /// A delete-only command goes on without these candidates, whose marking failed: release
     /// them.
     Drop(Vec<String>),
-    /// Create every replacement not created yet; then mark the candidates for deletion (after
-    /// launching, so the provisioner does not launch for the same pods twice).
+    /// Create every replacement not created yet.
     CreateReplacements,
+    /// Every replacement is launched (or none is needed): mark the candidates for deletion in
+    /// the state (only now, so the provisioner does not launch for the same pods twice) and
+    /// count the decision.
+    Commit,
     /// Keep waiting until the replacements are initialized, at most until this deadline.
     WaitForInitialization { deadline: Timestamp },
     /// Delete these candidates' NodeClaims; termination drains them.
@@ -170,6 +175,9 @@ pub fn next(view: &CommandView, now: Timestamp) -> CommandPlan {
     }
     if view.replacements.contains(&ReplacementView::NotCreated) {
         return CommandPlan::now(CommandStep::CreateReplacements);
+    }
+    if !view.committed {
+        return CommandPlan::now(CommandStep::Commit);
     }
     // 3. Wait for initialization, until the deadline.
     if view.replacements.contains(&ReplacementView::Gone) {

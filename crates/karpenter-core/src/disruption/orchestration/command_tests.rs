@@ -24,6 +24,9 @@ fn view(candidates: Vec<CandidateView>, replacements: Vec<ReplacementView>) -> C
     CommandView {
         started_at: t0(),
         timeout: replacement_timeout(1),
+        // A view whose candidates are marked and replacements launched is past the commit.
+        committed: candidates.iter().all(|c| c.marking == Marking::Marked)
+            && !replacements.contains(&ReplacementView::NotCreated),
         candidates,
         replacements,
     }
@@ -51,6 +54,7 @@ fn run_to_end(
                     .replacements
                     .iter_mut()
                     .for_each(|r| *r = replacements_become.clone()),
+                CommandStep::Commit => view.committed = true,
                 CommandStep::DeleteCandidates(_) => {
                     view.candidates.iter_mut().for_each(|c| c.deleting = true)
                 }
@@ -143,6 +147,7 @@ fn should_fully_handle_a_command_when_replacements_are_initialized() {
         [
             CommandStep::Mark(vec!["n1".into()]),
             CommandStep::CreateReplacements,
+            CommandStep::Commit,
             CommandStep::DeleteCandidates(vec!["n1".into()]),
             CommandStep::Finish,
         ]
@@ -177,6 +182,7 @@ fn should_not_wait_for_replacements_when_none_are_needed() {
         steps,
         [
             CommandStep::Mark(vec!["n1".into()]),
+            CommandStep::Commit,
             CommandStep::DeleteCandidates(vec!["n1".into()]),
             CommandStep::Finish,
         ]
