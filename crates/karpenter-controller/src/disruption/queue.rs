@@ -1,12 +1,9 @@
-//! The orchestration queue (karpenter-core §4.12): runs one disruption [`Command`] to the end —
-//! mark the candidates, launch the replacements, wait until they are initialized, delete the
-//! candidates' NodeClaims — or rolls it back.
-//!
-//! Marking first (taint `karpenter.sh/disrupted:NoSchedule` on the Nodes, NodeClaim condition
-//! `DisruptionReason`) keeps new pods off the candidates while the replacements start. The
-//! candidates are deleted only once every replacement is initialized, so their pods always have
-//! somewhere to go; the termination controller then drains them (PDBs, do-not-disrupt pods and
-//! `terminationGracePeriod` are handled there).
+//! The orchestration queue (karpenter-core §4.12): executes one disruption [`Command`] as
+//! [`karpenter_core::disruption::orchestration::command`] says — mark the candidates, launch
+//! the replacements, wait until they are initialized, delete the candidates' NodeClaims — or
+//! rolls it back. The machine decides every step (the same machine `simulate --disruption`
+//! applies in virtual time); this module writes through the leader's writer and observes. The
+//! termination controller then drains the candidates.
 //!
 //! In the state, the candidates are "being disrupted" for the whole command: budgets count them
 //! ([`karpenter_core::disruption::BudgetMapping`]) and no other command may pick them. A crash
@@ -17,11 +14,15 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Taint};
 use karpenter_api::NodeClaim;
 use karpenter_api::v1::{CONDITION_TRUE, ConditionsExt, NODECLAIM_CONDITION_DISRUPTION_REASON};
 use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, DISRUPTED_TAINT_KEY};
+use karpenter_core::disruption::orchestration::command::{self, CommandStep};
+use karpenter_core::disruption::orchestration::{
+    CandidateView, CommandView, Failure, Marking, ReplacementView,
+};
 use karpenter_core::disruption::{Command, Method};
 use karpenter_core::state::ClusterState;
 use karpenter_core::taints::NO_SCHEDULE;
@@ -53,14 +54,30 @@ pub enum CommandError {
     NothingMarked,
     #[error("a candidate could not be marked and the command launches replacements")]
     PartlyMarked,
-    #[error("replacement nodeclaim {0} was deleted before it initialized")]
-    ReplacementDeleted(String),
+    #[error("a replacement could not launch: {0}")]
+    LaunchFailed(String),
+    #[error("a replacement nodeclaim was deleted before it initialized")]
+    ReplacementDeleted,
     #[error("replacements were not initialized within {0:?}")]
     ReplacementTimeout(Duration),
     #[error("this replica does not lead")]
     NotLeader,
     #[error(transparent)]
     Controller(#[from] crate::Error),
+}
+
+impl From<Failure> for CommandError {
+    fn from(failure: Failure) -> Self {
+        match failure {
+            Failure::NothingMarked => CommandError::NothingMarked,
+            Failure::PartlyMarked => CommandError::PartlyMarked,
+            Failure::LaunchFailed(message) => CommandError::LaunchFailed(message),
+            Failure::ReplacementDeleted => CommandError::ReplacementDeleted,
+            Failure::Timeout(timeout) => CommandError::ReplacementTimeout(
+                Duration::try_from(timeout).unwrap_or(Duration::ZERO),
+            ),
+        }
+    }
 }
 
 /// Claims the command's candidates in the state ("being disrupted"); refuses (claiming nothing)
@@ -135,54 +152,149 @@ pub async fn execute(
     }
 }
 
+/// Executes the steps of [`command::next`] until the command finishes or rolls back: the
+/// machine decides, this function only writes (through the leader's writer) and observes.
 async fn run(
     ctx: &Leader,
     command: &mut Command,
     created: &mut Vec<String>,
     timeout: Duration,
 ) -> Result<(), CommandError> {
-    // 1. Mark: taint the Nodes, set the NodeClaim condition.
-    let mut marked = Vec::new();
-    let mut failed = false;
-    for candidate in &command.candidates {
+    let api: Api<NodeClaim> = Api::all(ctx.writer());
+    let mut view = CommandView {
+        started_at: ctx.now(),
+        timeout: SignedDuration::try_from(timeout).unwrap_or(SignedDuration::MAX),
+        candidates: command
+            .candidates
+            .iter()
+            .map(|c| CandidateView {
+                name: c.name.clone(),
+                marking: Marking::NotYet,
+                deleting: false,
+            })
+            .collect(),
+        replacements: vec![ReplacementView::NotCreated; command.replacements.len()],
+        committed: false,
+    };
+    // The name of each replacement once created (same order as `view.replacements`).
+    let mut names: Vec<Option<String>> = vec![None; command.replacements.len()];
+    loop {
+        observe_replacements(ctx, &api, &names, &mut view.replacements).await;
+        let plan = command::next(&view, ctx.now());
+        for step in plan.steps {
+            match step {
+                CommandStep::Mark(names) => mark(ctx, command, &names, &mut view).await,
+                CommandStep::Drop(names) => {
+                    // A delete-only command goes on with the nodes it could mark.
+                    let mut state = ctx.state.write();
+                    for name in &names {
+                        state.unmark_being_disrupted(name);
+                    }
+                    drop(state);
+                    command.candidates.retain(|c| !names.contains(&c.name));
+                    view.candidates.retain(|c| !names.contains(&c.name));
+                }
+                CommandStep::CreateReplacements => {
+                    create_replacements(ctx, &api, command, &mut names, &mut view).await;
+                    *created = names.iter().flatten().cloned().collect();
+                }
+                CommandStep::Commit => {
+                    commit(ctx, command, !created.is_empty()).await;
+                    view.committed = true;
+                }
+                CommandStep::WaitForInitialization { deadline } => {
+                    publish(
+                        ctx,
+                        command,
+                        REASON_DISRUPTION_WAITING_READINESS,
+                        "Waiting on readiness to continue disruption",
+                    )
+                    .await;
+                    let left = deadline.duration_since(ctx.now());
+                    let left = Duration::try_from(left).unwrap_or(Duration::ZERO);
+                    tokio::time::sleep(READINESS_POLL.min(left)).await;
+                }
+                CommandStep::DeleteCandidates(names) => {
+                    delete_candidates(ctx, &api, command, &names).await?;
+                    for candidate in &mut view.candidates {
+                        candidate.deleting |= names.contains(&candidate.name);
+                    }
+                }
+                CommandStep::RollBack(failure) => return Err(failure.into()),
+                CommandStep::Finish => {
+                    publish(
+                        ctx,
+                        command,
+                        REASON_DISRUPTION_TERMINATING,
+                        &format!("Disrupting Node: {}", command.reason),
+                    )
+                    .await;
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Taints the Nodes `names` and sets their NodeClaims' `DisruptionReason`; records the
+/// outcome of each in `view`.
+async fn mark(ctx: &Leader, command: &Command, names: &[String], view: &mut CommandView) {
+    for candidate in command
+        .candidates
+        .iter()
+        .filter(|c| names.contains(&c.name))
+    {
         let result = async {
             set_taint(ctx, &candidate.name, true).await?;
             set_disruption_reason(ctx, &candidate.nodeclaim, Some(command.reason.as_str())).await
         }
         .await;
-        match result {
-            Ok(()) => marked.push(candidate.clone()),
+        let marking = match result {
+            Ok(()) => Marking::Marked,
             Err(err) => {
                 tracing::warn!(node = %candidate.name, error = %err, "failed to mark node for disruption");
-                failed = true;
+                Marking::Failed
             }
+        };
+        if let Some(seen) = view
+            .candidates
+            .iter_mut()
+            .find(|c| c.name == candidate.name)
+        {
+            seen.marking = marking;
         }
     }
-    if marked.is_empty() {
-        return Err(CommandError::NothingMarked);
-    }
-    if failed {
-        if !command.replacements.is_empty() {
-            return Err(CommandError::PartlyMarked);
-        }
-        // A delete-only command goes on with the nodes it could mark; release the others.
-        let mut state = ctx.state.write();
-        for candidate in &command.candidates {
-            if !marked.iter().any(|m| m.name == candidate.name) {
-                state.unmark_being_disrupted(&candidate.name);
-            }
-        }
-        drop(state);
-        command.candidates = marked;
-    }
+}
 
-    // 2. Launch the replacements.
-    let api: Api<NodeClaim> = Api::all(ctx.writer());
-    for replacement in &command.replacements {
+/// Creates the replacements not created yet.
+async fn create_replacements(
+    ctx: &Leader,
+    api: &Api<NodeClaim>,
+    command: &Command,
+    names: &mut [Option<String>],
+    view: &mut CommandView,
+) {
+    for ((replacement, seen), named) in command
+        .replacements
+        .iter()
+        .zip(&mut view.replacements)
+        .zip(names.iter_mut())
+    {
+        if *seen != ReplacementView::NotCreated {
+            continue;
+        }
         let claim =
-            timeouts::api(api.create(&karpenter_kube::identity::post_params(), replacement))
+            match timeouts::api(api.create(&karpenter_kube::identity::post_params(), replacement))
                 .await
-                .map_err(|err| crate::Error::kube("create replacement nodeclaim", err))?;
+            {
+                Ok(claim) => claim,
+                Err(err) => {
+                    *seen = ReplacementView::LaunchFailed(format!(
+                        "create replacement nodeclaim: {err}"
+                    ));
+                    continue;
+                }
+            };
         let name = claim.name_any();
         tracing::info!(nodeclaim = %name, nodepool = ?claim.nodepool_name(), "created replacement nodeclaim");
         ctx.metrics
@@ -198,9 +310,14 @@ async fn run(
             })
             .inc();
         ctx.state.write().remember(claim);
-        created.push(name);
+        *named = Some(name);
+        *seen = ReplacementView::Launching;
     }
-    // 3. Only now mark for deletion, so the provisioner does not launch for the same pods twice.
+}
+
+/// Marks the candidates for deletion in the state (only once the replacements are launched, so
+/// the provisioner does not launch for the same pods twice) and counts the decision.
+async fn commit(ctx: &Leader, command: &Command, launched: bool) {
     {
         let mut state = ctx.state.write();
         for candidate in &command.candidates {
@@ -213,9 +330,7 @@ async fn run(
         .inc();
     ctx.metrics
         .command_started(command, &decision_labels(command));
-
-    // 4. Wait until every replacement is initialized.
-    if !created.is_empty() {
+    if launched {
         publish(
             ctx,
             command,
@@ -223,11 +338,49 @@ async fn run(
             &format!("Launching NodeClaim: {}", command.reason),
         )
         .await;
-        wait_initialized(ctx, command, created, timeout).await?;
     }
+}
 
-    // 5. Delete the candidates' NodeClaims; termination drains them.
-    for candidate in &command.candidates {
+/// Reads each created replacement: initialized, still launching, or gone. A read error keeps
+/// what was seen last (the next look retries).
+async fn observe_replacements(
+    ctx: &Leader,
+    api: &Api<NodeClaim>,
+    names: &[Option<String>],
+    seen: &mut [ReplacementView],
+) {
+    for (name, seen) in names.iter().zip(seen.iter_mut()) {
+        let (Some(name), ReplacementView::Launching) = (name, &*seen) else {
+            continue;
+        };
+        match timeouts::api(api.get_opt(name)).await {
+            // Not returned by the API yet but in the state: still launching (upstream).
+            Ok(None) if ctx.state.read().nodeclaim(name).is_some() => {}
+            Ok(None) => *seen = ReplacementView::Gone,
+            Ok(Some(claim)) if is_initialized(&claim) => *seen = ReplacementView::Initialized,
+            Ok(Some(claim)) if claim.metadata.deletion_timestamp.is_some() => {
+                *seen = ReplacementView::Gone
+            }
+            Ok(Some(_)) => {}
+            Err(err) => {
+                tracing::debug!(nodeclaim = %name, error = %err, "cannot read replacement; retrying")
+            }
+        }
+    }
+}
+
+/// Deletes the candidates' NodeClaims `names`; termination drains them.
+async fn delete_candidates(
+    ctx: &Leader,
+    api: &Api<NodeClaim>,
+    command: &Command,
+    names: &[String],
+) -> Result<(), CommandError> {
+    for candidate in command
+        .candidates
+        .iter()
+        .filter(|c| names.contains(&c.name))
+    {
         let deleted = timeouts::api(api.delete(&candidate.nodeclaim, &DeleteParams::default()))
             .await
             .map(|_| true)
@@ -252,58 +405,7 @@ async fn run(
                 .inc();
         }
     }
-    publish(
-        ctx,
-        command,
-        REASON_DISRUPTION_TERMINATING,
-        &format!("Disrupting Node: {}", command.reason),
-    )
-    .await;
     Ok(())
-}
-
-async fn wait_initialized(
-    ctx: &Leader,
-    command: &Command,
-    created: &[String],
-    timeout: Duration,
-) -> Result<(), CommandError> {
-    let api: Api<NodeClaim> = Api::all(ctx.writer());
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut waiting: BTreeSet<String> = created.iter().cloned().collect();
-    loop {
-        let mut done = Vec::new();
-        for name in &waiting {
-            match timeouts::api(api.get_opt(name)).await {
-                Ok(None) => return Err(CommandError::ReplacementDeleted(name.clone())),
-                Ok(Some(claim)) if is_initialized(&claim) => done.push(name.clone()),
-                Ok(Some(claim)) if claim.metadata.deletion_timestamp.is_some() => {
-                    return Err(CommandError::ReplacementDeleted(name.clone()));
-                }
-                Ok(Some(_)) => {}
-                Err(err) => {
-                    tracing::debug!(nodeclaim = %name, error = %err, "cannot read replacement; retrying")
-                }
-            }
-        }
-        for name in done {
-            waiting.remove(&name);
-        }
-        if waiting.is_empty() {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(CommandError::ReplacementTimeout(timeout));
-        }
-        publish(
-            ctx,
-            command,
-            REASON_DISRUPTION_WAITING_READINESS,
-            "Waiting on readiness to continue disruption",
-        )
-        .await;
-        tokio::time::sleep(READINESS_POLL).await;
-    }
 }
 
 fn is_initialized(claim: &NodeClaim) -> bool {

@@ -1,9 +1,11 @@
 //! Node termination (upstream `node.termination` + the eviction queue): the
 //! `karpenter.sh/termination` finalizer on a deleting Node taints it
-//! `karpenter.sh/disrupted:NoSchedule`, drains it through the Eviction API tier by tier
-//! (PDB refusals retried with backoff, do-not-disrupt pods waited for, everything left
-//! force-deleted at the NodeClaim's `terminationGracePeriod` deadline), terminates the instance
-//! and finally releases the Node.
+//! `karpenter.sh/disrupted:NoSchedule`, then executes the steps of
+//! [`karpenter_core::disruption::orchestration::termination`] (the machine `simulate` applies
+//! too): drain through the Eviction API tier by tier (PDB refusals retried with backoff,
+//! do-not-disrupt pods waited for, everything left force-deleted at the NodeClaim's
+//! `terminationGracePeriod` deadline, pods stuck terminating ignored), the minimum drain time,
+//! terminate the instance, and finally release the Node.
 //!
 //! Only Nodes this controller registered are touched: they carry our finalizer and a providerID
 //! of this cloud provider; an instance is terminated only when a NodeClaim (or the
@@ -15,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_DISRUPTION_REASON};
 use karpenter_api::well_known::{
@@ -41,7 +43,9 @@ use crate::timeouts;
 use crate::workers::{MAX_CONCURRENT_RECONCILES, Workers, run_reconciler};
 use crate::writes::Leader;
 use drain::EvictionBackoff;
-use karpenter_core::drain::{self as drain_plan, Action, PodAction};
+use karpenter_core::disruption::orchestration::termination::{self, TerminationStep};
+use karpenter_core::disruption::orchestration::{InstanceView, NodeView};
+use karpenter_core::drain::{Action, PodAction};
 
 pub const REASON_EVICTED: &str = "Evicted";
 pub const REASON_DISRUPTED: &str = "Disrupted";
@@ -50,9 +54,7 @@ pub const REASON_TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeri
 
 /// Upstream requeues a draining node every second.
 pub const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
-/// After the last pod is gone, wait this long before terminating (catches pods bound just
-/// before the taint was seen).
-pub const MIN_DRAIN_TIME: SignedDuration = SignedDuration::from_secs(5);
+pub use karpenter_core::disruption::orchestration::termination::MIN_DRAIN_TIME;
 
 const MULTIPLE_PDBS_MESSAGE: &str = "more than one PodDisruptionBudget";
 
@@ -195,15 +197,13 @@ impl Terminator {
             })
         });
 
-        if !node_is_ready(&node)
+        let node_ready = node_is_ready(&node);
+        // Only a Node that is not Ready may be released undrained (its instance gone).
+        let instance_gone = !node_ready
             && matches!(
                 timeouts::cloud(ctx.cloud.get(&pid)).await,
                 Err(CloudError::NodeClaimNotFound(_))
-            )
-        {
-            tracing::info!(node = %node_name, "instance already gone; releasing node without draining");
-            return self.release(ctx, &node).await;
-        }
+            );
 
         let deadline = claim
             .as_ref()
@@ -242,76 +242,119 @@ impl Terminator {
 
         let now = ctx.now();
         let pods: Vec<Pod> = ctx.state.read().pods_on_node(&node_name).cloned().collect();
-        let refs: Vec<&Pod> = pods.iter().collect();
-        let plan = drain_plan::plan(&refs, now, deadline);
         lock(&self.backoff).retain(|key, uid| {
             pods.iter()
                 .any(|p| karpenter_core::pod::key(p) == key && p.uid().as_deref() == Some(uid))
         });
         let reason = drain_reason(claim.as_ref());
-        for action in &plan.actions {
-            self.act(ctx, &node, action, &reason, now).await;
-        }
-        if plan.waiting > 0 {
-            lock(&self.drained_since).remove(&node_name);
-            let message = format!(
-                "Failed to drain node, {} pods are waiting to be evicted",
-                plan.waiting
-            );
-            ctx.events
-                .publish(EventRecord::new(
-                    &node,
-                    EventType::Warning,
-                    REASON_FAILED_DRAINING,
-                    message,
-                ))
-                .await;
-            return Ok(());
-        }
-        let drained_at = *lock(&self.drained_since)
-            .entry(node_name.clone())
-            .or_insert_with(|| {
-                ctx.metrics
-                    .x
-                    .nodes_drained
-                    .get_or_create(&crate::metrics::NodePoolOnlyLabels {
-                        nodepool: node
-                            .labels()
-                            .get(NODEPOOL_LABEL)
-                            .cloned()
-                            .unwrap_or_default(),
-                    })
-                    .inc();
-                now
-            });
-        if now.duration_since(drained_at) < MIN_DRAIN_TIME {
-            return Ok(());
-        }
-
-        if let Some(instance) = &instance_claim {
-            let still_terminating = match timeouts::cloud(ctx.cloud_writes().delete(instance)).await
-            {
-                Ok(()) => true,
-                Err(CloudError::NodeClaimNotFound(_)) => false,
-                Err(source) => {
-                    return Err(crate::Error::Cloud {
-                        action: format!("terminate instance of node {node_name}"),
-                        source,
-                    });
-                }
+        let mut instance = if instance_gone {
+            InstanceView::Gone
+        } else {
+            InstanceView::Running
+        };
+        // The machine decides; each pass performs its steps. Termination of the instance
+        // answers at once whether it is already gone, so look again then (at most twice).
+        for _ in 0..3 {
+            let view = NodeView {
+                pods: pods.iter().collect(),
+                deadline,
+                // The Eviction API checks PDBs.
+                pdbs: None,
+                drained_since: lock(&self.drained_since).get(&node_name).copied(),
+                min_drain_time: MIN_DRAIN_TIME,
+                node_ready,
+                instance,
             };
-            // Upstream's awaitInstanceTermination: the NodeClaim says its instance is going as
-            // soon as the termination is asked for, even while the Node lingers (another
-            // finalizer): budgets and disruption no longer count it as a node being disrupted.
-            if let Some(claim) = &claim {
-                crate::nodeclaim::lifecycle::mark_instance_terminating(ctx, claim).await?;
+            let plan = termination::next(&view, now);
+            let mut terminated = false;
+            for step in &plan.steps {
+                match step {
+                    TerminationStep::Remove(action) => {
+                        self.act(ctx, &node, action, &reason, now).await
+                    }
+                    TerminationStep::WaitForPods { waiting, .. } => {
+                        lock(&self.drained_since).remove(&node_name);
+                        let message = format!(
+                            "Failed to drain node, {waiting} pods are waiting to be evicted"
+                        );
+                        ctx.events
+                            .publish(EventRecord::new(
+                                &node,
+                                EventType::Warning,
+                                REASON_FAILED_DRAINING,
+                                message,
+                            ))
+                            .await;
+                    }
+                    TerminationStep::Drained => {
+                        lock(&self.drained_since).insert(node_name.clone(), now);
+                        ctx.metrics
+                            .x
+                            .nodes_drained
+                            .get_or_create(&crate::metrics::NodePoolOnlyLabels {
+                                nodepool: node
+                                    .labels()
+                                    .get(NODEPOOL_LABEL)
+                                    .cloned()
+                                    .unwrap_or_default(),
+                            })
+                            .inc();
+                    }
+                    TerminationStep::TerminateInstance => {
+                        instance = self
+                            .terminate_instance(
+                                ctx,
+                                &node_name,
+                                instance_claim.as_ref(),
+                                claim.as_ref(),
+                            )
+                            .await?;
+                        terminated = true;
+                    }
+                    TerminationStep::ReleaseNode => return self.release(ctx, &node).await,
+                }
             }
-            if still_terminating {
-                // Poll until the provider no longer knows it.
+            // Poll a terminating instance until the provider no longer knows it.
+            if !terminated || instance != InstanceView::Gone {
                 return Ok(());
             }
         }
-        self.release(ctx, &node).await
+        Ok(())
+    }
+
+    /// Asks the provider to terminate the instance (when karpenter-rs launched one); says
+    /// whether it is still terminating or already gone.
+    async fn terminate_instance(
+        &self,
+        ctx: &Leader,
+        node_name: &str,
+        instance_claim: Option<&NodeClaim>,
+        claim: Option<&NodeClaim>,
+    ) -> crate::Result<InstanceView> {
+        let Some(instance) = instance_claim else {
+            return Ok(InstanceView::Gone);
+        };
+        let still_terminating = match timeouts::cloud(ctx.cloud_writes().delete(instance)).await {
+            Ok(()) => true,
+            Err(CloudError::NodeClaimNotFound(_)) => false,
+            Err(source) => {
+                return Err(crate::Error::Cloud {
+                    action: format!("terminate instance of node {node_name}"),
+                    source,
+                });
+            }
+        };
+        // Upstream's awaitInstanceTermination: the NodeClaim says its instance is going as
+        // soon as the termination is asked for, even while the Node lingers (another
+        // finalizer): budgets and disruption no longer count it as a node being disrupted.
+        if let Some(claim) = claim {
+            crate::nodeclaim::lifecycle::mark_instance_terminating(ctx, claim).await?;
+        }
+        Ok(if still_terminating {
+            InstanceView::Terminating { gone_at: None }
+        } else {
+            InstanceView::Gone
+        })
     }
 
     /// Removes our finalizer: the Node goes away.

@@ -17,7 +17,9 @@
 //! - [`command`]: the vocabulary shared with the controller's orchestration queue and
 //!   `simulate --disruption` ([`Command`], [`Pass`], [`DisruptionInput`]);
 //! - [`decide`]: one pass of the loop — the methods in upstream's order, the first that finds
-//!   work wins.
+//!   work wins;
+//! - [`orchestration`]: carrying a command out (mark, replace, wait, roll back, delete, drain,
+//!   terminate) as a pure phase machine the controller executes and `simulate` applies.
 
 pub mod balanced;
 pub mod budgets;
@@ -28,6 +30,7 @@ pub mod drift;
 pub mod emptiness;
 pub mod expiration;
 pub mod facts;
+pub mod orchestration;
 pub mod repair;
 pub mod score;
 pub mod simulate;

@@ -24,11 +24,11 @@ use karpenter_core::scheduling::SchedulerOptions;
 use karpenter_core::state::ClusterState;
 use kube_core::ResourceExt;
 
-use super::pdb;
 use super::report::{NodeReport, ReplacementReport, UnschedulableReport};
 use crate::manifests::Manifests;
 use crate::pending::PendingPod;
 use crate::plan::{PlanOutcome, SimulateError, plan_with};
+use karpenter_core::disruption::orchestration::pdb;
 use karpenter_sim::SimCloudProvider;
 use karpenter_sim::launch::LaunchChoice;
 
@@ -205,9 +205,9 @@ impl<'p> SimCluster<'p> {
         self.pods.remove(key)
     }
 
-    /// `karpenter.sh/disrupted:NoSchedule` on the Node, as the orchestration queue taints a
-    /// candidate: no pod is placed there any more.
-    pub fn taint_disrupted(&mut self, node: &str) {
+    /// `karpenter.sh/disrupted:NoSchedule` on the Node (`on`), as the orchestration queue taints a
+    /// candidate: no pod is placed there any more; or off again, as a rollback untaints it.
+    pub fn taint_disrupted(&mut self, node: &str, on: bool) {
         let Some(spec) = self
             .nodes
             .get_mut(node)
@@ -216,12 +216,16 @@ impl<'p> SimCluster<'p> {
             return;
         };
         let taints = spec.taints.get_or_insert_with(Vec::new);
-        if !taints.iter().any(|t| t.key == wk::DISRUPTED_TAINT_KEY) {
+        taints.retain(|t| t.key != wk::DISRUPTED_TAINT_KEY);
+        if on {
             taints.push(Taint {
                 key: wk::DISRUPTED_TAINT_KEY.to_string(),
                 effect: "NoSchedule".to_string(),
                 ..Default::default()
             });
+        }
+        if taints.is_empty() {
+            spec.taints = None;
         }
     }
 
@@ -279,7 +283,7 @@ impl<'p> SimCluster<'p> {
                 capacity_type: planned.capacity_type.clone(),
                 price: planned.price,
             };
-            let name = self.launch(claim.clone(), &choice, now, initialized_at);
+            let name = self.launch(claim.clone(), &choice, now, Some(initialized_at));
             for key in &planned.pods {
                 if let Some(pod) = pending.remove(key) {
                     self.bind(pod, &name, now);
@@ -297,13 +301,14 @@ impl<'p> SimCluster<'p> {
         launched
     }
 
-    /// Adds a Node and its NodeClaim for `claim` launched as `choice`; returns the name.
+    /// Adds a Node and its NodeClaim for `claim` launched as `choice`; returns the name. It
+    /// initializes at `initialized_at` (`None`: never).
     pub fn launch(
         &mut self,
         mut claim: NodeClaim,
         choice: &LaunchChoice,
         now: Timestamp,
-        initialized_at: Timestamp,
+        initialized_at: Option<Timestamp>,
     ) -> String {
         let pool = claim.nodepool_name().unwrap_or_default().to_string();
         let name = self.fresh_name(&pool);
@@ -380,8 +385,10 @@ impl<'p> SimCluster<'p> {
         self.claims.insert(name.clone(), claim);
         self.nodes.insert(name.clone(), node);
         self.launched_prices.insert(name.clone(), choice.price);
-        self.initializing.insert(name.clone(), initialized_at);
-        self.initialize_due(now);
+        if let Some(at) = initialized_at {
+            self.initializing.insert(name.clone(), at);
+            self.initialize_due(now);
+        }
         name
     }
 

@@ -15,7 +15,6 @@
 //! upstream's 10 s poll, until nothing more would happen or `until` has passed.
 
 mod cluster;
-mod pdb;
 pub mod report;
 pub mod timeline;
 
@@ -35,7 +34,7 @@ use karpenter_core::state::ClusterState;
 use super::manifests::Manifests;
 use super::plan::{PlanOutcome, SimulateError};
 pub use cluster::INITIALIZATION;
-use cluster::{SimCluster, replacement_report};
+use cluster::SimCluster;
 use karpenter_sim::SimCloudProvider;
 pub use report::PlanWithDisruption;
 use report::{
@@ -84,8 +83,6 @@ pub enum DisruptionSimError {
     },
     #[error("--until {0} goes past the end of time")]
     UntilOverflow(SignedDuration),
-    #[error("replacement for command at {at} could not launch: {message}")]
-    Launch { at: Timestamp, message: String },
 }
 
 /// Runs the loop on the cluster of `manifests` plus the first plan's NodeClaims (`outcome`).
@@ -135,7 +132,7 @@ pub(crate) fn run(
             });
         }
         cluster.initialize_due(now);
-        timeline.advance(&mut cluster, now, &mut commands)?;
+        timeline.advance(&mut cluster, provider, now, &mut commands)?;
         let expired: Vec<String> = expiration::expired(&cluster.state(), now)
             .into_iter()
             .filter(|claim| {
@@ -146,9 +143,16 @@ pub(crate) fn run(
             .collect();
         if !expired.is_empty() {
             for claim in expired {
-                expire(&mut cluster, &mut timeline, &claim, now, &mut commands);
+                expire(
+                    &mut cluster,
+                    &mut timeline,
+                    provider,
+                    &claim,
+                    now,
+                    &mut commands,
+                );
             }
-            timeline.advance(&mut cluster, now, &mut commands)?;
+            timeline.advance(&mut cluster, provider, now, &mut commands)?;
         }
         let mut state = cluster.state();
         timeline.mark(&mut state);
@@ -181,9 +185,9 @@ pub(crate) fn run(
                 pass,
                 now,
                 &mut commands,
-            )?;
+            );
             // Deletes drain at once.
-            timeline.advance(&mut cluster, now, &mut commands)?;
+            timeline.advance(&mut cluster, provider, now, &mut commands)?;
         }
         let poll = now.checked_add(POLL).unwrap_or(now);
         let next = [
@@ -279,6 +283,7 @@ fn next_instant(
 fn expire(
     cluster: &mut SimCluster<'_>,
     timeline: &mut Timeline,
+    provider: &SimCloudProvider,
     claim: &str,
     now: Timestamp,
     reports: &mut Vec<CommandReport>,
@@ -307,19 +312,27 @@ fn expire(
         savings_per_hour: savings(&candidates, &[]),
         candidates,
         replacements: Vec::new(),
+        rolled_back: None,
     });
-    match node {
-        Some(node) => timeline.start(cluster, index, &[node], Vec::new(), None, now),
-        None => {
-            cluster.remove_claim(claim);
-            timeline.start(cluster, index, &[], Vec::new(), None, now);
-            timeline.complete_now(index, now, reports);
-        }
+    let node: Vec<String> = node.into_iter().collect();
+    if node.is_empty() {
+        cluster.remove_claim(claim);
     }
+    timeline.start(
+        cluster,
+        provider,
+        index,
+        &node,
+        Vec::new(),
+        None,
+        now,
+        reports,
+    );
+    timeline.complete_now(index, now, reports);
 }
 
-/// Starts the pass's commands at `now`: replacements launch (initialized
-/// [`INITIALIZATION`] later), candidates are tainted and go through the [`Timeline`].
+/// Starts the pass's commands at `now`: the [`Timeline`] marks the candidates and launches
+/// the replacements (initialized [`INITIALIZATION`] later), as the orchestration machine says.
 fn start_commands(
     cluster: &mut SimCluster<'_>,
     timeline: &mut Timeline,
@@ -327,8 +340,7 @@ fn start_commands(
     pass: Pass,
     now: Timestamp,
     reports: &mut Vec<CommandReport>,
-) -> Result<(), DisruptionSimError> {
-    let ready_at = now.checked_add(INITIALIZATION).unwrap_or(now);
+) {
     for command in pass.commands {
         let Command {
             method,
@@ -343,20 +355,7 @@ fn start_commands(
         } else {
             "replace"
         };
-        let mut launched = Vec::new();
-        for claim in replacements {
-            let choice =
-                provider
-                    .launch_choice(&claim)
-                    .map_err(|e| DisruptionSimError::Launch {
-                        at: now,
-                        message: e.to_string(),
-                    })?;
-            let name = cluster.launch(claim, &choice, now, ready_at);
-            launched.push(replacement_report(&name, &choice));
-        }
         let names: Vec<String> = candidates.iter().map(|c| c.name.clone()).collect();
-        let launched_names: Vec<String> = launched.iter().map(|r| r.name.clone()).collect();
         let candidates: Vec<CandidateReport> = candidates
             .into_iter()
             .map(|c| CandidateReport {
@@ -375,13 +374,22 @@ fn start_commands(
             reason: reason.as_str().to_string(),
             decision: decision.to_string(),
             method: method.as_str().to_string(),
-            savings_per_hour: savings(&candidates, &launched),
+            savings_per_hour: savings(&candidates, &[]),
             candidates,
-            replacements: launched,
+            replacements: Vec::new(),
+            rolled_back: None,
         });
-        timeline.start(cluster, index, &names, launched_names, Some(reason), now);
+        timeline.start(
+            cluster,
+            provider,
+            index,
+            &names,
+            replacements,
+            Some(reason),
+            now,
+            reports,
+        );
     }
-    Ok(())
 }
 
 fn savings(candidates: &[CandidateReport], replacements: &[report::ReplacementReport]) -> f64 {

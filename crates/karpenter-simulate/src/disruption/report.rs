@@ -51,6 +51,18 @@ pub struct CommandReport {
     pub replacements: Vec<ReplacementReport>,
     /// Σ candidate prices − Σ replacement prices, USD per hour.
     pub savings_per_hour: f64,
+    /// Set when the command was rolled back (a replacement failed to launch, was deleted, or
+    /// did not initialize in time): its candidates were untainted and stay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back: Option<RolledBack>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolledBack {
+    /// RFC 3339.
+    pub at: String,
+    pub reason: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

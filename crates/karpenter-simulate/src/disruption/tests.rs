@@ -14,6 +14,15 @@ fn run(
     until: SignedDuration,
     max_steps: usize,
 ) -> Result<DisruptionReport, DisruptionSimError> {
+    run_with(yaml, until, max_steps, TimelineSettings::default())
+}
+
+fn run_with(
+    yaml: &str,
+    until: SignedDuration,
+    max_steps: usize,
+    timeline: TimelineSettings,
+) -> Result<DisruptionReport, DisruptionSimError> {
     let now: Timestamp = "2026-01-30T23:00:00Z".parse().unwrap();
     let mut manifests = Manifests::new();
     manifests.load_str("cluster.yaml", yaml).unwrap();
@@ -29,7 +38,7 @@ fn run(
             until,
             max_steps,
             feature_gates: Default::default(),
-            timeline: TimelineSettings::default(),
+            timeline,
         },
     )
 }
@@ -42,12 +51,13 @@ fn the_empty_node_goes_when_consolidate_after_has_passed_since_now() {
     assert_eq!(command.at, "2026-01-30T23:10:00Z");
     assert_eq!(command.reason, "Empty");
     assert_eq!(command.candidates[0].name, "node-b");
-    // Nothing to drain; the instance takes its 60 s to shut down.
+    // Nothing to drain; upstream's 5 s minimum drain time, then the instance takes its 60 s
+    // to shut down.
     assert_eq!(
         command.completed_at.as_deref(),
-        Some("2026-01-30T23:11:00Z")
+        Some("2026-01-30T23:11:05Z")
     );
-    assert_eq!(report.completed_at.as_deref(), Some("2026-01-30T23:11:00Z"));
+    assert_eq!(report.completed_at.as_deref(), Some("2026-01-30T23:11:05Z"));
     assert_eq!(report.before.nodes, 2);
     assert_eq!(report.after.nodes.len(), 1);
 }
@@ -107,25 +117,25 @@ fn a_budget_of_one_serialises_a_rollout_and_every_drifted_node_is_replaced() {
         .iter()
         .map(|c| c.completed_at.as_deref())
         .collect();
-    // Each: replacement initialized after 60 s, the pod's 30 s grace, 60 s of shutdown; the
-    // next starts when the previous candidate is gone, not before.
+    // Each: replacement initialized after 60 s, the pod's 30 s grace, 5 s minimum drain time,
+    // 60 s of shutdown; the next starts when the previous candidate is gone, not before.
     assert_eq!(
         starts,
         [
             "2026-01-30T23:00:00Z",
-            "2026-01-30T23:02:30Z",
-            "2026-01-30T23:05:00Z"
+            "2026-01-30T23:02:35Z",
+            "2026-01-30T23:05:10Z"
         ]
     );
     assert_eq!(
         ends,
         [
-            Some("2026-01-30T23:02:30Z"),
-            Some("2026-01-30T23:05:00Z"),
-            Some("2026-01-30T23:07:30Z")
+            Some("2026-01-30T23:02:35Z"),
+            Some("2026-01-30T23:05:10Z"),
+            Some("2026-01-30T23:07:45Z")
         ]
     );
-    assert_eq!(report.completed_at.as_deref(), Some("2026-01-30T23:07:30Z"));
+    assert_eq!(report.completed_at.as_deref(), Some("2026-01-30T23:07:45Z"));
     assert!(report.in_flight.is_empty());
     assert!(trace.converged);
     assert!(
@@ -194,10 +204,10 @@ fn a_pdb_lets_one_pod_go_at_a_time_and_the_next_waits_until_the_first_runs_again
         "{:?}",
         trace.pdb_samples
     );
-    // The last pod's 30 s grace, then 60 s of shutdown.
+    // The last pod's 30 s grace, the 5 s minimum drain time, then 60 s of shutdown.
     assert_eq!(
         report.commands[0].completed_at.as_deref(),
-        Some("2026-01-30T23:02:50Z")
+        Some("2026-01-30T23:02:55Z")
     );
 }
 
@@ -236,7 +246,7 @@ fn a_do_not_disrupt_pod_holds_the_drain_until_the_termination_grace_period_force
     assert!(eviction.at > at("2026-01-30T23:04:30Z"), "{eviction:?}");
     assert_eq!(
         report.commands[0].completed_at.as_deref(),
-        Some("2026-01-30T23:06:00Z")
+        Some("2026-01-30T23:06:05Z")
     );
 }
 
@@ -341,4 +351,61 @@ fn a_nodepool_on_an_older_hash_version_re_stamps_its_nodeclaims_instead_of_drift
     assert!(yaml.contains("hash-version: v2\nspec:\n  expireAfter"));
     let report = run(&yaml, SignedDuration::from_hours(24), MAX_STEPS).unwrap();
     assert!(report.commands.is_empty(), "{report:#?}");
+}
+
+/// Issue 33: the simulation had no timeout; a replacement that never initializes now rolls its
+/// command back after upstream's 10 minutes, visible in the report, and the candidate stays.
+#[test]
+fn a_replacement_that_never_initializes_rolls_its_command_back_after_the_timeout() {
+    let report = run_with(
+        DRIFTED,
+        SignedDuration::from_mins(15),
+        MAX_STEPS,
+        TimelineSettings {
+            initialization: None,
+            ..TimelineSettings::default()
+        },
+    )
+    .unwrap();
+    let first = &report.commands[0];
+    assert_eq!(first.reason, "Drifted");
+    assert_eq!(first.at, "2026-01-30T23:00:00Z");
+    let rolled_back = first.rolled_back.as_ref().expect("rolled back");
+    assert_eq!(rolled_back.at, "2026-01-30T23:10:00Z");
+    assert!(
+        rolled_back.reason.contains("not initialized within"),
+        "{rolled_back:?}"
+    );
+    assert_eq!(first.completed_at, None);
+    assert!(
+        report.after.nodes.iter().any(|n| n.name == "node-drifted"),
+        "the candidate stays: {report:#?}"
+    );
+    let json = serde_json::to_value(first).unwrap();
+    assert_eq!(json["rolledBack"]["at"], "2026-01-30T23:10:00Z");
+}
+
+/// Issue 33: a node whose only pod is terminating with a finalizer stayed "on its way out"
+/// forever; upstream counts a pod more than a minute past its deletion time as stuck and
+/// finishes the drain.
+#[test]
+fn a_node_whose_only_pod_is_stuck_terminating_finishes_its_drain() {
+    let yaml = DRIFTED.replace(
+        "  labels: {app: web}\n",
+        "  labels: {app: web}\n  deletionTimestamp: \"2026-01-30T23:00:30Z\"\n  finalizers: [example.com/hold]\n",
+    );
+    assert_ne!(yaml, DRIFTED);
+    let report = run(&yaml, SignedDuration::from_hours(24), MAX_STEPS).unwrap();
+    assert_eq!(report.commands.len(), 1, "{report:#?}");
+    assert!(report.in_flight.is_empty(), "{report:#?}");
+    // Stuck from 23:01:31 (a minute past its deletion time), the 5 s minimum drain time, 60 s
+    // of shutdown.
+    let completed: Timestamp = report.commands[0]
+        .completed_at
+        .as_deref()
+        .expect("completed")
+        .parse()
+        .unwrap();
+    assert!(completed <= at("2026-01-30T23:02:36Z"), "{completed}");
+    assert!(completed > at("2026-01-30T23:01:30Z"), "{completed}");
 }

@@ -1,18 +1,17 @@
 //! How a disrupted node leaves the simulated cluster, in the time a cluster takes (issue 21
-//! item 6), following upstream's orchestration queue and termination controller:
+//! item 6; issue 33): the steps of the orchestration machine
+//! ([`karpenter_core::disruption::orchestration`]) the controller executes, applied to the
+//! simulated cluster in virtual time. This module only performs them and keeps the clock:
 //!
-//! 1. **Awaiting replacements.** The command taints its candidates
-//!    (`karpenter.sh/disrupted:NoSchedule`) and launches its replacements; the candidates are
-//!    marked as being disrupted, so they count against their NodePool's budget from now on.
-//! 2. **Draining**, once every replacement is initialized (at once for a delete or an
-//!    expiration): [`karpenter_core::drain::plan`] says which pods go next (tier by tier,
-//!    do-not-disrupt pods held until the NodeClaim's `terminationGracePeriod` forces them); each
-//!    eviction passes the Eviction API's PDB check ([`super::pdb`]) or is retried at the next
-//!    step. An evicted pod is provisioned again at once (its controller re-creates it) and its old
-//!    copy terminates on the node after [`TimelineSettings::pod_termination`].
-//! 3. **Shutting down**, once no pod is left: the instance takes
-//!    [`TimelineSettings::instance_shutdown`], then the Node and NodeClaim are gone and the node
-//!    stops counting against its budget.
+//! - a command's [`command::next`] marks (taints) the candidates, launches the replacements,
+//!   waits for them to initialize until upstream's timeout, then deletes the candidates — or
+//!   rolls back (untaints them; the command's report says when and why);
+//! - a deleted candidate's [`termination::next`] evicts its pods in drain order with the PDB
+//!   check, force-deletes what the `terminationGracePeriod` deadline demands, ignores pods
+//!   stuck terminating, waits the minimum drain time, terminates the instance
+//!   ([`TimelineSettings::instance_shutdown`]) and releases the Node. An evicted pod is
+//!   provisioned again at once (its controller re-creates it) and its old copy terminates on
+//!   the node after [`TimelineSettings::pod_termination`].
 //!
 //! A command is complete when its last candidate is gone. Several commands may be in flight;
 //! each pass's budgets see every node still on its way out.
@@ -21,17 +20,24 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use karpenter_api::NodeClaim;
 use karpenter_core::disruption::candidates::Rejection;
+use karpenter_core::disruption::orchestration::command::{self, CommandStep};
+use karpenter_core::disruption::orchestration::termination::{self, MIN_DRAIN_TIME};
+use karpenter_core::disruption::orchestration::{
+    CandidateView, CommandView, InstanceView, Marking, NodeView, ReplacementView, TerminationStep,
+    pdb, replacement_timeout,
+};
 use karpenter_core::disruption::{BudgetAllowance, DisruptionReason, PoolNodeCount};
 use karpenter_core::drain::{self, Action, grace_seconds};
 use karpenter_core::nodeclaim_lifecycle::termination_deadline;
-use karpenter_core::pod::{self, Pod};
+use karpenter_core::pod::Pod;
 use karpenter_core::provisioning::reschedulable::moves_with_its_node;
 use karpenter_core::state::ClusterState;
+use karpenter_sim::SimCloudProvider;
 
-use super::cluster::SimCluster;
-use super::pdb;
-use super::report::{CommandReport, round6};
+use super::cluster::{INITIALIZATION, SimCluster, replacement_report};
+use super::report::{CommandReport, RolledBack, round6};
 use crate::plan::SimulateError;
 
 /// How long an instance takes from termination to gone by default: EC2 instances spend tens of
@@ -48,8 +54,11 @@ pub struct TimelineSettings {
     /// `terminationGracePeriodSeconds`. `None`: the whole grace period (Kubernetes' default
     /// 30 s when the pod sets none), the slowest a pod may be.
     pub pod_termination: Option<SignedDuration>,
-    /// From the last pod gone to the instance gone.
+    /// From the termination of the instance to the instance gone.
     pub instance_shutdown: SignedDuration,
+    /// How long a replacement takes to initialize; `None`: it never does (the command then
+    /// rolls back at upstream's timeout).
+    pub initialization: Option<SignedDuration>,
 }
 
 impl Default for TimelineSettings {
@@ -57,22 +66,33 @@ impl Default for TimelineSettings {
         TimelineSettings {
             pod_termination: None,
             instance_shutdown: DEFAULT_INSTANCE_SHUTDOWN,
+            initialization: Some(INITIALIZATION),
         }
     }
+}
+
+/// A command between its start and the deletion of its candidates (or its rollback).
+#[derive(Clone, Debug)]
+struct InFlight {
+    view: CommandView,
+    /// The replacements to create, and the name of each once created.
+    claims: Vec<NodeClaim>,
+    launched: Vec<Option<String>>,
 }
 
 /// Where a node on its way out is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Phase {
-    /// Tainted; the drain waits for these replacements to initialize.
-    AwaitingReplacements(Vec<String>),
-    Draining {
+    /// Tainted; its command has not deleted it yet.
+    Marked,
+    /// Its NodeClaim is deleting: the termination machine has it.
+    Terminating {
         started: Timestamp,
         /// Drain start + the NodeClaim's `terminationGracePeriod`.
         deadline: Option<Timestamp>,
-    },
-    ShuttingDown {
-        gone_at: Timestamp,
+        drained_since: Option<Timestamp>,
+        /// When the instance is gone, once its termination was asked for.
+        gone_at: Option<Timestamp>,
     },
 }
 
@@ -138,6 +158,8 @@ pub struct PdbSample {
 pub struct Timeline {
     settings: TimelineSettings,
     retiring: BTreeMap<String, Retiring>,
+    /// Commands not past their candidates' deletion, by report index.
+    in_flight: BTreeMap<usize, InFlight>,
     /// Per command report: its candidates not gone yet and the latest instant one went.
     open: BTreeMap<usize, (BTreeSet<String>, Option<Timestamp>)>,
     /// Something changed in the last [`Timeline::advance`] (an eviction, a phase, a node gone),
@@ -173,56 +195,195 @@ impl Timeline {
         }
     }
 
-    /// Registers command report `command` (already in `reports`) and starts its candidates:
-    /// tainted now, drained once `replacements` are initialized. `reason` is the voluntary
+    /// Registers command report `command` (already in `reports`) and runs it as far as it goes
+    /// at `now`: `candidates` are marked, `replacements` launched. `reason` is the voluntary
     /// reason whose budget the command is within (`None` for expiration, which has none).
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         &mut self,
         cluster: &mut SimCluster<'_>,
+        provider: &SimCloudProvider,
         command: usize,
         candidates: &[String],
-        replacements: Vec<String>,
+        replacements: Vec<NodeClaim>,
         reason: Option<DisruptionReason>,
         now: Timestamp,
+        reports: &mut [CommandReport],
     ) {
-        let mut open = BTreeSet::new();
-        for name in candidates {
-            if !cluster.has_node(name) || self.retiring.contains_key(name) {
-                continue;
-            }
-            cluster.taint_disrupted(name);
-            let pool = cluster.node_pool_of(name);
-            let phase = if replacements.is_empty() {
-                self.drain_phase(cluster, name, now)
-            } else {
-                Phase::AwaitingReplacements(replacements.clone())
-            };
-            self.retiring.insert(
-                name.clone(),
-                Retiring {
-                    command,
-                    pool,
-                    phase,
-                    terminating: Vec::new(),
-                },
-            );
-            open.insert(name.clone());
-        }
-        self.open.insert(command, (open, None));
+        let candidates: Vec<String> = candidates
+            .iter()
+            .filter(|name| cluster.has_node(name) && !self.retiring.contains_key(*name))
+            .cloned()
+            .collect();
+        self.open
+            .insert(command, (candidates.iter().cloned().collect(), None));
+        let view = CommandView {
+            started_at: now,
+            timeout: replacement_timeout(self.in_flight.len().saturating_add(1)),
+            candidates: candidates
+                .iter()
+                .map(|name| CandidateView {
+                    name: name.clone(),
+                    marking: Marking::NotYet,
+                    deleting: false,
+                })
+                .collect(),
+            replacements: vec![ReplacementView::NotCreated; replacements.len()],
+            committed: false,
+        };
+        let launched = vec![None; replacements.len()];
+        self.in_flight.insert(
+            command,
+            InFlight {
+                view,
+                claims: replacements,
+                launched,
+            },
+        );
+        self.drive(cluster, provider, command, now, reports);
         if let Some(reason) = reason {
-            self.record_budgets(cluster, candidates, reason, now);
+            self.record_budgets(cluster, &candidates, reason, now);
         }
     }
 
-    fn drain_phase(&self, cluster: &SimCluster<'_>, node: &str, now: Timestamp) -> Phase {
+    /// Applies command `index`'s steps at `now` until it waits or ends.
+    fn drive(
+        &mut self,
+        cluster: &mut SimCluster<'_>,
+        provider: &SimCloudProvider,
+        index: usize,
+        now: Timestamp,
+        reports: &mut [CommandReport],
+    ) {
+        // Each step changes what the next observes; a command has at most five phases.
+        for _ in 0..8 {
+            let Some(flight) = self.in_flight.get_mut(&index) else {
+                return;
+            };
+            for (seen, name) in flight.view.replacements.iter_mut().zip(&flight.launched) {
+                if let Some(name) = name {
+                    *seen = if !cluster.has_node(name) {
+                        ReplacementView::Gone
+                    } else if cluster.initialized_or_gone(name) {
+                        ReplacementView::Initialized
+                    } else {
+                        ReplacementView::Launching
+                    };
+                }
+            }
+            let plan = command::next(&flight.view, now);
+            for step in &plan.steps {
+                self.apply_command_step(cluster, provider, index, step, now, reports);
+            }
+            if plan.is_final() || plan.look_again.is_some() {
+                return;
+            }
+        }
+    }
+
+    fn apply_command_step(
+        &mut self,
+        cluster: &mut SimCluster<'_>,
+        provider: &SimCloudProvider,
+        index: usize,
+        step: &CommandStep,
+        now: Timestamp,
+        reports: &mut [CommandReport],
+    ) {
+        let Some(flight) = self.in_flight.get_mut(&index) else {
+            return;
+        };
+        match step {
+            CommandStep::Mark(names) => {
+                for name in names {
+                    cluster.taint_disrupted(name, true);
+                    self.retiring.insert(
+                        name.clone(),
+                        Retiring {
+                            command: index,
+                            pool: cluster.node_pool_of(name),
+                            phase: Phase::Marked,
+                            terminating: Vec::new(),
+                        },
+                    );
+                }
+                for candidate in &mut flight.view.candidates {
+                    candidate.marking = Marking::Marked;
+                }
+            }
+            // Writes to the simulated cluster do not fail: nothing to drop.
+            CommandStep::Drop(_) | CommandStep::WaitForInitialization { .. } => {}
+            // Every node on its way out is marked for deletion in each pass's state (`mark`).
+            CommandStep::Commit => flight.view.committed = true,
+            CommandStep::CreateReplacements => {
+                let ready_at = self
+                    .settings
+                    .initialization
+                    .and_then(|d| now.checked_add(d).ok());
+                for ((claim, seen), launched) in flight
+                    .claims
+                    .iter()
+                    .zip(flight.view.replacements.iter_mut())
+                    .zip(flight.launched.iter_mut())
+                {
+                    match provider.launch_choice(claim) {
+                        Ok(choice) => {
+                            let name = cluster.launch(claim.clone(), &choice, now, ready_at);
+                            if let Some(report) = reports.get_mut(index) {
+                                report.replacements.push(replacement_report(&name, &choice));
+                                refresh(report);
+                            }
+                            *launched = Some(name);
+                            *seen = ReplacementView::Launching;
+                        }
+                        Err(err) => *seen = ReplacementView::LaunchFailed(err.to_string()),
+                    }
+                }
+            }
+            CommandStep::DeleteCandidates(names) => {
+                for name in names {
+                    let phase = Self::terminating_phase(cluster, name, now);
+                    if let Some(retiring) = self.retiring.get_mut(name) {
+                        retiring.phase = phase;
+                    }
+                }
+                for candidate in &mut flight.view.candidates {
+                    candidate.deleting = true;
+                }
+            }
+            CommandStep::RollBack(failure) => {
+                for candidate in &flight.view.candidates {
+                    cluster.taint_disrupted(&candidate.name, false);
+                    self.retiring.remove(&candidate.name);
+                }
+                self.open.remove(&index);
+                self.in_flight.remove(&index);
+                if let Some(report) = reports.get_mut(index) {
+                    report.rolled_back = Some(RolledBack {
+                        at: now.to_string(),
+                        reason: failure.to_string(),
+                    });
+                }
+            }
+            CommandStep::Finish => {
+                self.in_flight.remove(&index);
+                self.complete_now(index, now, reports);
+            }
+        }
+        self.progressed = true;
+    }
+
+    fn terminating_phase(cluster: &SimCluster<'_>, node: &str, now: Timestamp) -> Phase {
         let deadline = cluster.claim_of_node(node).and_then(|claim| {
             let mut deleted = claim.clone();
             deleted.metadata.deletion_timestamp = Some(Time(now));
             termination_deadline(&deleted)
         });
-        Phase::Draining {
+        Phase::Terminating {
             started: now,
             deadline,
+            drained_since: None,
+            gone_at: None,
         }
     }
 
@@ -262,14 +423,19 @@ impl Timeline {
         }
     }
 
-    /// Moves every node on its way out as far as it gets by `now`.
+    /// Moves every command and every node on its way out as far as it gets by `now`.
     pub fn advance(
         &mut self,
         cluster: &mut SimCluster<'_>,
+        provider: &SimCloudProvider,
         now: Timestamp,
         reports: &mut [CommandReport],
     ) -> Result<(), SimulateError> {
         self.progressed = false;
+        let commands: Vec<usize> = self.in_flight.keys().copied().collect();
+        for index in commands {
+            self.drive(cluster, provider, index, now, reports);
+        }
         let names: Vec<String> = self.retiring.keys().cloned().collect();
         for name in names {
             self.advance_node(cluster, &name, now, reports)?;
@@ -286,6 +452,57 @@ impl Timeline {
         Ok(())
     }
 
+    /// The pods the termination machine sees on `name`: those bound, and the evicted copies
+    /// still terminating at `now`.
+    fn pods_seen(&self, cluster: &SimCluster<'_>, name: &str, now: Timestamp) -> Vec<Pod> {
+        let terminating = self
+            .retiring
+            .get(name)
+            .into_iter()
+            .flat_map(|r| &r.terminating)
+            .filter(|(_, at)| *at > now)
+            .map(|(p, _)| p.clone());
+        cluster
+            .pods_on(name)
+            .into_iter()
+            .cloned()
+            .chain(terminating)
+            .collect()
+    }
+
+    /// The termination machine's view of node `name` at `now`.
+    fn node_plan(
+        &self,
+        cluster: &SimCluster<'_>,
+        name: &str,
+        now: Timestamp,
+    ) -> Option<termination::TerminationPlan> {
+        let Phase::Terminating {
+            deadline,
+            drained_since,
+            gone_at,
+            ..
+        } = self.retiring.get(name)?.phase
+        else {
+            return None;
+        };
+        let pods = self.pods_seen(cluster, name, now);
+        let view = NodeView {
+            pods: pods.iter().collect(),
+            deadline,
+            pdbs: Some(cluster.pdb_counts()),
+            drained_since,
+            min_drain_time: MIN_DRAIN_TIME,
+            node_ready: true,
+            instance: match gone_at {
+                None => InstanceView::Running,
+                Some(at) if at > now => InstanceView::Terminating { gone_at: Some(at) },
+                Some(_) => InstanceView::Gone,
+            },
+        };
+        Some(termination::next(&view, now))
+    }
+
     fn advance_node(
         &mut self,
         cluster: &mut SimCluster<'_>,
@@ -293,99 +510,110 @@ impl Timeline {
         now: Timestamp,
         reports: &mut [CommandReport],
     ) -> Result<(), SimulateError> {
-        loop {
-            let Some(phase) = self.retiring.get(name).map(|r| r.phase.clone()) else {
+        // Drained → terminate → gone may all fall within one step of virtual time.
+        for _ in 0..4 {
+            cluster.refresh_pdb_status();
+            let Some(plan) = self.node_plan(cluster, name, now) else {
                 return Ok(());
             };
-            let next = match phase {
-                Phase::AwaitingReplacements(replacements) => {
-                    if !replacements.iter().all(|r| cluster.initialized_or_gone(r)) {
-                        return Ok(());
-                    }
-                    self.drain_phase(cluster, name, now)
+            let mut evicted = Vec::new();
+            for step in &plan.steps {
+                match step {
+                    TerminationStep::Remove(action) => evicted.push(action.clone()),
+                    TerminationStep::WaitForPods { .. } => {}
+                    TerminationStep::Drained => self.drained(name, now),
+                    TerminationStep::TerminateInstance => self.terminate_instance(name, now),
+                    TerminationStep::ReleaseNode => return self.gone(cluster, name, reports),
                 }
-                Phase::Draining { started, deadline } => {
-                    self.drain_step(cluster, name, now, deadline, reports)?;
-                    let Some(retiring) = self.retiring.get_mut(name) else {
-                        return Ok(());
-                    };
-                    let pods_left = cluster
-                        .pods_on(name)
-                        .iter()
-                        .any(|p| drain::is_drainable(p, now));
-                    let still_terminating = retiring.terminating.iter().any(|(_, at)| *at > now);
-                    if pods_left || still_terminating {
-                        return Ok(());
-                    }
-                    let last_pod_gone = retiring
-                        .terminating
-                        .iter()
-                        .map(|(_, at)| *at)
-                        .max()
-                        .unwrap_or(started)
-                        .max(started);
-                    retiring.terminating.clear();
-                    Phase::ShuttingDown {
-                        gone_at: last_pod_gone
-                            .checked_add(self.settings.instance_shutdown)
-                            .unwrap_or(last_pod_gone),
-                    }
-                }
-                Phase::ShuttingDown { gone_at } => {
-                    if gone_at > now {
-                        return Ok(());
-                    }
-                    self.gone(cluster, name, gone_at, reports)?;
-                    return Ok(());
-                }
-            };
-            if let Some(retiring) = self.retiring.get_mut(name) {
-                retiring.phase = next;
-                self.progressed = true;
             }
+            if !evicted.is_empty() {
+                self.evict(cluster, name, &evicted, now, reports)?;
+            }
+            let waits = plan
+                .steps
+                .iter()
+                .any(|s| matches!(s, TerminationStep::WaitForPods { .. }));
+            if waits || plan.steps.is_empty() {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// The drain became complete: when its last pod went (virtual time may have stepped past).
+    fn drained(&mut self, name: &str, now: Timestamp) {
+        let Some(retiring) = self.retiring.get_mut(name) else {
+            return;
+        };
+        let last_pod_gone = retiring.terminating.iter().map(|(_, at)| *at).max();
+        retiring.terminating.clear();
+        if let Phase::Terminating {
+            started,
+            drained_since,
+            ..
+        } = &mut retiring.phase
+        {
+            // The last evicted pod's instant when one went (the loop may wake after it),
+            // else now (a pod counted as stuck from now on, say).
+            *drained_since = Some(last_pod_gone.map_or(now, |gone| gone.max(*started).min(now)));
+        }
+        self.progressed = true;
+    }
+
+    /// The instance's termination is asked for once the minimum drain time has passed since the
+    /// drain ended; it is gone [`TimelineSettings::instance_shutdown`] later.
+    fn terminate_instance(&mut self, name: &str, now: Timestamp) {
+        let shutdown = self.settings.instance_shutdown;
+        if let Some(Retiring {
+            phase:
+                Phase::Terminating {
+                    drained_since: Some(drained),
+                    gone_at,
+                    ..
+                },
+            ..
+        }) = self.retiring.get_mut(name)
+        {
+            let asked = drained
+                .checked_add(MIN_DRAIN_TIME)
+                .unwrap_or(*drained)
+                .min(now);
+            *gone_at = Some(asked.checked_add(shutdown).unwrap_or(asked));
+            self.progressed = true;
         }
     }
 
-    /// One round of the drain of `name` at `now`: the evictions the drain plan asks for that
-    /// the PDBs allow (or the deadline forces); the evicted pods are provisioned again.
-    fn drain_step(
+    /// Performs the machine's pod removals on `name` at `now`; the evicted pods are provisioned
+    /// again.
+    fn evict(
         &mut self,
         cluster: &mut SimCluster<'_>,
         name: &str,
+        actions: &[drain::PodAction],
         now: Timestamp,
-        deadline: Option<Timestamp>,
         reports: &mut [CommandReport],
     ) -> Result<(), SimulateError> {
         let Some(retiring) = self.retiring.get(name) else {
             return Ok(());
         };
         let command = retiring.command;
-        let terminating: Vec<Pod> = retiring
-            .terminating
-            .iter()
-            .filter(|(_, at)| *at > now)
-            .map(|(p, _)| p.clone())
-            .collect();
-        let bound: Vec<Pod> = cluster.pods_on(name).into_iter().cloned().collect();
-        let everyone: Vec<&Pod> = bound.iter().chain(&terminating).collect();
-        let plan = drain::plan(&everyone, now, deadline);
+        let deadline = match retiring.phase {
+            Phase::Terminating { deadline, .. } => deadline,
+            Phase::Marked => None,
+        };
         let mut moved = Vec::new();
-        for action in plan.actions {
-            let Some(pod) = bound.iter().find(|p| pod::key(p) == action.key) else {
-                continue;
-            };
+        for action in actions {
             let (forced, grace) = match action.action {
                 Action::ForceDelete { grace_seconds } => (true, grace_seconds),
-                Action::Evict => (false, grace_seconds(pod)),
+                Action::Evict => (false, -1),
             };
-            if !forced {
-                cluster.refresh_pdb_status();
-                if !pdb::eviction_allowed(pod, &cluster.pdb_counts()) {
-                    continue;
-                }
-            }
             let Some(evicted) = cluster.evict(&action.key) else {
                 continue;
+            };
+            let grace = if grace < 0 {
+                grace_seconds(&evicted)
+            } else {
+                grace
             };
             self.progressed = true;
             self.trace.evictions.push(Eviction {
@@ -400,8 +628,12 @@ impl Timeline {
                 }),
             });
             let gone_at = self.terminated_at(grace, now, deadline);
+            // As the API server does: the deletion timestamp is the request plus the grace.
             let mut old_copy = evicted.clone();
-            old_copy.metadata.deletion_timestamp = Some(Time(now));
+            let deletion = now
+                .checked_add(SignedDuration::from_secs(grace.max(0)))
+                .unwrap_or(now);
+            old_copy.metadata.deletion_timestamp = Some(Time(deletion));
             if let Some(retiring) = self.retiring.get_mut(name) {
                 retiring.terminating.push((old_copy, gone_at));
             }
@@ -434,16 +666,22 @@ impl Timeline {
         }
     }
 
-    /// The node is gone at `at`: its objects leave the cluster, pods still on it (DaemonSet,
-    /// static, tolerating the disrupted taint) with it; movable ones are provisioned again.
+    /// The node's instance is gone: its objects leave the cluster, pods still on it
+    /// (DaemonSet, static, tolerating the disrupted taint) with it; movable ones are
+    /// provisioned again.
     fn gone(
         &mut self,
         cluster: &mut SimCluster<'_>,
         name: &str,
-        at: Timestamp,
         reports: &mut [CommandReport],
     ) -> Result<(), SimulateError> {
         let Some(retiring) = self.retiring.remove(name) else {
+            return Ok(());
+        };
+        let Phase::Terminating {
+            gone_at: Some(at), ..
+        } = retiring.phase
+        else {
             return Ok(());
         };
         self.progressed = true;
@@ -477,50 +715,41 @@ impl Timeline {
         }
     }
 
-    /// The earliest instant after `now` at which a node on its way out moves on by itself: a
-    /// pod terminated, an instance gone, a drain deadline forcing a pod. A refused eviction is
-    /// retried at the next poll only while the cluster still changes (PDBs count pods that
-    /// become Ready as their nodes initialize; those instants come from the cluster).
+    /// The earliest instant after `now` at which the machine moves on by itself: a command's
+    /// replacement deadline, and each deleting node's instant (a pod terminated or forced or
+    /// stuck, a do-not-disrupt duration over, the minimum drain time over, an instance gone).
+    /// A refused eviction is retried at the next poll only while the cluster still changes
+    /// (PDBs count pods that become Ready as their nodes initialize; those instants come from
+    /// the cluster).
     pub fn next_event(&self, cluster: &SimCluster<'_>, now: Timestamp) -> Option<Timestamp> {
-        let mut next: Option<Timestamp> = None;
-        let mut consider = |at: Timestamp| {
-            if at > now {
-                next = Some(next.map_or(at, |n| n.min(at)));
-            }
-        };
-        let mut waiting_on_evictions = false;
+        let mut instants: Vec<Timestamp> = self
+            .in_flight
+            .values()
+            .map(|f| command::deadline(&f.view))
+            .collect();
+        let mut evictions_due = false;
+        let mut refused = false;
         for (name, retiring) in &self.retiring {
-            match &retiring.phase {
-                Phase::AwaitingReplacements(_) => {}
-                Phase::ShuttingDown { gone_at } => consider(*gone_at),
-                Phase::Draining { deadline, .. } => {
-                    for (_, at) in &retiring.terminating {
-                        consider(*at);
+            instants.extend(retiring.terminating.iter().map(|(_, at)| *at));
+            let Some(plan) = self.node_plan(cluster, name, now) else {
+                continue;
+            };
+            instants.extend(plan.look_again);
+            for step in &plan.steps {
+                match step {
+                    // One round of evictions per poll, as upstream's requeue does.
+                    TerminationStep::Remove(_) => evictions_due = true,
+                    TerminationStep::WaitForPods { blocked_by_pdb, .. } => {
+                        refused |= *blocked_by_pdb > 0
                     }
-                    for pod in cluster.pods_on(name) {
-                        if !drain::is_drainable(pod, now) {
-                            continue;
-                        }
-                        waiting_on_evictions = true;
-                        if let Some(deadline) = deadline {
-                            let latest = deadline
-                                .checked_sub(SignedDuration::from_secs(grace_seconds(pod)))
-                                .unwrap_or(*deadline);
-                            // `force_delete_grace` forces once `now` is past the latest start.
-                            consider(
-                                latest
-                                    .checked_add(SignedDuration::from_secs(1))
-                                    .unwrap_or(latest),
-                            );
-                        }
-                    }
+                    _ => {}
                 }
             }
         }
-        if waiting_on_evictions && self.progressed {
-            consider(now.checked_add(super::POLL).unwrap_or(now));
+        if evictions_due || (refused && self.progressed) {
+            instants.extend(now.checked_add(super::POLL).ok());
         }
-        next
+        instants.into_iter().filter(|at| *at > now).min()
     }
 }
 

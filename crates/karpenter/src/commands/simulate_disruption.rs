@@ -69,6 +69,7 @@ pub fn run(
                 .pod_termination_seconds
                 .map(|s| SignedDuration::from_secs(i64::from(s))),
             instance_shutdown: SignedDuration::from_secs(i64::from(args.instance_shutdown_seconds)),
+            ..TimelineSettings::default()
         },
     };
     let disruption = simulate_disruption(manifests, provider, options, outcome, settings)
@@ -156,9 +157,16 @@ pub fn render_table(report: &DisruptionReport) -> String {
                 .iter()
                 .map(|r| format!("{} ({}, {:.4})", r.name, r.instance_type, r.price))
                 .collect();
+            let completed = match (&command.completed_at, &command.rolled_back) {
+                (Some(at), _) => at.clone(),
+                (None, Some(rolled_back)) => {
+                    format!("rolled back {} ({})", rolled_back.at, rolled_back.reason)
+                }
+                (None, None) => "in flight".to_string(),
+            };
             table.add_row(vec![
                 Cell::new(&command.at),
-                Cell::new(command.completed_at.as_deref().unwrap_or("in flight")),
+                Cell::new(completed),
                 Cell::new(&command.reason),
                 Cell::new(&command.decision),
                 Cell::new(nodes.join("\n")),

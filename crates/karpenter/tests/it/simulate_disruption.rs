@@ -126,8 +126,8 @@ fn an_empty_node_is_deleted_once_consolidate_after_has_passed() {
         "--now + consolidateAfter"
     );
     // No pod to drain: the instance shuts down (60 s by default) and the node is gone.
-    assert_eq!(command["completedAt"], "2026-01-30T23:11:00Z");
-    assert_eq!(json["disruption"]["completedAt"], "2026-01-30T23:11:00Z");
+    assert_eq!(command["completedAt"], "2026-01-30T23:11:05Z");
+    assert_eq!(json["disruption"]["completedAt"], "2026-01-30T23:11:05Z");
     assert_eq!(json["disruption"]["inFlight"], serde_json::json!([]));
     assert_eq!(names(&command["candidates"]), ["node-b"]);
     assert_eq!(command["candidates"][0]["price"], 0.096);
@@ -193,8 +193,9 @@ fn an_expired_node_is_replaced_forcefully_and_its_pod_moves() {
     );
     assert_eq!(names(&command["candidates"]), ["node-old"]);
     // The drain starts at once (no replacement first): the pod is evicted and provisioned
-    // again, terminates within its 30 s grace period, then the instance shuts down (60 s).
-    assert_eq!(command["completedAt"], "2026-01-31T00:01:30Z");
+    // again, terminates within its 30 s grace period, upstream's 5 s minimum drain time, then
+    // the instance shuts down (60 s).
+    assert_eq!(command["completedAt"], "2026-01-31T00:01:35Z");
     let replacement = names(&command["replacements"]);
     assert_eq!(replacement.len(), 1);
     let after = json["disruption"]["after"]["nodes"].as_array().unwrap();
@@ -257,9 +258,10 @@ fn a_drifted_node_is_replaced() {
     assert_eq!(commands[0]["reason"], "Drifted");
     assert_eq!(commands[0]["decision"], "replace");
     assert_eq!(names(&commands[0]["candidates"]), ["node-drifted"]);
-    // Replacement initialized at +60 s, pod gone at +90 s, instance gone at +150 s.
+    // Replacement initialized at +60 s, pod gone at +90 s, upstream's 5 s minimum drain time,
+    // instance gone at +155 s.
     assert_eq!(commands[0]["at"], "2026-01-30T23:00:00Z");
-    assert_eq!(commands[0]["completedAt"], "2026-01-30T23:02:30Z");
+    assert_eq!(commands[0]["completedAt"], "2026-01-30T23:02:35Z");
     let after = json["disruption"]["after"]["nodes"].as_array().unwrap();
     assert!(after.iter().all(|n| n["name"] != "node-drifted"));
     assert_eq!(after.len(), 1);
@@ -413,7 +415,7 @@ fn a_budget_of_one_serialises_a_drift_rollout_until_every_node_is_replaced() {
     assert_eq!(replaced, ["node-a", "node-b", "node-c"]);
     // 60 s initialization + 30 s pod grace + 60 s shutdown, three times in a row.
     assert_eq!(commands[0]["at"], "2026-01-30T23:00:00Z");
-    assert_eq!(json["disruption"]["completedAt"], "2026-01-30T23:07:30Z");
+    assert_eq!(json["disruption"]["completedAt"], "2026-01-30T23:07:45Z");
     let after = json["disruption"]["after"]["nodes"].as_array().unwrap();
     assert_eq!(after.len(), 3);
     assert!(
@@ -435,8 +437,8 @@ fn the_flags_change_how_long_a_node_takes_to_go() {
         ],
     );
     let command = &commands(&json)[0];
-    // Initialized at +60 s, pod gone at +65 s, instance gone at +185 s.
-    assert_eq!(command["completedAt"], "2026-01-30T23:03:05Z");
+    // Initialized at +60 s, pod gone at +65 s, 5 s minimum drain time, instance gone at +190 s.
+    assert_eq!(command["completedAt"], "2026-01-30T23:03:10Z");
 }
 
 #[test]
@@ -452,7 +454,7 @@ fn the_table_shows_when_commands_completed_and_the_rollout_duration() {
     assert!(table.contains("COMPLETED"), "{table}");
     assert!(
         table.contains(
-            "rollout: 3 command(s) from 2026-01-30T23:00:00Z to 2026-01-30T23:07:30Z (7m30s)"
+            "rollout: 3 command(s) from 2026-01-30T23:00:00Z to 2026-01-30T23:07:45Z (7m45s)"
         ),
         "{table}"
     );

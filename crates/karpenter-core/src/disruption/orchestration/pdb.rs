@@ -1,15 +1,17 @@
-//! PodDisruptionBudget status over the simulated pods, as Kubernetes' disruption controller keeps
-//! it, and the Eviction API's decision on one pod. The timeline evicts through this check, and
+//! PodDisruptionBudget status over a set of pods, as Kubernetes' disruption controller keeps
+//! it, and the Eviction API's decision on one pod. The termination machine
+//! ([`super::termination`]) plans evictions through this check when it is given PDB facts
+//! (`simulate` gives them; the controller leaves the check to the API server), and `simulate`
 //! writes the status into the PDBs the disruption pass reads, so a PDB binds as pods move and
 //! become Ready again, not by the number frozen in the input.
 //!
-//! The expected pod count of a PDB is fixed when the run starts (the workload's replicas do not
-//! change in a simulation): a pod that is evicted and not yet Ready elsewhere is missing from the
+//! The expected pod count of a PDB is fixed by the caller (the workload's replicas do not change
+//! in a simulation): a pod that is evicted and not yet Ready elsewhere is missing from the
 //! healthy count, not from the expected one.
 
+use crate::pod::{self, Pod};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use karpenter_core::pod::{self, Pod};
 use kube_core::ResourceExt;
 use kube_core::{Selector, SelectorExt};
 
