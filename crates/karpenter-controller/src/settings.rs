@@ -85,7 +85,7 @@ impl Default for Settings {
             cpu_requests: 1000,
             preference_policy: PreferencePolicy::Respect,
             min_values_policy: MinValuesPolicy::Strict,
-            packing_policy: PackingPolicy::Upstream,
+            packing_policy: PackingPolicy::CostOptimal,
             nodepool_status_period: Duration::from_secs(5),
             feature_gates: FeatureGates::default(),
             disruption_replacement_timeout: Duration::from_secs(10 * 60),

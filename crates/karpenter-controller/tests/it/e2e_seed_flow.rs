@@ -144,7 +144,15 @@ fn assert_catalogue_types(cluster: &SimCluster, claims: &[NodeClaim]) {
 async fn inflate_0_5_12_0_with_the_real_scheduler_and_catalogue() {
     let cluster = SimCluster::with_catalogue("us-east-1").await;
     cluster.put_default_nodepool();
-    let controller = cluster.start_controller_with(Arc::new(CoreScheduler)).await;
+    // Upstream's seed flow pins upstream's packing (the first nodes keep room for the fill-first
+    // step); the default, CostOptimal, fills them exactly (docs/conformance.md).
+    let settings = karpenter_controller::Settings {
+        packing_policy: karpenter_core::scheduling::PackingPolicy::Upstream,
+        ..karpenter_controller::Settings::default()
+    };
+    let controller = cluster
+        .start_controller_with_settings(Arc::new(CoreScheduler), settings)
+        .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // 0 → 5: NodeClaims within one batch window, of real catalogue types.

@@ -176,6 +176,10 @@ fn single_node_commands<'a>(
     let mut commands = Vec::new();
     // The best command so far under `BestPerDisruption`, with its savings per disruption.
     let mut best: Option<(Command, f64)> = None;
+    // Under `BestPerDisruption`: the first command that works, upstream's choice, which the
+    // pass takes instead when it saves more per hour (the guard of issue 35: the default never
+    // ends a pass dearer than `Upstream`'s search would).
+    let mut first: Option<Command> = None;
     for candidate in &found {
         if best
             .as_ref()
@@ -210,6 +214,9 @@ fn single_node_commands<'a>(
                 Search::Each => commands.push(command),
                 Search::BestPerDisruption => {
                     let ratio = savings_per_disruption(&command, &[candidate]);
+                    if first.is_none() {
+                        first = Some(command.clone());
+                    }
                     if best.as_ref().is_none_or(|(_, b)| ratio > *b) {
                         best = Some((command, ratio));
                     }
@@ -220,7 +227,12 @@ fn single_node_commands<'a>(
             }
         }
     }
-    commands.extend(best.map(|(command, _)| command));
+    commands.extend(match (best, first) {
+        (Some((best, _)), Some(first)) if first.savings_per_hour > best.savings_per_hour => {
+            Some(first)
+        }
+        (best, _) => best.map(|(command, _)| command),
+    });
     commands
 }
 
@@ -263,8 +275,11 @@ pub fn multi_node<'a>(
             .collect();
         savings_per_disruption(command, &disrupted)
     };
+    // The better rate wins unless it saves less per hour than upstream's search (the guard).
     match (first_n, wasteful) {
-        (Some(a), Some(b)) if rate(&b) > rate(&a) => vec![b],
+        (Some(a), Some(b)) if rate(&b) > rate(&a) && b.savings_per_hour >= a.savings_per_hour => {
+            vec![b]
+        }
         (Some(a), _) => vec![a],
         (None, b) => b.into_iter().collect(),
     }
@@ -375,11 +390,11 @@ impl Bounds {
                     per_unit.map_or(f64::INFINITY, |p| p * amount.as_f64_units())
                 })
                 .fold(0.0, f64::max);
-            return (cheapest >= price - allowance.margin).then(|| {
-                BlockReason::NoCheaperReplacement {
-                    cheapest: cheapest.is_finite().then_some(cheapest),
-                    price,
-                }
+            // Against the price itself, not less the margin: a single replacement strictly
+            // cheaper passes without it (the guard in `cheaper_replacements`).
+            return (cheapest >= price).then(|| BlockReason::NoCheaperReplacement {
+                cheapest: cheapest.is_finite().then_some(cheapest),
+                price,
             });
         }
         // The node's own type stays in: one of its cheaper offerings (spot, a reservation) may
@@ -499,6 +514,8 @@ mod waste;
 
 #[cfg(test)]
 mod cost_optimal_tests;
+#[cfg(test)]
+mod guard_tests;
 #[cfg(test)]
 mod rules_tests;
 #[cfg(test)]

@@ -528,6 +528,7 @@ fn converge(cluster: &Cluster) -> Result<Converged, String> {
             }
             return Ok(Converged {
                 several_replacements,
+                cost: world.hourly_cost(),
             });
         }
         for command in &pass.commands {
@@ -567,6 +568,40 @@ fn converge(cluster: &Cluster) -> Result<Converged, String> {
 struct Converged {
     /// Commands that launched more than one replacement (`CostOptimal` only).
     several_replacements: usize,
+    /// What the nodes left cost per hour.
+    cost: f64,
+}
+
+/// What one pass's consolidation (its commands' savings) leaves the cluster costing per hour.
+fn cost_after_one_pass(cluster: &Cluster) -> f64 {
+    let world = build(cluster);
+    let pass = decide(&world.input());
+    world.hourly_cost()
+        - pass
+            .commands
+            .iter()
+            .map(|c| c.savings_per_hour)
+            .sum::<f64>()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases() / 20))]
+    /// The guard of issue 35 in consolidation: on the same random cluster, the default policy's
+    /// pass and its convergence end no dearer than `Upstream`'s.
+    #[test]
+    fn the_default_policy_never_ends_a_consolidation_dearer_than_upstream(cluster in gen_cluster()) {
+        let with = |policy: PackingPolicy| Cluster { policy, ..cluster.clone() };
+        let upstream = with(PackingPolicy::Upstream);
+        let default = with(PackingPolicy::default());
+        let (one_u, one_d) = (cost_after_one_pass(&upstream), cost_after_one_pass(&default));
+        prop_assert!(one_d <= one_u + 1e-9, "one pass: default ${one_d:.3}/h, Upstream ${one_u:.3}/h");
+        if let (Ok(u), Ok(d)) = (converge(&upstream), converge(&default)) {
+            prop_assert!(
+                d.cost <= u.cost + 1e-9,
+                "converged: default ${:.3}/h, Upstream ${:.3}/h", d.cost, u.cost
+            );
+        }
+    }
 }
 
 /// The convergence property must also see `CostOptimal`'s N → M commands, not only deletes and

@@ -263,12 +263,19 @@ proptest! {
     ) {
         let pods = pods_of(&deployments);
         let upstream = Scheduler::new(input(PackingPolicy::Upstream)).solve(&pods);
-        let optimal = Scheduler::new(input(PackingPolicy::CostOptimal)).solve(&pods);
-        for (name, results) in [("Upstream", &upstream), ("CostOptimal", &optimal)] {
+        // The default policy (CostOptimal since issue 35) against upstream's greedy.
+        let optimal = Scheduler::new(input(PackingPolicy::default())).solve(&pods);
+        for (name, results) in [("Upstream", &upstream), ("default", &optimal)] {
             let problems = violations(results, &deployments, &pods);
             prop_assert!(problems.is_empty(), "{name}: {problems:?}");
         }
-        prop_assert!(optimal.unschedulable.len() <= upstream.unschedulable.len());
+        // Every pod upstream places, the default places.
+        for unplaced in &optimal.unschedulable {
+            prop_assert!(
+                upstream.unschedulable.iter().any(|u| u.pod == unplaced.pod),
+                "pod {} placed by Upstream, not by the default", unplaced.pod
+            );
+        }
         prop_assert!(
             optimal.new_node_claims_cost() <= upstream.new_node_claims_cost() + 1e-9,
             "{} > {}",

@@ -239,12 +239,13 @@ spec:
 fn cost_optimal_plans_cheaper_than_upstream_and_both_report_the_bound() {
     let m = load(MIXED_DEPLOYMENTS);
     let provider = embedded();
-    let upstream = simulate::plan(&m, &provider).unwrap().plan;
-    let options = SchedulerOptions {
-        packing_policy: karpenter_core::scheduling::PackingPolicy::CostOptimal,
+    let upstream = SchedulerOptions {
+        packing_policy: karpenter_core::scheduling::PackingPolicy::Upstream,
         ..SchedulerOptions::default()
     };
-    let optimal = simulate::plan_with(&m, &provider, options).unwrap().plan;
+    let upstream = simulate::plan_with(&m, &provider, upstream).unwrap().plan;
+    // `plan` takes the default policy: CostOptimal.
+    let optimal = simulate::plan(&m, &provider).unwrap().plan;
     for plan in [&upstream, &optimal] {
         check_plan(&m, &provider, plan);
         assert_eq!(plan.summary.scheduled, 60);

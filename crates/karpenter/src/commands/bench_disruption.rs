@@ -42,9 +42,10 @@ pub struct DisruptionBenchArgs {
     /// Seed for the cluster generator.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Consolidate as upstream does (`Upstream`) or toward the cost lower bound (`CostOptimal`:
-    /// several replacements, the most wasteful nodes re-planned together).
-    #[arg(long, value_enum, default_value = "Upstream")]
+    /// Consolidate toward the cost lower bound (`CostOptimal`, the default: several
+    /// replacements, the most wasteful nodes re-planned together) or as upstream does
+    /// (`Upstream`, upstream Karpenter's choices, for comparison).
+    #[arg(long, value_enum, default_value = "CostOptimal")]
     pub packing_policy: PackingPolicyArg,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]

@@ -121,8 +121,13 @@ pub struct Args {
     /// Refuse (`Strict`) or lower (`BestEffort`) a NodeClaim's unmet `minValues`.
     #[arg(long, env = "MIN_VALUES_POLICY", value_enum, default_value = "Strict")]
     pub min_values_policy: MinValuesPolicyArg,
-    /// Size NodeClaims as upstream does (`Upstream`) or for cost (`CostOptimal`).
-    #[arg(long, env = "PACKING_POLICY", value_enum, default_value = "Upstream")]
+    /// Size NodeClaims for cost (`CostOptimal`, the default: never dearer than `Upstream`) or as upstream Karpenter does (`Upstream`, upstream Karpenter's choices, for comparison).
+    #[arg(
+        long,
+        env = "PACKING_POLICY",
+        value_enum,
+        default_value = "CostOptimal"
+    )]
     pub packing_policy: PackingPolicyArg,
     /// Upstream's feature gates, e.g. `NodeRepair=true,SpotToSpotConsolidation=true`; unnamed
     /// gates keep their defaults.

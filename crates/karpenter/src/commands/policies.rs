@@ -41,8 +41,8 @@ impl From<MinValuesPolicyArg> for MinValuesPolicy {
     }
 }
 
-/// `--packing-policy`: upstream's greedy packing (`Upstream`) or the cheapest of a few plans
-/// (`CostOptimal`, see docs/scheduling.md).
+/// `--packing-policy`: the cheapest of a few plans (`CostOptimal`, the default, see
+/// docs/scheduling.md) or upstream's greedy packing (`Upstream`, for comparison).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PackingPolicyArg {
     #[value(name = "Upstream")]
@@ -69,8 +69,8 @@ pub struct PolicyArgs {
     /// Refuse (`Strict`) or lower (`BestEffort`) a NodeClaim's unmet `minValues`.
     #[arg(long, value_enum, default_value = "Strict")]
     pub min_values_policy: MinValuesPolicyArg,
-    /// Size NodeClaims as upstream does (`Upstream`) or for cost (`CostOptimal`).
-    #[arg(long, value_enum, default_value = "Upstream")]
+    /// Size NodeClaims for cost (`CostOptimal`, the default: never dearer than `Upstream`) or as upstream Karpenter does (`Upstream`, upstream Karpenter's choices, for comparison).
+    #[arg(long, value_enum, default_value = "CostOptimal")]
     pub packing_policy: PackingPolicyArg,
 }
 

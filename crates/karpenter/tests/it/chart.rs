@@ -375,7 +375,7 @@ fn defaults_render_lint_clean_with_every_setting_as_env() {
         ("BATCH_IDLE_DURATION", "1s"),
         ("PREFERENCE_POLICY", "Respect"),
         ("MIN_VALUES_POLICY", "Strict"),
-        ("PACKING_POLICY", "Upstream"),
+        ("PACKING_POLICY", "CostOptimal"),
         ("LOG_LEVEL", "info"),
         ("METRICS_PORT", "8080"),
         ("HEALTH_PROBE_PORT", "8081"),

@@ -174,8 +174,8 @@ fn cost_optimal_replaces_n_nodes_by_m_cheaper_ones() {
 
 #[test]
 fn a_saving_below_the_margin_is_refused_and_explained() {
-    // big.8x at $0.40 holding 4 cpu and 1 cpu: medium.4x + small.2x cost $0.30 (saves 25 %);
-    // priced so that the split saves less than 2 %, it is refused.
+    // big.8x at $0.40 holding 4 cpu and 1.5 cpu: medium.4x + small.2x cost $0.30 (saves 25 %);
+    // odd.6x alone ($0.295) saves 26 %.
     let mut types = sizes();
     types.push(Arc::new(instance_type("odd.6x", "6", 0.295)));
     let mut world = World::new(
@@ -187,11 +187,21 @@ fn a_saving_below_the_margin_is_refused_and_explained() {
     world.scheduler.packing_policy = PackingPolicy::CostOptimal;
     let (commands, _) = single(&world);
     assert_eq!(commands.len(), 1, "odd.6x alone saves 26 %");
-    // Now the node itself is barely dearer than the best replacement.
+    // The node barely dearer than one replacement: upstream's rule (one replacement, strictly
+    // cheaper) accepts it, so the default does too (the guard of issue 35).
     let mut types = sizes();
     types.retain(|t| t.name != "big.8x");
     types.push(Arc::new(instance_type("big.8x", "8", 0.30)));
     types.push(Arc::new(instance_type("odd.6x", "6", 0.295)));
+    world = world.with_types(&types);
+    let (commands, blocked) = single(&world);
+    assert_eq!(commands.len(), 1, "{blocked:?}");
+    assert_eq!(commands[0].replacements.len(), 1);
+    assert!((commands[0].savings_per_hour - 0.005).abs() < 1e-9);
+    // Only a split saves anything, and less than 2 %: refused, and said so.
+    let mut types = sizes();
+    types.retain(|t| t.name != "big.8x");
+    types.push(Arc::new(instance_type("big.8x", "8", 0.303)));
     world = world.with_types(&types);
     let (commands, blocked) = single(&world);
     assert!(commands.is_empty(), "{commands:?}");

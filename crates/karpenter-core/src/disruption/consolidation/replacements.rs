@@ -79,6 +79,37 @@ pub(super) fn cheaper_replacements(
     single: bool,
 ) -> Result<Replacements, BlockReason> {
     let allowance = Allowance::new(input, price);
+    let refused = match restrict_to_allowance(input, candidates, claims, price, single, &allowance)
+    {
+        Ok(replacements) => return Ok(replacements),
+        Err(refused) => refused,
+    };
+    // The guard (issue 35): whatever the policy, a command upstream's rule accepts (one
+    // replacement strictly cheaper than the candidates) is not refused for the margin, or the
+    // default would end a consolidation dearer than `Upstream` does.
+    if allowance.margin > 0.0 && claims.len() == 1 {
+        let upstream = Allowance {
+            max_replacements: 1,
+            margin: 0.0,
+        };
+        if let Ok(replacements) =
+            restrict_to_allowance(input, candidates, claims, price, single, &upstream)
+        {
+            return Ok(replacements);
+        }
+    }
+    Err(refused)
+}
+
+/// [`cheaper_replacements`] under one allowance.
+fn restrict_to_allowance(
+    input: &DisruptionInput<'_>,
+    candidates: &[&Candidate<'_>],
+    claims: &[NewNodeClaim],
+    price: f64,
+    single: bool,
+    allowance: &Allowance,
+) -> Result<Replacements, BlockReason> {
     if claims.len() > allowance.max_replacements {
         return Err(BlockReason::TooManyReplacements(claims.len()));
     }

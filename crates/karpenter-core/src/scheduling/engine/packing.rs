@@ -34,9 +34,10 @@ use crate::scheduling::bound::{self, Column, CostLowerBound, RESOURCES};
 /// Restricted greedy runs a solve may add to upstream's.
 pub(crate) const MAX_CANDIDATES: usize = 3;
 
-/// Plans cheaper by less than this fraction are not worth a different plan (keeps upstream's
-/// when a candidate only shuffles pennies).
-const MIN_SAVING: f64 = 1e-9;
+/// Plans whose hourly costs differ by less than this fraction are near-equal: among them the
+/// one with the fewest new nodes wins (twice the nodes to save a few cents is no saving: more
+/// daemonset pods, more launches, more to disrupt later).
+pub(crate) const NEAR_EQUAL_COST: f64 = 0.005;
 
 /// A usable instance type of a pool, as the bound and the candidate choice see it.
 #[derive(Clone, Debug)]
@@ -413,7 +414,7 @@ impl Engine {
         pods: &[P],
         order: &[usize],
     ) -> SchedulingResults {
-        let mut best = self.trial(infos, pods, order);
+        let best = self.trial(infos, pods, order);
         if best.new_node_claims.is_empty() {
             return best;
         }
@@ -441,7 +442,7 @@ impl Engine {
                 }
             })
             .collect();
-        let mut best_cost = best.new_node_claims_cost();
+        let mut plans = Vec::with_capacity(CANDIDATES.len());
         for candidate in CANDIDATES {
             let mut group_of = vec![None; infos.len()];
             let mut types = Vec::with_capacity(self.pools.len());
@@ -493,18 +494,47 @@ impl Engine {
                 types,
                 bins: matches!(candidate, Candidate::Bins).then_some(pool_bins),
             });
-            let results = self.trial(infos, pods, order);
+            plans.push(self.trial(infos, pods, order));
             self.pod_groups = None;
-            let cost = results.new_node_claims_cost();
-            if results.unschedulable.len() <= best.unschedulable.len()
-                && cost < best_cost * (1.0 - MIN_SAVING)
-            {
-                best = results;
-                best_cost = cost;
-            }
         }
-        best
+        choose_plan(best, plans)
     }
+}
+
+/// The guard over a CostOptimal solve's plans: only plans that place every pod `upstream`
+/// places and cost no more than it are eligible (so the default is never dearer than upstream's
+/// greedy, whatever the candidates do); among the eligible plans within [`NEAR_EQUAL_COST`] of
+/// the cheapest, the one with the fewest new NodeClaims, then the cheapest, then the first
+/// (upstream's first).
+pub(crate) fn choose_plan(
+    upstream: SchedulingResults,
+    candidates: Vec<SchedulingResults>,
+) -> SchedulingResults {
+    let upstream_cost = upstream.new_node_claims_cost();
+    let unplaced: std::collections::BTreeSet<usize> =
+        upstream.unschedulable.iter().map(|u| u.pod).collect();
+    let mut eligible = vec![upstream];
+    eligible.extend(candidates.into_iter().filter(|plan| {
+        plan.new_node_claims_cost() <= upstream_cost
+            && plan.unschedulable.iter().all(|u| unplaced.contains(&u.pod))
+    }));
+    let costs: Vec<f64> = eligible
+        .iter()
+        .map(SchedulingResults::new_node_claims_cost)
+        .collect();
+    let near = costs.iter().copied().fold(f64::INFINITY, f64::min) * (1.0 + NEAR_EQUAL_COST);
+    // Upstream's plan (index 0) unless a plan within `near` has fewer nodes or costs less.
+    let chosen = (0..eligible.len())
+        .filter(|&i| costs[i] <= near)
+        .min_by(|&a, &b| {
+            let nodes = |i: usize| eligible[i].new_node_claims.len();
+            nodes(a)
+                .cmp(&nodes(b))
+                .then(costs[a].total_cmp(&costs[b]))
+                .then(a.cmp(&b))
+        })
+        .unwrap_or(0);
+    eligible.swap_remove(chosen)
 }
 
 /// The sum of request rows (the demand the bound covers).
@@ -538,4 +568,124 @@ pub(crate) fn cost_lower_bound<P: Borrow<Pod>>(
     let (engine, infos) = build(input, pods);
     let order: Vec<usize> = (0..pods.len()).collect();
     engine.lower_bound_of(&infos, &order, results)
+}
+
+#[cfg(test)]
+mod guard_tests {
+    use std::sync::Arc;
+
+    use proptest::prelude::*;
+
+    use super::{NEAR_EQUAL_COST, choose_plan};
+    use crate::scheduling::{
+        InstanceTypeOption, NewNodeClaim, SchedulingResults, UnschedulablePod,
+    };
+
+    /// A plan of one new node per price, leaving `unplaced` pods without a place.
+    fn plan(prices: &[f64], unplaced: &[usize]) -> SchedulingResults {
+        SchedulingResults {
+            new_node_claims: prices
+                .iter()
+                .enumerate()
+                .map(|(i, &price)| NewNodeClaim {
+                    node_pool: "default".into(),
+                    hostname: format!("node-{i}"),
+                    requirements: Vec::new(),
+                    instance_type_min_values: None,
+                    instance_types: Arc::from(vec![InstanceTypeOption {
+                        name: Arc::from("t"),
+                        price,
+                    }]),
+                    pods: vec![i],
+                    requests: Default::default(),
+                    labels: Default::default(),
+                    taints: Vec::new(),
+                    startup_taints: Vec::new(),
+                    min_values_relaxed: false,
+                })
+                .collect(),
+            existing_nodes: Vec::new(),
+            unschedulable: unplaced
+                .iter()
+                .map(|&pod| UnschedulablePod {
+                    pod,
+                    namespace: "default".into(),
+                    name: format!("pod-{pod}"),
+                    explanation: String::new(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn twenty_nodes_beat_forty_that_save_two_hundred_thousandths_of_a_dollar() {
+        // The known flaw: 40 small nodes for $16.58992/h against upstream's 20 for $16.58994/h.
+        let upstream = plan(&[16.58994 / 20.0; 20], &[]);
+        let small = plan(&[16.58992 / 40.0; 40], &[]);
+        let chosen = choose_plan(upstream, vec![small]);
+        assert_eq!(chosen.new_node_claims.len(), 20);
+    }
+
+    #[test]
+    fn a_real_saving_wins_over_fewer_nodes() {
+        // 10 % cheaper on twice the nodes: the cheaper plan.
+        let upstream = plan(&[1.0; 10], &[]);
+        let cheaper = plan(&[0.45; 20], &[]);
+        let chosen = choose_plan(upstream, vec![cheaper]);
+        assert_eq!(chosen.new_node_claims.len(), 20);
+    }
+
+    #[test]
+    fn a_plan_dearer_than_upstream_or_leaving_another_pod_unplaced_is_never_chosen() {
+        let upstream = plan(&[1.0, 1.0], &[7]);
+        // One node (fewer), but dearer than upstream.
+        let dearer = plan(&[2.5], &[7]);
+        // Cheaper, but pod 3 (placed by upstream) left without a place.
+        let drops_a_pod = plan(&[0.5], &[3]);
+        let chosen = choose_plan(upstream, vec![dearer, drops_a_pod]);
+        assert!((chosen.new_node_claims_cost() - 2.0).abs() < 1e-12);
+        assert_eq!(chosen.unschedulable[0].pod, 7);
+    }
+
+    proptest! {
+        /// Whatever the candidate plans: the chosen one costs no more than upstream's, leaves no
+        /// pod unplaced that upstream places, and no eligible plan within the near-equal band
+        /// of the cheapest eligible has fewer nodes.
+        #[test]
+        fn the_chosen_plan_is_never_dearer_than_upstream_and_has_the_fewest_near_equal_nodes(
+            plans in prop::collection::vec(
+                (prop::collection::vec(0.05f64..2.0, 1..30), prop::collection::btree_set(0usize..6, 0..3)),
+                1..6,
+            ),
+        ) {
+            let built: Vec<SchedulingResults> = plans
+                .iter()
+                .map(|(prices, unplaced)| plan(prices, &unplaced.iter().copied().collect::<Vec<_>>()))
+                .collect();
+            let upstream = built[0].clone();
+            let chosen = choose_plan(upstream.clone(), built[1..].to_vec());
+            let upstream_cost = upstream.new_node_claims_cost();
+            prop_assert!(chosen.new_node_claims_cost() <= upstream_cost);
+            for u in &chosen.unschedulable {
+                prop_assert!(upstream.unschedulable.iter().any(|v| v.pod == u.pod));
+            }
+            let eligible: Vec<&SchedulingResults> = built
+                .iter()
+                .filter(|p| {
+                    p.new_node_claims_cost() <= upstream_cost
+                        && p.unschedulable.iter().all(|u| upstream.unschedulable.iter().any(|v| v.pod == u.pod))
+                })
+                .collect();
+            let cheapest = eligible
+                .iter()
+                .map(|p| p.new_node_claims_cost())
+                .fold(f64::INFINITY, f64::min);
+            prop_assert!(chosen.new_node_claims_cost() <= cheapest * (1.0 + NEAR_EQUAL_COST));
+            for p in eligible {
+                if p.new_node_claims_cost() <= cheapest * (1.0 + NEAR_EQUAL_COST) {
+                    prop_assert!(chosen.new_node_claims.len() <= p.new_node_claims.len());
+                }
+            }
+        }
+    }
 }
