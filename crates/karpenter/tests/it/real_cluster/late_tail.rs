@@ -68,7 +68,11 @@ fn initialized(claim: &NodeClaim) -> Option<Timestamp> {
 /// last pod of the burst is created.
 #[tokio::test]
 async fn every_pod_of_a_burst_is_bound_within_a_batch_window_plus_launch_to_ready() {
-    let Some(env) = Env::start("late-tail", crate::real_cluster::options()).await else {
+    // Upstream's packing (about 12 nodes here): under the default CostOptimal, 43 nodes that
+    // each fit one large pod exactly let the kube-scheduler displace far more pods (a 40 s tail
+    // in CI); that interaction is still open (docs/benchmarks.md).
+    let options = crate::real_cluster::options().env("PACKING_POLICY", "Upstream");
+    let Some(env) = Env::start("late-tail", options).await else {
         return;
     };
     env.create_defaults().await;

@@ -391,7 +391,15 @@ async fn should_succeed_to_garbage_collect_an_instance_that_was_launched_by_a_no
     )
     .await
     .unwrap();
-    eventually_not_found(&env.client, &[name], &[], DISRUPT).await;
+    // The garbage collector looks every 2 minutes (upstream's period), counted from the leader's
+    // start: a disruption wait on top of it, not instead of it.
+    eventually_not_found(
+        &env.client,
+        &[name],
+        &[],
+        DISRUPT + std::time::Duration::from_secs(60),
+    )
+    .await;
 }
 
 fn condition_unknown(claim: &NodeClaim, type_: &str) -> bool {
