@@ -933,8 +933,9 @@ async fn a_spot_interruption_on_sqs_deletes_the_nodeclaim_and_a_replacement_laun
     let (replacement, pod) = cluster
         .eventually(
             "the NodeClaim replaced and the pod bound again",
-            // Drain, termination and a new launch: 20 s alone, more beside the other tests.
-            Duration::from_secs(60),
+            // Drain, termination and a new launch: 11 s alone; beside the other tests on 2
+            // cores it passed 60 s once in CI (a wait, not a measure: generous on purpose).
+            Duration::from_secs(150),
             async || {
                 cluster.play_kubelet().await;
                 let claims = cluster.list::<NodeClaim>().await;
