@@ -54,6 +54,15 @@ summary() {
     if [[ -n "$failing" ]]; then
         echo "failing tests:"
         sed 's/^/    /' <<<"$failing"
+        # Why each failed: the last lines of its captured output (the panic and its message), so
+        # the summary alone says what went wrong.
+        local name
+        while read -r name; do
+            echo "--- $name"
+            cat "$STEP_LOG_DIR"/*.log \
+                | awk -v want="---- $name stdout ----" '$0 == want {on=1; next} on && (/^---- .* stdout ----$/ || /^failures:$/) {on=0} on' \
+                | tail -n 12 | sed 's/^/    /'
+        done <<<"$failing"
     fi
     local targets
     targets="$(cat "$STEP_LOG_DIR"/*.log | awk '/^error: [0-9]+ targets? failed:/ {on=1; next} on && /^    / {print; next} {on=0}' | sort -u)"
@@ -236,7 +245,13 @@ run_step "cargo test (--features karpenter/aws)" \
 REAL_CLUSTER_PARALLEL="${KARPENTER_ENVTEST_INSTANCES:-4}"
 run_step "cargo test (real control plane: real_cluster::)" \
     env KARPENTER_ENVTEST_INSTANCES="$REAL_CLUSTER_PARALLEL" \
-    cargo test --workspace --locked --no-fail-fast --features karpenter/aws --test it -- real_cluster:: --test-threads "$REAL_CLUSTER_PARALLEL"
+    cargo test --workspace --locked --no-fail-fast --features karpenter/aws --test it -- real_cluster:: --skip real_cluster::alone:: --test-threads "$REAL_CLUSTER_PARALLEL"
+# The real-cluster tests whose assertion is a duration (real_cluster/alone), one at a time with
+# nothing else running: what they time must be the cluster's, not a machine shared with four
+# control planes.
+run_step "cargo test (real control plane, alone: real_cluster::alone::)" \
+    env KARPENTER_ENVTEST_INSTANCES=1 \
+    cargo test --workspace --locked --no-fail-fast --features karpenter/aws --test it -- real_cluster::alone:: --test-threads 1
 # The default build's own checks (tests/it/no_aws_feature.rs): the same workspace selection, so
 # only the binary is rebuilt.
 run_step "cargo test (default features: no_aws_feature)" \

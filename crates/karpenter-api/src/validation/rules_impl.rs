@@ -95,30 +95,15 @@ fn check_requirements(
 ) {
     for (i, requirement) in requirements.iter().enumerate() {
         let item = join_index(path, i);
-        let key_path = join_field(&item, "key");
-        if !karpenter_domain_allowed(&requirement.key) {
-            errors.push(E::rule(&key_path, &REQ_KEY_KARPENTER_DOMAIN));
-        }
-        if is_nodepool && requirement.key == "karpenter.sh/nodepool" {
-            errors.push(E::rule(&key_path, &REQ_KEY_NODEPOOL));
-        }
-        if requirement.key == "kubernetes.io/hostname" {
-            errors.push(E::rule(&key_path, &REQ_KEY_HOSTNAME));
-        }
-        let values_path = join_field(&item, "values");
-        match requirement.operator.as_str() {
-            "In" if requirement.values.is_empty() => {
-                errors.push(E::rule(&values_path, &REQ_IN_HAS_VALUES))
-            }
-            "Gt" | "Lt" | "Gte" | "Lte" => {
-                let single_non_negative = matches!(requirement.values.as_slice(), [v]
-                    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) && v.parse::<i64>().is_ok());
-                if !single_non_negative {
-                    errors.push(E::rule(&values_path, &REQ_NUMERIC_SINGLE_VALUE));
-                }
-            }
-            _ => {}
-        }
+        check_requirement(
+            &item,
+            (&requirement.key, &requirement.operator, &requirement.values),
+            RequirementRules {
+                forbid_nodepool_key: is_nodepool,
+                not_in_needs_values: false,
+            },
+            errors,
+        );
         if requirement.operator == "In"
             && let Some(min) = requirement.min_values
             && (requirement.values.len() as i64) < i64::from(min)
@@ -128,6 +113,49 @@ fn check_requirements(
                 &REQ_MIN_VALUES_LE_VALUES,
             ));
         }
+    }
+}
+
+/// Which of the shared requirement rules apply: the `karpenter.sh/nodepool` key is refused in a
+/// NodePool's own requirements, and a NodeOverlay's `NotIn` needs values.
+struct RequirementRules {
+    forbid_nodepool_key: bool,
+    not_in_needs_values: bool,
+}
+
+/// The CEL rules NodePool, NodeClaim and NodeOverlay requirements share, on the requirement
+/// `(key, operator, values)` at `item`: a key outside the restricted karpenter domains and not
+/// the hostname, `In` with values, a numeric operator with one non-negative integer.
+fn check_requirement(
+    item: &str,
+    (key, operator, values): (&str, &str, &[String]),
+    rules: RequirementRules,
+    errors: &mut Vec<E>,
+) {
+    let key_path = join_field(item, "key");
+    if !karpenter_domain_allowed(key) {
+        errors.push(E::rule(&key_path, &REQ_KEY_KARPENTER_DOMAIN));
+    }
+    if rules.forbid_nodepool_key && key == "karpenter.sh/nodepool" {
+        errors.push(E::rule(&key_path, &REQ_KEY_NODEPOOL));
+    }
+    if key == "kubernetes.io/hostname" {
+        errors.push(E::rule(&key_path, &REQ_KEY_HOSTNAME));
+    }
+    let values_path = join_field(item, "values");
+    match operator {
+        "In" if values.is_empty() => errors.push(E::rule(&values_path, &REQ_IN_HAS_VALUES)),
+        "NotIn" if rules.not_in_needs_values && values.is_empty() => {
+            errors.push(E::rule(&values_path, &NO_REQ_NOT_IN_HAS_VALUES))
+        }
+        "Gt" | "Lt" | "Gte" | "Lte" => {
+            let single_non_negative = matches!(values, [v]
+                if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) && v.parse::<i64>().is_ok());
+            if !single_non_negative {
+                errors.push(E::rule(&values_path, &REQ_NUMERIC_SINGLE_VALUE));
+            }
+        }
+        _ => {}
     }
 }
 
@@ -294,31 +322,15 @@ pub fn check_nodeoverlay(overlay: &NodeOverlay) -> Vec<E> {
         errors.push(E::rule("spec.priceAdjustment", &NO_PRICE_XOR_ADJUSTMENT));
     }
     for (i, requirement) in spec.requirements.iter().enumerate() {
-        let item = join_index("spec.requirements", i);
-        let key_path = join_field(&item, "key");
-        if !karpenter_domain_allowed(&requirement.key) {
-            errors.push(E::rule(&key_path, &REQ_KEY_KARPENTER_DOMAIN));
-        }
-        if requirement.key == "kubernetes.io/hostname" {
-            errors.push(E::rule(&key_path, &REQ_KEY_HOSTNAME));
-        }
-        let values_path = join_field(&item, "values");
-        match requirement.operator.as_str() {
-            "In" if requirement.values.is_empty() => {
-                errors.push(E::rule(&values_path, &REQ_IN_HAS_VALUES))
-            }
-            "NotIn" if requirement.values.is_empty() => {
-                errors.push(E::rule(&values_path, &NO_REQ_NOT_IN_HAS_VALUES))
-            }
-            "Gt" | "Lt" | "Gte" | "Lte" => {
-                let single_non_negative = matches!(requirement.values.as_slice(), [v]
-                    if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) && v.parse::<i64>().is_ok());
-                if !single_non_negative {
-                    errors.push(E::rule(&values_path, &REQ_NUMERIC_SINGLE_VALUE));
-                }
-            }
-            _ => {}
-        }
+        check_requirement(
+            &join_index("spec.requirements", i),
+            (&requirement.key, &requirement.operator, &requirement.values),
+            RequirementRules {
+                forbid_nodepool_key: false,
+                not_in_needs_values: true,
+            },
+            &mut errors,
+        );
     }
     for name in spec.capacity.iter().flat_map(|c| c.keys()) {
         if OVERLAY_RESTRICTED_RESOURCES.contains(&name.as_str()) {

@@ -38,11 +38,7 @@ pub async fn delete_expired(ctx: &Leader) -> Option<Timestamp> {
                 tracing::info!(nodeclaim = %name, "deleting expired nodeclaim");
                 ctx.metrics
                     .nodeclaims_disrupted
-                    .get_or_create(&NodeClaimDisruptedLabels {
-                        reason: "expired".into(),
-                        nodepool: claim.nodepool_name().unwrap_or_default().to_string(),
-                        capacity_type: super::queue::capacity_type(&claim),
-                    })
+                    .get_or_create(&NodeClaimDisruptedLabels::for_claim("expired", &claim))
                     .inc();
             }
             Err(err) if is_not_found(&err) => {}

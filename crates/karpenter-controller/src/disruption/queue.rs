@@ -18,12 +18,12 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Taint};
 use karpenter_api::NodeClaim;
 use karpenter_api::v1::{CONDITION_TRUE, ConditionsExt, NODECLAIM_CONDITION_DISRUPTION_REASON};
-use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, DISRUPTED_TAINT_KEY};
+use karpenter_api::well_known::DISRUPTED_TAINT_KEY;
 use karpenter_core::disruption::orchestration::command::{self, CommandStep};
 use karpenter_core::disruption::orchestration::{
     CandidateView, CommandView, Failure, Marking, ReplacementView,
 };
-use karpenter_core::disruption::{Command, Method};
+use karpenter_core::disruption::{Command, DisruptedNode, DisruptionReason, Method};
 use karpenter_core::state::ClusterState;
 use karpenter_core::taints::NO_SCHEDULE;
 use karpenter_kube::is_not_found;
@@ -369,6 +369,32 @@ async fn observe_replacements(
     }
 }
 
+/// `karpenter_nodeclaims_disrupted_total`'s labels for a candidate a command deletes: the pool's
+/// consolidation policy for a consolidation command (emptiness, multi, single), none for drift
+/// (it flows through the same queue), as upstream.
+fn disrupted_labels(
+    ctx: &Leader,
+    command: &Command,
+    candidate: &DisruptedNode,
+) -> NodeClaimDisruptedLabels {
+    let reason = command.reason.as_str().to_lowercase();
+    let state = ctx.state.read();
+    let labels = match state.nodeclaim(&candidate.nodeclaim) {
+        Some(claim) => NodeClaimDisruptedLabels::for_claim(reason, claim),
+        None => NodeClaimDisruptedLabels {
+            reason,
+            nodepool: candidate.node_pool.clone(),
+            capacity_type: candidate.capacity_type.clone().unwrap_or_default(),
+            termination_mode: "graceful".into(),
+            ..Default::default()
+        },
+    };
+    match (command.reason, state.nodepool(&candidate.node_pool)) {
+        (DisruptionReason::Drifted, _) | (_, None) => labels,
+        (_, Some(pool)) => labels.consolidating(pool.consolidation_policy()),
+    }
+}
+
 /// Deletes the candidates' NodeClaims `names`; termination drains them.
 async fn delete_candidates(
     ctx: &Leader,
@@ -395,13 +421,10 @@ async fn delete_candidates(
                 crate::Error::kube(format!("delete nodeclaim {}", candidate.nodeclaim), err)
             })?;
         if deleted {
+            let labels = disrupted_labels(ctx, command, candidate);
             ctx.metrics
                 .nodeclaims_disrupted
-                .get_or_create(&NodeClaimDisruptedLabels {
-                    reason: command.reason.as_str().to_lowercase(),
-                    nodepool: candidate.node_pool.clone(),
-                    capacity_type: candidate.capacity_type.clone().unwrap_or_default(),
-                })
+                .get_or_create(&labels)
                 .inc();
         }
     }
@@ -652,13 +675,4 @@ pub fn describe(command: &Command) -> String {
         command.replacements.len(),
         command.savings_per_hour
     )
-}
-
-/// The capacity type label of a NodeClaim (metrics).
-pub(crate) fn capacity_type(claim: &NodeClaim) -> String {
-    claim
-        .labels()
-        .get(CAPACITY_TYPE_LABEL)
-        .cloned()
-        .unwrap_or_default()
 }

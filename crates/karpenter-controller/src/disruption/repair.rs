@@ -111,11 +111,10 @@ async fn force_delete(ctx: &Leader, mut claim: NodeClaim, now: Timestamp) {
         Ok(_) => {
             ctx.metrics
                 .nodeclaims_disrupted
-                .get_or_create(&NodeClaimDisruptedLabels {
-                    reason: UNHEALTHY_REASON.into(),
-                    nodepool: claim.nodepool_name().unwrap_or_default().to_string(),
-                    capacity_type: super::queue::capacity_type(&claim),
-                })
+                .get_or_create(&NodeClaimDisruptedLabels::for_claim(
+                    UNHEALTHY_REASON,
+                    &claim,
+                ))
                 .inc();
             record_unhealthy(ctx, &claim);
         }
@@ -190,7 +189,7 @@ fn record_unhealthy(ctx: &Leader, claim: &NodeClaim) {
         .get_or_create(&crate::metrics::UnhealthyLabels {
             condition,
             nodepool: claim.nodepool_name().unwrap_or_default().to_string(),
-            capacity_type: super::queue::capacity_type(claim),
+            capacity_type: crate::metrics::capacity_type(claim),
             image_id: status.and_then(|s| s.image_id.clone()).unwrap_or_default(),
         })
         .inc();

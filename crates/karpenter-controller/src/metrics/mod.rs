@@ -7,6 +7,7 @@
 mod client;
 mod cost;
 mod extra;
+mod labels;
 mod record;
 pub mod scrape;
 mod status;
@@ -17,9 +18,9 @@ mod upstream;
 pub use client::ApiCall;
 pub use cost::{PoolCost, cost_view};
 pub use extra::*;
+pub use labels::*;
 pub use record::SolveGuard;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -29,126 +30,6 @@ use std::sync::atomic::AtomicU64;
 
 pub type FloatGauge = Gauge<f64, AtomicU64>;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NodeClaimCreatedLabels {
-    pub reason: String,
-    pub nodepool: String,
-    pub min_values_relaxed: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NodeClaimLabels {
-    pub nodepool: String,
-    pub capacity_type: String,
-    pub zone: String,
-}
-
-/// A Node's pool and zone (`karpenter_nodes_created_total`, `_terminated_total`).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NodePoolZoneLabels {
-    pub nodepool: String,
-    pub zone: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NodeClaimDisruptedLabels {
-    pub reason: String,
-    pub nodepool: String,
-    pub capacity_type: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DisruptionDecisionLabels {
-    pub decision: String,
-    pub reason: String,
-    pub consolidation_type: String,
-}
-
-/// Upstream's Balanced-scoring labels (`decision` is `approved` or `rejected`, `policy` the
-/// NodePool's consolidation policy).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ConsolidationMoveLabels {
-    pub decision: String,
-    pub nodepool: String,
-    pub policy: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ConsolidationTypeLabels {
-    pub consolidation_type: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DisruptionReasonLabels {
-    pub reason: String,
-}
-
-/// Upstream's labels of the disruption pass duration: the acting method's reason (`empty`,
-/// `drifted`, `underutilized`; `none` when no method acted) and consolidation type.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DisruptionMethodLabels {
-    pub reason: String,
-    pub consolidation_type: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NodePoolReasonLabels {
-    pub nodepool: String,
-    pub reason: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NodePoolLabels {
-    pub nodepool: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NodePoolResourceLabels {
-    pub nodepool: String,
-    pub resource_type: String,
-}
-
-#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PodStateLabels {
-    pub name: String,
-    pub namespace: String,
-    /// The pod's controller owner, `kind/namespace/name` (empty without one).
-    pub owner: String,
-    pub node: String,
-    pub scheduled: String,
-    pub nodepool: String,
-    pub zone: String,
-    pub arch: String,
-    pub capacity_type: String,
-    pub instance_type: String,
-    pub phase: String,
-    pub ready: String,
-    pub managed: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PodsDrainedLabels {
-    /// The NodeClaim's disruption reason, else `Forceful Termination` (upstream's wording).
-    pub reason: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EvictionRequestLabels {
-    /// HTTP status code of the answer (`200` when granted), `error` when there was none.
-    pub code: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
-    pub kind: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ControllerLabels {
-    pub controller: String,
-}
-
-/// Every metric the controller exports. Cloned handles are cheap (`Arc` inside).
 #[derive(Debug)]
 pub struct Metrics {
     /// Behind a lock so a cloud provider can add its own metrics after start
@@ -575,7 +456,13 @@ fn first_set_catalog() -> Vec<FamilyInfo> {
         (
             "karpenter_nodeclaims_disrupted_total",
             "counter",
-            &["reason", "nodepool", "capacity_type"],
+            &[
+                "reason",
+                "nodepool",
+                "capacity_type",
+                "consolidation_policy",
+                "termination_mode",
+            ],
         ),
         (
             "karpenter_nodes_created_total",

@@ -16,7 +16,6 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_REGISTERED};
-use karpenter_api::well_known::CAPACITY_TYPE_LABEL;
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_core::node::{node_is_ready, node_provider_id};
 use karpenter_core::nodeclaim_lifecycle::provider_id;
@@ -200,15 +199,10 @@ pub async fn collect(ctx: &Leader) -> crate::Result<Option<Duration>> {
             Ok(_) => {
                 ctx.metrics
                     .nodeclaims_disrupted
-                    .get_or_create(&NodeClaimDisruptedLabels {
-                        reason: "garbage_collected".into(),
-                        nodepool: lost.nodepool_name().unwrap_or_default().to_string(),
-                        capacity_type: lost
-                            .labels()
-                            .get(CAPACITY_TYPE_LABEL)
-                            .cloned()
-                            .unwrap_or_default(),
-                    })
+                    .get_or_create(&NodeClaimDisruptedLabels::for_claim(
+                        "garbage_collected",
+                        lost,
+                    ))
                     .inc();
             }
             Err(err) if is_not_found(&err) => {}

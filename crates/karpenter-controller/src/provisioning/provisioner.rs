@@ -410,30 +410,23 @@ const PARALLEL_CREATES: usize = 32;
 async fn delete_static_surplus(ctx: &Leader, names: &[String]) {
     let api: Api<NodeClaim> = Api::all(ctx.writer());
     for name in names {
-        let pool = ctx
+        let labels = ctx
             .state
             .read()
             .nodeclaim(name)
             .map(|c| {
-                (
-                    c.nodepool_name().unwrap_or_default().to_string(),
-                    c.labels()
-                        .get(karpenter_api::well_known::CAPACITY_TYPE_LABEL)
-                        .cloned()
-                        .unwrap_or_default(),
-                )
+                crate::metrics::NodeClaimDisruptedLabels::for_claim(STATIC_SCALE_DOWN_REASON, c)
             })
-            .unwrap_or_default();
+            .unwrap_or_else(|| crate::metrics::NodeClaimDisruptedLabels {
+                reason: STATIC_SCALE_DOWN_REASON.into(),
+                ..Default::default()
+            });
         match timeouts::api(api.delete(name, &kube::api::DeleteParams::default())).await {
             Ok(deleted) => {
-                tracing::info!(nodeclaim = %name, nodepool = %pool.0, "deleting nodeclaim: static nodepool holds more than its replicas");
+                tracing::info!(nodeclaim = %name, nodepool = %labels.nodepool, "deleting nodeclaim: static nodepool holds more than its replicas");
                 ctx.metrics
                     .nodeclaims_disrupted
-                    .get_or_create(&crate::metrics::NodeClaimDisruptedLabels {
-                        reason: STATIC_SCALE_DOWN_REASON.into(),
-                        nodepool: pool.0,
-                        capacity_type: pool.1,
-                    })
+                    .get_or_create(&labels)
                     .inc();
                 // Still there (its finalizer drains it): the state sees it deleting at once.
                 // Gone at once: the watch removes it; a repeated delete meanwhile is a 404.
@@ -609,8 +602,14 @@ async fn retrigger_displaced(ctx: Arc<Context>) {
 
 /// Frees the pods whose nominated node the kube-scheduler filled with other pods, so this pass
 /// (or the retrigger's) plans for them (see `ClusterState::release_displaced_nominations`).
+/// Checked under the read lock first: the check runs every second and rarely finds anything,
+/// and the writer's lock would stall every reader meanwhile.
 fn release_displaced_nominations(ctx: &Context) -> Vec<String> {
-    let released = ctx.state.write().release_displaced_nominations(ctx.now());
+    let now = ctx.now();
+    if ctx.state.read().displaced_nominations(now).is_empty() {
+        return Vec::new();
+    }
+    let released = ctx.state.write().release_displaced_nominations(now);
     if !released.is_empty() {
         tracing::debug!(
             pods = %nodeclaim::summarize(&released, 5),

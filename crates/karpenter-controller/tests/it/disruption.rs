@@ -127,7 +127,7 @@ async fn an_empty_node_is_removed_once_consolidate_after_has_passed() {
     );
     assert!(
         metrics.contains(
-            r#"karpenter_nodeclaims_disrupted_total{reason="empty",nodepool="default",capacity_type="on-demand"} 1"#
+            r#"karpenter_nodeclaims_disrupted_total{reason="empty",nodepool="default",capacity_type="on-demand",consolidation_policy="when_empty_or_underutilized",termination_mode="graceful"} 1"#
         ),
         "{metrics}"
     );
@@ -393,7 +393,7 @@ async fn expire_after_recycles_a_node_and_its_pod_gets_a_new_one() {
             .ctx
             .metrics
             .encode()
-            .contains(r#"karpenter_nodeclaims_disrupted_total{reason="expired",nodepool="default",capacity_type="on-demand"} 1"#)
+            .contains(r#"karpenter_nodeclaims_disrupted_total{reason="expired",nodepool="default",capacity_type="on-demand",consolidation_policy="",termination_mode="graceful"} 1"#)
     );
     controller.stop().await;
     cluster.shutdown().await;

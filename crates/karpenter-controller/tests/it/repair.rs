@@ -121,7 +121,7 @@ async fn a_node_not_ready_for_thirty_minutes_is_replaced_forcefully() {
     let metrics = controller.ctx.metrics.encode();
     assert!(
         metrics.contains(
-            r#"karpenter_nodeclaims_disrupted_total{reason="unhealthy",nodepool="default",capacity_type="on-demand"} 1"#
+            r#"karpenter_nodeclaims_disrupted_total{reason="unhealthy",nodepool="default",capacity_type="on-demand",consolidation_policy="",termination_mode="graceful"} 1"#
         ),
         "{metrics}"
     );

@@ -513,6 +513,16 @@ impl ClusterState {
     /// what a device plugin registers later, so an in-flight or registering NodeClaim keeps
     /// every nomination.
     pub fn release_displaced_nominations(&mut self, now: Timestamp) -> Vec<String> {
+        let released = self.displaced_nominations(now);
+        for key in &released {
+            self.nominations.remove(key);
+        }
+        released
+    }
+
+    /// The pods [`Self::release_displaced_nominations`] would release, without releasing them
+    /// (a reader's check before it takes the writer's lock).
+    pub fn displaced_nominations(&self, now: Timestamp) -> Vec<String> {
         let mut by_claim: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for (key, nomination) in &self.nominations {
             if nomination.until > now {
@@ -546,9 +556,6 @@ impl ClusterState {
                     _ => released.push((*key).to_string()),
                 }
             }
-        }
-        for key in &released {
-            self.nominations.remove(key);
         }
         released
     }

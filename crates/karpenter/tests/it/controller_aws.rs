@@ -4,16 +4,12 @@
 //! EC2NodeClass Ready, the endpoint, CIDR and version discovered through `eks:DescribeCluster`;
 //! with `INTERRUPTION_QUEUE` it consumes the queue and serves upstream's interruption metrics.
 
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use crate::testapi_env::TestApiEnv;
 use karpenter_api::v1::{ConditionsExt, EC2NodeClass};
 use karpenter_aws::{AwsClients, ClientOptions};
-use karpenter_testapi::TestApiServer;
-use kube::Api;
-use kube::api::PostParams;
 use serde_json::json;
 
 /// Two distinct free ports (both listeners held while the second is picked).
@@ -149,23 +145,14 @@ async fn the_aws_controller_makes_an_ec2nodeclass_ready_on_moto() {
         .unwrap()
         .to_string();
 
-    let server = TestApiServer::new();
-    let tcp = server.serve_tcp().await.unwrap();
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "controller-aws-{}-{}",
-        std::process::id(),
-        tcp.addr().port()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    tcp.write_kubeconfig(&kubeconfig).unwrap();
-    let client = server.client();
-    let pp = PostParams::default();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in karpenter_api::crd::all().unwrap() {
-        crds.create(&pp, &crd).await.unwrap();
-    }
-    let node_class: EC2NodeClass = serde_json::from_value(json!({
+    let env = TestApiEnv::start("controller-aws").await;
+    let TestApiEnv {
+        server,
+        dir,
+        kubeconfig,
+        ..
+    } = &env;
+    env.create_node_class(json!({
         "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
         "metadata": {"name": "default"},
         "spec": {
@@ -175,18 +162,14 @@ async fn the_aws_controller_makes_an_ec2nodeclass_ready_on_moto() {
             "securityGroupSelectorTerms": [{"name": "default"}]
         }
     }))
-    .unwrap();
-    Api::<EC2NodeClass>::all(client.clone())
-        .create(&pp, &node_class)
-        .await
-        .unwrap();
+    .await;
 
     let (metrics_port, health_port) = free_ports();
     let log = dir.join("controller.log");
     let file = std::fs::File::create(&log).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_karpenter"))
         .args(["controller", "--cloud-provider", "aws", "--kubeconfig"])
-        .arg(&kubeconfig)
+        .arg(kubeconfig)
         .args(["--log-format", "text"])
         .env_clear()
         .env("CLUSTER_NAME", &cluster)

@@ -13,10 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::testapi_env::TestApiEnv;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::pod::Pod;
 use karpenter_testapi::TestApiServer;
@@ -169,25 +168,16 @@ pub(crate) fn scrape(port: u16) -> std::io::Result<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sim_controller_provisions_and_terminates_inflate_nodes() {
-    let server = TestApiServer::new();
-    let tcp = server.serve_tcp().await.unwrap();
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "controller-e2e-{}-{}",
-        std::process::id(),
-        tcp.addr().port()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    tcp.write_kubeconfig(&kubeconfig).unwrap();
-    let client = server.client();
+    let env = TestApiEnv::start("controller-e2e").await;
+    let TestApiEnv {
+        server,
+        dir,
+        kubeconfig,
+        client,
+        ..
+    } = &env;
     let pp = PostParams::default();
-
-    // The CRDs exactly as `karpenter crds` prints them, created through the API.
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in karpenter_api::crd::all().unwrap() {
-        crds.create(&pp, &crd).await.unwrap();
-    }
-    let node_class: EC2NodeClass = serde_json::from_value(json!({
+    env.create_node_class(json!({
         "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
         "metadata": {"name": "default"},
         "spec": {
@@ -197,11 +187,7 @@ async fn sim_controller_provisions_and_terminates_inflate_nodes() {
             "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "e2e"}}]
         }
     }))
-    .unwrap();
-    Api::<EC2NodeClass>::all(client.clone())
-        .create(&pp, &node_class)
-        .await
-        .unwrap();
+    .await;
     let node_pool: NodePool = serde_json::from_value(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
         "metadata": {"name": "default"},
@@ -227,7 +213,7 @@ async fn sim_controller_provisions_and_terminates_inflate_nodes() {
         .await
         .unwrap();
 
-    let controller = spawn_controller(&kubeconfig, &dir, "first", free_port());
+    let controller = spawn_controller(kubeconfig, dir, "first", free_port());
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     for i in 0..10 {
@@ -284,7 +270,7 @@ async fn sim_controller_provisions_and_terminates_inflate_nodes() {
         });
     }
     assert!(cpu >= 10_000, "room for ten 1-cpu pods: {cpu}m allocatable");
-    assert_eq!(ledger_instances(&server), Some(claims.len()));
+    assert_eq!(ledger_instances(server), Some(claims.len()));
 
     let metrics = scrape(controller.metrics_port).unwrap();
     assert!(
@@ -299,7 +285,7 @@ async fn sim_controller_provisions_and_terminates_inflate_nodes() {
     server
         .delete::<Lease>(Some(NAMESPACE), "karpenter-leader-election")
         .unwrap();
-    let controller = spawn_controller(&kubeconfig, &dir, "second", free_port());
+    let controller = spawn_controller(kubeconfig, dir, "second", free_port());
     eventually(
         "the restarted controller to restore the ledger",
         limit,
@@ -330,7 +316,7 @@ async fn sim_controller_provisions_and_terminates_inflate_nodes() {
     eventually("NodeClaims, Nodes and sim instances gone", limit, || {
         (server.count::<NodeClaim>() == 0
             && server.count::<Node>() == 0
-            && ledger_instances(&server) == Some(0))
+            && ledger_instances(server) == Some(0))
         .then_some(())
     })
     .await;
@@ -363,7 +349,7 @@ async fn sim_controller_provisions_and_terminates_inflate_nodes() {
             .all(|r| r.field_manager.as_deref() == Some("karpenter"))
     );
     assert_eq!(
-        ledger_field(&server, "lastInstanceSeq")
+        ledger_field(server, "lastInstanceSeq")
             .as_ref()
             .and_then(Value::as_u64),
         Some(claims.len() as u64),

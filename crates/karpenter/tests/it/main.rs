@@ -28,3 +28,4 @@ mod real_cluster;
 mod simulate;
 mod simulate_disruption;
 mod snapshots;
+mod testapi_env;

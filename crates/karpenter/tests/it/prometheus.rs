@@ -15,8 +15,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::pod::Pod;
 use karpenter_testapi::TestApiServer;
@@ -26,6 +24,7 @@ use serde_json::{Value, json};
 
 use crate::controller_e2e::{condition_true, eventually, free_port, spawn_controller};
 use crate::dashboards::{concrete, queries};
+use crate::testapi_env::TestApiEnv;
 
 /// promtool's naming rules that upstream's own names break (a gauge named `*_count` or
 /// `*_total`): a finding is accepted only for a name on upstream's list, which karpenter-rs keeps
@@ -214,23 +213,16 @@ fn sample(metrics: &str, series: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_prometheus_scrapes_the_controller_and_every_panel_has_data() {
-    let server = TestApiServer::new();
-    let tcp = server.serve_tcp().await.unwrap();
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "prometheus-{}-{}",
-        std::process::id(),
-        tcp.addr().port()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    tcp.write_kubeconfig(&kubeconfig).unwrap();
-    let client = server.client();
+    let env = TestApiEnv::start("prometheus").await;
+    let TestApiEnv {
+        server,
+        dir,
+        kubeconfig,
+        client,
+        ..
+    } = &env;
     let pp = PostParams::default();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in karpenter_api::crd::all().unwrap() {
-        crds.create(&pp, &crd).await.unwrap();
-    }
-    let node_class: EC2NodeClass = serde_json::from_value(json!({
+    env.create_node_class(json!({
         "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
         "metadata": {"name": "default"},
         "spec": {
@@ -240,11 +232,7 @@ async fn a_real_prometheus_scrapes_the_controller_and_every_panel_has_data() {
             "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "e2e"}}]
         }
     }))
-    .unwrap();
-    Api::<EC2NodeClass>::all(client.clone())
-        .create(&pp, &node_class)
-        .await
-        .unwrap();
+    .await;
     let node_pool: NodePool = serde_json::from_value(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
         "metadata": {"name": "default"},
@@ -268,8 +256,8 @@ async fn a_real_prometheus_scrapes_the_controller_and_every_panel_has_data() {
         .unwrap();
 
     let metrics_port = free_port();
-    let controller = spawn_controller(&kubeconfig, &dir, "prometheus", metrics_port);
-    let prometheus = Prometheus::start(&dir, metrics_port);
+    let controller = spawn_controller(kubeconfig, dir, "prometheus", metrics_port);
+    let prometheus = Prometheus::start(dir, metrics_port);
 
     // Provision: three pods, three nodes; bound and running.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
@@ -278,7 +266,7 @@ async fn a_real_prometheus_scrapes_the_controller_and_every_panel_has_data() {
     }
     let limit = Duration::from_secs(60);
     eventually("three pods running on their own nodes", limit, || {
-        bind_one_per_node(&server);
+        bind_one_per_node(server);
         let running = server
             .list::<Pod>()
             .iter()

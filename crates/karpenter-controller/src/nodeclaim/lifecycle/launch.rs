@@ -5,7 +5,6 @@
 use jiff::Timestamp;
 use karpenter_api::NodeClaim;
 use karpenter_api::v1::{CONDITION_TRUE, CONDITION_UNKNOWN, NODECLAIM_CONDITION_LAUNCHED};
-use karpenter_api::well_known::CAPACITY_TYPE_LABEL;
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_core::nodeclaim_lifecycle::{hydrate, provider_id, set_condition, truncate_message};
 use karpenter_kube::{delete_ignoring_not_found, is_conflict, is_not_found};
@@ -161,15 +160,7 @@ pub(super) async fn delete_claim(
     }
     ctx.metrics
         .nodeclaims_disrupted
-        .get_or_create(&NodeClaimDisruptedLabels {
-            reason: reason.to_string(),
-            nodepool: claim.nodepool_name().unwrap_or_default().to_string(),
-            capacity_type: claim
-                .labels()
-                .get(CAPACITY_TYPE_LABEL)
-                .cloned()
-                .unwrap_or_default(),
-        })
+        .get_or_create(&NodeClaimDisruptedLabels::for_claim(reason, claim))
         .inc();
     Ok(())
 }

@@ -11,9 +11,9 @@
 //! `regression/` is upstream Karpenter's kwok regression suite (`test/suites/regression`), one test
 //! per upstream `It`, named after it.
 
+mod alone;
 mod harness;
 mod inflate;
-mod late_tail;
 mod leader;
 mod nodeoverlay;
 pub(crate) mod objects;
