@@ -9,6 +9,7 @@
 
 #[cfg(feature = "cluster")]
 pub mod cluster;
+pub mod failures;
 pub mod launch;
 pub mod nodeclass;
 pub mod provider;

@@ -23,6 +23,7 @@ use karpenter_core::instance_type::InstanceType;
 use karpenter_core::resources::ResourceList;
 use serde::{Deserialize, Serialize};
 
+use crate::failures::{self, OfferingPattern};
 use crate::launch::{self, LaunchChoice};
 
 /// The provider's name (`--cloud-provider sim`).
@@ -117,6 +118,9 @@ struct ShapedTypes {
     /// The types last handed out for each EC2NodeClass name: launches for NodeClaims referring
     /// to it pick from these, so they agree with what the scheduler saw.
     by_node_class: BTreeMap<String, Arc<TypeMap>>,
+    /// The offerings each EC2NodeClass (by name) declares out of capacity
+    /// ([`failures::INSUFFICIENT_CAPACITY_ANNOTATION`]), as last handed types out.
+    failing_by_node_class: BTreeMap<String, Arc<Vec<OfferingPattern>>>,
 }
 
 struct Inner {
@@ -390,9 +394,20 @@ impl SimCloudProvider {
         node_class: Option<&EC2NodeClass>,
     ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
         let types = self.types_for(node_class)?;
+        let failing = node_class
+            .map(failures::declared)
+            .transpose()?
+            .unwrap_or_default();
         let class_name = &node_pool.spec.template.spec.node_class_ref.name;
         {
             let mut shaped = self.shaped();
+            if failing.is_empty() {
+                shaped.failing_by_node_class.remove(class_name);
+            } else {
+                shaped
+                    .failing_by_node_class
+                    .insert(class_name.clone(), Arc::new(failing));
+            }
             if node_class.is_some() && self.inner.catalog.is_some() {
                 shaped
                     .by_node_class
@@ -431,14 +446,17 @@ impl SimCloudProvider {
     }
 
     /// What `create` would launch for `node_claim` right now (no side effects; offerings
-    /// marked unavailable are skipped, simulated shortages not yet discovered are not).
+    /// marked unavailable are skipped, simulated shortages not yet discovered are not; the
+    /// offerings its EC2NodeClass declares out of capacity are tried and fail over, as `create`
+    /// does, ending in `InsufficientCapacity` when none is left).
     pub fn launch_choice(&self, node_claim: &NodeClaim) -> Result<LaunchChoice, CloudError> {
         let (requirements, requests) = parse_claim(node_claim)?;
         let types = self.launch_types(node_claim);
+        let failing = self.declared_failures(node_claim);
         let now = self.inner.clock.now();
         let state = self.state();
         let unavailable = &state.ledger.unavailable_offerings;
-        launch::candidates(&types, &requirements, &requests, |it, o| {
+        let candidates = launch::candidates(&types, &requirements, &requests, |it, o| {
             // Nothing marked (the usual case): no key to build per offering.
             unavailable.is_empty()
                 || !is_marked(
@@ -446,10 +464,31 @@ impl SimCloudProvider {
                     &offering_key(&o.capacity_type, &it.name, &o.zone),
                     now,
                 )
-        })
-        .first()
-        .map(launch::Candidate::choice)
-        .ok_or_else(|| launch::no_offering_error(&requirements))
+        });
+        if candidates.is_empty() {
+            return Err(launch::no_offering_error(&requirements));
+        }
+        candidates
+            .iter()
+            .find(|c| !declared_out(&failing, c))
+            .map(launch::Candidate::choice)
+            .ok_or_else(|| {
+                CloudError::InsufficientCapacity(format!(
+                    "no capacity for any of {} offering(s) (EC2NodeClass annotation {})",
+                    candidates.len(),
+                    failures::INSUFFICIENT_CAPACITY_ANNOTATION
+                ))
+            })
+    }
+
+    /// The offerings `node_claim`'s EC2NodeClass declares out of capacity.
+    fn declared_failures(&self, node_claim: &NodeClaim) -> Arc<Vec<OfferingPattern>> {
+        let class = &node_claim.spec.node_class_ref;
+        self.shaped()
+            .failing_by_node_class
+            .get(&class.name)
+            .filter(|_| class.kind == "EC2NodeClass")
+            .map_or_else(Arc::default, Arc::clone)
     }
 
     /// The Node the kubelet of this instance registers: labels, capacity, allocatable, the
@@ -507,6 +546,7 @@ impl SimCloudProvider {
 
     fn launch(&self, node_claim: &NodeClaim) -> Result<NodeClaim, CloudError> {
         let types = self.launch_types(node_claim);
+        let failing = self.declared_failures(node_claim);
         let now = self.inner.clock.now();
         let mut state = self.state();
         let name = node_claim.metadata.name.clone().unwrap_or_default();
@@ -553,7 +593,7 @@ impl SimCloudProvider {
                 &candidate.instance_type.name,
                 &candidate.offering.zone,
             );
-            if insufficient_capacity.contains(&key) {
+            if insufficient_capacity.contains(&key) || declared_out(&failing, candidate) {
                 exhausted.push(key);
             } else {
                 launched = Some((
@@ -592,6 +632,17 @@ impl SimCloudProvider {
         ledger.instances.insert(instance.id.clone(), instance);
         Ok(hydrated)
     }
+}
+
+/// Whether a launch candidate's offering is one its EC2NodeClass declares out of capacity.
+fn declared_out(failing: &[OfferingPattern], candidate: &launch::Candidate<'_>) -> bool {
+    failing.iter().any(|p| {
+        p.matches(
+            &candidate.offering.capacity_type,
+            &candidate.instance_type.name,
+            &candidate.offering.zone,
+        )
+    })
 }
 
 fn type_map(types: Vec<InstanceType>) -> TypeMap {

@@ -155,7 +155,7 @@ pub(crate) fn run(
             timeline.advance(&mut cluster, provider, now, &mut commands)?;
         }
         let mut state = cluster.state();
-        timeline.mark(&mut state);
+        timeline.mark(&mut state, now);
         let pass = decide(&DisruptionInput {
             state: &state,
             instance_types: &cluster.pool_types,
@@ -243,6 +243,8 @@ fn next_instant(
         BlockReason::DoNotDisruptPod {
             until: Some(until), ..
         } if *until > now => Some(*until),
+        // A rolled-back command's candidates are decided again when their hold ends.
+        BlockReason::RolledBack { until } if *until > now => Some(*until),
         _ => None,
     });
     // Budget windows open and close on cron minutes: while a budget holds a node back and some

@@ -383,6 +383,14 @@ fn a_replacement_that_never_initializes_rolls_its_command_back_after_the_timeout
     );
     let json = serde_json::to_value(first).unwrap();
     assert_eq!(json["rolledBack"]["at"], "2026-01-30T23:10:00Z");
+    // Not decided again at once (issue 33 item 3): the candidate is held for the machine's
+    // rollback hold (3 minutes), then drifted again.
+    let again: Vec<&str> = report.commands[1..]
+        .iter()
+        .filter(|c| c.candidates.iter().any(|n| n.name == "node-drifted"))
+        .map(|c| c.at.as_str())
+        .collect();
+    assert_eq!(again.first(), Some(&"2026-01-30T23:13:00Z"), "{report:#?}");
 }
 
 /// Issue 33: a node whose only pod is terminating with a finalizer stayed "on its way out"
