@@ -69,10 +69,12 @@ impl std::fmt::Display for Seen {
     }
 }
 
-/// What a side did: its commands in order and the rollout time.
+/// What a side did: its commands in order (with when each started and ended, seconds after
+/// the change) and the rollout time.
 #[derive(Debug)]
 struct Outcome {
     commands: Vec<Seen>,
+    times: Vec<(f64, Option<f64>)>,
     rollout: SignedDuration,
 }
 
@@ -370,6 +372,23 @@ fn simulate(objects: &[Value], now: Timestamp, until: SignedDuration) -> Outcome
 
 fn outcome_of(report: &DisruptionReport, now: Timestamp) -> Outcome {
     let mut end = now;
+    let since = |at: &str| {
+        at.parse::<Timestamp>()
+            .ok()
+            .map(|at| at.duration_since(now).as_secs_f64())
+    };
+    let times = report
+        .commands
+        .iter()
+        .map(|c| {
+            let ended = c
+                .rolled_back
+                .as_ref()
+                .map(|r| r.at.as_str())
+                .or(c.completed_at.as_deref());
+            (since(&c.at).unwrap_or_default(), ended.and_then(since))
+        })
+        .collect();
     let commands = report
         .commands
         .iter()
@@ -401,6 +420,7 @@ fn outcome_of(report: &DisruptionReport, now: Timestamp) -> Outcome {
         .collect();
     Outcome {
         commands,
+        times,
         rollout: end.duration_since(now),
     }
 }
@@ -433,7 +453,7 @@ async fn observe(
         }
         let ended = ended_commands(&env.karpenter.log());
         let done = ended.len() >= expected
-            && ended.iter().all(|(seen, _)| {
+            && ended.iter().all(|(seen, _, _)| {
                 seen.rolled_back || seen.candidates.iter().all(|c| gone_at.contains_key(c))
             });
         if done || started.elapsed() > limit {
@@ -445,7 +465,8 @@ async fn observe(
     tokio::time::sleep(Duration::from_secs(12)).await;
     let ended = ended_commands(&env.karpenter.log());
     let mut end = changed;
-    for (seen, at) in &ended {
+    let mut times = Vec::new();
+    for (seen, started, at) in &ended {
         let last = if seen.rolled_back {
             Some(*at)
         } else {
@@ -458,15 +479,19 @@ async fn observe(
         if let Some(last) = last {
             end = end.max(last);
         }
+        let since = |t: Timestamp| t.duration_since(changed).as_secs_f64();
+        times.push((since(*started), last.map(since)));
     }
     Outcome {
-        commands: ended.into_iter().map(|(seen, _)| seen).collect(),
+        commands: ended.into_iter().map(|(seen, _, _)| seen).collect(),
+        times,
         rollout: end.duration_since(changed),
     }
 }
 
-/// The `disruption command ended` lines of the controller's text log, with their instants.
-fn ended_commands(log: &str) -> Vec<(Seen, Timestamp)> {
+/// The `disruption command ended` lines of the controller's text log, with the instants the
+/// commands started and ended.
+fn ended_commands(log: &str) -> Vec<(Seen, Timestamp, Timestamp)> {
     log.lines()
         .filter(|l| l.contains("disruption command ended"))
         .filter_map(|line| {
@@ -474,8 +499,15 @@ fn ended_commands(log: &str) -> Vec<(Seen, Timestamp)> {
             let field = |key: &str| -> Option<String> {
                 let start = line.find(&format!(" {key}="))? + key.len() + 2;
                 let rest = &line[start..];
-                // Up to the next space: an empty list is `key=` followed by the next field.
-                Some(rest.split(' ').next().unwrap_or("").to_string())
+                // Up to the next space: an empty list is `key=` followed by the next field. A
+                // `&str` field is printed quoted.
+                Some(
+                    rest.split(' ')
+                        .next()
+                        .unwrap_or("")
+                        .trim_matches('"')
+                        .to_string(),
+                )
             };
             let list = |key: &str| -> Vec<String> {
                 let mut items: Vec<String> = field(key)
@@ -494,6 +526,7 @@ fn ended_commands(log: &str) -> Vec<(Seen, Timestamp)> {
                     replacements: list("replacements"),
                     rolled_back: field("outcome")? == "rolled-back",
                 },
+                field("started")?.parse().ok()?,
                 at,
             ))
         })
@@ -501,22 +534,18 @@ fn ended_commands(log: &str) -> Vec<(Seen, Timestamp)> {
 }
 
 fn print_table(case: &str, controller: &Outcome, simulated: &Outcome) {
-    eprintln!("parity: {case}");
-    eprintln!("  {:<3} {:<60} {:<60}", "#", "controller", "simulate");
+    eprintln!("parity: {case} (times in seconds after the change: start-end)");
     let rows = controller.commands.len().max(simulated.commands.len());
     for i in 0..rows {
-        let show = |o: &Outcome| {
-            o.commands
-                .get(i)
-                .map(ToString::to_string)
-                .unwrap_or_default()
-        };
-        eprintln!(
-            "  {:<3} {:<60} {:<60}",
-            i + 1,
-            show(controller),
-            show(simulated)
-        );
+        for (side, o) in [("controller", controller), ("simulate", simulated)] {
+            let Some(command) = o.commands.get(i) else {
+                eprintln!("  {:<3} {side:<10} -", i + 1);
+                continue;
+            };
+            let (start, end) = o.times.get(i).copied().unwrap_or_default();
+            let end = end.map_or("-".to_string(), |e| format!("{e:.1}"));
+            eprintln!("  {:<3} {side:<10} {start:>6.1}-{end:<6} {command}", i + 1);
+        }
     }
     eprintln!(
         "  rollout: controller {:.1} s, simulate {:.1} s",
