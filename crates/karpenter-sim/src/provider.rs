@@ -24,8 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::failures::{self, OfferingPattern};
 use crate::instance::{
-    find_by_provider_id, hydrate, instance_id, instance_seq, new_instance, node_claim_of,
-    same_claim,
+    find_by_provider_id, hydrate, instance_seq, new_instance, node_claim_of, same_claim,
 };
 use crate::launch::{self, LaunchChoice};
 
