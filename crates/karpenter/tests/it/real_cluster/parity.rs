@@ -11,9 +11,10 @@
 //! (`karpenter_controller::disruption::queue`). Each test prints the side-by-side table;
 //! `docs/disruption.md` ("Parity with `simulate`") records a run.
 //!
-//! `simulate` is told the sim cloud's durations, as a user tells it theirs: a replacement
-//! initializes in ~3 s (the sim kubelet), pods have `terminationGracePeriodSeconds: 0`, an
-//! instance is gone ~1 s after its termination.
+//! `simulate` is told the sim cloud's durations, as a user tells it theirs (measured from the
+//! controller's log on this harness): a replacement initializes in ~2-3 s (launch, the sim
+//! kubelet's registration), pods have `terminationGracePeriodSeconds: 0`, a Node is gone ~2 s
+//! after the minimum drain time (instance termination, finalizer).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,8 +42,11 @@ use crate::real_cluster::{LAUNCH, eventually, options};
 /// The tolerance on rollout times the issue sets.
 const TOLERANCE: f64 = 0.20;
 
-/// Both loops look every 10 s, and the controller's first look after the change falls anywhere
-/// within its poll period: rollouts shorter than a few polls are compared within one period.
+/// The controller's disruption loop looks every 10 s, at a phase `simulate` does not know:
+/// its first look after the change, and each command a budget held back until the previous
+/// node was gone, may come up to one poll later than `simulate`'s (which decides the instant
+/// the budget frees). Rollouts are compared within 20 % or one poll per command that started
+/// at its own instant, whichever is larger.
 const POLL_SLACK: f64 = 10.0;
 
 /// One command as either side reports it.
@@ -198,9 +202,21 @@ async fn run_case(case: Case) {
         controller.rollout.as_secs_f64(),
         simulated.rollout.as_secs_f64(),
     );
+    let mut starts: Vec<u64> = simulated
+        .times
+        .iter()
+        .map(|(start, _)| start.to_bits())
+        .collect();
+    starts.dedup();
+    let slack = POLL_SLACK * starts.len().max(1) as f64;
+    eprintln!(
+        "  allowed difference: {:.1} s (20 % or {} poll(s))",
+        (TOLERANCE * c.max(s)).max(slack),
+        starts.len().max(1)
+    );
     assert!(
-        (c - s).abs() <= (TOLERANCE * c.max(s)).max(POLL_SLACK),
-        "{}: rollout times differ by more than {:.0} % (or one 10 s poll): controller {c:.1} s, simulate {s:.1} s",
+        (c - s).abs() <= (TOLERANCE * c.max(s)).max(slack),
+        "{}: rollout times differ by more than {:.0} % (or one 10 s poll per command start): controller {c:.1} s, simulate {s:.1} s",
         case.name,
         TOLERANCE * 100.0
     );
@@ -355,7 +371,7 @@ fn simulate(objects: &[Value], now: Timestamp, until: SignedDuration) -> Outcome
         feature_gates: Default::default(),
         timeline: TimelineSettings {
             pod_termination: Some(SignedDuration::ZERO),
-            instance_shutdown: SignedDuration::from_secs(1),
+            instance_shutdown: SignedDuration::from_secs(2),
             initialization: Some(SignedDuration::from_secs(3)),
         },
     };
