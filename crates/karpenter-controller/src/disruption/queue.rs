@@ -168,17 +168,19 @@ fn log_ended(
     let candidates: Vec<&str> = command.candidates.iter().map(|c| c.name.as_str()).collect();
     let replacements: Vec<String> = {
         let state = ctx.state.read();
+        // Only launched replacements have an offering (one whose launch failed may still be
+        // in the state, without labels, until its deletion is seen).
         created
             .iter()
             .filter_map(|name| state.nodeclaim(name))
-            .map(|claim| {
-                let label = |key: &str| claim.labels().get(key).cloned().unwrap_or_default();
-                format!(
+            .filter_map(|claim| {
+                let label = |key: &str| claim.labels().get(key).cloned();
+                Some(format!(
                     "{}/{}/{}",
-                    label(karpenter_api::well_known::INSTANCE_TYPE_LABEL),
-                    label(karpenter_api::well_known::ZONE_LABEL),
-                    label(CAPACITY_TYPE_LABEL)
-                )
+                    label(karpenter_api::well_known::INSTANCE_TYPE_LABEL)?,
+                    label(karpenter_api::well_known::ZONE_LABEL)?,
+                    label(CAPACITY_TYPE_LABEL)?
+                ))
             })
             .collect()
     };
