@@ -17,7 +17,6 @@ use karpenter_controller::events::{
     REASON_DISRUPTION_TERMINATING, REASON_INVALID_DO_NOT_DISRUPT,
 };
 use karpenter_controller::provisioning::CoreScheduler;
-use karpenter_core::clock::Clock as _;
 use karpenter_core::disruption::{Command, DisruptedNode, DisruptionReason, Method};
 use karpenter_core::pod::Pod;
 use kube::ResourceExt;
