@@ -9,6 +9,8 @@
 
 #[cfg(feature = "cluster")]
 pub mod cluster;
+pub mod failures;
+mod instance;
 pub mod launch;
 pub mod nodeclass;
 pub mod provider;

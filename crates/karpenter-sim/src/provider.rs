@@ -10,19 +10,22 @@ use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use karpenter_api::v1::{EC2NodeClass, NodeClassReference, NodeSelectorRequirementWithMinValues};
+use karpenter_api::v1::{EC2NodeClass, NodeClassReference};
 use karpenter_api::well_known as wk;
-use karpenter_api::{NodeClaim, NodeClaimSpec, NodeClaimStatus, NodePool};
+use karpenter_api::{NodeClaim, NodePool};
 use karpenter_catalog::{Catalog, NodeClassShape, ProviderSettings};
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::{
-    CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy, node_resources,
-    parse_claim,
+    CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy, parse_claim,
 };
 use karpenter_core::instance_type::InstanceType;
 use karpenter_core::resources::ResourceList;
 use serde::{Deserialize, Serialize};
 
+use crate::failures::{self, OfferingPattern};
+use crate::instance::{
+    find_by_provider_id, hydrate, instance_seq, new_instance, node_claim_of, same_claim,
+};
 use crate::launch::{self, LaunchChoice};
 
 /// The provider's name (`--cloud-provider sim`).
@@ -117,6 +120,9 @@ struct ShapedTypes {
     /// The types last handed out for each EC2NodeClass name: launches for NodeClaims referring
     /// to it pick from these, so they agree with what the scheduler saw.
     by_node_class: BTreeMap<String, Arc<TypeMap>>,
+    /// The offerings each EC2NodeClass (by name) declares out of capacity
+    /// ([`failures::INSUFFICIENT_CAPACITY_ANNOTATION`]), as last handed types out.
+    failing_by_node_class: BTreeMap<String, Arc<Vec<OfferingPattern>>>,
 }
 
 struct Inner {
@@ -390,9 +396,20 @@ impl SimCloudProvider {
         node_class: Option<&EC2NodeClass>,
     ) -> Result<Vec<Arc<InstanceType>>, CloudError> {
         let types = self.types_for(node_class)?;
+        let failing = node_class
+            .map(failures::declared)
+            .transpose()?
+            .unwrap_or_default();
         let class_name = &node_pool.spec.template.spec.node_class_ref.name;
         {
             let mut shaped = self.shaped();
+            if failing.is_empty() {
+                shaped.failing_by_node_class.remove(class_name);
+            } else {
+                shaped
+                    .failing_by_node_class
+                    .insert(class_name.clone(), Arc::new(failing));
+            }
             if node_class.is_some() && self.inner.catalog.is_some() {
                 shaped
                     .by_node_class
@@ -431,14 +448,17 @@ impl SimCloudProvider {
     }
 
     /// What `create` would launch for `node_claim` right now (no side effects; offerings
-    /// marked unavailable are skipped, simulated shortages not yet discovered are not).
+    /// marked unavailable are skipped, simulated shortages not yet discovered are not; the
+    /// offerings its EC2NodeClass declares out of capacity are tried and fail over, as `create`
+    /// does, ending in `InsufficientCapacity` when none is left).
     pub fn launch_choice(&self, node_claim: &NodeClaim) -> Result<LaunchChoice, CloudError> {
         let (requirements, requests) = parse_claim(node_claim)?;
         let types = self.launch_types(node_claim);
+        let failing = self.declared_failures(node_claim);
         let now = self.inner.clock.now();
         let state = self.state();
         let unavailable = &state.ledger.unavailable_offerings;
-        launch::candidates(&types, &requirements, &requests, |it, o| {
+        let candidates = launch::candidates(&types, &requirements, &requests, |it, o| {
             // Nothing marked (the usual case): no key to build per offering.
             unavailable.is_empty()
                 || !is_marked(
@@ -446,10 +466,31 @@ impl SimCloudProvider {
                     &offering_key(&o.capacity_type, &it.name, &o.zone),
                     now,
                 )
-        })
-        .first()
-        .map(launch::Candidate::choice)
-        .ok_or_else(|| launch::no_offering_error(&requirements))
+        });
+        if candidates.is_empty() {
+            return Err(launch::no_offering_error(&requirements));
+        }
+        candidates
+            .iter()
+            .find(|c| !declared_out(&failing, c))
+            .map(launch::Candidate::choice)
+            .ok_or_else(|| {
+                CloudError::InsufficientCapacity(format!(
+                    "no capacity for any of {} offering(s) (EC2NodeClass annotation {})",
+                    candidates.len(),
+                    failures::INSUFFICIENT_CAPACITY_ANNOTATION
+                ))
+            })
+    }
+
+    /// The offerings `node_claim`'s EC2NodeClass declares out of capacity.
+    fn declared_failures(&self, node_claim: &NodeClaim) -> Arc<Vec<OfferingPattern>> {
+        let class = &node_claim.spec.node_class_ref;
+        self.shaped()
+            .failing_by_node_class
+            .get(&class.name)
+            .filter(|_| class.kind == "EC2NodeClass")
+            .map_or_else(Arc::default, Arc::clone)
     }
 
     /// The Node the kubelet of this instance registers: labels, capacity, allocatable, the
@@ -507,6 +548,7 @@ impl SimCloudProvider {
 
     fn launch(&self, node_claim: &NodeClaim) -> Result<NodeClaim, CloudError> {
         let types = self.launch_types(node_claim);
+        let failing = self.declared_failures(node_claim);
         let now = self.inner.clock.now();
         let mut state = self.state();
         let name = node_claim.metadata.name.clone().unwrap_or_default();
@@ -553,7 +595,7 @@ impl SimCloudProvider {
                 &candidate.instance_type.name,
                 &candidate.offering.zone,
             );
-            if insufficient_capacity.contains(&key) {
+            if insufficient_capacity.contains(&key) || declared_out(&failing, candidate) {
                 exhausted.push(key);
             } else {
                 launched = Some((
@@ -594,6 +636,17 @@ impl SimCloudProvider {
     }
 }
 
+/// Whether a launch candidate's offering is one its EC2NodeClass declares out of capacity.
+fn declared_out(failing: &[OfferingPattern], candidate: &launch::Candidate<'_>) -> bool {
+    failing.iter().any(|p| {
+        p.matches(
+            &candidate.offering.capacity_type,
+            &candidate.instance_type.name,
+            &candidate.offering.zone,
+        )
+    })
+}
+
 fn type_map(types: Vec<InstanceType>) -> TypeMap {
     types
         .into_iter()
@@ -603,139 +656,6 @@ fn type_map(types: Vec<InstanceType>) -> TypeMap {
 
 fn is_marked(unavailable: &BTreeMap<String, Timestamp>, key: &str, now: Timestamp) -> bool {
     unavailable.get(key).is_some_and(|until| *until > now)
-}
-
-fn same_claim(instance: &SimInstance, name: &str, uid: Option<&str>) -> bool {
-    match (uid, instance.node_claim_uid.as_deref()) {
-        (Some(uid), Some(known)) => uid == known,
-        _ => instance.node_claim == name,
-    }
-}
-
-fn find_by_provider_id<'a>(
-    ledger: &'a SimLedger,
-    provider_id: &str,
-) -> Result<&'a SimInstance, CloudError> {
-    let id = provider_id.rsplit('/').next().unwrap_or_default();
-    ledger
-        .instances
-        .get(id)
-        .filter(|i| i.provider_id == provider_id)
-        .ok_or_else(|| {
-            CloudError::NodeClaimNotFound(format!("no instance with provider ID {provider_id}"))
-        })
-}
-
-/// An instance's ID from its sequence number (`i-` and 17 hex digits, like EC2's).
-fn instance_id(seq: u64) -> String {
-    format!("i-{seq:017x}")
-}
-
-/// The sequence number in an ID [`instance_id`] made.
-fn instance_seq(id: &str) -> Option<u64> {
-    u64::from_str_radix(id.strip_prefix("i-")?, 16).ok()
-}
-
-#[allow(clippy::too_many_arguments)]
-fn new_instance(
-    region: &str,
-    seq: u64,
-    node_claim: &NodeClaim,
-    name: &str,
-    uid: Option<String>,
-    choice: &LaunchChoice,
-    instance_type: &InstanceType,
-    requests: &ResourceList,
-    now: Timestamp,
-) -> SimInstance {
-    let id = instance_id(seq);
-    let ip = format!(
-        "10.{}.{}.{}",
-        (seq >> 16) & 0xff,
-        (seq >> 8) & 0xff,
-        seq & 0xff
-    );
-    let node_name = format!("ip-{}.{region}.compute.internal", ip.replace('.', "-"));
-    let mut labels = instance_type.labels.clone();
-    labels.insert(wk::ZONE_LABEL.to_string(), choice.zone.clone());
-    labels.insert(
-        wk::CAPACITY_TYPE_LABEL.to_string(),
-        choice.capacity_type.clone(),
-    );
-    let node_class_ref = node_claim.spec.node_class_ref.clone();
-    if node_class_ref.kind == "EC2NodeClass" {
-        labels.insert(
-            wk::AWS_EC2NODECLASS_LABEL.to_string(),
-            node_class_ref.name.clone(),
-        );
-    }
-    if let Some(own) = &node_claim.metadata.labels {
-        labels.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
-    }
-    SimInstance {
-        provider_id: format!("{PROVIDER_NAME}://{region}/{}/{id}", choice.zone),
-        id,
-        node_name,
-        private_ip: ip,
-        node_claim: name.to_string(),
-        node_claim_uid: uid,
-        node_class_ref,
-        instance_type: choice.instance_type.clone(),
-        zone: choice.zone.clone(),
-        capacity_type: choice.capacity_type.clone(),
-        price: choice.price,
-        image_id: SIM_IMAGE_ID.to_string(),
-        launched_at: now,
-        labels,
-        taints: node_claim.spec.taints.clone(),
-        startup_taints: node_claim.spec.startup_taints.clone(),
-        capacity: node_resources(&instance_type.capacity, requests),
-        allocatable: node_resources(&instance_type.allocatable(), requests),
-    }
-}
-
-/// The NodeClaim as `create`/`get` return it: labels, provider ID, capacity, allocatable.
-fn hydrate(mut node_claim: NodeClaim, instance: &SimInstance) -> NodeClaim {
-    node_claim
-        .metadata
-        .labels
-        .get_or_insert_default()
-        .extend(instance.labels.clone());
-    let status = node_claim
-        .status
-        .get_or_insert_with(NodeClaimStatus::default);
-    status.provider_id = Some(instance.provider_id.clone());
-    status.image_id = Some(instance.image_id.clone());
-    status.capacity = instance.capacity.to_k8s();
-    status.allocatable = instance.allocatable.to_k8s();
-    node_claim
-}
-
-/// A NodeClaim describing an instance (for `get`/`list`, which have only the instance).
-fn node_claim_of(instance: &SimInstance) -> NodeClaim {
-    let single = |key: &str, value: &str| NodeSelectorRequirementWithMinValues {
-        key: key.to_string(),
-        operator: "In".to_string(),
-        values: vec![value.to_string()],
-        min_values: None,
-    };
-    let mut node_claim = NodeClaim::new(
-        &instance.node_claim,
-        NodeClaimSpec {
-            taints: instance.taints.clone(),
-            startup_taints: instance.startup_taints.clone(),
-            requirements: vec![
-                single(wk::INSTANCE_TYPE_LABEL, &instance.instance_type),
-                single(wk::ZONE_LABEL, &instance.zone),
-                single(wk::CAPACITY_TYPE_LABEL, &instance.capacity_type),
-            ],
-            node_class_ref: instance.node_class_ref.clone(),
-            ..Default::default()
-        },
-    );
-    node_claim.metadata.uid = instance.node_claim_uid.clone();
-    node_claim.metadata.creation_timestamp = Some(Time(instance.launched_at));
-    hydrate(node_claim, instance)
 }
 
 #[async_trait]

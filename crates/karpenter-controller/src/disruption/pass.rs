@@ -124,17 +124,11 @@ pub fn decide_now(ctx: &Context, types: &InstanceTypes, drift: &ProviderDrift) -
     decide(&input)
 }
 
-/// Whether the method's commands wait and are re-validated before they run (upstream validates
-/// consolidation after `commandValidationDelay`; emptiness and drift run at once).
-pub fn needs_validation(method: Method) -> bool {
-    matches!(
-        method,
-        Method::MultiNodeConsolidation | Method::SingleNodeConsolidation
-    )
-}
+pub use karpenter_core::disruption::validate::needs_validation;
 
-/// Upstream `commandValidationDelay`.
-pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
+/// Upstream `commandValidationDelay` (core's, which `simulate` waits too).
+pub const VALIDATION_DELAY: Duration =
+    karpenter_core::disruption::validate::VALIDATION_DELAY.unsigned_abs();
 
 /// Re-checks a command against a fresh view after the validation delay (core's `validate`: the
 /// nodes are still candidates, budgets still allow them, a fresh simulation decides the same).

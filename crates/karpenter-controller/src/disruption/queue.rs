@@ -128,8 +128,10 @@ pub async fn execute(
     timeout: Duration,
 ) -> Result<Vec<String>, CommandError> {
     tracing::info!(command = %describe(&command), "disrupting node(s)");
+    let started = ctx.now();
     let mut created: Vec<String> = Vec::new();
     let outcome = run(ctx, &mut command, &mut created, timeout).await;
+    log_ended(ctx, &command, &created, started, outcome.as_ref().err());
     match outcome {
         Ok(()) => {
             // The NodeClaims are deleting: the deletion mark keeps them out of budgets' "free"
@@ -150,6 +152,47 @@ pub async fn execute(
             Err(err)
         }
     }
+}
+
+/// One line per command when it ends, with what `simulate --disruption` reports of it (its
+/// reason, candidates, replacements' offerings, start, outcome), so the two can be compared
+/// (the parity test reads it): `disruption command ended reason=Drifted candidates=a,b
+/// replacements=m5.large/us-east-1a/on-demand started=RFC3339 outcome=succeeded`.
+fn log_ended(
+    ctx: &Leader,
+    command: &Command,
+    created: &[String],
+    started: Timestamp,
+    error: Option<&CommandError>,
+) {
+    let candidates: Vec<&str> = command.candidates.iter().map(|c| c.name.as_str()).collect();
+    let replacements: Vec<String> = {
+        let state = ctx.state.read();
+        // Only launched replacements have an offering (one whose launch failed may still be
+        // in the state, without labels, until its deletion is seen).
+        created
+            .iter()
+            .filter_map(|name| state.nodeclaim(name))
+            .filter_map(|claim| {
+                let label = |key: &str| claim.labels().get(key).cloned();
+                Some(format!(
+                    "{}/{}/{}",
+                    label(karpenter_api::well_known::INSTANCE_TYPE_LABEL)?,
+                    label(karpenter_api::well_known::ZONE_LABEL)?,
+                    label(CAPACITY_TYPE_LABEL)?
+                ))
+            })
+            .collect()
+    };
+    tracing::info!(
+        reason = command.reason.as_str(),
+        candidates = %candidates.join(","),
+        replacements = %replacements.join(","),
+        %started,
+        outcome = if error.is_some() { "rolled-back" } else { "succeeded" },
+        error = %error.map(ToString::to_string).unwrap_or_default(),
+        "disruption command ended"
+    );
 }
 
 /// Executes the steps of [`command::next`] until the command finishes or rolls back: the
@@ -438,8 +481,9 @@ fn is_initialized(claim: &NodeClaim) -> bool {
         .is_some_and(|s| s.is_condition_true(karpenter_api::v1::NODECLAIM_CONDITION_INITIALIZED))
 }
 
-/// Undoes a failed command: untaints the candidates, clears their condition and releases the
-/// state marks. The replacements it launched stay, as upstream's queue leaves them: one that
+/// Undoes a failed command: untaints the candidates, clears their condition, releases the
+/// state marks and holds the candidates out of decisions until
+/// [`command::hold_after_rollback`]. The replacements it launched stay, as upstream's queue leaves them: one that
 /// initializes later is ordinary capacity (consolidation weighs it), one that never registers
 /// is removed by the registration TTL. Best effort: what fails here the loop's
 /// [`clean_leftovers`] retries.
@@ -452,7 +496,15 @@ async fn rollback(ctx: &Leader, command: &Command) {
             tracing::warn!(nodeclaim = %candidate.nodeclaim, error = %err, "failed to clear disruption condition");
         }
     }
-    release(&mut ctx.state.write(), command);
+    // Held out of the next passes for a while, as the machine says: deciding the same command
+    // at once would fail the same way.
+    let now = ctx.now();
+    let until = command::hold_after_rollback(now);
+    let mut state = ctx.state.write();
+    release(&mut state, command);
+    for candidate in &command.candidates {
+        state.hold_after_rollback(&candidate.name, until, now);
+    }
 }
 
 /// Cleans what a crashed or failed command left behind (upstream's loop step 3): Nodes with the

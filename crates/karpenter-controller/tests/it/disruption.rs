@@ -474,6 +474,13 @@ async fn a_replacement_that_never_initializes_is_rolled_back() {
         !has_disrupted_taint(&cluster.node(&node).unwrap()),
         "untainted"
     );
+    // Held out of the next passes' decisions for the rollback hold (3 minutes), so the same
+    // command is not decided again at once.
+    let held = controller.ctx.state.read().rollback_hold(&node);
+    assert!(
+        held.is_some_and(|until| until > controller.ctx.clock.now()),
+        "{held:?}"
+    );
     // Upstream's queue leaves the replacement (drift_test.go "should not disrupt a drifted node
     // if the replacement node registers but never initialized" counts it): it is capacity if it
     // initializes later, and the registration TTL removes it if it never registers.

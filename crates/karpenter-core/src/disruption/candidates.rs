@@ -157,6 +157,11 @@ pub enum BlockReason {
     MarkedForDeletion,
     /// A disruption command is already working on it.
     BeingDisrupted,
+    /// A disruption command for it rolled back; it is not decided again until this instant
+    /// ([`crate::disruption::orchestration::command::ROLLBACK_HOLD`]).
+    RolledBack {
+        until: Timestamp,
+    },
     /// The provisioner just planned pods onto it.
     Nominated,
     /// `karpenter.sh/do-not-disrupt: "true"` on the Node.
@@ -249,6 +254,7 @@ impl BlockReason {
         match self {
             Self::DoNotDisruptPod { until, .. } => *until,
             Self::ConsolidatableAt(at) => Some(*at),
+            Self::RolledBack { until } => Some(*until),
             Self::NoLongerCandidate(inner) => inner.frees_at(),
             _ => None,
         }
@@ -263,6 +269,10 @@ impl fmt::Display for BlockReason {
             Self::NotInitialized => write!(f, "node is not initialized"),
             Self::MarkedForDeletion => write!(f, "node is marked for deletion"),
             Self::BeingDisrupted => write!(f, "node is already being disrupted"),
+            Self::RolledBack { until } => write!(
+                f,
+                "a disruption command for the node rolled back; it is not disrupted again before {until}"
+            ),
             Self::Nominated => write!(f, "node is nominated for pending pods"),
             Self::NodeDoNotDisrupt => {
                 write!(f, "node has annotation {DO_NOT_DISRUPT_ANNOTATION}=true")
@@ -412,6 +422,9 @@ fn candidate<'a>(
     let name = state_node.name();
     if state.is_being_disrupted(&name) {
         return Err(BlockReason::BeingDisrupted);
+    }
+    if let Some(until) = state.rollback_hold(&name).filter(|until| *until > now) {
+        return Err(BlockReason::RolledBack { until });
     }
     let (node, nodeclaim) = match (state_node.node, state_node.nodeclaim) {
         (Some(node), Some(claim)) => (node, claim),

@@ -4,11 +4,27 @@
 
 use std::collections::BTreeMap;
 
+use jiff::SignedDuration;
+
 use super::candidates::{BlockReason, Candidate, DisruptionClass};
 use super::command::{Command, DisruptionInput, Method};
 use super::consolidation::{compute, consolidation_candidates};
 use super::facts::{PassCache, PassFacts};
 use super::simulate::Simulator;
+
+/// Upstream's `commandValidationDelay`: a consolidation command waits this long after the pass
+/// that decided it, then is [`validate`]d against the cluster as it is; the controller sleeps it,
+/// `simulate --disruption` waits it in virtual time.
+pub const VALIDATION_DELAY: SignedDuration = SignedDuration::from_secs(15);
+
+/// Whether the method's commands wait [`VALIDATION_DELAY`] and are re-validated before they run
+/// (upstream validates consolidation; emptiness and drift run at once).
+pub fn needs_validation(method: Method) -> bool {
+    matches!(
+        method,
+        Method::MultiNodeConsolidation | Method::SingleNodeConsolidation
+    )
+}
 
 /// `Ok` when `command` may still run on `input`'s state: its nodes are all still candidates
 /// (none nominated, being deleted, or newly holding a do-not-disrupt pod), the budgets still

@@ -104,6 +104,9 @@ pub struct ClusterState {
     marked_for_deletion: BTreeSet<String>,
     /// Node names a disruption command is working on: nothing else may disrupt them meanwhile.
     being_disrupted: BTreeSet<String>,
+    /// Node names whose disruption command rolled back, with the instant before which no pass
+    /// decides them again (issue 33: the same command is not re-decided at once).
+    rollback_holds: BTreeMap<String, Timestamp>,
 }
 
 /// `namespace/name` for namespaced objects, `name` for cluster-scoped ones.
@@ -472,6 +475,19 @@ impl ClusterState {
 
     pub fn is_being_disrupted(&self, name: &str) -> bool {
         self.being_disrupted.contains(name)
+    }
+
+    /// Holds node `name` out of disruption decisions until `until` (its command rolled back,
+    /// see [`crate::disruption::orchestration::command::hold_after_rollback`]). Holds that
+    /// ended before `now` are forgotten, so a reused Node name starts free.
+    pub fn hold_after_rollback(&mut self, name: &str, until: Timestamp, now: Timestamp) {
+        self.rollback_holds.retain(|_, held| *held > now);
+        self.rollback_holds.insert(name.to_string(), until);
+    }
+
+    /// The instant node `name`'s rollback hold ends, if it has one (possibly past).
+    pub fn rollback_hold(&self, name: &str) -> Option<Timestamp> {
+        self.rollback_holds.get(name).copied()
     }
 
     /// Records that `pod_key` should land on `nodeclaim`; until `until` the pod is not

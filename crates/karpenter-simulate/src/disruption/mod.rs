@@ -5,14 +5,18 @@
 //! one pass of [`karpenter_core::disruption::decide`] over the cluster as it is, with every node
 //! still on its way out counted against its budget; the pass's commands start (replacements
 //! launch, initialized [`cluster::INITIALIZATION`] later; candidates are tainted and drain once
-//! their replacements are initialized). Commands run concurrently, as upstream's orchestration
+//! their replacements are initialized). Consolidation commands (multi- and single-node) first
+//! wait upstream's 15 s validation delay and start only if core's `validate` still accepts them
+//! then, as the controller's loop does. Commands run concurrently, as upstream's orchestration
 //! queue runs them; a budget of one serialises a rollout because a candidate counts until its
 //! instance is gone.
 //!
 //! Time then jumps to the next instant at which something can change (a node becoming
 //! consolidatable, an expiry, a launched node initializing, a pod terminating, an instance gone,
-//! a drain deadline, a budget schedule minute while a budget blocks a node), never closer than
-//! upstream's 10 s poll, until nothing more would happen or `until` has passed.
+//! a drain deadline, a budget schedule minute while a budget blocks a node), until nothing more
+//! would happen or `until` has passed. What the orchestration does by itself (a replacement
+//! initializing, a pod or an instance gone) happens at its instant; an instant that only a new
+//! decision would act on is never closer than upstream's 10 s poll.
 
 mod cluster;
 pub mod report;
@@ -24,8 +28,9 @@ use std::sync::Arc;
 use jiff::{SignedDuration, Timestamp};
 use karpenter_core::disruption::candidates::BlockReason;
 use karpenter_core::disruption::emptiness::node_consolidatable_at;
+use karpenter_core::disruption::validate::{VALIDATION_DELAY, needs_validation};
 use karpenter_core::disruption::{
-    Command, DisruptionInput, DisruptionOptions, Pass, ProviderDrift, decide, expiration,
+    Command, DisruptionInput, DisruptionOptions, Pass, ProviderDrift, decide, expiration, validate,
 };
 use karpenter_core::instance_type::InstanceType;
 use karpenter_core::scheduling::SchedulerOptions;
@@ -122,6 +127,8 @@ pub(crate) fn run(
     let mut blocked: Vec<BlockedNode> = Vec::new();
     let mut now = start;
     let mut steps = 0usize;
+    // Consolidation commands waiting for their validation, and when it is due.
+    let mut validating: Option<(Timestamp, Vec<Command>)> = None;
     while now <= end {
         steps = steps.saturating_add(1);
         if steps > settings.max_steps {
@@ -155,34 +162,59 @@ pub(crate) fn run(
             timeline.advance(&mut cluster, provider, now, &mut commands)?;
         }
         let mut state = cluster.state();
-        timeline.mark(&mut state);
-        let pass = decide(&DisruptionInput {
+        timeline.mark(&mut state, now);
+        let input = DisruptionInput {
             state: &state,
             instance_types: &cluster.pool_types,
             scheduler: cluster.scheduler_options(),
             options: &disruption_options,
             provider_drift: &provider_drift,
             now,
-        });
-        let decided_next = next_instant(&state, &pass, &cluster, now);
+        };
+        let mut to_start: Vec<Command> = Vec::new();
+        let mut decided_next = None;
+        let mut validated = false;
+        match validating.take() {
+            // Upstream's validation: the consolidation decided `VALIDATION_DELAY` ago runs if
+            // it still holds on the cluster as it is now. No pass meanwhile: the controller's
+            // loop waits for the delay too.
+            Some((due, decided)) if now >= due => {
+                validated = true;
+                to_start = decided
+                    .into_iter()
+                    .filter(|c| validate(c, &input).is_ok())
+                    .collect();
+            }
+            Some(waiting) => validating = Some(waiting),
+            None => {
+                let pass = decide(&input);
+                decided_next = next_instant(&state, &pass, &cluster, now);
+                blocked = pass
+                    .blocked
+                    .iter()
+                    .map(|r| BlockedNode {
+                        name: r.name.clone(),
+                        node_pool: r.nodepool.clone(),
+                        reason: r.reason.to_string(),
+                    })
+                    .collect();
+                timeline.trace.last_blocked = pass.blocked.clone();
+                if pass.method.is_some_and(needs_validation) && !pass.commands.is_empty() {
+                    let due = now.checked_add(VALIDATION_DELAY).unwrap_or(now);
+                    validating = Some((due, pass.commands));
+                } else {
+                    to_start = pass.commands;
+                }
+            }
+        }
         drop(state);
-        blocked = pass
-            .blocked
-            .iter()
-            .map(|r| BlockedNode {
-                name: r.name.clone(),
-                node_pool: r.nodepool.clone(),
-                reason: r.reason.to_string(),
-            })
-            .collect();
-        timeline.trace.last_blocked = pass.blocked.clone();
-        let started = !pass.commands.is_empty();
+        let started = !to_start.is_empty();
         if started {
             start_commands(
                 &mut cluster,
                 &mut timeline,
                 provider,
-                pass,
+                to_start,
                 now,
                 &mut commands,
             );
@@ -190,17 +222,27 @@ pub(crate) fn run(
             timeline.advance(&mut cluster, provider, now, &mut commands)?;
         }
         let poll = now.checked_add(POLL).unwrap_or(now);
-        let next = [
-            decided_next,
+        // What the orchestration does by itself (a replacement initialized, a pod gone, the
+        // minimum drain time over, an instance gone) happens at its instant: the controller's
+        // queue and termination react within a second, not at the disruption loop's next poll.
+        // A rollout of nodes that each go in a few seconds took 20 s per node when every step
+        // waited for the poll (the parity test, issue 33).
+        let orchestration = [
             timeline.next_event(&cluster, now),
             cluster.next_initialization().filter(|at| *at > now),
-            started.then_some(poll),
+            validating.as_ref().map(|(due, _)| *due),
         ]
         .into_iter()
         .flatten()
         .min();
-        match next {
-            Some(next) => now = next.max(poll),
+        // A new decision waits for the loop's next poll.
+        let pass = [decided_next, (started || validated).then_some(poll)]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|at| at.max(poll));
+        match [orchestration, pass].into_iter().flatten().min() {
+            Some(next) => now = next,
             None => {
                 timeline.trace.converged = true;
                 break;
@@ -243,6 +285,8 @@ fn next_instant(
         BlockReason::DoNotDisruptPod {
             until: Some(until), ..
         } if *until > now => Some(*until),
+        // A rolled-back command's candidates are decided again when their hold ends.
+        BlockReason::RolledBack { until } if *until > now => Some(*until),
         _ => None,
     });
     // Budget windows open and close on cron minutes: while a budget holds a node back and some
@@ -331,17 +375,17 @@ fn expire(
     timeline.complete_now(index, now, reports);
 }
 
-/// Starts the pass's commands at `now`: the [`Timeline`] marks the candidates and launches
+/// Starts the commands at `now`: the [`Timeline`] marks the candidates and launches
 /// the replacements (initialized [`INITIALIZATION`] later), as the orchestration machine says.
 fn start_commands(
     cluster: &mut SimCluster<'_>,
     timeline: &mut Timeline,
     provider: &SimCloudProvider,
-    pass: Pass,
+    commands: Vec<Command>,
     now: Timestamp,
     reports: &mut Vec<CommandReport>,
 ) {
-    for command in pass.commands {
+    for command in commands {
         let Command {
             method,
             reason,

@@ -385,6 +385,38 @@ fn a_replacement_that_never_initializes_rolls_its_command_back_after_the_timeout
     assert_eq!(json["rolledBack"]["at"], "2026-01-30T23:10:00Z");
 }
 
+/// Issue 33 item 3: a replacement that cannot launch (the EC2NodeClass declares every offering
+/// out of capacity, `sim.karpenter.sh/insufficient-capacity`) rolls its command back at once,
+/// and the candidate is not decided again before the rollback hold (3 minutes) has passed —
+/// not at the next poll, 10 s later, as before.
+#[test]
+fn a_replacement_that_cannot_launch_rolls_back_and_the_node_is_held_for_three_minutes() {
+    let yaml = DRIFTED.replacen(
+        "kind: EC2NodeClass\nmetadata:\n  name: default\n",
+        "kind: EC2NodeClass\nmetadata:\n  name: default\n  annotations:\n    sim.karpenter.sh/insufficient-capacity: \"*\"\n",
+        1,
+    );
+    assert_ne!(yaml, DRIFTED);
+    let report = run(&yaml, SignedDuration::from_mins(7), MAX_STEPS).unwrap();
+    let tried: Vec<(&str, Option<&str>)> = report
+        .commands
+        .iter()
+        .map(|c| (c.at.as_str(), c.rolled_back.as_ref().map(|r| r.at.as_str())))
+        .collect();
+    assert_eq!(
+        tried,
+        [
+            ("2026-01-30T23:00:00Z", Some("2026-01-30T23:00:00Z")),
+            ("2026-01-30T23:03:00Z", Some("2026-01-30T23:03:00Z")),
+            ("2026-01-30T23:06:00Z", Some("2026-01-30T23:06:00Z")),
+        ],
+        "{report:#?}"
+    );
+    let reason = &report.commands[0].rolled_back.as_ref().unwrap().reason;
+    assert!(reason.contains("could not launch"), "{reason}");
+    assert!(report.commands.iter().all(|c| c.replacements.is_empty()));
+}
+
 /// Issue 33: a node whose only pod is terminating with a finalizer stayed "on its way out"
 /// forever; upstream counts a pod more than a minute past its deletion time as stuck and
 /// finishes the drain.

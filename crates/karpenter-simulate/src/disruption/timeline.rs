@@ -165,6 +165,9 @@ pub struct Timeline {
     /// Something changed in the last [`Timeline::advance`] (an eviction, a phase, a node gone),
     /// so a refused eviction is worth retrying at the next poll.
     progressed: bool,
+    /// Candidates of rolled-back commands and the end of their hold
+    /// ([`command::hold_after_rollback`]), applied to each pass's state by [`Timeline::mark`].
+    holds: BTreeMap<String, Timestamp>,
     pub trace: Trace,
 }
 
@@ -187,11 +190,14 @@ impl Timeline {
 
     /// The state a pass sees: every node on its way out is being disrupted (a candidate for no
     /// other command, counted by its budget) and marked for deletion (its pods need room
-    /// elsewhere).
-    pub fn mark(&self, state: &mut ClusterState) {
+    /// elsewhere); a rolled-back command's candidates are held until their hold ends.
+    pub fn mark(&self, state: &mut ClusterState, now: Timestamp) {
         for name in self.retiring.keys() {
             state.mark_being_disrupted(name);
             state.mark_for_deletion(name);
+        }
+        for (name, until) in self.holds.iter().filter(|(_, until)| **until > now) {
+            state.hold_after_rollback(name, *until, now);
         }
     }
 
@@ -352,9 +358,11 @@ impl Timeline {
                 }
             }
             CommandStep::RollBack(failure) => {
+                let until = command::hold_after_rollback(now);
                 for candidate in &flight.view.candidates {
                     cluster.taint_disrupted(&candidate.name, false);
                     self.retiring.remove(&candidate.name);
+                    self.holds.insert(candidate.name.clone(), until);
                 }
                 self.open.remove(&index);
                 self.in_flight.remove(&index);
@@ -396,7 +404,7 @@ impl Timeline {
         now: Timestamp,
     ) {
         let mut state = cluster.state();
-        self.mark(&mut state);
+        self.mark(&mut state, now);
         let counts = PoolNodeCount::by_nodepool(&state);
         let pools: BTreeSet<String> = candidates
             .iter()

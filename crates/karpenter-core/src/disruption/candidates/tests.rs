@@ -171,6 +171,31 @@ fn a_node_already_in_a_disruption_command_is_rejected() {
 }
 
 #[test]
+fn a_node_whose_command_rolled_back_is_held_until_the_hold_ends_then_decided_again() {
+    use crate::disruption::orchestration::command::{ROLLBACK_HOLD, hold_after_rollback};
+    let mut state = one_node(vec![]);
+    // Rolled back a minute before the pass: still held for two more minutes.
+    let rolled_back = t0() - SignedDuration::from_mins(1);
+    let until = hold_after_rollback(rolled_back);
+    assert_eq!(until, rolled_back + ROLLBACK_HOLD);
+    state.hold_after_rollback("n1", until, rolled_back);
+    let reason = rejected(&state);
+    assert_eq!(reason, BlockReason::RolledBack { until });
+    // A loop looks again when the hold ends, not at its next poll.
+    assert_eq!(reason.frees_at(), Some(until));
+    // Once the hold has ended the same node is a candidate again.
+    let (accepted, _) = candidates(&state, until, DisruptionClass::Graceful, &catalog());
+    assert_eq!(accepted.len(), 1);
+    // A later hold on another node forgets the ended one.
+    state.hold_after_rollback(
+        "n2",
+        until + ROLLBACK_HOLD,
+        until + SignedDuration::from_secs(1),
+    );
+    assert_eq!(state.rollback_hold("n1"), None);
+}
+
+#[test]
 fn just_a_node_or_just_a_nodeclaim_is_rejected() {
     let unmanaged = fixtures::node("plain", None, "other://x", "2");
     let state = ClusterState::from_objects(vec![], vec![], vec![unmanaged], vec![]);

@@ -16,6 +16,22 @@ pub const TIMEOUT_PER_QUEUED_COMMAND: SignedDuration = SignedDuration::from_mill
 pub const MIN_REPLACEMENT_TIMEOUT: SignedDuration = SignedDuration::from_mins(10);
 pub const MAX_REPLACEMENT_TIMEOUT: SignedDuration = SignedDuration::from_hours(1);
 
+/// How long a rolled-back command's candidates stay out of the passes' decisions. Upstream
+/// does not re-run a failed command's decision at once: a replacement that could not launch
+/// marks its offering unavailable for `UnavailableOfferingsTTL` (3 minutes), and the loop
+/// re-evaluates because the cluster changed (the replacement NodeClaim came and went). Without
+/// such a memory the next pass (1 s later) decides the same command on the same offerings and
+/// fails the same way, tainting and untainting the candidates in a loop. The candidates are
+/// held for upstream's TTL, after which the same decision may come back (the cluster or the
+/// offerings may have changed meanwhile).
+pub const ROLLBACK_HOLD: SignedDuration = SignedDuration::from_mins(3);
+
+/// The instant until which the candidates of a command rolled back at `now` are held out of
+/// decisions ([`ROLLBACK_HOLD`]).
+pub fn hold_after_rollback(now: Timestamp) -> Timestamp {
+    now.checked_add(ROLLBACK_HOLD).unwrap_or(now)
+}
+
 /// How long a command may wait for its replacements with `queued` commands in the queue.
 pub fn replacement_timeout(queued: usize) -> SignedDuration {
     let queued = i32::try_from(queued).unwrap_or(i32::MAX);
@@ -104,8 +120,9 @@ pub enum CommandStep {
     WaitForInitialization { deadline: Timestamp },
     /// Delete these candidates' NodeClaims; termination drains them.
     DeleteCandidates(Vec<String>),
-    /// Untaint the candidates, clear their `DisruptionReason`, release them. The replacements
-    /// stay (see the module's comment).
+    /// Untaint the candidates, clear their `DisruptionReason`, release them, and hold them out
+    /// of decisions until [`hold_after_rollback`]. The replacements stay (see the module's
+    /// comment).
     RollBack(Failure),
     /// The command is done.
     Finish,

@@ -17,6 +17,7 @@ mod inflate;
 mod leader;
 mod nodeoverlay;
 pub(crate) mod objects;
+mod parity;
 mod regression;
 
 use std::path::{Path, PathBuf};
