@@ -159,6 +159,8 @@ pub enum BlockReason {
     BeingDisrupted,
     /// The provisioner just planned pods onto it.
     Nominated,
+    /// It holds a CapacityBuffer's virtual pods (consolidation only; drift still replaces it).
+    HostsCapacityBuffer,
     /// `karpenter.sh/do-not-disrupt: "true"` on the Node.
     NodeDoNotDisrupt,
     NoNodePoolLabel,
@@ -264,6 +266,7 @@ impl fmt::Display for BlockReason {
             Self::MarkedForDeletion => write!(f, "node is marked for deletion"),
             Self::BeingDisrupted => write!(f, "node is already being disrupted"),
             Self::Nominated => write!(f, "node is nominated for pending pods"),
+            Self::HostsCapacityBuffer => write!(f, "node has buffer pods"),
             Self::NodeDoNotDisrupt => {
                 write!(f, "node has annotation {DO_NOT_DISRUPT_ANNOTATION}=true")
             }
