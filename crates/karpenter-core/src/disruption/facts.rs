@@ -183,4 +183,25 @@ mod tests {
             assert_eq!(*input.budgets(reason), *cache.budgets(reason));
         }
     }
+
+    #[test]
+    fn nodes_holding_buffer_capacity_are_no_graceful_candidates_but_stay_eventual_ones() {
+        let mut world = world();
+        world.options.buffer_hosts = ["empty".to_string()].into();
+        let input = world.input();
+        let graceful = Classified::compute(&input, DisruptionClass::Graceful);
+        assert_eq!(names(&graceful), ["busy"]);
+        let held = graceful
+            .rejected
+            .iter()
+            .find(|r| r.name == "empty")
+            .unwrap();
+        assert_eq!(
+            held.reason,
+            crate::disruption::candidates::BlockReason::HostsCapacityBuffer
+        );
+        assert_eq!(held.reason.to_string(), "node has buffer pods");
+        let eventual = Classified::compute(&input, DisruptionClass::Eventual);
+        assert_eq!(names(&eventual), ["busy", "empty"]);
+    }
 }
