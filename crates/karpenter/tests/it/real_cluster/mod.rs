@@ -11,6 +11,7 @@
 //! `regression/` is upstream Karpenter's kwok regression suite (`test/suites/regression`), one test
 //! per upstream `It`, named after it.
 
+mod capacitybuffer;
 mod harness;
 mod inflate;
 mod late_tail;
