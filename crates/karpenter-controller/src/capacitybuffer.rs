@@ -72,6 +72,15 @@ impl BufferStore {
         *self.hosts.write().unwrap_or_else(|e| e.into_inner()) = hosts;
     }
 
+    /// Adds a NodeClaim the provisioner just created for virtual pods: it holds buffer capacity
+    /// from its creation on, before any pass places chunks on it as an existing node.
+    pub fn add_host(&self, name: String) {
+        self.hosts
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name);
+    }
+
     /// Replaces a buffer's virtual pods; whether they changed.
     fn set_pods(&self, key: &str, pods: Vec<Pod>) -> bool {
         let mut all = self.pods.write().unwrap_or_else(|e| e.into_inner());

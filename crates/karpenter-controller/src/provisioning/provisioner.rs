@@ -167,7 +167,11 @@ pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
     // CapacityBuffers' virtual pods join every pass's pending pods (never created, bound or
     // nominated): a chunk that fits nowhere gets a NodeClaim, so consumed buffers refill.
     let buffers = ctx.settings.feature_gates.capacity_buffer;
-    let virtual_pods = if buffers {
+    // While a NodeClaim has not launched, its capacity (hence its NodePool's usage against
+    // `limits`) is not known yet: chunks re-planned now could add NodeClaims past the limits, as
+    // a real pod nominated to that NodeClaim would not. Buffers wait for the launch (a pass runs
+    // at least every 10 s while they exist).
+    let virtual_pods = if buffers && !launching(ctx) {
         ctx.buffers.virtual_pods()
     } else {
         Vec::new()
@@ -185,7 +189,9 @@ pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
         delete_static_surplus(&leader, &surplus).await;
     }
     if pending == 0 && virtual_pods.is_empty() {
-        ctx.buffers.set_hosts(Default::default());
+        if ctx.buffers.virtual_pods().is_empty() {
+            ctx.buffers.set_hosts(Default::default());
+        }
         return Ok(outcome);
     }
 
@@ -284,14 +290,15 @@ pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
         .set(i64::try_from(results.unschedulable.len()).unwrap_or(i64::MAX));
 
     outcome.unschedulable = results.unschedulable.len();
-    if buffers {
+    let planned_buffers = pods.iter().any(|p| capacity_buffer::is_virtual(p));
+    if planned_buffers {
         ctx.buffers
             .set_hosts(capacity_buffer::hosting_nodes(&pods, &results));
     }
     let Some(leader) = ctx.leader() else {
         return Ok(outcome);
     };
-    if buffers {
+    if planned_buffers {
         let placements = capacity_buffer::summarize_placements(&pods, &results);
         crate::capacitybuffer::write_provisioning(ctx, &placements).await;
     }
@@ -310,6 +317,17 @@ pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
         .created
         .extend(create_nodeclaims(ctx, &pods, accepted, "provisioned").await);
     Ok(outcome)
+}
+
+/// Whether some NodeClaim not being deleted has not launched yet (no capacity in its status).
+fn launching(ctx: &Context) -> bool {
+    ctx.state.read().nodeclaims().any(|claim| {
+        claim.metadata.deletion_timestamp.is_none()
+            && claim
+                .status
+                .as_ref()
+                .is_none_or(|s| s.capacity.is_empty() && s.allocatable.is_empty())
+    })
 }
 
 /// The pass's pod `i` unless it is a CapacityBuffer's virtual pod: those have no object to
@@ -557,6 +575,12 @@ async fn create_nodeclaims(
                     state.nominate(&pod_key(pod), &name, until);
                 }
             }
+        }
+        if placed
+            .iter()
+            .any(|&i| pods.get(i).is_some_and(|p| capacity_buffer::is_virtual(p)))
+        {
+            ctx.buffers.add_host(name.clone());
         }
         for &i in &placed {
             if let Some(pod) = real_pod(pods, i) {

@@ -32,7 +32,10 @@ async fn the_capacitybuffer_crd_is_established_and_refuses_invalid_buffers() {
         .unwrap_or_default()
         .iter()
         .any(|c| c.type_ == "Established" && c.status == "True");
-    assert!(established, "capacitybuffers.autoscaling.x-k8s.io is not Established");
+    assert!(
+        established,
+        "capacitybuffers.autoscaling.x-k8s.io is not Established"
+    );
 
     let api = Api::<CapacityBuffer>::namespaced(client.clone(), cluster.namespace());
     let created = api

@@ -1,7 +1,7 @@
 //! Upstream `test/suites/regression/capacitybuffer_test.go` (21 cases), with
 //! `FEATURE_GATES=CapacityBuffer=true`. Upstream's `BeforeEach`: `WhenEmptyOrUnderutilized` after
 //! `0s`, and 2-vCPU instance types only (kwok's `c-2x-*`; here `karpenter.k8s.aws/instance-cpu In
-//! [2]`), so a 1-CPU buffer chunk takes a node of its own. Waits upstream spends in minutes are
+//! [2]` and `instance-memory In [4096]`), so a 1-CPU buffer chunk takes a node of its own. Waits upstream spends in minutes are
 //! shortened to keep each test well under a minute: the 60 s "no disruption" watch is 20 s (the
 //! disruption loop runs every 10 s, with `consolidateAfter: 0s`), the 1-minute `expireAfter` is
 //! 20 s, the rapid create/delete cycles sleep 1 s instead of 2 s.
@@ -31,6 +31,11 @@ async fn start(test: &str, pool: impl FnOnce(&mut Value)) -> Option<Env> {
     {
         requirements.push(
             json!({"key": "karpenter.k8s.aws/instance-cpu", "operator": "In", "values": ["2"]}),
+        );
+        // kwok's c-2x: 2 vCPU with 4 GiB (a 1 GiB t3a.micro cannot hold a 512Mi chunk next to
+        // a pod).
+        requirements.push(
+            json!({"key": "karpenter.k8s.aws/instance-memory", "operator": "In", "values": ["4096"]}),
         );
     }
     pool(&mut nodepool);
