@@ -93,7 +93,11 @@ async fn create_through_the_api(
         kind: kind.into(),
         plural: plural.into(),
     };
-    let api: Api<DynamicObject> = Api::all_with(server.client(), &resource);
+    // CapacityBuffers are namespaced (their fixtures name a namespace); the rest cluster-scoped.
+    let api: Api<DynamicObject> = match value["metadata"]["namespace"].as_str() {
+        Some(namespace) => Api::namespaced_with(server.client(), namespace, &resource),
+        None => Api::all_with(server.client(), &resource),
+    };
     let object: DynamicObject = serde_json::from_value(value.clone()).unwrap();
     api.create(&PostParams::default(), &object)
         .await
