@@ -1,4 +1,5 @@
-//! CustomResourceDefinitions for NodePool, NodeClaim, EC2NodeClass and NodeOverlay.
+//! CustomResourceDefinitions for NodePool, NodeClaim, EC2NodeClass, NodeOverlay and
+//! CapacityBuffer.
 //!
 //! kube-derive generates the structural schema from the Rust types; this module adds what the
 //! types cannot express: CRD defaults, string patterns, bounds, list markers and the CEL rules from
@@ -9,6 +10,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
+use crate::autoscaling::CapacityBuffer;
 use crate::rules::{self, Crd};
 use crate::v1::{EC2NodeClass, NodeClaim, NodePool};
 use crate::v1alpha1::NodeOverlay;
@@ -57,7 +59,8 @@ pub const PRICE_ADJUSTMENT_PATTERN: &str =
 /// A NodeOverlay replacement price: a non-negative decimal.
 pub const PRICE_PATTERN: &str = r"^\d+(\.\d+)?$";
 
-/// Every CRD in a stable order: nodepools, nodeclaims, ec2nodeclasses, nodeoverlays.
+/// Every CRD in a stable order: nodepools, nodeclaims, ec2nodeclasses, nodeoverlays,
+/// capacitybuffers.
 pub fn all() -> Result<Vec<CustomResourceDefinition>, CrdError> {
     Crd::ALL.into_iter().map(crd).collect()
 }
@@ -106,6 +109,7 @@ fn base_crd(which: Crd) -> CustomResourceDefinition {
         Crd::NodeClaim => NodeClaim::crd(),
         Crd::EC2NodeClass => EC2NodeClass::crd(),
         Crd::NodeOverlay => NodeOverlay::crd(),
+        Crd::CapacityBuffer => CapacityBuffer::crd(),
     }
 }
 
@@ -133,6 +137,9 @@ fn finish_schema(which: Crd, schema: &mut Value) -> Result<(), CrdError> {
         }
         Crd::NodeOverlay => {
             "NodeOverlay is the Schema for the NodeOverlays API: price and capacity changes to the instance types it selects."
+        }
+        Crd::CapacityBuffer => {
+            "CapacityBuffer is the configuration that an autoscaler can use to provision buffer capacity within a cluster."
         }
     };
     merge(schema, json!({ "description": description }));
@@ -312,7 +319,10 @@ fn selector_tags_schema() -> Value {
 }
 
 fn patches() -> Vec<(Crd, &'static str, Value)> {
-    use Crd::{EC2NodeClass as EC2, NodeClaim as NC, NodeOverlay as NO, NodePool as NP};
+    use Crd::{
+        CapacityBuffer as CB, EC2NodeClass as EC2, NodeClaim as NC, NodeOverlay as NO,
+        NodePool as NP,
+    };
     let quantity_map = json!({ "additionalProperties": { "pattern": QUANTITY_PATTERN } });
     vec![
         // ---- NodePool -------------------------------------------------------------------------
@@ -691,6 +701,23 @@ fn patches() -> Vec<(Crd, &'static str, Value)> {
         ),
         (NO, "spec.weight", json!({ "minimum": 1, "maximum": 10000 })),
         (NO, "status.conditions", conditions_schema()),
+        // ---- CapacityBuffer (upstream's kubebuilder markers) ------------------------------------
+        (
+            CB,
+            "spec.provisioningStrategy",
+            json!({ "default": "buffer.x-k8s.io/active-capacity" }),
+        ),
+        (CB, "spec.podTemplateRef.name", json!({ "minLength": 1 })),
+        (CB, "spec.scalableRef.kind", json!({ "minLength": 1 })),
+        (CB, "spec.scalableRef.name", json!({ "minLength": 1 })),
+        (CB, "spec.replicas", json!({ "minimum": 0 })),
+        (CB, "spec.percentage", json!({ "minimum": 0 })),
+        (
+            CB,
+            "spec.limits",
+            json!({ "additionalProperties": { "pattern": QUANTITY_PATTERN } }),
+        ),
+        (CB, "status.conditions", conditions_schema()),
     ]
 }
 
@@ -711,7 +738,8 @@ mod tests {
                 "nodepools.karpenter.sh",
                 "nodeclaims.karpenter.sh",
                 "ec2nodeclasses.karpenter.k8s.aws",
-                "nodeoverlays.karpenter.sh"
+                "nodeoverlays.karpenter.sh",
+                "capacitybuffers.autoscaling.x-k8s.io"
             ]
         );
     }

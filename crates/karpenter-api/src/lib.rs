@@ -4,6 +4,7 @@
 //! This crate is pure: types, CRD generation, offline validation and conversion of legacy
 //! manifests. Nothing here talks to a cluster or a cloud.
 
+pub mod autoscaling;
 pub mod convert;
 pub mod crd;
 pub mod manifest;

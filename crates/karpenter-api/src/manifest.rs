@@ -232,11 +232,12 @@ pub fn list_item_lines(text: &str) -> Vec<usize> {
 }
 
 /// The Karpenter kinds, by API group (v1).
-const KARPENTER_KINDS: [(&str, &str); 4] = [
+const KARPENTER_KINDS: [(&str, &str); 5] = [
     ("karpenter.sh/v1", "NodePool"),
     ("karpenter.sh/v1", "NodeClaim"),
     ("karpenter.k8s.aws/v1", "EC2NodeClass"),
     ("karpenter.sh/v1alpha1", "NodeOverlay"),
+    ("autoscaling.x-k8s.io/v1beta1", "CapacityBuffer"),
 ];
 
 /// A document that is almost a Karpenter v1 object: a Karpenter API group with an unknown version

@@ -12,15 +12,17 @@ pub enum Crd {
     NodeClaim,
     EC2NodeClass,
     NodeOverlay,
+    CapacityBuffer,
 }
 
 impl Crd {
     /// Every CRD, in the order `karpenter crds` writes them.
-    pub const ALL: [Crd; 4] = [
+    pub const ALL: [Crd; 5] = [
         Crd::NodePool,
         Crd::NodeClaim,
         Crd::EC2NodeClass,
         Crd::NodeOverlay,
+        Crd::CapacityBuffer,
     ];
 }
 
@@ -52,7 +54,9 @@ macro_rules! rules {
     };
 }
 
-use Crd::{EC2NodeClass as EC2, NodeClaim as NC, NodeOverlay as NO, NodePool as NP};
+use Crd::{
+    CapacityBuffer as CB, EC2NodeClass as EC2, NodeClaim as NC, NodeOverlay as NO, NodePool as NP,
+};
 
 const NP_REQS: &str = "spec.template.spec.requirements";
 const NC_REQS: &str = "spec.requirements";
@@ -463,6 +467,19 @@ rules! {
         rule: "self.all(x, !(x in ['cpu', 'memory', 'ephemeral-storage', 'pods']))",
         message: "invalid resource restricted",
         hint: "capacity only adds extended resources (e.g. hugepages-2Mi, example.com/device); cpu, memory, ephemeral-storage and pods come from the instance type",
+    }
+    // ---- CapacityBuffer (autoscaling.x-k8s.io/v1beta1, shared with Cluster Autoscaler) --------
+    CB_TEMPLATE_NEEDS_SIZE {
+        paths: &[(CB, "spec")],
+        rule: "!has(self.podTemplateRef) || has(self.replicas) || has(self.limits)",
+        message: "If podTemplateRef is set, replicas or limits must also be set",
+        hint: "set spec.replicas (how many chunks) or spec.limits (as many chunks as fit)",
+    }
+    CB_ONE_REF {
+        paths: &[(CB, "spec")],
+        rule: "!(has(self.podTemplateRef) && has(self.scalableRef))",
+        message: "You must define either PodTemplateRef or ScalableRef, but not both",
+        hint: "keep podTemplateRef (a PodTemplate's shape) or scalableRef (a workload's shape), not both",
     }
 
 }

@@ -108,6 +108,9 @@ pub struct Context {
     pub templates_changed: Arc<Notify>,
     /// NodeOverlays (watched only with the `NodeOverlay` gate on; empty otherwise).
     pub overlays: Arc<crate::nodeoverlay::OverlayStore>,
+    /// CapacityBuffers and their virtual pods (watched only with the `CapacityBuffer` gate on;
+    /// empty otherwise).
+    pub buffers: Arc<crate::capacitybuffer::BufferStore>,
     leader_tx: watch::Sender<bool>,
     leader_rx: watch::Receiver<bool>,
     /// Why the replica is broken (a controller loop panicked or ended); `/healthz` fails.
@@ -159,6 +162,7 @@ impl Context {
             nodepools_changed: Arc::new(Notify::new()),
             templates_changed: Arc::new(Notify::new()),
             overlays: Arc::default(),
+            buffers: Arc::default(),
             leader_tx,
             leader_rx,
             failure: std::sync::Mutex::new(None),

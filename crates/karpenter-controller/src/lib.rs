@@ -10,6 +10,7 @@
 //! with `#[tokio::test(start_paused = true)]`.
 
 pub mod backoff;
+pub mod capacitybuffer;
 pub mod context;
 pub mod disruption;
 pub mod events;

@@ -217,6 +217,13 @@ impl RunningController {
                 tokio::spawn(crate::nodeoverlay::watch(ctx.clone())),
             ));
         }
+        let capacity_buffers = ctx.settings.feature_gates.capacity_buffer;
+        if capacity_buffers {
+            watchers.push((
+                "CapacityBuffer watcher",
+                tokio::spawn(crate::capacitybuffer::watch(ctx.clone())),
+            ));
+        }
         let events = ctx.events.clone();
         let events_shutdown = shutdown_rx.clone();
         let mut graceful = vec![
@@ -257,6 +264,12 @@ impl RunningController {
             graceful.push((
                 "nodeoverlay",
                 tokio::spawn(crate::nodeoverlay::run(ctx.clone(), shutdown_rx.clone())),
+            ));
+        }
+        if capacity_buffers {
+            graceful.push((
+                "capacitybuffer",
+                tokio::spawn(crate::capacitybuffer::run(ctx.clone(), shutdown_rx.clone())),
             ));
         }
         graceful.extend(provider_tasks);

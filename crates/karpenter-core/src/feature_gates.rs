@@ -22,7 +22,8 @@ pub struct FeatureGates {
     /// ([`crate::node_overlay`]).
     pub node_overlay: bool,
     pub static_capacity: bool,
-    /// Not implemented: refused when on ([`FeatureGates::NOT_IMPLEMENTED`]).
+    /// CapacityBuffers keep spare capacity provisioned as virtual pods
+    /// ([`crate::capacity_buffer`]).
     pub capacity_buffer: bool,
 }
 
@@ -68,7 +69,8 @@ impl FeatureGates {
 
     /// Gates upstream knows whose feature karpenter-rs does not have: accepted off (so upstream's
     /// Helm values start the controller), refused on, so no one believes the feature runs.
-    pub const NOT_IMPLEMENTED: [&'static str; 1] = ["CapacityBuffer"];
+    /// Empty today; a gate upstream adds before karpenter-rs implements it goes here.
+    pub const NOT_IMPLEMENTED: &'static [&'static str] = &[];
 
     /// The defaults overridden by `raw` (an empty string keeps every default). A gate of
     /// [`FeatureGates::NOT_IMPLEMENTED`] turned on is an error naming it.
@@ -212,25 +214,28 @@ mod tests {
     }
 
     #[test]
-    fn a_gate_whose_feature_is_missing_is_refused_on_and_accepted_off() {
-        let err = FeatureGates::parse("NodeOverlay=true,CapacityBuffer=true").unwrap_err();
-        assert_eq!(
-            err,
-            FeatureGateError::NotImplemented {
-                name: "CapacityBuffer".into()
-            }
-        );
-        assert_eq!(
-            err.to_string(),
-            "feature gate CapacityBuffer=true is not supported: karpenter-rs does not implement CapacityBuffer (leave it false)"
-        );
-        assert!(!err.to_string().contains('\n'));
+    fn every_gate_is_implemented_and_accepted_on() {
+        let all_on = FeatureGates::NAMES
+            .iter()
+            .map(|name| format!("{name}=true"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let gates = FeatureGates::parse(&all_on).unwrap();
+        assert!(gates.capacity_buffer && gates.node_overlay);
+        assert!(FeatureGates::NOT_IMPLEMENTED.is_empty());
         let chart = "NodeRepair=false,ReservedCapacity=true,SpotToSpotConsolidation=false,NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false";
         assert_eq!(FeatureGates::parse(chart).unwrap(), FeatureGates::default());
-        assert!(
-            FeatureGates::parse("NodeOverlay=true")
-                .unwrap()
-                .node_overlay
+    }
+
+    #[test]
+    fn the_not_implemented_refusal_is_one_line_naming_the_gate() {
+        let err = FeatureGateError::NotImplemented {
+            name: "FutureGate".into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "feature gate FutureGate=true is not supported: karpenter-rs does not implement FutureGate (leave it false)"
         );
+        assert!(!err.to_string().contains('\n'));
     }
 }

@@ -3,6 +3,7 @@
 //! Everything here is deterministic and free of I/O: controllers and the `simulate` command feed
 //! it plain data and act on what it decides. Time enters only through [`clock::Clock`].
 
+pub mod capacity_buffer;
 pub mod clock;
 pub mod cloud_provider;
 pub mod cost;

@@ -22,6 +22,15 @@ const CLUSTER_KINDS: [(&str, &str, &str, &str); 4] = [
     ("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses"),
 ];
 
+/// The namespaced custom kinds a test creates, outside what deleting its namespace removes (no
+/// namespace controller runs here): left in place, the next controller would act on them.
+const NAMESPACED_KINDS: [(&str, &str, &str, &str); 1] = [(
+    "autoscaling.x-k8s.io",
+    "v1beta1",
+    "CapacityBuffer",
+    "capacitybuffers",
+)];
+
 /// The admission policies a test may create (cluster-scoped), bindings first.
 const ADMISSION_KINDS: [(&str, &str); 2] = [
     (
@@ -104,6 +113,24 @@ pub(crate) async fn remove_leftovers(client: &Client) -> Result<()> {
             .map_err(kube_error(format!("listing {plural}")))?;
         for object in list.items {
             if let Some(name) = object.metadata.name {
+                force_delete(&api, &name).await?;
+            }
+        }
+    }
+    for (group, version, kind, plural) in NAMESPACED_KINDS {
+        let resource =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+        let all = Api::<DynamicObject>::all_with(client.clone(), &resource);
+        let list = match all.list(&ListParams::default()).await {
+            Ok(list) => list,
+            Err(err) if is_not_found(&err) => continue,
+            Err(err) => return Err(kube_error(format!("listing {plural}"))(err)),
+        };
+        for object in list.items {
+            if let (Some(name), Some(namespace)) = (object.metadata.name, object.metadata.namespace)
+            {
+                let api =
+                    Api::<DynamicObject>::namespaced_with(client.clone(), &namespace, &resource);
                 force_delete(&api, &name).await?;
             }
         }

@@ -7,12 +7,14 @@ use std::fmt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    LimitRange, Namespace, Node, PersistentVolume, PersistentVolumeClaim,
+    LimitRange, Namespace, Node, PersistentVolume, PersistentVolumeClaim, PodTemplate,
+    PodTemplateSpec,
 };
 use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use karpenter_api::autoscaling::CapacityBuffer;
 use karpenter_api::manifest::karpenter_near_miss;
 use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::v1alpha1::NodeOverlay;
@@ -99,6 +101,13 @@ pub struct Manifests {
     /// plan, `explain` and `--disruption`. The binary empties this list when the `NodeOverlay`
     /// gate is off (`--feature-gates`), as the controller then does not read them.
     pub node_overlays: Vec<NodeOverlay>,
+    /// CapacityBuffers (`autoscaling.x-k8s.io/v1beta1`): with the `CapacityBuffer` gate, the
+    /// binary adds their virtual pods to the pending pods ([`Manifests::add_capacity_buffers`]).
+    pub capacity_buffers: Vec<CapacityBuffer>,
+    /// PodTemplates (what a CapacityBuffer's `podTemplateRef` names).
+    pub pod_templates: Vec<PodTemplate>,
+    /// Deployments, ReplicaSets and StatefulSets as a `scalableRef` reads them.
+    scalables: Vec<Scalable>,
     /// Pods without `spec.nodeName`: the ones to schedule (in input order). The replicas of a
     /// workload share one `Pod`.
     pub pending_pods: Vec<PendingPod>,
@@ -130,15 +139,47 @@ pub struct Manifests {
     pub(super) workloads_to_admit: Vec<Workload>,
 }
 
+/// A workload a CapacityBuffer's `scalableRef` may name: kind, namespace, name, replicas, template.
+#[derive(Clone, Debug)]
+struct Scalable {
+    kind: &'static str,
+    namespace: String,
+    name: String,
+    replicas: i32,
+    template: PodTemplateSpec,
+}
+
+impl Scalable {
+    fn new(
+        kind: &'static str,
+        meta: &ObjectMeta,
+        replicas: i32,
+        template: &PodTemplateSpec,
+    ) -> Self {
+        Scalable {
+            kind,
+            namespace: meta
+                .namespace
+                .clone()
+                .unwrap_or_else(|| DEFAULT_NAMESPACE.into()),
+            name: meta.name.clone().unwrap_or_default(),
+            replicas,
+            template: template.clone(),
+        }
+    }
+}
+
 pub(super) const DEFAULT_NAMESPACE: &str = "default";
 
 /// The label the API server puts on every namespace (`namespaceSelector`s match on it).
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// Kinds `simulate` reads (everything else is listed as ignored).
-const USED_KINDS: [&str; 18] = [
+const USED_KINDS: [&str; 20] = [
     "NodePool",
     "NodeOverlay",
+    "CapacityBuffer",
+    "PodTemplate",
     "EC2NodeClass",
     "NodeClaim",
     "Node",
@@ -383,6 +424,7 @@ impl Manifests {
                 format!("a {kind} needs {path}"),
             )
         };
+        let mut scalable = None;
         let mut admit = |source| {
             self.workloads_to_admit.push(Workload {
                 location: location.clone(),
@@ -394,6 +436,16 @@ impl Manifests {
             "NodePool" => self.node_pools.push(typed(value, kind)?),
             "EC2NodeClass" => self.node_classes.push(typed(value, kind)?),
             "NodeOverlay" => self.node_overlays.push(typed(value, kind)?),
+            "CapacityBuffer" => {
+                let mut buffer: CapacityBuffer = typed(value, kind)?;
+                default_namespace(&mut buffer.metadata);
+                self.capacity_buffers.push(buffer);
+            }
+            "PodTemplate" => {
+                let mut template: PodTemplate = typed(value, kind)?;
+                default_namespace(&mut template.metadata);
+                self.pod_templates.push(template);
+            }
             "NodeClaim" => self.node_claims.push(typed(value, kind)?),
             "Node" => self.nodes.push(typed(value, kind)?),
             "Pod" => {
@@ -407,6 +459,12 @@ impl Manifests {
             "Deployment" => {
                 let d: Deployment = typed(value, kind)?;
                 let spec = d.spec.ok_or_else(|| missing("spec"))?;
+                scalable = Some(Scalable::new(
+                    "Deployment",
+                    &d.metadata,
+                    spec.replicas.unwrap_or(1),
+                    &spec.template,
+                ));
                 admit(WorkloadSource::Replicas {
                     owner: Box::new(d.metadata),
                     replicas: spec.replicas.unwrap_or(1),
@@ -419,6 +477,12 @@ impl Manifests {
                 let r: ReplicaSet = typed(value, kind)?;
                 let spec = r.spec.ok_or_else(|| missing("spec"))?;
                 let template = spec.template.ok_or_else(|| missing("spec.template"))?;
+                scalable = Some(Scalable::new(
+                    "ReplicaSet",
+                    &r.metadata,
+                    spec.replicas.unwrap_or(1),
+                    &template,
+                ));
                 admit(WorkloadSource::Replicas {
                     owner: Box::new(r.metadata),
                     replicas: spec.replicas.unwrap_or(1),
@@ -430,6 +494,12 @@ impl Manifests {
             "StatefulSet" => {
                 let s: StatefulSet = typed(value, kind)?;
                 let spec = s.spec.ok_or_else(|| missing("spec"))?;
+                scalable = Some(Scalable::new(
+                    "StatefulSet",
+                    &s.metadata,
+                    spec.replicas.unwrap_or(1),
+                    &spec.template,
+                ));
                 admit(WorkloadSource::Replicas {
                     owner: Box::new(s.metadata),
                     replicas: spec.replicas.unwrap_or(1),
@@ -471,7 +541,86 @@ impl Manifests {
             // Read for their names only (duplicates); they do not change the plan.
             _ => {}
         }
+        if let Some(scalable) = scalable {
+            self.scalables.push(scalable);
+        }
         Ok(())
+    }
+
+    /// Resolves every CapacityBuffer against the input's PodTemplates and workloads, as the
+    /// controller does against the cluster, and adds the chunks of the ready ones to the pending
+    /// pods (virtual pods: `capacity-buffer-NAME-i`). Returns one line per buffer: its chunks, or
+    /// why it is not ready.
+    pub fn add_capacity_buffers(&mut self, now_rfc3339: &str) -> Vec<String> {
+        use karpenter_core::capacity_buffer::{self as buffers, Lookup};
+        let mut lines = Vec::new();
+        for buffer in &self.capacity_buffers {
+            let namespace = buffer
+                .metadata
+                .namespace
+                .as_deref()
+                .unwrap_or(DEFAULT_NAMESPACE);
+            let lookup = match buffers::reference(buffer) {
+                Err(message) => Lookup::Failed(message),
+                Ok(("PodTemplate", name)) => self
+                    .pod_templates
+                    .iter()
+                    .find(|t| {
+                        t.metadata.name.as_deref() == Some(name)
+                            && t.metadata.namespace.as_deref() == Some(namespace)
+                    })
+                    .map(|t| Lookup::PodTemplate {
+                        name: name.to_string(),
+                        generation: t.metadata.generation,
+                        template: t.template.clone().unwrap_or_default(),
+                    })
+                    .unwrap_or_else(|| {
+                        Lookup::NotFound(buffers::not_found_message("PodTemplate", name))
+                    }),
+                Ok((kind, name)) => self
+                    .scalables
+                    .iter()
+                    .find(|s| s.kind == kind && s.name == name && s.namespace == namespace)
+                    .map(|s| Lookup::Workload {
+                        replicas: s.replicas,
+                        template: s.template.clone(),
+                    })
+                    .unwrap_or_else(|| Lookup::NotFound(buffers::not_found_message(kind, name))),
+            };
+            let key = buffers::key(buffer);
+            let resolution = buffers::resolve(buffer, lookup, now_rfc3339);
+            match &resolution.chunks {
+                Some((template, replicas)) => {
+                    lines.push(format!(
+                        "CapacityBuffer {key}: {replicas} virtual pod(s), scheduled like pending pods (no Pod is created)"
+                    ));
+                    self.pending_pods.extend(
+                        buffers::virtual_pods(buffer, template, *replicas)
+                            .into_iter()
+                            .map(PendingPod::single),
+                    );
+                }
+                None => {
+                    let why = resolution
+                        .status
+                        .conditions
+                        .iter()
+                        .find(|c| {
+                            c.type_ == karpenter_api::autoscaling::CONDITION_READY_FOR_PROVISIONING
+                        })
+                        .map(|c| {
+                            format!(
+                                "{}: {}",
+                                c.reason.as_deref().unwrap_or_default(),
+                                c.message.as_deref().unwrap_or_default()
+                            )
+                        })
+                        .unwrap_or_default();
+                    lines.push(format!("CapacityBuffer {key}: not ready ({why})"));
+                }
+            }
+        }
+        lines
     }
 
     /// The cluster state these objects make, as the controller's watchers would build it: the

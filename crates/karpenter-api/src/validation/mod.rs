@@ -18,14 +18,15 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
+use crate::autoscaling::CapacityBuffer;
 use crate::crd;
 use crate::rules::{CelRule, Crd};
 use crate::v1::{EC2NodeClass, NodeClaim, NodePool};
 use crate::v1alpha1::NodeOverlay;
 
 pub use rules_impl::{
-    OVERLAY_RESTRICTED_RESOURCES, check_ec2nodeclass, check_nodeclaim, check_nodeoverlay,
-    check_nodepool, runtime_checks_nodeoverlay, runtime_checks_nodepool,
+    OVERLAY_RESTRICTED_RESOURCES, check_capacitybuffer, check_ec2nodeclass, check_nodeclaim,
+    check_nodeoverlay, check_nodepool, runtime_checks_nodeoverlay, runtime_checks_nodepool,
 };
 
 /// One problem with a manifest.
@@ -120,6 +121,7 @@ pub fn v1_kind(api_version: &str, kind: &str) -> Option<Crd> {
         ("karpenter.sh/v1", "NodeClaim") => Some(Crd::NodeClaim),
         ("karpenter.k8s.aws/v1", "EC2NodeClass") => Some(Crd::EC2NodeClass),
         ("karpenter.sh/v1alpha1", "NodeOverlay") => Some(Crd::NodeOverlay),
+        ("autoscaling.x-k8s.io/v1beta1", "CapacityBuffer") => Some(Crd::CapacityBuffer),
         _ => None,
     }
 }
@@ -223,6 +225,8 @@ pub fn validate_document(doc: &Value) -> DocumentReport {
                 .map(|nc| check_ec2nodeclass(&nc)),
             Crd::NodeOverlay => serde_json::from_value::<NodeOverlay>(doc.clone())
                 .map(|overlay| validate_nodeoverlay(&overlay)),
+            Crd::CapacityBuffer => serde_json::from_value::<CapacityBuffer>(doc.clone())
+                .map(|buffer| validate_capacitybuffer(&buffer)),
         };
         match typed {
             Ok(found) => {
@@ -338,6 +342,20 @@ pub fn validate_nodeoverlay(overlay: &NodeOverlay) -> Vec<ValidationError> {
     };
     errors.extend(check_nodeoverlay(overlay));
     errors.extend(runtime_checks_nodeoverlay(overlay));
+    dedup(errors)
+}
+
+/// Every check a CapacityBuffer must pass: schema and CEL rules.
+pub fn validate_capacitybuffer(buffer: &CapacityBuffer) -> Vec<ValidationError> {
+    let mut errors = match serde_json::to_value(buffer) {
+        Ok(value) => check_schema(Crd::CapacityBuffer, &value),
+        Err(err) => vec![ValidationError::new(
+            "",
+            format!("cannot be serialized: {err}"),
+            "report this bug",
+        )],
+    };
+    errors.extend(check_capacitybuffer(buffer));
     dedup(errors)
 }
 

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Taint;
 
 use super::{ValidationError as E, join_field, join_index, join_key};
+use crate::autoscaling::CapacityBuffer;
 use crate::rules::*;
 use crate::v1::{
     AMI_ALIAS_FAMILIES, EC2NodeClass, NodeClaim, NodeClassReference, NodePool,
@@ -315,6 +316,19 @@ fn check_taints(path: &str, taints: &[Taint], startup_taints: &[Taint], errors: 
 }
 
 /// CEL rules of a NodeOverlay (upstream's v1alpha1 markers).
+/// The CEL rules of a CapacityBuffer's spec (upstream's two `XValidation` markers).
+pub fn check_capacitybuffer(buffer: &CapacityBuffer) -> Vec<E> {
+    let mut errors = Vec::new();
+    let spec = &buffer.spec;
+    if spec.pod_template_ref.is_some() && spec.replicas.is_none() && spec.limits.is_none() {
+        errors.push(E::rule("spec", &CB_TEMPLATE_NEEDS_SIZE));
+    }
+    if spec.pod_template_ref.is_some() && spec.scalable_ref.is_some() {
+        errors.push(E::rule("spec", &CB_ONE_REF));
+    }
+    errors
+}
+
 pub fn check_nodeoverlay(overlay: &NodeOverlay) -> Vec<E> {
     let mut errors = Vec::new();
     let spec = &overlay.spec;

@@ -65,7 +65,7 @@ async fn the_test_api_server_accepts_the_crds_through_its_api() {
     for c in crd::all().unwrap() {
         crds.create(&PostParams::default(), &c).await.unwrap();
     }
-    assert_eq!(server.count::<CustomResourceDefinition>(), 4);
+    assert_eq!(server.count::<CustomResourceDefinition>(), 5);
 }
 
 /// Creates any v1 document through the test API server with a plain `kube::Client`.
@@ -83,6 +83,7 @@ async fn create_through_the_api(
         "NodeClaim" => "nodeclaims",
         "EC2NodeClass" => "ec2nodeclasses",
         "NodeOverlay" => "nodeoverlays",
+        "CapacityBuffer" => "capacitybuffers",
         other => panic!("not one of our kinds: {other}"),
     };
     let resource = ApiResource {
@@ -92,7 +93,11 @@ async fn create_through_the_api(
         kind: kind.into(),
         plural: plural.into(),
     };
-    let api: Api<DynamicObject> = Api::all_with(server.client(), &resource);
+    // CapacityBuffers are namespaced (their fixtures name a namespace); the rest cluster-scoped.
+    let api: Api<DynamicObject> = match value["metadata"]["namespace"].as_str() {
+        Some(namespace) => Api::namespaced_with(server.client(), namespace, &resource),
+        None => Api::all_with(server.client(), &resource),
+    };
     let object: DynamicObject = serde_json::from_value(value.clone()).unwrap();
     api.create(&PostParams::default(), &object)
         .await

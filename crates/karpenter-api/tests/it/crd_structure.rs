@@ -69,6 +69,73 @@ fn names_scope_and_categories() {
 }
 
 #[test]
+fn capacitybuffer_crd_is_upstreams_v1beta1() {
+    let crd = crd_value(Crd::CapacityBuffer);
+    assert_eq!(
+        crd["metadata"]["name"],
+        "capacitybuffers.autoscaling.x-k8s.io"
+    );
+    assert_eq!(crd["spec"]["scope"], "Namespaced");
+    assert_eq!(crd["spec"]["names"]["kind"], "CapacityBuffer");
+    assert_eq!(
+        crd["spec"]["names"]["shortNames"],
+        serde_json::json!(["cb"])
+    );
+    assert_eq!(
+        crd["spec"]["names"]["categories"],
+        serde_json::json!(["autoscaling"])
+    );
+    let version = &crd["spec"]["versions"][0];
+    assert_eq!(version["name"], "v1beta1");
+    assert!(version["subresources"]["status"].is_object());
+    let names: Vec<String> = columns(Crd::CapacityBuffer)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "Strategy",
+            "PodTemplate",
+            "Replicas",
+            "ConditionsType",
+            "ConditionsStatus",
+            "ConditionsReason",
+            "Age"
+        ]
+    );
+    let schema = crd::schema(Crd::CapacityBuffer).unwrap();
+    assert_eq!(
+        node(&schema, "spec.provisioningStrategy")["default"],
+        "buffer.x-k8s.io/active-capacity"
+    );
+    assert_eq!(node(&schema, "spec.replicas")["minimum"], 0);
+    assert_eq!(node(&schema, "spec.percentage")["minimum"], 0);
+    assert_eq!(node(&schema, "spec.podTemplateRef.name")["minLength"], 1);
+    assert_eq!(
+        node(&schema, "spec.scalableRef")["required"],
+        serde_json::json!(["kind", "name"])
+    );
+    let rules: Vec<&str> = node(&schema, "spec")["x-kubernetes-validations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            "!has(self.podTemplateRef) || has(self.replicas) || has(self.limits)",
+            "!(has(self.podTemplateRef) && has(self.scalableRef))"
+        ]
+    );
+    assert_eq!(
+        node(&schema, "status.conditions")["x-kubernetes-list-type"],
+        "map"
+    );
+}
+
+#[test]
 fn nodeoverlay_crd_is_upstreams_v1alpha1() {
     let crd = crd_value(Crd::NodeOverlay);
     assert_eq!(crd["metadata"]["name"], "nodeoverlays.karpenter.sh");

@@ -49,6 +49,9 @@ macro_rules! invalid_cases {
 }
 
 invalid_cases! {
+    cb_both_refs,
+    cb_negative_replicas,
+    cb_template_without_size,
     no_bad_price_adjustment,
     no_capacity_cpu,
     no_missing_requirements,

@@ -107,12 +107,21 @@ pub async fn provider_drift(ctx: &Context) -> ProviderDrift {
     drift
 }
 
+/// The gates' options, with the nodes holding CapacityBuffer capacity (kept from consolidation).
+fn disruption_options(ctx: &Context) -> DisruptionOptions {
+    let mut options = DisruptionOptions::from_gates(&ctx.settings.feature_gates);
+    if ctx.settings.feature_gates.capacity_buffer {
+        options.buffer_hosts = ctx.buffers.hosts();
+    }
+    options
+}
+
 /// Runs [`decide`] over the state as it is now. The single place the pure decision is called,
 /// for the pass and for validation alike.
 pub fn decide_now(ctx: &Context, types: &InstanceTypes, drift: &ProviderDrift) -> Pass {
     let state = ctx.state.read();
     let scheduler = scheduler_options(&ctx.settings);
-    let options = DisruptionOptions::from_gates(&ctx.settings.feature_gates);
+    let options = disruption_options(ctx);
     let input = DisruptionInput {
         state: &state,
         instance_types: types,
@@ -140,7 +149,7 @@ pub fn validate_now(
 ) -> Result<(), BlockReason> {
     let state = ctx.state.read();
     let scheduler = scheduler_options(&ctx.settings);
-    let options = DisruptionOptions::from_gates(&ctx.settings.feature_gates);
+    let options = disruption_options(ctx);
     let input = DisruptionInput {
         state: &state,
         instance_types: types,
@@ -388,7 +397,9 @@ impl BlockedEvents {
                     "not consolidatable before {at}: the NodePool's consolidateAfter has not passed since the node's last pod event (a later pod event moves it)"
                 ),
             )),
-            BlockReason::ConsolidationDisabled(_) | BlockReason::StaticNodePool(_) => {
+            BlockReason::ConsolidationDisabled(_)
+            | BlockReason::StaticNodePool(_)
+            | BlockReason::HostsCapacityBuffer => {
                 Some((REASON_UNCONSOLIDATABLE, rejection.reason.to_string()))
             }
             // Upstream's Balanced wording: `score 0.32 < threshold 0.50 (savings 25.0%, …)`.

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use karpenter_api::{NodeClaim, NodePool};
+use karpenter_core::capacity_buffer;
 use karpenter_core::instance_type::InstanceType;
 use karpenter_core::nodepool::{exceeded_limit, limits, usage};
 use karpenter_core::pod::{Pod, key as pod_key};
@@ -163,6 +164,18 @@ pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
             pods_to_place(&state, ctx.now()).len(),
         )
     };
+    // CapacityBuffers' virtual pods join every pass's pending pods (never created, bound or
+    // nominated): a chunk that fits nowhere gets a NodeClaim, so consumed buffers refill.
+    let buffers = ctx.settings.feature_gates.capacity_buffer;
+    // While a NodeClaim has not launched, its capacity (hence its NodePool's usage against
+    // `limits`) is not known yet: chunks re-planned now could add NodeClaims past the limits, as
+    // a real pod nominated to that NodeClaim would not. Buffers wait for the launch (a pass runs
+    // at least every 10 s while they exist).
+    let virtual_pods = if buffers && !launching(ctx) {
+        ctx.buffers.virtual_pods()
+    } else {
+        Vec::new()
+    };
     let mut outcome = ProvisionOutcome::default();
     if let Some(leader) = ctx.leader()
         && !static_claims.is_empty()
@@ -175,7 +188,10 @@ pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
     {
         delete_static_surplus(&leader, &surplus).await;
     }
-    if pending == 0 {
+    if pending == 0 && virtual_pods.is_empty() {
+        if ctx.buffers.virtual_pods().is_empty() {
+            ctx.buffers.set_hosts(Default::default());
+        }
         return Ok(outcome);
     }
 
@@ -192,6 +208,7 @@ pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
             .pods_to_place_shared()
             .into_iter()
             .map(Arc::clone)
+            .chain(virtual_pods)
             .collect();
         (snapshot.scheduler_input(), pods)
     };
@@ -244,12 +261,20 @@ pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
     drop(solving);
     let unschedulable: std::collections::HashSet<usize> =
         results.unschedulable.iter().map(|u| u.pod).collect();
+    let real = |i: &usize| {
+        pods.get(*i)
+            .is_some_and(|p| !capacity_buffer::is_virtual(p))
+    };
     let scheduled: Vec<String> = (0..pod_names.len())
-        .filter(|i| !unschedulable.contains(i))
+        .filter(|i| !unschedulable.contains(i) && real(i))
+        .filter_map(|i| pod_names.get(i).cloned())
+        .collect();
+    let real_names: Vec<String> = (0..pod_names.len())
+        .filter(real)
         .filter_map(|i| pod_names.get(i).cloned())
         .collect();
     ctx.metrics
-        .record_scheduling_pass(&pod_names, &scheduled, started_at, ctx.now());
+        .record_scheduling_pass(&real_names, &scheduled, started_at, ctx.now());
     let elapsed = started.elapsed().as_secs_f64();
     ctx.metrics.provisioner_scheduling_duration.observe(elapsed);
     let controller = ControllerLabels {
@@ -265,9 +290,18 @@ pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
         .set(i64::try_from(results.unschedulable.len()).unwrap_or(i64::MAX));
 
     outcome.unschedulable = results.unschedulable.len();
+    let planned_buffers = pods.iter().any(|p| capacity_buffer::is_virtual(p));
+    if planned_buffers {
+        ctx.buffers
+            .set_hosts(capacity_buffer::hosting_nodes(&pods, &results));
+    }
     let Some(leader) = ctx.leader() else {
         return Ok(outcome);
     };
+    if planned_buffers {
+        let placements = capacity_buffer::summarize_placements(&pods, &results);
+        crate::capacitybuffer::write_provisioning(ctx, &placements).await;
+    }
     let ctx = &leader;
     record_unschedulable(ctx, &pods, &results, &problems).await;
     outcome.nominated_existing = nominate_existing(ctx, &pods, &results).await;
@@ -285,6 +319,25 @@ pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
     Ok(outcome)
 }
 
+/// Whether some NodeClaim not being deleted has not launched yet (no capacity in its status).
+fn launching(ctx: &Context) -> bool {
+    ctx.state.read().nodeclaims().any(|claim| {
+        claim.metadata.deletion_timestamp.is_none()
+            && claim
+                .status
+                .as_ref()
+                .is_none_or(|s| s.capacity.is_empty() && s.allocatable.is_empty())
+    })
+}
+
+/// The pass's pod `i` unless it is a CapacityBuffer's virtual pod: those have no object to
+/// nominate or to publish events on.
+fn real_pod(pods: &[Arc<Pod>], i: usize) -> Option<&Pod> {
+    pods.get(i)
+        .map(|p| &**p)
+        .filter(|p| !capacity_buffer::is_virtual(p))
+}
+
 async fn record_unschedulable(
     ctx: &Leader,
     pods: &[Arc<Pod>],
@@ -292,7 +345,7 @@ async fn record_unschedulable(
     problems: &[String],
 ) {
     for failure in &results.unschedulable {
-        let Some(pod) = pods.get(failure.pod).map(|p| &**p) else {
+        let Some(pod) = real_pod(pods, failure.pod) else {
             continue;
         };
         let explanation = std::iter::once(failure.explanation.clone())
@@ -318,7 +371,7 @@ async fn nominate_existing(ctx: &Leader, pods: &[Arc<Pod>], results: &Scheduling
     let mut count = 0;
     for placement in &results.existing_nodes {
         for &i in &placement.pods {
-            let Some(pod) = pods.get(i).map(|p| &**p) else {
+            let Some(pod) = real_pod(pods, i) else {
                 continue;
             };
             let claim = ctx
@@ -378,7 +431,7 @@ async fn within_limits(
         if let Some(exceeded) = exceeded_limit(&limits, &usage) {
             tracing::warn!(nodepool = %decision.node_pool, reason = %exceeded, "not creating nodeclaim, nodepool limit exceeded");
             for &i in &decision.pods {
-                if let Some(pod) = pods.get(i).map(|p| &**p) {
+                if let Some(pod) = real_pod(pods, i) {
                     let message = format!(
                         "Failed to schedule pod, nodepool {}: {exceeded}",
                         decision.node_pool
@@ -511,13 +564,19 @@ async fn create_nodeclaims(
             let mut state = ctx.state.write();
             state.remember(claim.clone());
             for &i in &placed {
-                if let Some(pod) = pods.get(i).map(|p| &**p) {
+                if let Some(pod) = real_pod(pods, i) {
                     state.nominate(&pod_key(pod), &name, until);
                 }
             }
         }
+        if placed
+            .iter()
+            .any(|&i| pods.get(i).is_some_and(|p| capacity_buffer::is_virtual(p)))
+        {
+            ctx.buffers.add_host(name.clone());
+        }
         for &i in &placed {
-            if let Some(pod) = pods.get(i).map(|p| &**p) {
+            if let Some(pod) = real_pod(pods, i) {
                 let message = format!("Pod should schedule on: {}", kind_name(&claim));
                 ctx.events
                     .publish(EventRecord::new(
@@ -642,6 +701,11 @@ async fn retrigger_provisionable(ctx: Arc<Context>) {
                 .into_iter()
                 .filter_map(|p| p.uid())
                 .collect();
+            if ctx.settings.feature_gates.capacity_buffer && !ctx.buffers.virtual_pods().is_empty()
+            {
+                // Buffers are kept full: a pass refills what was consumed meanwhile.
+                uids.push(crate::capacitybuffer::TRIGGER.into());
+            }
             if !pipeline::static_nodeclaims(&state).is_empty()
                 || !pipeline::static_surplus(&state, now).is_empty()
             {

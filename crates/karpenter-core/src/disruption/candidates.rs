@@ -164,6 +164,8 @@ pub enum BlockReason {
     },
     /// The provisioner just planned pods onto it.
     Nominated,
+    /// It holds a CapacityBuffer's virtual pods (consolidation only; drift still replaces it).
+    HostsCapacityBuffer,
     /// `karpenter.sh/do-not-disrupt: "true"` on the Node.
     NodeDoNotDisrupt,
     NoNodePoolLabel,
@@ -274,6 +276,7 @@ impl fmt::Display for BlockReason {
                 "a disruption command for the node rolled back; it is not disrupted again before {until}"
             ),
             Self::Nominated => write!(f, "node is nominated for pending pods"),
+            Self::HostsCapacityBuffer => write!(f, "node has buffer pods"),
             Self::NodeDoNotDisrupt => {
                 write!(f, "node has annotation {DO_NOT_DISRUPT_ANNOTATION}=true")
             }

@@ -158,6 +158,10 @@ pub type ProviderDrift = BTreeMap<String, String>;
 pub struct DisruptionOptions {
     /// `--feature-gates SpotToSpotConsolidation=true`.
     pub spot_to_spot_consolidation: bool,
+    /// Nodes (Node or NodeClaim names) the last provisioning pass placed CapacityBuffer virtual
+    /// pods on: not consolidation candidates while they hold the buffer
+    /// ([`crate::capacity_buffer`]). Empty without the `CapacityBuffer` gate.
+    pub buffer_hosts: std::collections::BTreeSet<String>,
 }
 
 impl DisruptionOptions {
@@ -165,6 +169,7 @@ impl DisruptionOptions {
     pub fn from_gates(gates: &crate::feature_gates::FeatureGates) -> Self {
         DisruptionOptions {
             spot_to_spot_consolidation: gates.spot_to_spot_consolidation,
+            buffer_hosts: std::collections::BTreeSet::new(),
         }
     }
 }

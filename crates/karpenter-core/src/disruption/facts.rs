@@ -15,6 +15,7 @@ use std::cell::OnceCell;
 use super::budgets::{BudgetMapping, DisruptionReason};
 use super::candidates::{Candidate, DisruptionClass, Rejection, candidates};
 use super::command::DisruptionInput;
+use kube_core::ResourceExt;
 
 /// The candidates of one class: every node a method of the class may disrupt, and the reason
 /// for every other node.
@@ -26,8 +27,23 @@ pub struct Classified<'a> {
 
 impl<'a> Classified<'a> {
     /// Walks `input`'s state for the candidates of `class`.
+    /// Emptiness and consolidation leave the nodes holding CapacityBuffer capacity alone
+    /// (upstream's emptiness check; its consolidation keeps them because the buffer's virtual
+    /// pods would need a new home).
     pub fn compute(input: &DisruptionInput<'a>, class: DisruptionClass) -> Self {
-        let (found, rejected) = candidates(input.state, input.now, class, input.instance_types);
+        let (found, mut rejected) = candidates(input.state, input.now, class, input.instance_types);
+        let hosts = &input.options.buffer_hosts;
+        if class == DisruptionClass::Eventual || hosts.is_empty() {
+            return Classified { found, rejected };
+        }
+        let (held, found): (Vec<_>, Vec<_>) = found
+            .into_iter()
+            .partition(|c| hosts.contains(&c.name()) || hosts.contains(&c.nodeclaim.name_any()));
+        rejected.extend(held.into_iter().map(|c| Rejection {
+            name: c.name(),
+            nodepool: Some(c.nodepool_name()),
+            reason: super::candidates::BlockReason::HostsCapacityBuffer,
+        }));
         Classified { found, rejected }
     }
 }
@@ -166,5 +182,26 @@ mod tests {
         for reason in DisruptionReason::ALL {
             assert_eq!(*input.budgets(reason), *cache.budgets(reason));
         }
+    }
+
+    #[test]
+    fn nodes_holding_buffer_capacity_are_no_graceful_candidates_but_stay_eventual_ones() {
+        let mut world = world();
+        world.options.buffer_hosts = ["empty".to_string()].into();
+        let input = world.input();
+        let graceful = Classified::compute(&input, DisruptionClass::Graceful);
+        assert_eq!(names(&graceful), ["busy"]);
+        let held = graceful
+            .rejected
+            .iter()
+            .find(|r| r.name == "empty")
+            .unwrap();
+        assert_eq!(
+            held.reason,
+            crate::disruption::candidates::BlockReason::HostsCapacityBuffer
+        );
+        assert_eq!(held.reason.to_string(), "node has buffer pods");
+        let eventual = Classified::compute(&input, DisruptionClass::Eventual);
+        assert_eq!(names(&eventual), ["busy", "empty"]);
     }
 }

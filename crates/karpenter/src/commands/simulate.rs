@@ -101,6 +101,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         manifests.node_overlays.clear();
     }
+    if args.disruption.feature_gates.capacity_buffer {
+        let now = karpenter_core::clock::Clock::now(&SystemClock).to_string();
+        for line in manifests.add_capacity_buffers(&now) {
+            if args.output == Format::Table {
+                output::note(line);
+            }
+        }
+    } else if !manifests.capacity_buffers.is_empty() {
+        // The controller does not read CapacityBuffers with the gate off; neither does the plan.
+        if args.output == Format::Table {
+            output::note(format!(
+                "{} CapacityBuffer(s) ignored: the CapacityBuffer feature gate is off (add --feature-gates CapacityBuffer=true)",
+                manifests.capacity_buffers.len()
+            ));
+        }
+        manifests.capacity_buffers.clear();
+    }
     if args.output == Format::Table {
         for ignored in &manifests.ignored {
             output::note(format!(

@@ -35,12 +35,13 @@ fn crds_prints_every_crd() {
     let out = karpenter(&["crds"], "");
     assert!(out.status.success());
     let stdout = text(&out.stdout);
-    assert_eq!(stdout.matches("kind: CustomResourceDefinition").count(), 4);
+    assert_eq!(stdout.matches("kind: CustomResourceDefinition").count(), 5);
     for name in [
         "nodepools.karpenter.sh",
         "nodeclaims.karpenter.sh",
         "ec2nodeclasses.karpenter.k8s.aws",
         "nodeoverlays.karpenter.sh",
+        "capacitybuffers.autoscaling.x-k8s.io",
     ] {
         assert!(stdout.contains(&format!("name: {name}")), "{name}");
     }
@@ -56,6 +57,7 @@ fn crds_dir_writes_what_is_committed_in_deploy() {
         "karpenter.sh_nodeclaims.yaml",
         "karpenter.k8s.aws_ec2nodeclasses.yaml",
         "karpenter.sh_nodeoverlays.yaml",
+        "autoscaling.x-k8s.io_capacitybuffers.yaml",
     ] {
         let generated = std::fs::read_to_string(dir.join(name)).unwrap();
         let committed =

@@ -90,7 +90,7 @@ fn bench_disruption_takes_dash_o_and_still_reads_json() {
 fn crds_take_dash_o_json() {
     let (json, _) = succeeded(&karpenter(&["crds", "-o", "json"], ""));
     let list: Value = serde_json::from_str(&json).unwrap();
-    assert_eq!(list["items"].as_array().unwrap().len(), 4);
+    assert_eq!(list["items"].as_array().unwrap().len(), 5);
 }
 
 #[test]

@@ -64,11 +64,6 @@ fn unknown_or_non_bool_feature_gates_stop_the_start_naming_the_gate() {
             "unrecognized feature gate \"Drift\"",
         ),
         ("NodeRepair=maybe", "for feature gate NodeRepair"),
-        // Upstream's gate without the feature behind it here: refused on, in one line.
-        (
-            "CapacityBuffer=true",
-            "feature gate CapacityBuffer=true is not supported",
-        ),
     ] {
         let out = controller_with(&["--feature-gates", value, "--kubeconfig", "/nonexistent"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -89,6 +84,17 @@ fn unknown_or_non_bool_feature_gates_stop_the_start_naming_the_gate() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("feature gate"), "{stderr}");
+    assert!(stderr.contains("/nonexistent"), "{stderr}");
+    // CapacityBuffer is implemented now: on, it is accepted like any gate (the start goes on to
+    // the kubeconfig).
+    let out = controller_with(&[
+        "--feature-gates",
+        "CapacityBuffer=true",
+        "--kubeconfig",
+        "/nonexistent",
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("feature gate"), "{stderr}");
     assert!(stderr.contains("/nonexistent"), "{stderr}");

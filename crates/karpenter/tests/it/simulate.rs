@@ -420,18 +420,55 @@ fn a_node_overlay_discounting_a_family_changes_the_choice_with_its_gate_only() {
         "{}",
         String::from_utf8_lossy(&table.stderr)
     );
-    let refused = karpenter(
+}
+
+/// `examples/capacity-buffer`: with the `CapacityBuffer` gate the buffer's 4 chunks are planned as
+/// pods (capacity for 4 CPU) though the input has no pod; with it off the buffer is ignored with a
+/// note.
+#[test]
+fn a_capacity_buffer_of_n_chunks_plans_capacity_with_its_gate_only() {
+    let out = karpenter(
         &[
             "simulate",
             "--feature-gates",
             "CapacityBuffer=true",
             "-f",
-            "examples/node-overlay",
+            "examples/capacity-buffer",
+            "-o",
+            "json",
         ],
         None,
     );
-    assert_eq!(refused.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("CapacityBuffer=true is not supported")
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let claims = value["nodeClaims"].as_array().unwrap();
+    assert!(!claims.is_empty(), "{value}");
+    let text = value.to_string();
+    for i in 1..=4 {
+        assert!(
+            text.contains(&format!("capacity-buffer-web-headroom-{i}")),
+            "chunk {i}: {value}"
+        );
+    }
+    assert!(!text.contains("capacity-buffer-web-headroom-5"), "{value}");
+
+    let off = karpenter(
+        &["simulate", "-f", "examples/capacity-buffer", "-o", "json"],
+        None,
+    );
+    let value: serde_json::Value = serde_json::from_slice(&off.stdout).unwrap();
+    assert!(
+        value["nodeClaims"].as_array().is_none_or(Vec::is_empty),
+        "{value}"
+    );
+    let table = karpenter(&["simulate", "-f", "examples/capacity-buffer"], None);
+    assert!(
+        String::from_utf8_lossy(&table.stderr).contains("1 CapacityBuffer(s) ignored"),
+        "{}",
+        String::from_utf8_lossy(&table.stderr)
     );
 }

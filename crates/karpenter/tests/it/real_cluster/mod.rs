@@ -12,6 +12,7 @@
 //! per upstream `It`, named after it.
 
 mod alone;
+mod capacitybuffer;
 mod harness;
 mod inflate;
 mod leader;

@@ -7,6 +7,7 @@
 
 pub(crate) mod env;
 
+mod capacitybuffer;
 mod chaos;
 mod drift;
 mod expiration;
