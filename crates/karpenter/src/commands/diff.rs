@@ -87,9 +87,7 @@ fn compare(args: &Args) -> anyhow::Result<Option<DiffReport>> {
         && changes.node_classes.is_empty()
         && changes.node_overlays.is_empty()
     {
-        anyhow::bail!(
-            "no NodePool, EC2NodeClass or NodeOverlay in the input: diff compares those"
-        );
+        anyhow::bail!("no NodePool, EC2NodeClass or NodeOverlay in the input: diff compares those");
     }
     let (_, mut live) = live::read_manifests(&args.cluster, table)?;
     super::simulate::drop_overlays_unless_gated(&mut live, args.feature_gates, table);

@@ -162,8 +162,20 @@ async fn read_async(args: &ClusterArgs) -> anyhow::Result<Snapshot> {
         reader.list::<StorageClass>(Required::Yes),
         reader.list::<NodeOverlay>(Required::No),
     )?;
-    let (pools, classes, claims, nodes, pods, pdbs, daemonsets, namespaces, pvcs, pvs, storage, overlays) =
-        lists;
+    let (
+        pools,
+        classes,
+        claims,
+        nodes,
+        pods,
+        pdbs,
+        daemonsets,
+        namespaces,
+        pvcs,
+        pvs,
+        storage,
+        overlays,
+    ) = lists;
     let lists = [
         pools, classes, claims, nodes, pods, pdbs, daemonsets, namespaces, pvcs, pvs, storage,
         overlays,
