@@ -818,8 +818,8 @@ fn spot_rebalance_replace_is_off_by_default_and_rendered_when_set() {
     ];
     let rendered = render_ok(&sets);
     assert_invariants(&rendered, "spot rebalance replace");
-    let env = env(&controller(&rendered.deployment()));
-    assert_eq!(env["SPOT_REBALANCE_REPLACE"].as_deref(), Some("true"));
+    let set = env(&controller(&rendered.deployment()));
+    assert_eq!(set["SPOT_REBALANCE_REPLACE"].as_deref(), Some("true"));
     let defaults = env(&controller(&render_ok(&[CLUSTER]).deployment()));
     assert_eq!(defaults["SPOT_REBALANCE_REPLACE"].as_deref(), Some("false"));
 }
