@@ -171,6 +171,11 @@ pub const NODECLAIM_TERMINATION_TIMESTAMP_ANNOTATION: &str =
     "karpenter.sh/nodeclaim-termination-timestamp";
 pub const NODECLAIM_MIN_VALUES_RELAXED_ANNOTATION: &str =
     "karpenter.sh/nodeclaim-min-values-relaxed";
+/// karpenter-rs (aws, `--spot-rebalance-replace`): set on a spot NodeClaim by the interruption
+/// consumer when EC2 sent a rebalance recommendation for its instance (value: when, RFC 3339).
+/// Disruption replaces such a node as a drifted one, on another offering than its spot pool.
+pub const SPOT_REBALANCE_RECOMMENDATION_ANNOTATION: &str =
+    "karpenter.k8s.aws/spot-rebalance-recommendation";
 pub const EC2NODECLASS_HASH_ANNOTATION: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
 pub const EC2NODECLASS_HASH_VERSION_ANNOTATION: &str =
     "karpenter.k8s.aws/ec2nodeclass-hash-version";

@@ -8,6 +8,8 @@ pub const ENV_INTERRUPTION_QUEUE: &str = "INTERRUPTION_QUEUE";
 pub const ENV_VM_MEMORY_OVERHEAD_PERCENT: &str = "VM_MEMORY_OVERHEAD_PERCENT";
 pub const ENV_RESERVED_ENIS: &str = "RESERVED_ENIS";
 pub const ENV_ISOLATED_VPC: &str = "ISOLATED_VPC";
+/// karpenter-rs, beyond upstream (docs/spot-rebalance.md).
+pub const ENV_SPOT_REBALANCE_REPLACE: &str = "SPOT_REBALANCE_REPLACE";
 
 /// Upstream's default share of memory the hypervisor keeps (`--vm-memory-overhead-percent`).
 pub const DEFAULT_VM_MEMORY_OVERHEAD_PERCENT: f64 = 0.075;
@@ -28,6 +30,9 @@ pub struct Settings {
     pub reserved_enis: u32,
     /// `--isolated-vpc` / `ISOLATED_VPC`: no public endpoints (pricing falls back to embedded data).
     pub isolated_vpc: bool,
+    /// `--spot-rebalance-replace` / `SPOT_REBALANCE_REPLACE` (karpenter-rs, default off): a spot
+    /// rebalance recommendation replaces the node as drift does, instead of an event only.
+    pub spot_rebalance_replace: bool,
     /// Core's `ReservedCapacity` feature gate (`--feature-gates`, default on): capacity
     /// reservations are resolved and offered as the `reserved` capacity type.
     pub reserved_capacity: bool,
@@ -55,6 +60,7 @@ impl Settings {
             vm_memory_overhead_percent: DEFAULT_VM_MEMORY_OVERHEAD_PERCENT,
             reserved_enis: 0,
             isolated_vpc: false,
+            spot_rebalance_replace: false,
             reserved_capacity: true,
         }
     }
@@ -94,6 +100,14 @@ impl Settings {
                 value: raw.clone(),
                 reason: "must be true or false".into(),
             })?;
+        }
+        if let Some(raw) = get(ENV_SPOT_REBALANCE_REPLACE) {
+            settings.spot_rebalance_replace =
+                parse_bool(&raw).ok_or_else(|| SettingsError::Invalid {
+                    setting: ENV_SPOT_REBALANCE_REPLACE,
+                    value: raw.clone(),
+                    reason: "must be true or false".into(),
+                })?;
         }
         settings.validate()?;
         Ok(settings)
@@ -187,6 +201,7 @@ mod tests {
         assert_eq!(s.vm_memory_overhead_percent, 0.075);
         assert_eq!(s.reserved_enis, 0);
         assert!(!s.isolated_vpc);
+        assert!(!s.spot_rebalance_replace, "off by default");
         assert_eq!(s.cluster_endpoint, None);
         assert_eq!(s.interruption_queue, None);
     }
@@ -200,6 +215,7 @@ mod tests {
             ("VM_MEMORY_OVERHEAD_PERCENT", "0"),
             ("RESERVED_ENIS", "1"),
             ("ISOLATED_VPC", "true"),
+            ("SPOT_REBALANCE_REPLACE", "true"),
         ])
         .unwrap();
         assert_eq!(
@@ -210,6 +226,7 @@ mod tests {
         assert_eq!(s.vm_memory_overhead_percent, 0.0);
         assert_eq!(s.reserved_enis, 1);
         assert!(s.isolated_vpc);
+        assert!(s.spot_rebalance_replace);
     }
 
     #[test]
@@ -220,6 +237,7 @@ mod tests {
             ("VM_MEMORY_OVERHEAD_PERCENT", "NaN"),
             ("RESERVED_ENIS", "-1"),
             ("ISOLATED_VPC", "yes"),
+            ("SPOT_REBALANCE_REPLACE", "on"),
             ("CLUSTER_ENDPOINT", "abc.eks.amazonaws.com"),
         ] {
             let err = from(&[("CLUSTER_NAME", "c"), (key, value)]).unwrap_err();

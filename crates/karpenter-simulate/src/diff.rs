@@ -108,6 +108,12 @@ pub fn diff(
             changed.push(note);
         }
     }
+    // A NodeOverlay changes prices and capacities the drift of instance types reads.
+    for overlay in &changes.node_overlays {
+        if let Some(note) = apply(&mut after.node_overlays, overlay, "NodeOverlay", false) {
+            changed.push(note);
+        }
+    }
 
     let now = settings.now;
     let live_state = live.cluster_state();

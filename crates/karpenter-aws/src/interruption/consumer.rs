@@ -8,7 +8,10 @@
 //! termination cordons and drains them — for spot interruptions, scheduled changes, stopping
 //! and terminating instances; a spot interruption also marks its (spot, type, zone) offering
 //! unavailable so the replacement goes elsewhere, and a capacity reservation interruption
-//! marks the NodeClaim's reservation full; a rebalance recommendation is an event only.
+//! marks the NodeClaim's reservation full; a rebalance recommendation is an event only — unless
+//! `--spot-rebalance-replace` is on: then a spot NodeClaim is marked with
+//! [`SPOT_REBALANCE_RECOMMENDATION_ANNOTATION`] and the disruption controller replaces it as a
+//! drifted node, away from its spot pool (`karpenter_core::disruption::rebalance`).
 //! A message whose NodeClaim deletion failed (API server down) is left on the queue: SQS
 //! delivers it again after the visibility timeout.
 
@@ -20,7 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use karpenter_api::NodeClaim;
 use karpenter_api::well_known as wk;
 use karpenter_core::clock::Clock;
-use kube::api::{DeleteParams, ListParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -145,6 +148,9 @@ pub struct InterruptionConsumer {
     pub metrics: InterruptionMetrics,
     /// Long-poll wait of one receive ([`WAIT_TIME_SECONDS`]; tests shorten it).
     pub wait_time_seconds: i32,
+    /// `--spot-rebalance-replace`: mark spot NodeClaims with a rebalance recommendation for
+    /// replacement (off: an event only, as upstream).
+    spot_rebalance_replace: bool,
 }
 
 impl std::fmt::Debug for InterruptionConsumer {
@@ -183,6 +189,7 @@ impl InterruptionConsumer {
             clock,
             metrics: InterruptionMetrics::default(),
             wait_time_seconds: WAIT_TIME_SECONDS,
+            spot_rebalance_replace: false,
         })
     }
 
@@ -344,6 +351,9 @@ impl InterruptionConsumer {
             {
                 self.reservations.mark_unavailable(id);
             }
+            if self.replaces_on(interruption, node_claim) {
+                self.mark_for_replacement(client, node_claim).await?;
+            }
             if interruption.action() == Action::DeleteNodeClaims
                 && node_claim.metadata.deletion_timestamp.is_none()
             {
@@ -356,6 +366,51 @@ impl InterruptionConsumer {
             }
         }
         Ok(deleted)
+    }
+
+    /// With `on`, a rebalance recommendation for a spot node replaces it (see the module doc).
+    pub fn with_spot_rebalance_replace(mut self, on: bool) -> Self {
+        self.spot_rebalance_replace = on;
+        self
+    }
+
+    /// Whether `interruption` marks `node_claim` for replacement: the setting is on, it is a
+    /// rebalance recommendation, the node is spot, not going away and not marked already.
+    fn replaces_on(&self, interruption: &Interruption, node_claim: &NodeClaim) -> bool {
+        self.spot_rebalance_replace
+            && matches!(interruption, Interruption::RebalanceRecommendation { .. })
+            && node_claim.metadata.deletion_timestamp.is_none()
+            && node_claim
+                .labels()
+                .get(wk::CAPACITY_TYPE_LABEL)
+                .is_some_and(|ct| ct == wk::CAPACITY_TYPE_SPOT)
+            && !node_claim
+                .annotations()
+                .contains_key(wk::SPOT_REBALANCE_RECOMMENDATION_ANNOTATION)
+    }
+
+    /// Annotates the NodeClaim (the disruption controller drifts it from then on) and says so
+    /// in an event on the NodeClaim and its Node. A failed patch leaves the message queued.
+    async fn mark_for_replacement(
+        &self,
+        client: &kube::Client,
+        node_claim: &NodeClaim,
+    ) -> Result<(), HandleError> {
+        let name = node_claim.name_any();
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            wk::SPOT_REBALANCE_RECOMMENDATION_ANNOTATION: self.clock.now().to_string(),
+        }}});
+        let api = Api::<NodeClaim>::all(client.clone());
+        karpenter_kube::timeouts::api(api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        ))
+        .await?;
+        tracing::info!(node_claim = %name, "spot rebalance recommendation: the node will be replaced as drifted");
+        self.write_events(client, node_claim, &[REPLACING_ON_REBALANCE])
+            .await;
+        Ok(())
     }
 
     /// Marks the reservation of interrupted reserved instances full in `availability` (the
@@ -372,7 +427,20 @@ impl InterruptionConsumer {
         node_claim: &NodeClaim,
         interruption: &Interruption,
     ) {
-        let (reason, message) = event_of(interruption);
+        let mut events = vec![event_of(interruption)];
+        if interruption.action() == Action::DeleteNodeClaims {
+            events.push(TERMINATING_ON_INTERRUPTION);
+        }
+        self.write_events(client, node_claim, &events).await;
+    }
+
+    /// Writes each `(reason, message)` on the NodeClaim and its Node; best effort.
+    async fn write_events(
+        &self,
+        client: &kube::Client,
+        node_claim: &NodeClaim,
+        events: &[(&str, &str)],
+    ) {
         let mut targets = vec![reference(node_claim)];
         if let Some(node) = node_claim.status.as_ref().and_then(|s| s.node_name.clone()) {
             targets.push(ObjectReference {
@@ -382,14 +450,10 @@ impl InterruptionConsumer {
                 ..Default::default()
             });
         }
-        let mut events = vec![(reason, message)];
-        if interruption.action() == Action::DeleteNodeClaims {
-            events.push(TERMINATING_ON_INTERRUPTION);
-        }
         let api = Api::<Event>::namespaced(client.clone(), EVENT_NAMESPACE);
         let now = self.clock.now();
         for target in &targets {
-            for (reason, message) in &events {
+            for (reason, message) in events {
                 let event = event(target, reason, message, now);
                 if let Err(e) = karpenter_kube::timeouts::api(
                     api.create(&karpenter_kube::identity::post_params(), &event),
@@ -406,6 +470,12 @@ impl InterruptionConsumer {
 const TERMINATING_ON_INTERRUPTION: (&str, &str) = (
     "TerminatingOnInterruption",
     "Interruption triggered termination for the NodeClaim/Node",
+);
+
+/// karpenter-rs (`--spot-rebalance-replace`): the node is replaced before its interruption.
+pub const REPLACING_ON_REBALANCE: (&str, &str) = (
+    "SpotRebalanceReplacing",
+    "Spot rebalance recommendation: a replacement launches on another offering, then the node is drained (spot-rebalance-replace)",
 );
 
 /// Upstream's event reason and message for a kind of interruption.
@@ -461,11 +531,13 @@ fn event(target: &ObjectReference, reason: &str, message: &str, now: jiff::Times
         involved_object: target.clone(),
         reason: Some(reason.into()),
         message: Some(message.into()),
-        type_: Some(if reason == "SpotRebalanceRecommendation" {
-            "Normal".into()
-        } else {
-            "Warning".into()
-        }),
+        type_: Some(
+            if reason == "SpotRebalanceRecommendation" || reason == REPLACING_ON_REBALANCE.0 {
+                "Normal".into()
+            } else {
+                "Warning".into()
+            },
+        ),
         first_timestamp: Some(Time(now)),
         last_timestamp: Some(Time(now)),
         event_time: Some(MicroTime(now)),

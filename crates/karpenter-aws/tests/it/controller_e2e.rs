@@ -140,6 +140,17 @@ impl AwsCluster {
         wrap: impl FnOnce(Arc<dyn CloudProvider>) -> Arc<dyn CloudProvider>,
         interruption_queue: Option<&str>,
     ) -> (RunningController, Arc<AwsCloudProvider>) {
+        self.start_controller_with(wrap, interruption_queue, false)
+            .await
+    }
+
+    /// [`start_controller`](Self::start_controller) with `--spot-rebalance-replace` as given.
+    pub(crate) async fn start_controller_with(
+        &self,
+        wrap: impl FnOnce(Arc<dyn CloudProvider>) -> Arc<dyn CloudProvider>,
+        interruption_queue: Option<&str>,
+        spot_rebalance_replace: bool,
+    ) -> (RunningController, Arc<AwsCloudProvider>) {
         let clock: Arc<dyn Clock> = Arc::new(TokioClock::wall());
         let aws = start(
             StartOptions {
@@ -175,7 +186,8 @@ impl AwsCluster {
                 clock.clone(),
             )
             .await
-            .expect("the interruption queue exists");
+            .expect("the interruption queue exists")
+            .with_spot_rebalance_replace(spot_rebalance_replace);
             tasks.push(ProviderTask::new("interruption", move |cx| {
                 cx.metrics
                     .register_provider_metrics(|registry| consumer.metrics.register(registry));
@@ -380,7 +392,7 @@ impl AwsCluster {
         }
     }
 
-    async fn ready_node_class(&self) -> EC2NodeClass {
+    pub(crate) async fn ready_node_class(&self) -> EC2NodeClass {
         self.put(&self.node_class()).await;
         self.eventually("EC2NodeClass Ready", Duration::from_secs(30), async || {
             self.get::<EC2NodeClass>(NODE_CLASS)
@@ -530,7 +542,7 @@ impl AwsCluster {
     }
 }
 
-fn node_name(pod: &Pod) -> Option<&str> {
+pub(crate) fn node_name(pod: &Pod) -> Option<&str> {
     pod.spec.as_ref()?.node_name.as_deref()
 }
 
@@ -854,7 +866,7 @@ fn spot_interruption_warning(instance_id: &str, zone: &str) -> String {
     .to_string()
 }
 
-fn offering_of(claim: &NodeClaim) -> OfferingKey {
+pub(crate) fn offering_of(claim: &NodeClaim) -> OfferingKey {
     let label = |key: &str| claim.labels().get(key).cloned().unwrap_or_default();
     OfferingKey::new(
         &label(wk::CAPACITY_TYPE_LABEL),
@@ -863,7 +875,7 @@ fn offering_of(claim: &NodeClaim) -> OfferingKey {
     )
 }
 
-fn instance_id_of(claim: &NodeClaim) -> String {
+pub(crate) fn instance_id_of(claim: &NodeClaim) -> String {
     let provider_id = claim.status.as_ref().unwrap().provider_id.as_ref().unwrap();
     provider_id.rsplit('/').next().unwrap().to_string()
 }
@@ -1007,7 +1019,7 @@ async fn a_spot_interruption_on_sqs_deletes_the_nodeclaim_and_a_replacement_laun
     controller.stop().await;
 }
 
-fn instance_id_of_opt(claim: &NodeClaim) -> Option<String> {
+pub(crate) fn instance_id_of_opt(claim: &NodeClaim) -> Option<String> {
     let provider_id = claim.status.as_ref()?.provider_id.as_ref()?;
     provider_id.rsplit('/').next().map(str::to_string)
 }

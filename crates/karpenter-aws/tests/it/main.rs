@@ -4,6 +4,7 @@
 
 mod agreement;
 mod controller_e2e;
+mod controller_rebalance;
 mod controller_reserved;
 mod harness;
 mod moto_amis;

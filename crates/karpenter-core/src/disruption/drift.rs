@@ -25,6 +25,7 @@ use super::budgets::DisruptionReason;
 use super::candidates::{BlockReason, Candidate, DisruptionClass, Rejection};
 use super::command::{Command, DisruptedNode, DriftContext, Method};
 use super::facts::{Classified, PassFacts};
+use super::rebalance::{SPOT_REBALANCE_RECOMMENDED, recommended_away_from};
 use super::simulate::Simulator;
 use crate::nodepool::{hash::template_hash, static_capacity, static_replicas};
 use crate::provisioning::nodeclaim;
@@ -43,7 +44,9 @@ pub const INSTANCE_TYPE_DRIFT_MIN_AGE: SignedDuration = SignedDuration::from_hou
 
 /// Why `claim` is drifted from `pool`, if it is: the NodePool hash first, then the NodePool's
 /// requirements against the NodeClaim's labels, then its instance type and offering, then the
-/// provider's verdict (`AMIDrift`, …).
+/// provider's verdict (`AMIDrift`, …), then a spot rebalance recommendation (see [`rebalance`]).
+///
+/// [`rebalance`]: super::rebalance
 pub fn drifted(claim: &NodeClaim, pool: &NodePool, context: DriftContext<'_>) -> Option<String> {
     drift_reason(claim, claim.labels(), pool, context)
 }
@@ -65,7 +68,10 @@ pub fn drift_reason(
     if instance_type_drifted(claim, labels, context) {
         return Some(INSTANCE_TYPE_NOT_FOUND.to_string());
     }
-    context.provider_drift.get(&claim.name_any()).cloned()
+    if let Some(reason) = context.provider_drift.get(&claim.name_any()) {
+        return Some(reason.clone());
+    }
+    recommended_away_from(claim, labels).map(|_| SPOT_REBALANCE_RECOMMENDED.to_string())
 }
 
 /// Upstream's instance-type drift, for NodeClaims older than [`INSTANCE_TYPE_DRIFT_MIN_AGE`]:
@@ -261,7 +267,13 @@ pub fn drift<'a>(
             blocked.insert(candidate.name(), rejection);
             continue;
         }
-        let simulation = simulator.run(&[candidate]);
+        // A node replaced on a spot rebalance recommendation (whatever else drifted it) must
+        // not go back into the spot pool at risk.
+        let away_from = recommended_away_from(candidate.nodeclaim, &labels_of(candidate));
+        let simulation = match &away_from {
+            Some(spot_pool) => simulator.run_away_from(&[candidate], spot_pool),
+            None => simulator.run(&[candidate]),
+        };
         if let Some(first) = simulation.first_unplaced_candidate_pod() {
             let rejection = reject(candidate, BlockReason::PodsWouldNotFit(first));
             blocked.insert(candidate.name(), rejection);
@@ -277,7 +289,15 @@ pub fn drift<'a>(
             .iter()
             .filter_map(|claim| {
                 let pool = input.state.nodepool(&claim.node_pool)?;
-                Some(nodeclaim::build(claim, pool))
+                let mut built = nodeclaim::build(claim, pool);
+                if let Some(spot_pool) = &away_from {
+                    let types = input
+                        .instance_types
+                        .get(&claim.node_pool)
+                        .map_or(&[][..], Vec::as_slice);
+                    spot_pool.exclude_from(&mut built, types);
+                }
+                Some(built)
             })
             .collect();
         let replacement_price: f64 = simulation

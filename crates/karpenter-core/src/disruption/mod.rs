@@ -7,6 +7,8 @@
 //! - [`expiration`]: when a NodeClaim's `expireAfter` runs out (forceful, no budgets);
 //! - [`repair`]: nodes unhealthy past the provider's toleration (forceful, capped at 20 %);
 //! - [`drift`]: NodeClaims drifted from their NodePool or NodeClass, replaced within budgets;
+//! - [`rebalance`]: spot nodes EC2 recommended rebalancing (aws `--spot-rebalance-replace`),
+//!   drifted and replaced away from their spot pool;
 //! - [`consolidation`]: single- and multi-node consolidation (delete, or replace by one cheaper
 //!   node; under `PackingPolicy::CostOptimal` by M ≥ 1 nodes saving a margin, ranked by savings
 //!   per disruption), over [`simulate`]'s one-conversion-per-pass scheduling simulation;
@@ -31,6 +33,7 @@ pub mod emptiness;
 pub mod expiration;
 pub mod facts;
 pub mod orchestration;
+pub mod rebalance;
 pub mod repair;
 pub mod score;
 pub mod simulate;

@@ -28,6 +28,7 @@ use kube_core::ResourceExt;
 use super::candidates::Candidate;
 use super::command::DisruptionInput;
 use super::emptiness;
+use super::rebalance::SpotPool;
 use crate::nodepool;
 use crate::pod;
 use crate::provisioning::{
@@ -242,7 +243,37 @@ impl<'a> Simulator<'a> {
         if let Some(simulation) = self.run_prepared(candidates, &removed) {
             return simulation;
         }
+        self.run_fresh(candidates, &removed, None)
+    }
+
+    /// [`run`](Self::run) with `spot_pool`'s offering unavailable in every NodePool: where a
+    /// node replaced on a spot rebalance recommendation may go (not back into its pool).
+    pub fn run_away_from(
+        &self,
+        candidates: &[&Candidate<'a>],
+        spot_pool: &SpotPool,
+    ) -> Simulation<'a> {
+        let removed: BTreeSet<String> = candidates
+            .iter()
+            .flat_map(|c| [c.name(), c.nodeclaim.name_any()])
+            .chain(self.committed.iter().cloned())
+            .collect();
+        self.run_fresh(candidates, &removed, Some(spot_pool))
+    }
+
+    /// A simulation built from the pass's input (no prepared engine).
+    fn run_fresh(
+        &self,
+        candidates: &[&Candidate<'a>],
+        removed: &BTreeSet<String>,
+        hidden: Option<&SpotPool>,
+    ) -> Simulation<'a> {
         let mut scheduler_input = self.prepared.input.clone();
+        if let Some(spot_pool) = hidden {
+            for pool in &mut scheduler_input.node_pools {
+                pool.instance_types = spot_pool.hide_in(&pool.instance_types);
+            }
+        }
         scheduler_input
             .existing_nodes
             .retain(|n| !removed.contains(&n.name));
@@ -252,7 +283,7 @@ impl<'a> Simulator<'a> {
             .iter_mut()
             .filter(|p| pools.contains(&p.name))
         {
-            pool.usage = nodepool::usage_without(self.input.state, &pool.name, &removed);
+            pool.usage = nodepool::usage_without(self.input.state, &pool.name, removed);
         }
         let uninitialized = scheduler_input
             .existing_nodes

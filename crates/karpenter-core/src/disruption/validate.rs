@@ -5,11 +5,13 @@
 use std::collections::BTreeMap;
 
 use jiff::SignedDuration;
+use kube_core::ResourceExt;
 
 use super::candidates::{BlockReason, Candidate, DisruptionClass};
 use super::command::{Command, DisruptionInput, Method};
 use super::consolidation::{compute, consolidation_candidates};
 use super::facts::{PassCache, PassFacts};
+use super::rebalance::recommended_away_from;
 use super::simulate::Simulator;
 
 /// Upstream's `commandValidationDelay`: a consolidation command waits this long after the pass
@@ -79,7 +81,15 @@ pub fn validate(command: &Command, input: &DisruptionInput<'_>) -> Result<(), Bl
         }
         Method::Drift => {
             let simulator = Simulator::new(input);
-            let simulation = simulator.run(&chosen);
+            // A node replaced on a spot rebalance recommendation may not count on its pool.
+            let away_from = match chosen.as_slice() {
+                [one] => recommended_away_from(one.nodeclaim, one.nodeclaim.labels()),
+                _ => None,
+            };
+            let simulation = match &away_from {
+                Some(spot_pool) => simulator.run_away_from(&chosen, spot_pool),
+                None => simulator.run(&chosen),
+            };
             match simulation.first_unplaced_candidate_pod() {
                 Some(first) => Err(BlockReason::PodsWouldNotFit(first)),
                 None => Ok(()),

@@ -28,6 +28,10 @@ pub struct AwsArgs {
     /// SQS queue name of the interruption events (interruption handling is off without it).
     #[arg(long, env = "INTERRUPTION_QUEUE")]
     pub interruption_queue: Option<String>,
+    /// Replace a spot node on a rebalance recommendation, as drift does (karpenter-rs; default:
+    /// an event only). See docs/spot-rebalance.md.
+    #[arg(long, env = "SPOT_REBALANCE_REPLACE")]
+    pub spot_rebalance_replace: Option<String>,
     /// Share of memory the hypervisor keeps (0.075 = 7.5%).
     #[arg(long, env = "VM_MEMORY_OVERHEAD_PERCENT")]
     pub vm_memory_overhead_percent: Option<String>,

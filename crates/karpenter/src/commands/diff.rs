@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use comfy_table::{Cell, CellAlignment};
 use jiff::{SignedDuration, Timestamp};
+use karpenter_core::feature_gates::FeatureGates;
 use karpenter_core::scheduling::SchedulerOptions;
 use karpenter_simulate::disruption::{MAX_STEPS, TimelineSettings};
 use karpenter_simulate::{DiffReport, DisruptionSettings, ManifestError, Manifests};
@@ -42,6 +43,10 @@ pub struct Args {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
     pub output: Format,
+    /// The controller's feature gates, e.g. `NodeOverlay=true` to apply NodeOverlays (the
+    /// cluster's and the files') as `simulate --feature-gates` does.
+    #[arg(long, default_value = "", value_parser = super::controller::feature_gates)]
+    pub feature_gates: FeatureGates,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -76,17 +81,23 @@ fn compare(args: &Args) -> anyhow::Result<Option<DiffReport>> {
         }
         Err(err) => return Err(err.into()),
     }
-    if changes.node_pools.is_empty() && changes.node_classes.is_empty() {
-        anyhow::bail!("no NodePool or EC2NodeClass in the input: diff compares those");
+    let table = args.output == Format::Table;
+    super::simulate::drop_overlays_unless_gated(&mut changes, args.feature_gates, table);
+    if changes.node_pools.is_empty()
+        && changes.node_classes.is_empty()
+        && changes.node_overlays.is_empty()
+    {
+        anyhow::bail!("no NodePool, EC2NodeClass or NodeOverlay in the input: diff compares those");
     }
-    let (_, live) = live::read_manifests(&args.cluster, args.output == Format::Table)?;
+    let (_, mut live) = live::read_manifests(&args.cluster, table)?;
+    super::simulate::drop_overlays_unless_gated(&mut live, args.feature_gates, table);
     let provider = super::explain::provider_for(&live, args.region.as_deref())?;
     let settings = DisruptionSettings {
         // The binary is the one place allowed to read the wall clock.
         now: Timestamp::now(),
         until: args.until,
         max_steps: MAX_STEPS,
-        feature_gates: Default::default(),
+        feature_gates: args.feature_gates,
         timeline: TimelineSettings::default(),
     };
     let report = karpenter_simulate::diff(

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use karpenter_core::clock::SystemClock;
+use karpenter_core::feature_gates::FeatureGates;
 use karpenter_core::scheduling::SchedulerOptions;
 use karpenter_sim::SimCloudProvider;
 use karpenter_simulate::explain::{
@@ -47,10 +48,19 @@ pub struct Args {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
     pub output: Format,
+    /// The controller's feature gates, e.g. `NodeOverlay=true` to apply the cluster's
+    /// NodeOverlays (as `simulate --feature-gates`).
+    #[arg(long, default_value = "", value_parser = super::controller::feature_gates)]
+    pub feature_gates: FeatureGates,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (_, manifests) = live::read_manifests(&args.cluster, false)?;
+    let (_, mut manifests) = live::read_manifests(&args.cluster, false)?;
+    super::simulate::drop_overlays_unless_gated(
+        &mut manifests,
+        args.feature_gates,
+        args.output == Format::Table,
+    );
     let provider = provider_for(&manifests, args.region.as_deref())?;
     let input = ExplainInput {
         manifests: &manifests,

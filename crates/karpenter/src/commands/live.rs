@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVo
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use karpenter_api::v1::EC2NodeClass;
+use karpenter_api::v1alpha1::NodeOverlay;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_simulate::{ManifestError, Manifests};
 use kube::Resource;
@@ -144,8 +145,10 @@ async fn read_async(args: &ClusterArgs) -> anyhow::Result<Snapshot> {
         client: &client,
         url: &url,
     };
-    // One kind after another would be eleven round trips in a row; all at once, each paginated.
-    let (pools, classes, claims, nodes, pods, pdbs, daemonsets, namespaces, pvcs, pvs, storage) = tokio::try_join!(
+    // One kind after another would be twelve round trips in a row; all at once, each paginated.
+    // NodeOverlays are read whatever the gate: the commands drop them when `--feature-gates`
+    // leaves it off, as `simulate -f` does.
+    let lists = tokio::try_join!(
         reader.list::<NodePool>(Required::Yes),
         reader.list::<EC2NodeClass>(Required::No),
         reader.list::<NodeClaim>(Required::Yes),
@@ -157,9 +160,25 @@ async fn read_async(args: &ClusterArgs) -> anyhow::Result<Snapshot> {
         reader.list::<PersistentVolumeClaim>(Required::Yes),
         reader.list::<PersistentVolume>(Required::Yes),
         reader.list::<StorageClass>(Required::Yes),
+        reader.list::<NodeOverlay>(Required::No),
     )?;
+    let (
+        pools,
+        classes,
+        claims,
+        nodes,
+        pods,
+        pdbs,
+        daemonsets,
+        namespaces,
+        pvcs,
+        pvs,
+        storage,
+        overlays,
+    ) = lists;
     let lists = [
         pools, classes, claims, nodes, pods, pdbs, daemonsets, namespaces, pvcs, pvs, storage,
+        overlays,
     ];
     let mut objects = Vec::new();
     let mut counts = Vec::new();
@@ -181,7 +200,8 @@ async fn read_async(args: &ClusterArgs) -> anyhow::Result<Snapshot> {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Required {
     Yes,
-    /// EC2NodeClass: a cluster without the AWS provider has none.
+    /// EC2NodeClass: a cluster without the AWS provider has none; NodeOverlay: its CRD is
+    /// optional.
     No,
 }
 
@@ -279,6 +299,7 @@ fn leak_kind(kind: &str) -> &'static str {
         "PersistentVolumeClaim" => "PersistentVolumeClaim",
         "PersistentVolume" => "PersistentVolume",
         "StorageClass" => "StorageClass",
+        "NodeOverlay" => "NodeOverlay",
         _ => "object",
     }
 }

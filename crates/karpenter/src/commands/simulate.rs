@@ -91,16 +91,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         Err(err) => return Err(err.into()),
     }
-    if !args.disruption.feature_gates.node_overlay && !manifests.node_overlays.is_empty() {
-        // The controller does not read NodeOverlays with the gate off; neither does the plan.
-        if args.output == Format::Table {
-            output::note(format!(
-                "{} NodeOverlay(s) ignored: the NodeOverlay feature gate is off (add --feature-gates NodeOverlay=true)",
-                manifests.node_overlays.len()
-            ));
-        }
-        manifests.node_overlays.clear();
-    }
+    drop_overlays_unless_gated(
+        &mut manifests,
+        args.disruption.feature_gates,
+        args.output == Format::Table,
+    );
     if args.disruption.feature_gates.capacity_buffer {
         let now = karpenter_core::clock::Clock::now(&SystemClock).to_string();
         for line in manifests.add_capacity_buffers(&now) {
@@ -323,4 +318,24 @@ fn render_table(plan: &Plan, footnotes: &Footnotes<'_>) -> String {
         out.push_str(&format!("note: {note}\n"));
     }
     out
+}
+
+/// The controller does not read NodeOverlays with the `NodeOverlay` gate off; neither do
+/// `simulate`, `explain` and `diff` (from files or the cluster): they are dropped, with a note
+/// when `announce`.
+pub fn drop_overlays_unless_gated(
+    manifests: &mut Manifests,
+    gates: karpenter_core::feature_gates::FeatureGates,
+    announce: bool,
+) {
+    if gates.node_overlay || manifests.node_overlays.is_empty() {
+        return;
+    }
+    if announce {
+        output::note(format!(
+            "{} NodeOverlay(s) ignored: the NodeOverlay feature gate is off (add --feature-gates NodeOverlay=true)",
+            manifests.node_overlays.len()
+        ));
+    }
+    manifests.node_overlays.clear();
 }

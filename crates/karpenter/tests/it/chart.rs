@@ -383,6 +383,7 @@ fn defaults_render_lint_clean_with_every_setting_as_env() {
         ("EKS_CONTROL_PLANE", "false"),
         ("VM_MEMORY_OVERHEAD_PERCENT", "0.075"),
         ("RESERVED_ENIS", "0"),
+        ("SPOT_REBALANCE_REPLACE", "false"),
         ("ENABLE_ZONAL_SHIFT", "false"),
         ("IGNORE_DRA_REQUESTS", "true"),
         ("DISABLE_CLUSTER_STATE_OBSERVABILITY", "false"),
@@ -610,6 +611,10 @@ fn schema_rejects_wrong_types() {
             "/settings/batchIdleDuration",
         ),
         ("settings.isolatedVPC=yes", "/settings/isolatedVPC"),
+        (
+            "settings.spotRebalanceReplace=on",
+            "/settings/spotRebalanceReplace",
+        ),
         ("cloudProvider=gcp", "/cloudProvider"),
         ("serviceAccount.create=no", "/serviceAccount/create"),
     ] {
@@ -801,4 +806,20 @@ fn dockerfile_ships_only_the_binary_as_non_root() {
     assert!(runtime.contains(r#"ENTRYPOINT ["/karpenter"]"#));
     let ignore = std::fs::read_to_string(repo().join(".dockerignore")).unwrap();
     assert!(ignore.lines().any(|line| line.trim() == "target"));
+}
+
+/// karpenter-rs's opt-in: a spot rebalance recommendation replaces the node (docs/spot-rebalance.md).
+#[test]
+fn spot_rebalance_replace_is_off_by_default_and_rendered_when_set() {
+    let sets = [
+        CLUSTER,
+        "settings.interruptionQueue=my-cluster",
+        "settings.spotRebalanceReplace=true",
+    ];
+    let rendered = render_ok(&sets);
+    assert_invariants(&rendered, "spot rebalance replace");
+    let set = env(&controller(&rendered.deployment()));
+    assert_eq!(set["SPOT_REBALANCE_REPLACE"].as_deref(), Some("true"));
+    let defaults = env(&controller(&render_ok(&[CLUSTER]).deployment()));
+    assert_eq!(defaults["SPOT_REBALANCE_REPLACE"].as_deref(), Some("false"));
 }

@@ -488,3 +488,107 @@ async fn reading_ten_thousand_pods() {
         stderr.trim()
     );
 }
+
+/// A NodeOverlay that makes the m7i family nearly free: any plan that reads it picks m7i.
+fn overlay() -> Value {
+    json!({
+        "apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay",
+        "metadata": {"name": "m7i-nearly-free"},
+        "spec": {
+            "requirements": [
+                {"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m7i"]}
+            ],
+            "price": "0.0001"
+        }
+    })
+}
+
+/// `explain`, `simulate --from-cluster` and `diff` read the cluster's NodeOverlays (and `diff` the
+/// files') as `simulate -f` does: applied with `--feature-gates NodeOverlay=true`, ignored with a
+/// note without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_diff_and_from_cluster_read_node_overlays_behind_the_gate() {
+    let server = TestApiServer::new();
+    let tcp = server.serve_tcp().await.unwrap();
+    let dir = test_dir("explain-overlay", tcp.addr().port());
+    let kubeconfig = dir.join("kubeconfig");
+    tcp.write_kubeconfig(&kubeconfig).unwrap();
+    let client = server.client();
+    let pp = PostParams::default();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in karpenter_api::crd::all().unwrap() {
+        crds.create(&pp, &crd).await.unwrap();
+    }
+    let class: EC2NodeClass = serde_json::from_value(node_class()).unwrap();
+    Api::<EC2NodeClass>::all(client.clone())
+        .create(&pp, &class)
+        .await
+        .unwrap();
+    // Any on-demand type: the catalogue's cheapest fit unless an overlay says otherwise.
+    let mut pool = node_pool("e2e");
+    pool["spec"]["template"]["spec"]["requirements"] = json!([
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+    ]);
+    let pool: NodePool = serde_json::from_value(pool).unwrap();
+    Api::<NodePool>::all(client.clone())
+        .create(&pp, &pool)
+        .await
+        .unwrap();
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .create(&pp, &pod("web", "1", json!({})))
+        .await
+        .unwrap();
+    server
+        .put_value(overlay())
+        .unwrap_or_else(|e| panic!("NodeOverlay: {e:?}"));
+    let gate = "--feature-gates=NodeOverlay=true";
+
+    let planned_type = |out: &std::process::Output| -> String {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+        plan["nodeClaims"][0]["instanceType"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{plan:#}"))
+            .to_string()
+    };
+    let from_cluster = ["simulate", "--from-cluster", "-o", "json"];
+    let without = planned_type(&run(args(&kubeconfig, &from_cluster)).await);
+    assert!(!without.starts_with("m7i."), "{without}");
+    let with = planned_type(&run(args(&kubeconfig, &[&from_cluster[..], &[gate]].concat())).await);
+    assert!(with.starts_with("m7i."), "{with}");
+    let out = run(args(&kubeconfig, &["simulate", "--from-cluster"])).await;
+    assert!(
+        text(&out.stderr).contains("1 NodeOverlay(s) ignored"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let explained = |out: &std::process::Output| -> Value {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        // The facts are flattened into the answer.
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let explain = ["explain", "pod", "default/web", "-o", "json"];
+    let facts = explained(&run(args(&kubeconfig, &explain)).await);
+    assert_eq!(facts["instanceType"], without.as_str(), "{facts:#}");
+    let facts = explained(&run(args(&kubeconfig, &[&explain[..], &[gate]].concat())).await);
+    assert_eq!(facts["instanceType"], with.as_str(), "{facts:#}");
+    assert_eq!(facts["price"], 0.0001, "the overlaid price: {facts:#}");
+
+    // diff takes a NodeOverlay file: a change to the cluster (exit 1) with the gate.
+    let file = dir.join("overlay.yaml");
+    let mut changed = overlay();
+    changed["spec"]["price"] = json!("0.0002");
+    std::fs::write(&file, serde_json::to_string(&changed).unwrap()).unwrap();
+    let out = run(args(
+        &kubeconfig,
+        &["diff", "-f", file.to_str().unwrap(), "-o", "json", gate],
+    ))
+    .await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["changed"][0], "NodeOverlay/m7i-nearly-free (changed)",
+        "{report:#}"
+    );
+}

@@ -9,7 +9,7 @@ use karpenter_aws::pricing::PricingUpdater;
 use karpenter_aws::provider::{StartOptions, ca_bundle_from_der};
 use karpenter_aws::settings::{
     ENV_CLUSTER_ENDPOINT, ENV_CLUSTER_NAME, ENV_INTERRUPTION_QUEUE, ENV_ISOLATED_VPC,
-    ENV_RESERVED_ENIS, ENV_VM_MEMORY_OVERHEAD_PERCENT,
+    ENV_RESERVED_ENIS, ENV_SPOT_REBALANCE_REPLACE, ENV_VM_MEMORY_OVERHEAD_PERCENT,
 };
 use karpenter_aws::{AwsClients, ClientOptions};
 use karpenter_controller::run::ProviderTask;
@@ -34,6 +34,7 @@ pub fn settings(
             ENV_VM_MEMORY_OVERHEAD_PERCENT => args.vm_memory_overhead_percent.clone(),
             ENV_RESERVED_ENIS => args.reserved_enis.clone(),
             ENV_ISOLATED_VPC => args.isolated_vpc.clone(),
+            ENV_SPOT_REBALANCE_REPLACE => args.spot_rebalance_replace.clone(),
             _ => None,
         }
     };
@@ -98,7 +99,8 @@ pub async fn provider(
         )
         .await
         .with_context(|| format!("INTERRUPTION_QUEUE {queue:?}"))?
-        .with_reservations(aws.provider.reservation_availability().clone());
+        .with_reservations(aws.provider.reservation_availability().clone())
+        .with_spot_rebalance_replace(aws.settings.spot_rebalance_replace);
         tasks.push(ProviderTask::new("interruption", move |cx| {
             // Upstream's karpenter_interruption_* metrics, on /metrics from the start.
             cx.metrics
