@@ -11,6 +11,7 @@
 //! `regression/` is upstream Karpenter's kwok regression suite (`test/suites/regression`), one test
 //! per upstream `It`, named after it.
 
+mod arrivals;
 mod harness;
 mod inflate;
 mod late_tail;
