@@ -33,7 +33,8 @@ pub struct ArrivalOptions {
     pub settle: Duration,
 }
 
-const METRICS_TIMEOUT: Duration = Duration::from_secs(10);
+const METRICS_TIMEOUT: Duration = Duration::from_secs(30);
+const SCRAPE_ATTEMPTS: usize = 5;
 
 /// The whole pattern under `policy` (`CostOptimal` or `Upstream`, the controller's
 /// `PACKING_POLICY`), on a control plane of its own.
@@ -181,7 +182,7 @@ async fn run_step(
     *seen = current;
     to_running.sort_by(f64::total_cmp);
 
-    let exposition = scrape(port).await?;
+    let exposition = scrape_patiently(port).await?;
     let read = |name: &str| metric_sum(&exposition, name).unwrap_or(0.0);
     let hourly_cost = read("karpenter_cluster_cost_per_hour");
     let cost_lower_bound = read("karpenter_cluster_cost_lower_bound_per_hour");
@@ -219,6 +220,23 @@ async fn present_pods(client: &Client, ns: &str) -> anyhow::Result<Vec<Pod>> {
         .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .collect())
+}
+
+/// [`scrape`], tried again after a pause: on a loaded machine the controller can take longer
+/// than the timeout to answer (it computes the cost view at scrape time).
+async fn scrape_patiently(port: u16) -> anyhow::Result<String> {
+    let mut last = None;
+    for _ in 0..SCRAPE_ATTEMPTS {
+        match scrape(port).await {
+            Ok(body) => return Ok(body),
+            Err(err) => {
+                eprintln!("  metrics scrape failed ({err:#}); trying again");
+                last = Some(err);
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("no scrape attempted")))
 }
 
 /// `GET /metrics` from the controller over plain HTTP/1.0 (a blocking socket on the blocking
