@@ -265,8 +265,8 @@ async fn scrape(port: u16) -> anyhow::Result<String> {
     }
 }
 
-/// The NodePool of the benchmark: on-demand Linux instances of categories c, m, r, generation
-/// > 4 (`karpenter bench packing`'s pool; with burstable types the fractional bound buys a
+/// The NodePool of the benchmark: on-demand Linux instances of categories c, m, r, generations
+/// after 4 (`karpenter bench packing`'s pool; with burstable types the fractional bound buys a
 /// t4g.nano's cheap vCPUs no pod can use, and means little), consolidation as a user gets it
 /// without saying more
 /// (`WhenEmptyOrUnderutilized`, `consolidateAfter: 0s`, the default budget of 10 % of the nodes).
