@@ -28,6 +28,58 @@ enum Target {
     /// plane (KUBEBUILDER_ASSETS) with the sim controller: each phase beside upstream's
     /// thresholds (time, controller memory and CPU, reserved utilization).
     Perf(PerfArgs),
+    /// Pods arriving over time on a real control plane (KUBEBUILDER_ASSETS) with the sim
+    /// controller: Deployments of mixed shapes scale 10 → 200 → 600 → 300 → 900 pods under each
+    /// packing policy; after each step converges, the hourly cost against the fractional lower
+    /// bound, the nodes disrupted and the pods' time to Running.
+    Arrivals(ArrivalsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ArrivalsArgs {
+    /// Packing policies to run, each on its own control plane.
+    #[arg(long = "packing-policy", value_delimiter = ',', value_enum,
+          default_values_t = [Policy::CostOptimal, Policy::Upstream])]
+    policies: Vec<Policy>,
+    /// Multiply every step's pods (0.1: 1 → 20 → 60 → 30 → 90), at least one pod a step.
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Quiet seconds (no node or NodeClaim added or removed, none draining) that end a step.
+    #[arg(long, default_value_t = 45)]
+    settle: u64,
+    /// Give up on a step after this many seconds.
+    #[arg(long, default_value_t = 1800)]
+    timeout: u64,
+    /// Run only the first N steps.
+    #[arg(long, value_name = "N")]
+    steps: Option<usize>,
+    /// The `karpenter` binary to run (default: the one beside this tool).
+    #[arg(long, value_name = "PATH")]
+    karpenter: Option<PathBuf>,
+    /// The CRDs to install (default: this repository's deploy/crds).
+    #[arg(long, value_name = "DIR")]
+    crds: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
+    output: Format,
+}
+
+/// The controller's `--packing-policy`, spelled as it spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Policy {
+    #[value(name = "CostOptimal")]
+    CostOptimal,
+    #[value(name = "Upstream")]
+    Upstream,
+}
+
+impl Policy {
+    fn name(self) -> &'static str {
+        match self {
+            Policy::CostOptimal => "CostOptimal",
+            Policy::Upstream => "Upstream",
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -130,6 +182,7 @@ fn main() -> ExitCode {
         Target::Controller(args) => controller(&args),
         Target::Workload(args) => workload(&args),
         Target::Perf(args) => perf(&args),
+        Target::Arrivals(args) => arrivals(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -215,6 +268,49 @@ fn perf(args: &PerfArgs) -> anyhow::Result<()> {
     }
     match args.output {
         Format::Table => print!("{}", perf::table(&reports)),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&reports)?),
+        Format::Yaml => print!("{}", serde_saphyr::to_string(&reports)?),
+    }
+    Ok(())
+}
+
+fn arrivals(args: &ArrivalsArgs) -> anyhow::Result<()> {
+    use karpenter_bench::arrivals;
+    if !(args.scale > 0.0 && args.scale.is_finite()) {
+        anyhow::bail!("--scale must be a positive number, not {}", args.scale);
+    }
+    let mut steps = arrivals::scaled_steps(args.scale);
+    if let Some(n) = args.steps {
+        steps.truncate(n.max(1));
+    }
+    let options = arrivals::ArrivalOptions {
+        karpenter: match &args.karpenter {
+            Some(path) => path.clone(),
+            None => beside_this_tool()?,
+        },
+        crds: args
+            .crds
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds")),
+        steps,
+        timeout: Duration::from_secs(args.timeout),
+        settle: Duration::from_secs(args.settle),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let mut reports = Vec::new();
+    for policy in &args.policies {
+        eprintln!(
+            "{} (scale {}): steps {:?}",
+            policy.name(),
+            args.scale,
+            options.steps
+        );
+        reports.push(runtime.block_on(arrivals::run_policy(policy.name(), &options))?);
+    }
+    match args.output {
+        Format::Table => print!("{}", arrivals::table(&reports)),
         Format::Json => println!("{}", serde_json::to_string_pretty(&reports)?),
         Format::Yaml => print!("{}", serde_saphyr::to_string(&reports)?),
     }

@@ -7,8 +7,10 @@
 use std::sync::Arc;
 
 use crate::instance_type::InstanceType;
+use crate::requirements::Requirements;
 use crate::resources::{CPU, MEMORY, PODS, ResourceList};
 use crate::scheduling::bound::{Column, RESOURCES, cheapest_mix};
+use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, ZONE_LABEL};
 
 /// USD/hour of the offering `instance_type` in `zone` with `capacity_type` among `types` (its
 /// price whether or not it is available now: a running node keeps its price). `None` when the
@@ -58,6 +60,57 @@ pub fn fractional_lower_bound(types: &[Arc<InstanceType>], demand: [f64; RESOURC
         })
         .collect();
     cheapest_mix(&columns, demand).map_or(0.0, |mix| mix.cost)
+}
+
+/// What a NodePool with `requirements` can launch among `types`: the types whose labels meet
+/// them, each with only the offerings in the zones and capacity types they allow. A key a type
+/// does not define is not held against it (the pool's own labels), so the bound over the result
+/// stays a lower bound. Without this, a pool restricted to on-demand or small types would be
+/// measured against spot prices or types it cannot launch.
+pub fn launchable(
+    types: &[Arc<InstanceType>],
+    requirements: &Requirements,
+) -> Vec<Arc<InstanceType>> {
+    let zone = requirements.get(&ZONE_LABEL.to_string());
+    let capacity = requirements.get(&CAPACITY_TYPE_LABEL.to_string());
+    types
+        .iter()
+        .filter(|t| {
+            requirements.iter().all(|(key, requirement)| {
+                t.labels.get(key).is_none_or(|value| requirement.has(value))
+            })
+        })
+        .filter_map(|t| {
+            let offerings: Vec<_> = t
+                .offerings
+                .iter()
+                .filter(|o| zone.is_none_or(|r| r.has(&o.zone)))
+                .filter(|o| capacity.is_none_or(|r| r.has(&o.capacity_type)))
+                .cloned()
+                .collect();
+            if offerings.len() == t.offerings.len() {
+                return Some(Arc::clone(t));
+            }
+            (!offerings.is_empty()).then(|| {
+                Arc::new(InstanceType {
+                    offerings,
+                    ..(**t).clone()
+                })
+            })
+        })
+        .collect()
+}
+
+/// [`launchable`] for `pool`'s `spec.template.spec.requirements` (all of `types` when they do not
+/// parse: the pool's status reports that, and a bound over more types is still a bound).
+pub fn launchable_by(
+    types: &[Arc<InstanceType>],
+    pool: &karpenter_api::NodePool,
+) -> Vec<Arc<InstanceType>> {
+    match Requirements::from_node_selector_with_min_values(&pool.spec.template.spec.requirements) {
+        Ok(requirements) => launchable(types, &requirements),
+        Err(_) => types.to_vec(),
+    }
 }
 
 /// How many times the bound the cluster costs (1 = optimal); `None` when the bound is zero
@@ -131,6 +184,58 @@ mod tests {
         assert_eq!(fractional_lower_bound(&types, [0.0; RESOURCES]), 0.0);
         let unavailable = [ty("m", "2", "8Gi", &[("a", "on-demand", 0.10, false)])];
         assert_eq!(fractional_lower_bound(&unavailable, demand), 0.0);
+    }
+
+    #[test]
+    fn a_pool_is_bounded_by_what_it_can_launch() {
+        use crate::requirements::Requirement;
+        let mut big = ty(
+            "c.8x",
+            "32",
+            "64Gi",
+            &[("a", "on-demand", 1.0, true), ("a", "spot", 0.3, true)],
+        );
+        Arc::make_mut(&mut big)
+            .labels
+            .insert("karpenter.k8s.aws/instance-cpu".into(), "32".into());
+        let mut small = ty(
+            "c.x",
+            "4",
+            "8Gi",
+            &[("a", "on-demand", 0.2, true), ("b", "spot", 0.06, true)],
+        );
+        Arc::make_mut(&mut small)
+            .labels
+            .insert("karpenter.k8s.aws/instance-cpu".into(), "4".into());
+        let types = [big, small];
+        let mut on_demand_small = Requirements::new();
+        on_demand_small.add_str(
+            CAPACITY_TYPE_LABEL,
+            Requirement::new(CAPACITY_TYPE_LABEL, "In", &["on-demand".to_string()]).unwrap(),
+        );
+        on_demand_small.add_str(
+            "karpenter.k8s.aws/instance-cpu",
+            Requirement::new("karpenter.k8s.aws/instance-cpu", "Lt", &["32".to_string()]).unwrap(),
+        );
+        // A key no type defines (the pool's own label) excludes nothing.
+        on_demand_small.add_str(
+            "team",
+            Requirement::new("team", "In", &["x".to_string()]).unwrap(),
+        );
+        let launchable = launchable(&types, &on_demand_small);
+        assert_eq!(launchable.len(), 1);
+        assert_eq!(launchable[0].name, "c.x");
+        assert_eq!(launchable[0].offerings.len(), 1);
+        assert_eq!(launchable[0].offerings[0].capacity_type, "on-demand");
+        // 8 cpu: two on-demand c.x (0.40), not a quarter of a spot c.8x (0.075).
+        let demand = [8000.0, 0.0, 2.0];
+        assert!((fractional_lower_bound(&launchable, demand) - 0.4).abs() < 1e-9);
+        assert!(fractional_lower_bound(&types, demand) < 0.1);
+        assert_eq!(launchable_all(&types).len(), 2);
+    }
+
+    fn launchable_all(types: &[Arc<InstanceType>]) -> Vec<Arc<InstanceType>> {
+        launchable(types, &Requirements::new())
     }
 
     #[test]

@@ -134,6 +134,9 @@ pub struct Manifests {
     /// Workloads that ask for no pods (`Kind/name has spec.replicas: 0`), in input order: why a plan
     /// may have nothing to schedule (the getting-started guide's `inflate` starts at 0 replicas).
     pub scaled_to_zero: Vec<String>,
+    /// Workloads with timed scale steps (`simulate.karpenter-rs.dev/scale-steps`), which
+    /// `--disruption` applies in virtual time.
+    pub scale_steps: Vec<crate::workloads::ScaleSchedule>,
     names: DuplicateNames,
     /// Workloads read but not yet expanded into pods (see `workloads::expand`).
     pub(super) workloads_to_admit: Vec<Workload>,

@@ -7,8 +7,10 @@
 
 mod admission;
 mod expand;
+pub mod scale_steps;
 
 pub use expand::{Workload, WorkloadSource};
+pub use scale_steps::ScaleSchedule;
 
 use karpenter_core::resources::Quantity;
 use serde_json::Value;

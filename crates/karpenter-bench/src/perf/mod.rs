@@ -4,7 +4,7 @@
 //! A benchmark, not a test: it asserts nothing; `docs/benchmarks.md` records its runs.
 
 mod report;
-mod run;
+pub(crate) mod run;
 pub mod scenarios;
 
 pub use report::{PhaseReport, ScenarioReport, table};

@@ -35,8 +35,8 @@ pub struct PerfOptions {
 
 const FIELD_MANAGER: &str = "karpenter-bench";
 /// Every object the benchmark makes carries it (upstream's `test.DiscoveryLabel`).
-const OWNED: (&str, &str) = ("karpenter-bench/perf", "owned");
-const POLL: Duration = Duration::from_secs(1);
+pub(crate) const OWNED: (&str, &str) = ("karpenter-bench/perf", "owned");
+pub(crate) const POLL: Duration = Duration::from_secs(1);
 const SAMPLE: Duration = Duration::from_millis(500);
 /// `/proc/<pid>/stat` counts CPU in clock ticks: 100 per second on Linux (`USER_HZ`).
 const TICKS_PER_SECOND: f64 = 100.0;
@@ -272,7 +272,7 @@ fn percentile(mut values: Vec<f64>, q: f64) -> Option<f64> {
 }
 
 /// The pods' requests over the managed nodes' allocatable (upstream's reserved utilization).
-fn utilization(pods: &[Pod], nodes: &[Node]) -> (Option<f64>, Option<f64>) {
+pub(crate) fn utilization(pods: &[Pod], nodes: &[Node]) -> (Option<f64>, Option<f64>) {
     let mut requested = ResourceList::new();
     // The benchmark's pods are single-container pause pods: their requests are the container's.
     let containers = pods
@@ -304,7 +304,7 @@ fn utilization(pods: &[Pod], nodes: &[Node]) -> (Option<f64>, Option<f64>) {
     (ratio("cpu"), ratio("memory"))
 }
 
-fn draining(node: &Node) -> bool {
+pub(crate) fn draining(node: &Node) -> bool {
     node.metadata.deletion_timestamp.is_some()
         || node
             .spec
@@ -313,7 +313,7 @@ fn draining(node: &Node) -> bool {
             .is_some_and(|t| t.iter().any(|t| t.key == "karpenter.sh/disrupted"))
 }
 
-fn pod_scheduled(pod: &Pod) -> Option<jiff::Timestamp> {
+pub(crate) fn pod_scheduled(pod: &Pod) -> Option<jiff::Timestamp> {
     pod.status
         .as_ref()?
         .conditions
@@ -325,7 +325,7 @@ fn pod_scheduled(pod: &Pod) -> Option<jiff::Timestamp> {
         .map(|t| t.0)
 }
 
-async fn healthy_pods(client: &Client, ns: &str) -> anyhow::Result<Vec<Pod>> {
+pub(crate) async fn healthy_pods(client: &Client, ns: &str) -> anyhow::Result<Vec<Pod>> {
     let pods = Api::<Pod>::namespaced(client.clone(), ns)
         .list(&ListParams::default().labels(&format!("{}={}", OWNED.0, OWNED.1)))
         .await
@@ -341,7 +341,7 @@ async fn healthy_pods(client: &Client, ns: &str) -> anyhow::Result<Vec<Pod>> {
         .collect())
 }
 
-async fn managed_nodes(client: &Client) -> anyhow::Result<Vec<Node>> {
+pub(crate) async fn managed_nodes(client: &Client) -> anyhow::Result<Vec<Node>> {
     let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default().labels("karpenter.sh/nodepool"))
         .await
@@ -364,7 +364,7 @@ where
 }
 
 /// Server-side apply of a NodePool, EC2NodeClass or Deployment (by its `kind`).
-async fn apply(client: &Client, ns: Option<&str>, object: &Value) -> anyhow::Result<()> {
+pub(crate) async fn apply(client: &Client, ns: Option<&str>, object: &Value) -> anyhow::Result<()> {
     let name = object["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -391,7 +391,7 @@ async fn apply(client: &Client, ns: Option<&str>, object: &Value) -> anyhow::Res
     result.with_context(|| format!("applying {} {name}", object["kind"]))
 }
 
-fn node_class() -> Value {
+pub(crate) fn node_class() -> Value {
     json!({
         "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
         "metadata": {"name": "default"},
@@ -434,7 +434,7 @@ fn node_pool() -> Value {
 
 /// A Deployment as upstream's `test.Deployment` makes it: pause pods with the requests, the
 /// modifiers as constraints over `app: NAME`.
-fn deployment(d: &Deploy) -> Value {
+pub(crate) fn deployment(d: &Deploy) -> Value {
     let selector = json!({"matchLabels": {"app": d.name}});
     let mut spreads = Vec::new();
     if d.zone_spread {

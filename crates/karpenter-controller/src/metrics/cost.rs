@@ -98,7 +98,7 @@ pub struct PoolCost {
 }
 
 /// Per NodePool with nodes: what its nodes cost (each at its offering's price in the pool's
-/// catalogue) and the bound for the pods on them.
+/// catalogue) and the bound for the pods on them over what the pool can launch.
 pub fn cost_view(
     state: &ClusterState,
     offered: &BTreeMap<String, Vec<Arc<InstanceType>>>,
@@ -133,8 +133,13 @@ pub fn cost_view(
     }
     for (pool, row) in view.iter_mut() {
         if let (Some(types), Some(pods)) = (offered.get(pool), demand.get(pool)) {
+            // Bounded by what the pool can launch (its capacity types, zones, type filters).
+            let types = match state.nodepool(pool) {
+                Some(p) => karpenter_core::cost::launchable_by(types, p),
+                None => types.clone(),
+            };
             row.lower_bound = karpenter_core::cost::fractional_lower_bound(
-                types,
+                &types,
                 karpenter_core::cost::demand_row(pods),
             );
         }

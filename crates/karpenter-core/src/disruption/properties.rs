@@ -515,6 +515,7 @@ fn converge(cluster: &Cluster) -> Result<Converged, String> {
     let mut world = build(cluster);
     let mut serial = 0;
     let mut several_replacements = 0;
+    let mut log = Vec::new();
     for _ in 0..CONVERGENCE_PASSES {
         let pass = decide(&world.input());
         if pass.commands.is_empty() {
@@ -529,6 +530,7 @@ fn converge(cluster: &Cluster) -> Result<Converged, String> {
             return Ok(Converged {
                 several_replacements,
                 cost: world.hourly_cost(),
+                log,
             });
         }
         for command in &pass.commands {
@@ -558,10 +560,45 @@ fn converge(cluster: &Cluster) -> Result<Converged, String> {
             if command.replacements.len() > 1 {
                 several_replacements += 1;
             }
+            log.push(describe(command));
             execute(&mut world, command, &mut serial);
         }
     }
     Err(format!("still acting after {CONVERGENCE_PASSES} passes"))
+}
+
+/// One command as a failure message shows it: method, candidates, replacements' options.
+fn describe(command: &Command) -> String {
+    let candidates: Vec<String> = command
+        .candidates
+        .iter()
+        .map(|c| {
+            format!(
+                "{} ({} {})",
+                c.name,
+                c.instance_type.as_deref().unwrap_or("?"),
+                c.capacity_type.as_deref().unwrap_or("?")
+            )
+        })
+        .collect();
+    let replacements: Vec<String> = command
+        .replacements
+        .iter()
+        .map(|r| {
+            format!(
+                "{:?} {:?}",
+                requirement_values(r, INSTANCE_TYPE_LABEL),
+                requirement_values(r, CAPACITY_TYPE_LABEL)
+            )
+        })
+        .collect();
+    format!(
+        "{:?}: [{}] -> [{}] saving {:.3}",
+        command.method,
+        candidates.join(", "),
+        replacements.join(", "),
+        command.savings_per_hour
+    )
 }
 
 /// How a cluster settled.
@@ -570,6 +607,8 @@ struct Converged {
     several_replacements: usize,
     /// What the nodes left cost per hour.
     cost: f64,
+    /// The commands executed, in order.
+    log: Vec<String>,
 }
 
 /// What one pass's consolidation (its commands' savings) leaves the cluster costing per hour.
@@ -602,7 +641,14 @@ proptest! {
 /// Open: a cluster the property search found where the default policy, pass after pass, settles at
 /// $0.120/h and `Upstream` at $0.060/h (a spot node of size 2 with one small pod, an on-demand one
 /// of size 0 with two, a spot one of size 2 with two; one pending pod; a budget of 2). Each pass
-/// is no dearer; the converged cluster is. Kept to fix, not to pass.
+/// is no dearer; the converged cluster is. Kept to fix, not to pass. What the failure message
+/// (the commands of both runs) shows: the default's first pass replaces {n2 big spot, n1 small
+/// on-demand} by one small spot node (saving $0.19/h) while n0, a big spot node with 7.9 free
+/// cpu, stays; provisioning then puts the moved pods on n0, the replacement is empty and goes, and
+/// n0 ($0.120/h) cannot be replaced spot-to-spot (the gate is off). `Upstream` deletes n0 first,
+/// then replaces {n2, n1} by a medium spot ($0.060/h). So the default's consolidation simulation
+/// planned a new node for pods that fit on a node staying (a delete, saving $0.22/h, was there):
+/// the decision's placement and the provisioner's disagree.
 #[test]
 #[ignore = "open: the default converges dearer than Upstream on this cluster"]
 fn the_default_policy_converges_no_dearer_than_upstream_on_the_found_cluster() {
@@ -633,9 +679,11 @@ fn the_default_policy_converges_no_dearer_than_upstream_on_the_found_cluster() {
     let default = converge(&with(PackingPolicy::default())).unwrap_or_else(|e| panic!("{e}"));
     assert!(
         default.cost <= upstream.cost + 1e-9,
-        "converged: default ${:.3}/h, Upstream ${:.3}/h",
+        "converged: default ${:.3}/h after {:#?}, Upstream ${:.3}/h after {:#?}",
         default.cost,
-        upstream.cost
+        default.log,
+        upstream.cost,
+        upstream.log
     );
 }
 

@@ -571,8 +571,64 @@ impl<'p> SimCluster<'p> {
             .collect()
     }
 
+    /// The fractional lower bound (USD/hour) for the pods on the managed nodes, per NodePool
+    /// over its instance types, summed: the controller's `karpenter_cluster_cost_lower_bound_per_hour`.
+    pub fn cost_lower_bound(&self) -> f64 {
+        let mut demand: BTreeMap<String, karpenter_core::resources::ResourceList> = BTreeMap::new();
+        for pod in self.pods.values().filter(|p| !pod::is_terminal(p)) {
+            let Some(pool) = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .and_then(|node| self.node_pool_of(node))
+            else {
+                continue;
+            };
+            if let Ok(requests) = pod::effective_requests(pod) {
+                demand.entry(pool).or_default().add(&requests);
+            }
+        }
+        demand
+            .iter()
+            .filter_map(|(pool, requests)| {
+                let types = self.pool_types.get(pool)?;
+                let types = match self.base.node_pools.iter().find(|p| p.name_any() == *pool) {
+                    Some(p) => karpenter_core::cost::launchable_by(types, p),
+                    None => types.clone(),
+                };
+                Some(karpenter_core::cost::fractional_lower_bound(
+                    &types,
+                    karpenter_core::cost::demand_row(requests),
+                ))
+            })
+            .sum()
+    }
+
+    /// Ordinals of the bound pods stamped from `template` (`<namespace>/<name>-<i>`).
+    pub fn replica_ordinals(&self, template: &Pod) -> Vec<u32> {
+        let prefix = format!(
+            "{}/{}-",
+            pod::namespace(template),
+            template.metadata.name.as_deref().unwrap_or_default()
+        );
+        self.pods
+            .keys()
+            .filter_map(|key| key.strip_prefix(&prefix)?.parse().ok())
+            .collect()
+    }
+
+    /// Deletes pod `key` (a scale-down): it goes with its node's room.
+    pub fn delete_pod(&mut self, key: &str) {
+        self.pods.remove(key);
+    }
+
     pub fn hourly_cost(&self) -> f64 {
         self.nodes.keys().filter_map(|n| self.price(n)).sum()
+    }
+
+    /// Bound pods (DaemonSet pods included).
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
     }
 
     pub fn node_count(&self) -> usize {

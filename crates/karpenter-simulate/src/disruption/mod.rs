@@ -20,6 +20,7 @@
 
 mod cluster;
 pub mod report;
+mod steps;
 pub mod timeline;
 
 use std::collections::BTreeMap;
@@ -41,10 +42,10 @@ use super::plan::{PlanOutcome, SimulateError};
 pub use cluster::INITIALIZATION;
 use cluster::SimCluster;
 use karpenter_sim::SimCloudProvider;
-pub use report::PlanWithDisruption;
 use report::{
     After, Before, BlockedNode, CandidateReport, CommandReport, DisruptionReport, round6,
 };
+pub use report::{PlanWithDisruption, StepReport};
 pub use timeline::{
     DEFAULT_INSTANCE_SHUTDOWN, DEFAULT_INSTANCE_SHUTDOWN_SECONDS, TimelineSettings,
 };
@@ -125,6 +126,7 @@ pub(crate) fn run(
     let mut timeline = Timeline::new(settings.timeline);
     let mut commands: Vec<CommandReport> = Vec::new();
     let mut blocked: Vec<BlockedNode> = Vec::new();
+    let mut scale_steps = steps::Steps::new(manifests, start);
     let mut now = start;
     let mut steps = 0usize;
     // Consolidation commands waiting for their validation, and when it is due.
@@ -138,6 +140,7 @@ pub(crate) fn run(
                 commands: commands.len(),
             });
         }
+        scale_steps.apply_due(&mut cluster, now, &commands)?;
         cluster.initialize_due(now);
         timeline.advance(&mut cluster, provider, now, &mut commands)?;
         let expired: Vec<String> = expiration::expired(&cluster.state(), now)
@@ -231,6 +234,8 @@ pub(crate) fn run(
             timeline.next_event(&cluster, now),
             cluster.next_initialization().filter(|at| *at > now),
             validating.as_ref().map(|(due, _)| *due),
+            // A scale step is the world changing at its own instant.
+            scale_steps.next_at(),
         ]
         .into_iter()
         .flatten()
@@ -249,6 +254,7 @@ pub(crate) fn run(
             }
         }
     }
+    scale_steps.record(&cluster, &commands);
     let nodes = cluster.node_reports();
     blocked.retain(|b| nodes.iter().any(|n| n.name == b.name));
     let completed_at = commands
@@ -267,6 +273,7 @@ pub(crate) fn run(
             nodes,
             unschedulable: cluster.unschedulable.clone(),
         },
+        steps: scale_steps.reports,
     };
     Ok((report, timeline.trace))
 }

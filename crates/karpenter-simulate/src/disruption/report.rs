@@ -31,6 +31,29 @@ pub struct DisruptionReport {
     pub in_flight: Vec<String>,
     /// The cluster when the loop stopped.
     pub after: After,
+    /// With timed scale steps in the input: the cluster at the end of each period (the input's
+    /// until the first step, then each step's until the next or the end), as it converged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepReport>,
+}
+
+/// The cluster at the end of one period of a run with scale steps.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepReport {
+    /// RFC 3339: when the period began (`--now`, then each step's instant).
+    pub at: String,
+    /// Bound pods at its end.
+    pub pods: usize,
+    pub nodes: usize,
+    pub hourly_cost: f64,
+    /// The fractional lower bound for the pods on the nodes (USD/hour).
+    pub cost_lower_bound: f64,
+    /// `hourlyCost / costLowerBound`, to 3 decimals (`null` when the bound is 0).
+    pub ratio: Option<f64>,
+    /// Commands started during the period, and the nodes they disrupted.
+    pub commands: usize,
+    pub disrupted_nodes: usize,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -441,3 +441,99 @@ fn a_node_whose_only_pod_is_stuck_terminating_finishes_its_drain() {
     assert!(completed <= at("2026-01-30T23:02:36Z"), "{completed}");
     assert!(completed > at("2026-01-30T23:01:30Z"), "{completed}");
 }
+
+const STEPPED: &str = r#"
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: default}
+spec:
+  role: R
+  amiSelectorTerms: [{alias: al2023@latest}]
+  subnetSelectorTerms: [{tags: {k: v}}]
+  securityGroupSelectorTerms: [{tags: {k: v}}]
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  disruption: {consolidationPolicy: WhenEmptyOrUnderutilized, consolidateAfter: 0s}
+  template:
+    spec:
+      requirements:
+        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+        - {key: karpenter.k8s.aws/instance-cpu, operator: Lt, values: ["32"]}
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  annotations: {simulate.karpenter-rs.dev/scale-steps: "10m=12, 20m=2"}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+        - name: app
+          image: pause
+          resources: {requests: {cpu: "1", memory: 2Gi}}
+"#;
+
+#[test]
+fn scale_steps_add_and_remove_replicas_in_virtual_time_and_each_period_is_reported() {
+    let report = run(STEPPED, SignedDuration::from_hours(2), MAX_STEPS).unwrap();
+    let periods: Vec<(&str, usize)> = report
+        .steps
+        .iter()
+        .map(|s| (s.at.as_str(), s.pods))
+        .collect();
+    assert_eq!(
+        periods,
+        [
+            ("2026-01-30T23:00:00Z", 2),
+            ("2026-01-30T23:10:00Z", 12),
+            ("2026-01-30T23:20:00Z", 2)
+        ]
+    );
+    for step in &report.steps {
+        // The bound is over on-demand types below 32 vCPUs: what the pool can launch.
+        assert!(step.ratio.is_some_and(|r| r >= 0.999), "{step:?}");
+    }
+    // Up: more capacity; down: consolidation gives it back.
+    assert!(report.steps[1].hourly_cost > report.steps[0].hourly_cost);
+    assert!(report.steps[2].commands >= 1, "{:?}", report.steps[2]);
+    assert!(report.steps[2].hourly_cost < report.steps[1].hourly_cost);
+    // The replicas kept are the oldest (a ReplicaSet deletes its newest first).
+    let pods: Vec<&String> = report.after.nodes.iter().flat_map(|n| &n.pods).collect();
+    assert_eq!(pods, ["default/web-0", "default/web-1"], "{pods:?}");
+}
+
+#[test]
+fn scale_steps_that_do_not_parse_name_the_annotation() {
+    let bad = STEPPED.replace("10m=12, 20m=2", "20m=12, 10m=2");
+    let err = Manifests::new()
+        .load_str("cluster.yaml", &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("Deployment/web")
+            && err.contains("metadata.annotations[simulate.karpenter-rs.dev/scale-steps]")
+            && err.contains("forward in time"),
+        "{err}"
+    );
+    // Without steps the run reports no periods (the JSON keeps its shape).
+    let plain = STEPPED.replace(
+        "  annotations: {simulate.karpenter-rs.dev/scale-steps: \"10m=12, 20m=2\"}\n",
+        "",
+    );
+    let report = run(&plain, SignedDuration::from_hours(1), MAX_STEPS).unwrap();
+    assert!(report.steps.is_empty());
+    assert!(
+        !serde_json::to_string(&report)
+            .unwrap()
+            .contains("\"steps\""),
+        "no steps key without steps"
+    );
+}

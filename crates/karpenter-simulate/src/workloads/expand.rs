@@ -12,6 +12,7 @@ use karpenter_core::pod::{Pod, PodSpec};
 
 use super::Finding;
 use super::admission::{self, ClaimTemplates};
+use super::scale_steps::{self, SCALE_STEPS_ANNOTATION, ScaleSchedule};
 use crate::manifests::{DEFAULT_NAMESPACE, MAX_PODS, Manifests, Problem};
 use crate::pending::PendingPod;
 use karpenter_input::Location;
@@ -119,6 +120,16 @@ impl Manifests {
                     }
                     admission::apply_runtime_class(spec.as_mut(), &self.runtime_classes, spec_path)
                         .and_then(|()| {
+                            self.schedule_scale_steps(
+                                &object,
+                                &owner,
+                                replicas,
+                                &template,
+                                spec.clone(),
+                                !claim_templates.is_empty(),
+                            )
+                        })
+                        .and_then(|()| {
                             let claim_templates = ClaimTemplates {
                                 templates: &claim_templates,
                                 default_class: default_class.as_deref(),
@@ -187,6 +198,68 @@ impl Manifests {
         } else {
             self.pending_pods.push(PendingPod::single(pod));
         }
+    }
+
+    /// Keeps the workload's timed scale steps (its [`SCALE_STEPS_ANNOTATION`]) for
+    /// `--disruption`, with the pod its replicas are stamped from.
+    fn schedule_scale_steps(
+        &mut self,
+        object: &str,
+        owner: &ObjectMeta,
+        replicas: i32,
+        template: &PodTemplateSpec,
+        spec: Option<PodSpec>,
+        own_claims: bool,
+    ) -> Result<(), Finding> {
+        let Some(raw) = owner
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SCALE_STEPS_ANNOTATION))
+        else {
+            return Ok(());
+        };
+        let path = format!("metadata.annotations[{SCALE_STEPS_ANNOTATION}]");
+        let steps = scale_steps::parse(raw).map_err(|message| {
+            (
+                path.clone(),
+                message,
+                "comma-separated DURATION=REPLICAS after --now, e.g. \"10m=200, 20m=600\"".into(),
+            )
+        })?;
+        let per_replica = own_claims
+            || spec.as_ref().is_some_and(|s| {
+                s.node_name.is_some()
+                    || s.volumes
+                        .as_ref()
+                        .is_some_and(|vs| vs.iter().any(|v| v.ephemeral.is_some()))
+            });
+        if per_replica {
+            return Err((
+                path,
+                "scale steps need replicas stamped from one pod (no nodeName, ephemeral volumes or volumeClaimTemplates)".into(),
+                "simulate such a workload at each size in its own run".into(),
+            ));
+        }
+        let namespace = owner
+            .namespace
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
+        self.scale_steps.push(ScaleSchedule {
+            object: object.to_string(),
+            template: Arc::new(Pod {
+                metadata: ObjectMeta {
+                    name: owner.name.clone(),
+                    labels: template.metadata.as_ref().and_then(|m| m.labels.clone()),
+                    namespace: Some(namespace),
+                    ..Default::default()
+                },
+                spec,
+                status: None,
+            }),
+            initial: u32::try_from(replicas).unwrap_or(0),
+            steps,
+        });
+        Ok(())
     }
 
     /// Adds `replicas` pods with `spec` (the template's, admitted), named `<workload>-<i>`.

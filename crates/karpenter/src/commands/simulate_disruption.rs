@@ -185,6 +185,33 @@ pub fn render_table(report: &DisruptionReport) -> String {
         report.after.nodes.len(),
         report.after.hourly_cost
     ));
+    if !report.steps.is_empty() {
+        let mut table = output::table([
+            "PERIOD FROM",
+            "PODS",
+            "NODES",
+            "$/HOUR",
+            "BOUND $/HOUR",
+            "× BOUND",
+            "COMMANDS",
+            "DISRUPTED",
+        ]);
+        for step in &report.steps {
+            table.add_row(vec![
+                Cell::new(&step.at),
+                Cell::new(step.pods).set_alignment(CellAlignment::Right),
+                Cell::new(step.nodes).set_alignment(CellAlignment::Right),
+                Cell::new(format!("{:.4}", step.hourly_cost)).set_alignment(CellAlignment::Right),
+                Cell::new(format!("{:.4}", step.cost_lower_bound))
+                    .set_alignment(CellAlignment::Right),
+                Cell::new(step.ratio.map_or("—".to_string(), |r| format!("{r:.3}")))
+                    .set_alignment(CellAlignment::Right),
+                Cell::new(step.commands).set_alignment(CellAlignment::Right),
+                Cell::new(step.disrupted_nodes).set_alignment(CellAlignment::Right),
+            ]);
+        }
+        out.push_str(&format!("{table}\n"));
+    }
     if !report.blocked.is_empty() {
         let mut table = output::table(["NODE NOT DISRUPTED", "REASON"]);
         for blocked in &report.blocked {

@@ -12,6 +12,7 @@
 //! per upstream `It`, named after it.
 
 mod alone;
+mod arrivals;
 mod capacitybuffer;
 mod harness;
 mod inflate;
