@@ -18,7 +18,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Node, Taint};
 use karpenter_api::NodeClaim;
 use karpenter_api::v1::{CONDITION_TRUE, ConditionsExt, NODECLAIM_CONDITION_DISRUPTION_REASON};
-use karpenter_api::well_known::DISRUPTED_TAINT_KEY;
+use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, DISRUPTED_TAINT_KEY};
 use karpenter_core::disruption::orchestration::command::{self, CommandStep};
 use karpenter_core::disruption::orchestration::{
     CandidateView, CommandView, Failure, Marking, ReplacementView,

@@ -188,8 +188,6 @@ pub struct ControllerLabels {
     pub controller: String,
 }
 
-/// Every metric the controller exports. Cloned handles are cheap (`Arc` inside).
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,7 @@ use std::sync::atomic::AtomicU64;
 
 pub type FloatGauge = Gauge<f64, AtomicU64>;
 
+/// Every metric the controller exports. Cloned handles are cheap (`Arc` inside).
 #[derive(Debug)]
 pub struct Metrics {
     /// Behind a lock so a cloud provider can add its own metrics after start

@@ -19,7 +19,6 @@ mod inflate;
 mod leader;
 mod nodeoverlay;
 pub(crate) mod objects;
-mod parity;
 mod regression;
 
 use std::path::{Path, PathBuf};

@@ -35,8 +35,8 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
-use super::regression::env::{Env, deployment};
 use crate::real_cluster::objects::{nodes, pods, running};
+use crate::real_cluster::regression::env::{Env, deployment};
 use crate::real_cluster::{LAUNCH, eventually, options};
 
 /// The tolerance on rollout times the issue sets.
