@@ -322,7 +322,7 @@ async fn a_rebalance_recommendation_replaces_the_spot_node_before_draining_it() 
     let metrics = controller.ctx.metrics.encode();
     for line in [
         "karpenter_interruption_received_messages_total{message_type=\"rebalance_recommendation\"} 1",
-        "karpenter_nodeclaims_disrupted_total{reason=\"drifted\",nodepool=\"general\",capacity_type=\"spot\"} 1",
+        "karpenter_nodeclaims_disrupted_total{reason=\"drifted\",nodepool=\"general\",capacity_type=\"spot\",consolidation_policy=\"\",termination_mode=\"graceful\"} 1",
     ] {
         assert!(metrics.contains(line), "{line} not in\n{metrics}");
     }
