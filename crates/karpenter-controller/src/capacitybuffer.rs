@@ -81,9 +81,18 @@ impl BufferStore {
             .insert(name);
     }
 
-    /// Replaces a buffer's virtual pods; whether they changed.
+    /// Replaces a buffer's virtual pods; whether they changed. A buffer deleted while its
+    /// reference was being read keeps no pods: the resolve loop works from a list taken before
+    /// its lookups, and putting the pods back would hold capacity for a buffer that is gone,
+    /// forever (the rapid create/delete regression case leaked its nodes that way). The buffers
+    /// stay read-locked until the pods are written, so a delete either comes first and is seen,
+    /// or waits and removes what this wrote.
     fn set_pods(&self, key: &str, pods: Vec<Pod>) -> bool {
+        let buffers = read(&self.buffers);
         let mut all = self.pods.write().unwrap_or_else(|e| e.into_inner());
+        if !buffers.contains_key(key) {
+            return all.remove(key).is_some();
+        }
         let unchanged = all.get(key).is_some_and(|old| {
             old.len() == pods.len() && old.iter().zip(&pods).all(|(a, b)| **a == *b)
         });
@@ -298,5 +307,55 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
             () = tokio::time::sleep(RESOLVE_PERIOD) => {}
             _ = shutdown.wait_for(|stop| *stop) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn buffer(name: &str) -> CapacityBuffer {
+        serde_json::from_value(json!({
+            "apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"podTemplateRef": {"name": "t"}, "replicas": 1}
+        }))
+        .unwrap()
+    }
+
+    fn pod(name: &str) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default"}})).unwrap()
+    }
+
+    #[test]
+    fn a_buffer_deleted_during_its_lookup_keeps_no_virtual_pods() {
+        let store = BufferStore::default();
+        let doomed = buffer("doomed");
+        store.apply(doomed.clone());
+        // The resolve loop lists the buffers, then the watch deletes one while its lookup runs.
+        let listed = store.list();
+        store.delete(&doomed);
+        for b in &listed {
+            store.set_pods(&core::key(b), vec![pod("virtual-0")]);
+        }
+        assert!(store.virtual_pods().is_empty());
+        store.set_hosts(["node-a".to_string()].into());
+        assert!(store.hosts().is_empty(), "no buffer holds a node");
+    }
+
+    #[test]
+    fn a_live_buffer_gets_its_virtual_pods_and_loses_them_when_deleted() {
+        let store = BufferStore::default();
+        let live = buffer("live");
+        store.apply(live.clone());
+        assert!(store.set_pods(&core::key(&live), vec![pod("virtual-0")]));
+        assert_eq!(store.virtual_pods().len(), 1);
+        assert!(
+            !store.set_pods(&core::key(&live), vec![pod("virtual-0")]),
+            "unchanged"
+        );
+        store.delete(&live);
+        assert!(store.virtual_pods().is_empty());
     }
 }

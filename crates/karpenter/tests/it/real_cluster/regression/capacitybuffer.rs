@@ -533,9 +533,6 @@ async fn should_provision_capacity_independently_for_multiple_buffers() {
 
 /// "should not leak nodes on rapid buffer create and delete"
 #[tokio::test]
-#[ignore = "open: passed alone on its branch, failed in CI beside three other control planes \
-            (the nodes of the deleted buffers were not all consolidated within the wait); to \
-            investigate whether a node stays marked as holding a deleted buffer"]
 async fn should_not_leak_nodes_on_rapid_buffer_create_and_delete() {
     let Some(env) = start("cb-rapid", |_| {}).await else {
         return;
