@@ -244,14 +244,13 @@ impl<'a> Snapshot<'a> {
             }
             let mut pods: Vec<Arc<Pod>> =
                 state.pods_on_node_shared(&node.name()).cloned().collect();
-            if let Some(claim) = node.nodeclaim {
-                // Pods nominated to an in-flight NodeClaim already use its capacity.
-                pods.extend(
-                    state
-                        .nominated_pods_shared(&claim.name_any(), self.now)
-                        .cloned(),
-                );
-            }
+            // Pods nominated here (to an in-flight NodeClaim, or to a node the kube-scheduler
+            // has not bound them to yet) already use its capacity.
+            pods.extend(
+                state
+                    .nominated_pods_shared(&node.nomination_key(), self.now)
+                    .cloned(),
+            );
             let converted = match (node.node, node.nodeclaim) {
                 (Some(n), claim) => input::existing_node(n, claim, pods),
                 (None, Some(claim)) => input::in_flight_node_claim(&offered_capacity(claim), pods),

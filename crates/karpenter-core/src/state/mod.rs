@@ -492,18 +492,37 @@ impl ClusterState {
 
     /// Records that `pod_key` should land on `nodeclaim`; until `until` the pod is not
     /// provisioned for again.
-    pub fn nominate(&mut self, pod_key: &str, nodeclaim: &str, until: Timestamp) {
+    pub fn nominate(&mut self, pod_key: &str, target: &str, until: Timestamp) {
         // Bound since the pass's snapshot: the binding is what counts.
         if self.pods.get(pod_key).is_some_and(|p| is_bound(p)) {
             return;
         }
-        self.nominations.insert(
-            pod_key.to_string(),
-            Nomination {
-                nodeclaim: nodeclaim.to_string(),
-                until,
-            },
-        );
+        let nodeclaim = self.nomination_key(target);
+        self.nominations
+            .insert(pod_key.to_string(), Nomination { nodeclaim, until });
+    }
+
+    /// The name a nomination to `target` (a NodeClaim's or a Node's name, as the scheduler's
+    /// placements name them) is kept under: the NodeClaim's when the node has one, else the
+    /// Node's. A placement on a registered node names the Node; kept under the Node's name, the
+    /// nomination was never judged by [`Self::displaced_nominations`] nor counted against the
+    /// node's room, and a pod the kube-scheduler could not fit there waited out its whole window.
+    fn nomination_key(&self, target: &str) -> String {
+        if self.nodeclaims.contains_key(target) {
+            return target.to_string();
+        }
+        let provider_id = self
+            .nodes
+            .get(target)
+            .and_then(|n| n.spec.as_ref()?.provider_id.as_deref())
+            .filter(|id| !id.is_empty());
+        provider_id
+            .and_then(|id| {
+                self.nodeclaims.values().find(|c| {
+                    c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id)
+                })
+            })
+            .map_or_else(|| target.to_string(), ResourceExt::name_any)
     }
 
     /// The NodeClaim `pod_key` is nominated to, if the nomination is still live at `now`.
@@ -553,13 +572,10 @@ impl ClusterState {
         }
         let mut released = Vec::new();
         for node in self.state_nodes() {
-            let (Some(_), Some(claim)) = (node.node, node.nodeclaim) else {
-                continue;
-            };
-            if !node.initialized() {
+            if node.node.is_none() || !node.initialized() {
                 continue;
             }
-            let Some(keys) = by_claim.get(claim.name_any().as_str()) else {
+            let Some(keys) = by_claim.get(node.nomination_key().as_str()) else {
                 continue;
             };
             let mut room = node.available();

@@ -52,6 +52,13 @@ impl<'a> StateNode<'a> {
         }
     }
 
+    /// The name nominations to this node are kept under ([`super::ClusterState::nominate`]):
+    /// its NodeClaim's, else (a Node Karpenter does not manage) the Node's.
+    pub fn nomination_key(&self) -> String {
+        self.nodeclaim
+            .map_or_else(|| self.name(), ResourceExt::name_any)
+    }
+
     pub fn label(&self, key: &str) -> Option<&'a str> {
         self.node
             .and_then(|n| n.labels().get(key))

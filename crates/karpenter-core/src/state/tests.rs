@@ -167,6 +167,46 @@ fn nominations_a_node_can_no_longer_honour_are_released() {
     assert_eq!(provisionable, ["c"]);
 }
 
+/// A pass's placement on a registered node names the Node (the scheduler's existing nodes go by
+/// their Node's name), not its NodeClaim. The nomination is kept under the NodeClaim all the
+/// same: judged by the displacement check and counted against the node's room. Kept under the
+/// Node's name it was neither, and the late-tail test's pod waited out its 20 s window on a node
+/// the kube-scheduler had filled with others.
+#[test]
+fn a_nomination_to_a_nodes_name_is_kept_under_its_nodeclaim_and_released_when_displaced() {
+    let mut state = ClusterState::from_objects(
+        vec![nodepool("default")],
+        vec![nodeclaim("default-abc", "default", Some("sim://i-1"), "4")],
+        vec![
+            node("node-1", Some("default"), "sim://i-1", "4"),
+            node("unmanaged", None, "other://i-9", "4"),
+        ],
+        vec![
+            pending_pod("a", "3"),
+            pending_pod("u", "3"),
+            bound_pod("other", "node-1", "2"),
+            bound_pod("other-u", "unmanaged", "2"),
+        ],
+    );
+    let until = t0() + SignedDuration::from_secs(20);
+    state.nominate("default/a", "node-1", until);
+    state.nominate("default/u", "unmanaged", until);
+    assert_eq!(
+        state.nomination("default/a", t0()).map(|n| n.nodeclaim.as_str()),
+        Some("default-abc")
+    );
+    assert_eq!(state.nominated_pods("default-abc", t0()).len(), 1);
+    assert_eq!(
+        state.nomination("default/u", t0()).map(|n| n.nodeclaim.as_str()),
+        Some("unmanaged")
+    );
+    // 2 of 4 cpu are bound on each: neither 3-cpu pod fits where it was nominated.
+    assert_eq!(
+        state.release_displaced_nominations(t0()),
+        ["default/a", "default/u"]
+    );
+}
+
 #[test]
 fn synced_only_after_every_kind_is_listed() {
     let mut state = ClusterState::new();
