@@ -46,6 +46,7 @@ fn instance_type(
                 ]
             })
             .collect(),
+        ..Default::default()
     })
 }
 

@@ -81,6 +81,7 @@ fn instance_type(name: &str, arch: &str, cpu: i64, spot: f64, on_demand: f64) ->
                 ]
             })
             .collect(),
+        ..Default::default()
     })
 }
 

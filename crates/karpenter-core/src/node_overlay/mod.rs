@@ -383,10 +383,12 @@ fn apply_update(it: &InstanceType, update: &TypeUpdate) -> InstanceType {
         for (name, quantity) in slot.added.iter() {
             out.capacity.set(name, quantity);
         }
+        out.overlay_applied.capacity = true;
     }
     for offering in &mut out.offerings {
         if let Some(slot) = update.prices.get(&offering_key(offering)) {
             offering.price = slot.change.apply(offering.price);
+            out.overlay_applied.price = true;
         }
     }
     out

@@ -1054,3 +1054,47 @@ fn conflicting_overlay_gets_validation_succeeded_false_with_upstreams_reason_and
     let fixed = desired_status(&written, &Verdict::Applied, "2026-01-02T00:00:00Z").unwrap();
     assert!(fixed.conditions.iter().all(|c| c.status == "True"));
 }
+
+// ---- What the launch reads (upstream's IsPricingOverlayApplied / IsCapacityOverlayApplied) ------
+
+#[test]
+fn applied_types_carry_which_overlay_changed_them() {
+    let priced_type = instance_type(
+        "priced-type",
+        "amd64",
+        vec![offering("on-demand", "test-zone-1", 1.0)],
+    );
+    let capacity_type = instance_type(
+        "capacity-type",
+        "amd64",
+        vec![offering("on-demand", "test-zone-1", 1.0)],
+    );
+    let untouched = instance_type(
+        "untouched-type",
+        "amd64",
+        vec![offering("on-demand", "test-zone-1", 1.0)],
+    );
+    let pools = pools_of(vec![priced_type, capacity_type, untouched]);
+    let overlays = [
+        priced(
+            overlay("price", None, vec![req(IT, "In", &["priced-type"])]),
+            None,
+            Some("-10%"),
+        ),
+        with_capacity(
+            overlay("capacity", None, vec![req(IT, "In", &["capacity-type"])]),
+            &[("example.com/fpga", "2")],
+        ),
+    ];
+    let evaluation = evaluate(&overlays, &pools);
+    let applied = evaluation.apply("default", &pools[0].1);
+    let marks: BTreeMap<&str, crate::instance_type::OverlayApplied> = applied
+        .iter()
+        .map(|t| (t.name.as_str(), t.overlay_applied))
+        .collect();
+    assert!(marks["priced-type"].price && !marks["priced-type"].capacity);
+    assert!(marks["capacity-type"].capacity && !marks["capacity-type"].price);
+    assert!(marks["untouched-type"].is_none());
+    // The provider's own copies are never marked.
+    assert!(pools[0].1.iter().all(|t| t.overlay_applied.is_none()));
+}

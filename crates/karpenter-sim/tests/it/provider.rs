@@ -35,6 +35,7 @@ fn instance_type(name: &str, cpu: &str, offerings: Vec<Offering>) -> InstanceTyp
         capacity: ResourceList::parse([("cpu", cpu), ("memory", "8Gi"), ("pods", "110")]).unwrap(),
         overhead: Overhead::default(),
         offerings,
+        ..Default::default()
     }
 }
 
