@@ -1098,3 +1098,33 @@ fn applied_types_carry_which_overlay_changed_them() {
     // The provider's own copies are never marked.
     assert!(pools[0].1.iter().all(|t| t.overlay_applied.is_none()));
 }
+
+#[test]
+fn launch_order_is_the_claims_instance_type_order_only_with_the_price_annotation() {
+    let claim = |annotated: bool| -> NodeClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {
+                "name": "default-x",
+                "annotations": if annotated {
+                    serde_json::json!({"karpenter.sh/price-overlay-applied": "true"})
+                } else {
+                    serde_json::json!({})
+                },
+            },
+            "spec": {
+                "requirements": [
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                    {"key": IT, "operator": "In", "values": ["m7i.large", "c6a.large", "m5.large"]},
+                ],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            },
+        }))
+        .unwrap()
+    };
+    assert_eq!(
+        launch_order(&claim(true)).unwrap(),
+        ["m7i.large", "c6a.large", "m5.large"]
+    );
+    assert_eq!(launch_order(&claim(false)), None);
+}
