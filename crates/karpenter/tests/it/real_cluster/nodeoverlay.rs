@@ -195,6 +195,12 @@ async fn a_price_overlay_annotates_the_nodeclaim_and_the_launch_follows_the_over
         .unwrap();
     assert!(first_option.starts_with("m7i."), "{first_option}");
     let labels = claim.metadata.labels.clone().unwrap_or_default();
+    eprintln!(
+        "nodeoverlay-launch: {} {:?} price-overlay-applied={:?}",
+        claim.metadata.name.as_deref().unwrap_or_default(),
+        labels.get("node.kubernetes.io/instance-type"),
+        annotations.get(karpenter_api::v1alpha1::PRICE_OVERLAY_APPLIED_ANNOTATION)
+    );
     assert_eq!(
         labels.get("node.kubernetes.io/instance-type"),
         Some(&first_option),
