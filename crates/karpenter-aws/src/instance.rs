@@ -203,6 +203,24 @@ fn live_state_filter() -> Filter {
     filter("instance-state-name", &LIVE_STATES)
 }
 
+/// CreateFleet's spot and on-demand allocation strategies (reference §4.5): by EC2's prices, or,
+/// for a NodeClaim planned with NodeOverlay prices, by the overrides' priorities.
+pub fn allocation_strategies(
+    prioritized: bool,
+) -> (SpotAllocationStrategy, FleetOnDemandAllocationStrategy) {
+    if prioritized {
+        (
+            SpotAllocationStrategy::CapacityOptimizedPrioritized,
+            FleetOnDemandAllocationStrategy::Prioritized,
+        )
+    } else {
+        (
+            SpotAllocationStrategy::PriceCapacityOptimized,
+            FleetOnDemandAllocationStrategy::LowestPrice,
+        )
+    }
+}
+
 impl AwsClients {
     async fn describe_instances(
         &self,
@@ -265,11 +283,11 @@ impl AwsClients {
                 configs.entry(name.as_str()).or_default().push(o);
             }
         }
-        // Templates in the order of their cheapest override, so "first override" (moto) is the
-        // cheapest one overall.
+        // Templates in the order of their first override, so "first override" (moto) is the
+        // one of highest priority overall.
         let mut ordered: Vec<(&str, Vec<&FleetOverride>)> = configs.into_iter().collect();
         ordered.sort_by(|a, b| {
-            let first = |v: &Vec<&FleetOverride>| v.first().map_or(f64::MAX, |o| o.price);
+            let first = |v: &Vec<&FleetOverride>| v.first().map_or(f64::MAX, |o| o.priority);
             first(&a.1).total_cmp(&first(&b.1))
         });
         let spot = plan.capacity_type == wk::CAPACITY_TYPE_SPOT;
@@ -328,7 +346,7 @@ impl AwsClients {
                                             .subnet_id(&o.subnet_id)
                                             .availability_zone(&o.zone)
                                             .image_id(&o.image_id)
-                                            .priority(o.price)
+                                            .priority(o.priority)
                                             .build()
                                     })
                                     .collect(),
@@ -339,16 +357,17 @@ impl AwsClients {
             ))
             .set_tag_specifications(Some(tag_specs))
             .set_context(context.map(str::to_string));
+        let (spot_strategy, on_demand_strategy) = allocation_strategies(plan.prioritized);
         request = if spot {
             request.spot_options(
                 SpotOptionsRequest::builder()
-                    .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
+                    .allocation_strategy(spot_strategy)
                     .build(),
             )
         } else {
             request.on_demand_options(
                 OnDemandOptionsRequest::builder()
-                    .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
+                    .allocation_strategy(on_demand_strategy)
                     .build(),
             )
         };
@@ -627,5 +646,23 @@ mod tests {
         assert!(!is_leaked(&instance, &claims, t0, grace));
         let claimed = BTreeSet::from(["gone".to_string()]);
         assert!(!is_leaked(&instance, &claimed, later, grace));
+    }
+
+    #[test]
+    fn overlaid_launches_ask_for_prioritized_allocation() {
+        assert_eq!(
+            allocation_strategies(false),
+            (
+                SpotAllocationStrategy::PriceCapacityOptimized,
+                FleetOnDemandAllocationStrategy::LowestPrice
+            )
+        );
+        assert_eq!(
+            allocation_strategies(true),
+            (
+                SpotAllocationStrategy::CapacityOptimizedPrioritized,
+                FleetOnDemandAllocationStrategy::Prioritized
+            )
+        );
     }
 }

@@ -487,6 +487,7 @@ mod tests {
                 offering("us-west-2a", "spot", 0.04),
                 offering("us-west-2b", "on-demand", 0.096),
             ],
+            ..Default::default()
         }
     }
 

@@ -92,6 +92,7 @@ pub fn instance_type(
         capacity,
         overhead,
         offerings,
+        ..Default::default()
     }
 }
 

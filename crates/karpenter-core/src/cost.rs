@@ -147,6 +147,7 @@ mod tests {
                     reservation_capacity: None,
                 })
                 .collect(),
+            ..Default::default()
         })
     }
 

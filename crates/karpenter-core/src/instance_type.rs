@@ -23,6 +23,36 @@ pub struct InstanceType {
     pub overhead: Overhead,
     /// Where and how it can be bought. Types with no available offering are still listed.
     pub offerings: Vec<Offering>,
+    /// Which NodeOverlay changes this copy of the type carries (none as a provider describes it).
+    #[serde(default, skip_serializing_if = "OverlayApplied::is_none")]
+    pub overlay_applied: OverlayApplied,
+}
+
+/// Which kinds of NodeOverlay change were applied to an instance type (upstream's
+/// `IsPricingOverlayApplied` / `IsCapacityOverlayApplied`): a NodeClaim whose options include such
+/// a type is annotated, and a price-overlaid one is launched by the overlaid price.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OverlayApplied {
+    /// An overlay changed the price of at least one offering.
+    pub price: bool,
+    /// An overlay added or replaced capacity.
+    pub capacity: bool,
+}
+
+impl OverlayApplied {
+    /// No overlay changed anything.
+    pub fn is_none(&self) -> bool {
+        !self.price && !self.capacity
+    }
+
+    /// Either's changes: what a NodeClaim offering both types carries.
+    pub fn union(self, other: OverlayApplied) -> OverlayApplied {
+        OverlayApplied {
+            price: self.price || other.price,
+            capacity: self.capacity || other.capacity,
+        }
+    }
 }
 
 /// Resources a node reserves for the system (subtracted from capacity to get allocatable).

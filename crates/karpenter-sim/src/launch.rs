@@ -3,7 +3,10 @@
 //! requests), without metal/GPU/accelerator types when any other type remains (upstream's exotic
 //! filter, `karpenter_catalog::exotic`), the first capacity type of `reserved` → `spot` →
 //! `on-demand` that is allowed and has an available offering, then the cheapest such offering
-//! (ties: type name, then zone).
+//! (ties: type name, then zone). A NodeClaim planned with NodeOverlay prices
+//! (`karpenter.sh/price-overlay-applied`) is launched in its own instance-type order instead
+//! (the provisioner's, cheapest at the overlaid price first), as CreateFleet's prioritized
+//! allocation does for the aws provider.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -101,11 +104,14 @@ impl Candidate<'_> {
 
 /// Every available offering of a type the NodeClaim allows, ordered the way a launch tries them:
 /// capacity type by preference (only the first capacity type that has any candidate is kept),
-/// then price, type name and zone.
+/// then the type's rank in `launch_order` when given
+/// ([`karpenter_core::node_overlay::launch_order`]: the NodeClaim's overlaid order), then price,
+/// type name and zone.
 pub fn candidates<'a>(
     types: &'a BTreeMap<String, Arc<InstanceType>>,
     requirements: &Requirements,
     requests: &ResourceList,
+    launch_order: Option<&[String]>,
     usable: impl Fn(&InstanceType, &Offering) -> bool,
 ) -> Vec<Candidate<'a>> {
     // Look named types up directly instead of scanning the whole catalogue.
@@ -144,10 +150,18 @@ pub fn candidates<'a>(
         return Vec::new();
     };
     all.retain(|c| c.offering.capacity_type == *capacity_type);
+    let rank = |it: &InstanceType| {
+        launch_order.map_or(0, |order| {
+            order
+                .iter()
+                .position(|n| *n == it.name)
+                .unwrap_or(order.len())
+        })
+    };
     all.sort_by(|a, b| {
-        a.offering
-            .price
-            .total_cmp(&b.offering.price)
+        rank(a.instance_type)
+            .cmp(&rank(b.instance_type))
+            .then_with(|| a.offering.price.total_cmp(&b.offering.price))
             .then_with(|| a.instance_type.name.cmp(&b.instance_type.name))
             .then_with(|| a.offering.zone.cmp(&b.offering.zone))
     });
@@ -160,7 +174,7 @@ pub fn choose(
     requirements: &Requirements,
     requests: &ResourceList,
 ) -> Result<LaunchChoice, CloudError> {
-    candidates(types, requirements, requests, |_, _| true)
+    candidates(types, requirements, requests, None, |_, _| true)
         .first()
         .map(Candidate::choice)
         .ok_or_else(|| no_offering_error(requirements))

@@ -458,15 +458,22 @@ impl SimCloudProvider {
         let now = self.inner.clock.now();
         let state = self.state();
         let unavailable = &state.ledger.unavailable_offerings;
-        let candidates = launch::candidates(&types, &requirements, &requests, |it, o| {
-            // Nothing marked (the usual case): no key to build per offering.
-            unavailable.is_empty()
-                || !is_marked(
-                    unavailable,
-                    &offering_key(&o.capacity_type, &it.name, &o.zone),
-                    now,
-                )
-        });
+        let launch_order = karpenter_core::node_overlay::launch_order(node_claim);
+        let candidates = launch::candidates(
+            &types,
+            &requirements,
+            &requests,
+            launch_order.as_deref(),
+            |it, o| {
+                // Nothing marked (the usual case): no key to build per offering.
+                unavailable.is_empty()
+                    || !is_marked(
+                        unavailable,
+                        &offering_key(&o.capacity_type, &it.name, &o.zone),
+                        now,
+                    )
+            },
+        );
         if candidates.is_empty() {
             return Err(launch::no_offering_error(&requirements));
         }
@@ -575,13 +582,20 @@ impl SimCloudProvider {
             insufficient_capacity,
             ..
         } = &mut *state;
-        let candidates = launch::candidates(&types, &requirements, &requests, |it, o| {
-            !is_marked(
-                &ledger.unavailable_offerings,
-                &offering_key(&o.capacity_type, &it.name, &o.zone),
-                now,
-            )
-        });
+        let launch_order = karpenter_core::node_overlay::launch_order(node_claim);
+        let candidates = launch::candidates(
+            &types,
+            &requirements,
+            &requests,
+            launch_order.as_deref(),
+            |it, o| {
+                !is_marked(
+                    &ledger.unavailable_offerings,
+                    &offering_key(&o.capacity_type, &it.name, &o.zone),
+                    now,
+                )
+            },
+        );
         if candidates.is_empty() {
             return Err(launch::no_offering_error(&requirements));
         }

@@ -175,6 +175,7 @@ pub fn parse_instance_types(
                         ..Default::default()
                     })
                     .collect(),
+                ..Default::default()
             })
         })
         .collect()

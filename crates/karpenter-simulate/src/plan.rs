@@ -198,10 +198,19 @@ fn overlaid_launch_choice(
         .flatten()
         .map(|t| (t.name.clone(), Arc::clone(t)))
         .collect();
-    karpenter_sim::launch::candidates(&by_name, &requirements, &requests, |_, _| true)
-        .first()
-        .map(karpenter_sim::launch::Candidate::choice)
-        .ok_or_else(|| karpenter_sim::launch::no_offering_error(&requirements))
+    // The NodeClaim's overlaid order first, as the providers launch it; the overlaid prices
+    // order each type's offerings.
+    let launch_order = karpenter_core::node_overlay::launch_order(node_claim);
+    karpenter_sim::launch::candidates(
+        &by_name,
+        &requirements,
+        &requests,
+        launch_order.as_deref(),
+        |_, _| true,
+    )
+    .first()
+    .map(karpenter_sim::launch::Candidate::choice)
+    .ok_or_else(|| karpenter_sim::launch::no_offering_error(&requirements))
 }
 
 fn evaluate_overlays(

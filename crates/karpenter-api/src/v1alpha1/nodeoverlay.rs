@@ -20,6 +20,13 @@ pub const REASON_CONFLICT: &str = "Conflict";
 pub const MESSAGE_CONFLICT: &str = "conflict with another overlay";
 /// Reason of `ValidationSucceeded=False` when the runtime checks refuse the overlay.
 pub const REASON_RUNTIME_VALIDATION: &str = "RuntimeValidation";
+/// Annotation (`"true"`) on a NodeClaim one of whose instance-type options has a price an overlay
+/// changed: the provider launches by the overlaid price (upstream's
+/// `PriceOverlayAppliedAnnotationKey`).
+pub const PRICE_OVERLAY_APPLIED_ANNOTATION: &str = "karpenter.sh/price-overlay-applied";
+/// Annotation (`"true"`) on a NodeClaim one of whose instance-type options has capacity an
+/// overlay added (upstream's `CapacityOverlayAppliedAnnotationKey`).
+pub const CAPACITY_OVERLAY_APPLIED_ANNOTATION: &str = "karpenter.sh/capacity-overlay-applied";
 
 /// A label selector term of a NodeOverlay (upstream's `v1alpha1.NodeSelectorRequirement`: no
 /// `minValues`).

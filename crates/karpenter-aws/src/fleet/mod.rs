@@ -149,8 +149,11 @@ pub struct FleetOverride {
     /// Pods the kubelet is told to allow (`spec.kubelet.maxPods` or the type's pod capacity):
     /// part of the launch-template group, as in upstream.
     pub max_pods: i64,
-    /// USD per hour; CreateFleet's `Priority`.
+    /// USD per hour, the provider's own price.
     pub price: f64,
+    /// CreateFleet's `Priority` (lower launches first): the price, or for a NodeClaim planned
+    /// with overlaid prices ([`PlanInput::launch_order`]) its type's rank in that order.
+    pub priority: f64,
     /// The capacity reservation a reserved override launches into (its launch template targets it).
     pub reservation_id: Option<String>,
     /// Instances the reservation can still take (a reserved override).
@@ -178,9 +181,13 @@ pub struct FleetPlan {
     /// For `reserved`: the reservations' type (`default` or `capacity-block`; one per launch, as
     /// CreateFleet takes one market type).
     pub reservation_type: Option<String>,
-    /// Cheapest first, then instance type name, then zone: moto takes the first, EC2 uses the
-    /// allocation strategy with the prices as priorities.
+    /// By priority (cheapest first, or the overlaid order), then instance type name, then zone:
+    /// moto takes the first, EC2 uses the allocation strategy with the priorities.
     pub overrides: Vec<FleetOverride>,
+    /// The NodeClaim was planned with overlaid prices: CreateFleet's allocation strategies are
+    /// `capacity-optimized-prioritized` (spot) and `prioritized` (on-demand), so EC2 follows
+    /// the overrides' priorities instead of its own prices (reference §4.5).
+    pub prioritized: bool,
 }
 
 /// Why nothing can be launched.
@@ -208,6 +215,10 @@ pub struct PlanInput<'a> {
     pub unavailable: &'a UnavailableOfferings,
     /// `status.capacityReservations` of the EC2NodeClass (the reserved offerings' details).
     pub reservations: &'a [CapacityReservationStatus],
+    /// The NodeClaim's instance types cheapest first at the NodeOverlay prices, when it carries
+    /// the price-overlay annotation ([`karpenter_core::node_overlay::launch_order`]): the
+    /// launch prefers them in this order, not by this provider's prices.
+    pub launch_order: Option<&'a [String]>,
 }
 
 /// Capacity types in the order upstream prefers them (reference §4.2): reserved capacity is paid
@@ -268,6 +279,10 @@ pub fn plan(input: &PlanInput<'_>) -> Result<FleetPlan, PlanError> {
                                 i64::from,
                             ),
                             price: o.price,
+                            priority: match input.launch_order {
+                                Some(order) => launch_rank(order, &it.name) as f64,
+                                None => o.price,
+                            },
                             reservation_id: o.reservation_id.clone(),
                             reservation_capacity: o.reservation_capacity.unwrap_or(0),
                         })
@@ -275,12 +290,13 @@ pub fn plan(input: &PlanInput<'_>) -> Result<FleetPlan, PlanError> {
             })
             .collect();
         overrides.sort_by(|a, b| {
-            a.price
-                .total_cmp(&b.price)
+            a.priority
+                .total_cmp(&b.priority)
+                .then_with(|| a.price.total_cmp(&b.price))
                 .then_with(|| a.instance_type.cmp(&b.instance_type))
                 .then_with(|| a.zone.cmp(&b.zone))
         });
-        // Keep the cheapest MAX_INSTANCE_TYPES types (all their zones).
+        // Keep the first MAX_INSTANCE_TYPES types (all their zones).
         let mut kept_types: Vec<String> = Vec::new();
         overrides.retain(|o| {
             if kept_types.contains(&o.instance_type) {
@@ -314,15 +330,23 @@ pub fn plan(input: &PlanInput<'_>) -> Result<FleetPlan, PlanError> {
                 capacity_type: capacity_type.to_string(),
                 reservation_type: Some(reservation_type),
                 overrides,
+                prioritized: input.launch_order.is_some(),
             });
         }
         return Ok(FleetPlan {
             capacity_type: capacity_type.to_string(),
             reservation_type: None,
             overrides,
+            prioritized: input.launch_order.is_some(),
         });
     }
     Err(PlanError::NoOffering)
+}
+
+/// `name`'s position in the overlaid launch order; a type the order does not list (the NodeClaim's
+/// requirements allow it otherwise) comes after every listed one.
+fn launch_rank(order: &[String], name: &str) -> usize {
+    order.iter().position(|n| n == name).unwrap_or(order.len())
 }
 
 /// Upstream's launch filters for reserved overrides (sorted cheapest first), in CreateFleet's

@@ -46,6 +46,7 @@ fn instance_type(
                 ]
             })
             .collect(),
+        ..Default::default()
     })
 }
 
@@ -125,6 +126,7 @@ fn plan_for(
         max_pods,
         unavailable: &f.unavailable,
         reservations: &f.reservations,
+        launch_order: None,
     })
 }
 
@@ -396,4 +398,51 @@ fn capacity_errors_of_a_reserved_launch_name_the_full_reservation() {
         },
     ];
     assert_eq!(full_reservations(&plan, &errors), vec!["cr-b".to_string()]);
+}
+
+#[test]
+fn an_overlaid_launch_order_sets_the_priorities_and_asks_ec2_to_follow_them() {
+    let f = fixture();
+    // The overlay made m5.xlarge the cheapest, then m5.large; m6g.large stays dearest.
+    let order = ["m5.xlarge", "m5.large", "m6g.large"].map(String::from);
+    let plan = plan(&PlanInput {
+        instance_types: &f.types,
+        requirements: &Requirements::new(),
+        requests: &ResourceList::new(),
+        subnets: &f.subnets,
+        amis: &f.amis,
+        max_pods: None,
+        unavailable: &f.unavailable,
+        reservations: &f.reservations,
+        launch_order: Some(&order),
+    })
+    .unwrap();
+    assert!(plan.prioritized);
+    let summary: Vec<(&str, &str, f64, f64)> = plan
+        .overrides
+        .iter()
+        .map(|o| {
+            (
+                o.instance_type.as_str(),
+                o.zone.as_str(),
+                o.priority,
+                o.price,
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("m5.xlarge", "us-west-2a", 0.0, 0.08),
+            ("m5.xlarge", "us-west-2b", 0.0, 0.08),
+            ("m5.large", "us-west-2a", 1.0, 0.04),
+            ("m5.large", "us-west-2b", 1.0, 0.04),
+            ("m6g.large", "us-west-2a", 2.0, 0.03),
+            ("m6g.large", "us-west-2b", 2.0, 0.03),
+        ]
+    );
+    // Without the order the provider's prices are the priorities, EC2 picks by its prices.
+    let by_price = plan_for(&f, &Requirements::new(), None).unwrap();
+    assert!(!by_price.prioritized);
+    assert!(by_price.overrides.iter().all(|o| o.priority == o.price));
 }

@@ -221,6 +221,7 @@ impl AwsCloudProvider {
         .map_err(|restricted| not_ready(restricted.to_string()))?;
         let types = self.types_of(node_class).await?;
         let (requirements, requests) = parse_claim(node_claim)?;
+        let launch_order = karpenter_core::node_overlay::launch_order(node_claim);
         let plan = fleet::plan(&PlanInput {
             instance_types: &types,
             requirements: &requirements,
@@ -230,6 +231,7 @@ impl AwsCloudProvider {
             max_pods: node_class.spec.kubelet.as_ref().and_then(|k| k.max_pods),
             unavailable: &self.unavailable,
             reservations: &status.capacity_reservations,
+            launch_order: launch_order.as_deref(),
         })
         .map_err(|e| match e {
             PlanError::NoAmi => not_ready(e.to_string()),

@@ -54,6 +54,7 @@ pub(super) fn m5_large() -> Arc<InstanceType> {
                 ..Offering::default()
             })
             .collect(),
+        ..Default::default()
     })
 }
 

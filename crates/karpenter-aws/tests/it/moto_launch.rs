@@ -81,6 +81,7 @@ fn instance_type(name: &str, arch: &str, cpu: i64, spot: f64, on_demand: f64) ->
                 ]
             })
             .collect(),
+        ..Default::default()
     })
 }
 
@@ -601,4 +602,119 @@ async fn bottlerocket_alias_launches_with_toml_user_data_and_its_block_devices()
         .delete_launch_templates_for_node_class(&cluster, NODE_CLASS)
         .await
         .unwrap();
+}
+
+/// The fleet CreateFleet made for NodeClaim `name` (tagged with it), as moto recorded it.
+async fn fleet_of(clients: &AwsClients, name: &str) -> aws_sdk_ec2::types::FleetData {
+    let fleets = clients.ec2.describe_fleets().send().await.unwrap();
+    fleets
+        .fleets()
+        .iter()
+        .find(|f| {
+            f.tags()
+                .iter()
+                .any(|t| t.key() == Some(NODECLAIM_TAG) && t.value() == Some(name))
+        })
+        .cloned()
+        .unwrap_or_else(|| panic!("no fleet tagged {NODECLAIM_TAG}={name}"))
+}
+
+/// (instance type, priority) of every override of `fleet`, in request order.
+fn priorities(fleet: &aws_sdk_ec2::types::FleetData) -> Vec<(String, f64)> {
+    fleet
+        .launch_template_configs()
+        .iter()
+        .flat_map(|c| c.overrides())
+        .map(|o| {
+            (
+                o.instance_type().unwrap().as_str().to_string(),
+                o.priority().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_price_overlaid_node_claim_launches_the_overlay_cheapest_type_with_prioritized_allocation()
+ {
+    let Some(clients) = moto_clients().await else {
+        return;
+    };
+    let cluster = unique_cluster("overlay");
+    let node_class = resolved_node_class(&clients, &cluster).await;
+    // By the list price t3a.large is the cheaper; a NodeOverlay made m6a.large the cheapest, so
+    // the provisioner wrote it first and annotated the NodeClaim.
+    let provider = provider(
+        &clients,
+        &cluster,
+        node_class,
+        vec![
+            instance_type("t3a.large", "amd64", 2, 0.02, 0.0752),
+            instance_type("m6a.large", "amd64", 2, 0.03, 0.0864),
+        ],
+    );
+    let claim = |name: &str, annotated: bool| {
+        let mut claim = node_claim(name);
+        claim.spec.requirements = vec![
+            karpenter_api::v1::NodeSelectorRequirementWithMinValues {
+                key: wk::CAPACITY_TYPE_LABEL.into(),
+                operator: "In".into(),
+                values: vec!["on-demand".into()],
+                min_values: None,
+            },
+            karpenter_api::v1::NodeSelectorRequirementWithMinValues {
+                key: wk::INSTANCE_TYPE_LABEL.into(),
+                operator: "In".into(),
+                values: vec!["m6a.large".into(), "t3a.large".into()],
+                min_values: None,
+            },
+        ];
+        if annotated {
+            claim.metadata.annotations = Some(BTreeMap::from([(
+                karpenter_api::v1alpha1::PRICE_OVERLAY_APPLIED_ANNOTATION.to_string(),
+                "true".to_string(),
+            )]));
+        }
+        claim
+    };
+
+    let overlaid = provider
+        .create(&claim("general-overlay-1", true))
+        .await
+        .unwrap();
+    assert_eq!(label(&overlaid, wk::INSTANCE_TYPE_LABEL), "m6a.large");
+    assert_eq!(label(&overlaid, wk::CAPACITY_TYPE_LABEL), "on-demand");
+    let fleet = fleet_of(&clients, "general-overlay-1").await;
+    assert_eq!(
+        fleet
+            .on_demand_options()
+            .and_then(|o| o.allocation_strategy())
+            .map(|s| s.as_str()),
+        Some("prioritized")
+    );
+    assert_eq!(
+        priorities(&fleet),
+        [
+            ("m6a.large".to_string(), 0.0),
+            ("m6a.large".to_string(), 0.0),
+            ("t3a.large".to_string(), 1.0),
+            ("t3a.large".to_string(), 1.0),
+        ]
+    );
+
+    // The same NodeClaim without the annotation: EC2's prices decide, lowest price first.
+    let listed = provider
+        .create(&claim("general-overlay-2", false))
+        .await
+        .unwrap();
+    assert_eq!(label(&listed, wk::INSTANCE_TYPE_LABEL), "t3a.large");
+    let fleet = fleet_of(&clients, "general-overlay-2").await;
+    assert_eq!(
+        fleet
+            .on_demand_options()
+            .and_then(|o| o.allocation_strategy())
+            .map(|s| s.as_str()),
+        Some("lowest-price")
+    );
+    assert_eq!(priorities(&fleet)[0], ("t3a.large".to_string(), 0.0752));
 }

@@ -550,6 +550,7 @@ mod tests {
                 reservation_id: None,
                 reservation_capacity: None,
             }],
+            ..Default::default()
         })
     }
 

@@ -67,6 +67,7 @@ impl Solver for PackThree {
                 taints: Vec::new(),
                 startup_taints: Vec::new(),
                 min_values_relaxed: false,
+                overlay_applied: Default::default(),
             });
         }
         out

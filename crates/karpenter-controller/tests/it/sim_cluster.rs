@@ -54,6 +54,7 @@ fn instance_type(name: &str, cpu: &str, memory: &str, price: f64) -> InstanceTyp
             available: true,
             ..Default::default()
         }],
+        ..Default::default()
     }
 }
 

@@ -139,6 +139,7 @@ impl Solver for FirstFitSolver {
                 taints: Vec::new(),
                 startup_taints: Vec::new(),
                 min_values_relaxed: false,
+                overlay_applied: Default::default(),
             });
         }
         out

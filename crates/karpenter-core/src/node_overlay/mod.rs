@@ -22,14 +22,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
-use karpenter_api::NodePool;
 use karpenter_api::v1::ConditionsExt;
 use karpenter_api::v1alpha1::{
     CONDITION_VALIDATION_SUCCEEDED, MESSAGE_CONFLICT, NodeOverlay, NodeOverlayStatus,
-    REASON_CONFLICT, REASON_RUNTIME_VALIDATION,
+    PRICE_OVERLAY_APPLIED_ANNOTATION, REASON_CONFLICT, REASON_RUNTIME_VALIDATION,
 };
 use karpenter_api::validation::validate_nodeoverlay;
 use karpenter_api::well_known;
+use karpenter_api::{NodeClaim, NodePool};
 use kube_core::ResourceExt;
 
 use crate::instance_type::{InstanceType, Offering};
@@ -383,10 +383,12 @@ fn apply_update(it: &InstanceType, update: &TypeUpdate) -> InstanceType {
         for (name, quantity) in slot.added.iter() {
             out.capacity.set(name, quantity);
         }
+        out.overlay_applied.capacity = true;
     }
     for offering in &mut out.offerings {
         if let Some(slot) = update.prices.get(&offering_key(offering)) {
             offering.price = slot.change.apply(offering.price);
+            out.overlay_applied.price = true;
         }
     }
     out
@@ -443,6 +445,26 @@ pub fn evaluate(
             .insert(parsed.name.clone(), Verdict::Applied);
     }
     evaluation
+}
+
+/// The instance types of `claim` in the order its provider must prefer them when the claim was
+/// planned with overlaid prices, i.e. when it carries
+/// [`PRICE_OVERLAY_APPLIED_ANNOTATION`](karpenter_api::v1alpha1::PRICE_OVERLAY_APPLIED_ANNOTATION)
+/// (upstream checks the key only): its `node.kubernetes.io/instance-type In` values as the
+/// provisioner wrote them, cheapest at the overlaid price first. `None` otherwise: the provider's
+/// own prices decide. The providers do not see the overlays; this order is what they carry.
+pub fn launch_order(claim: &NodeClaim) -> Option<Vec<String>> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(PRICE_OVERLAY_APPLIED_ANNOTATION)?;
+    claim
+        .spec
+        .requirements
+        .iter()
+        .find(|r| r.key == well_known::INSTANCE_TYPE_LABEL && r.operator == "In")
+        .map(|r| r.values.clone())
 }
 
 /// The status the controller writes for `overlay` given its verdict: `ValidationSucceeded` and

@@ -1054,3 +1054,77 @@ fn conflicting_overlay_gets_validation_succeeded_false_with_upstreams_reason_and
     let fixed = desired_status(&written, &Verdict::Applied, "2026-01-02T00:00:00Z").unwrap();
     assert!(fixed.conditions.iter().all(|c| c.status == "True"));
 }
+
+// ---- What the launch reads (upstream's IsPricingOverlayApplied / IsCapacityOverlayApplied) ------
+
+#[test]
+fn applied_types_carry_which_overlay_changed_them() {
+    let priced_type = instance_type(
+        "priced-type",
+        "amd64",
+        vec![offering("on-demand", "test-zone-1", 1.0)],
+    );
+    let capacity_type = instance_type(
+        "capacity-type",
+        "amd64",
+        vec![offering("on-demand", "test-zone-1", 1.0)],
+    );
+    let untouched = instance_type(
+        "untouched-type",
+        "amd64",
+        vec![offering("on-demand", "test-zone-1", 1.0)],
+    );
+    let pools = pools_of(vec![priced_type, capacity_type, untouched]);
+    let overlays = [
+        priced(
+            overlay("price", None, vec![req(IT, "In", &["priced-type"])]),
+            None,
+            Some("-10%"),
+        ),
+        with_capacity(
+            overlay("capacity", None, vec![req(IT, "In", &["capacity-type"])]),
+            &[("example.com/fpga", "2")],
+        ),
+    ];
+    let evaluation = evaluate(&overlays, &pools);
+    let applied = evaluation.apply("default", &pools[0].1);
+    let marks: BTreeMap<&str, crate::instance_type::OverlayApplied> = applied
+        .iter()
+        .map(|t| (t.name.as_str(), t.overlay_applied))
+        .collect();
+    assert!(marks["priced-type"].price && !marks["priced-type"].capacity);
+    assert!(marks["capacity-type"].capacity && !marks["capacity-type"].price);
+    assert!(marks["untouched-type"].is_none());
+    // The provider's own copies are never marked.
+    assert!(pools[0].1.iter().all(|t| t.overlay_applied.is_none()));
+}
+
+#[test]
+fn launch_order_is_the_claims_instance_type_order_only_with_the_price_annotation() {
+    let claim = |annotated: bool| -> NodeClaim {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {
+                "name": "default-x",
+                "annotations": if annotated {
+                    serde_json::json!({"karpenter.sh/price-overlay-applied": "true"})
+                } else {
+                    serde_json::json!({})
+                },
+            },
+            "spec": {
+                "requirements": [
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                    {"key": IT, "operator": "In", "values": ["m7i.large", "c6a.large", "m5.large"]},
+                ],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            },
+        }))
+        .unwrap()
+    };
+    assert_eq!(
+        launch_order(&claim(true)).unwrap(),
+        ["m7i.large", "c6a.large", "m5.large"]
+    );
+    assert_eq!(launch_order(&claim(false)), None);
+}

@@ -13,6 +13,11 @@ use karpenter_api::well_known::{
 use karpenter_api::{NodeClaim, NodeClaimSpec, NodePool};
 use kube_core::{Resource, ResourceExt};
 
+use karpenter_api::v1alpha1::{
+    CAPACITY_OVERLAY_APPLIED_ANNOTATION, PRICE_OVERLAY_APPLIED_ANNOTATION,
+};
+
+use crate::instance_type::OverlayApplied;
 use crate::nodepool::hash::template_hash;
 use crate::resources::ResourceList;
 use crate::scheduling::NewNodeClaim;
@@ -30,6 +35,7 @@ pub fn build(claim: &NewNodeClaim, pool: &NodePool) -> NodeClaim {
             taints: &claim.taints,
             startup_taints: &claim.startup_taints,
             min_values_relaxed: claim.min_values_relaxed,
+            overlay_applied: claim.overlay_applied,
         },
     )
 }
@@ -48,6 +54,7 @@ pub fn build_static(pool: &NodePool) -> NodeClaim {
             taints: &template.taints,
             startup_taints: &template.startup_taints,
             min_values_relaxed: false,
+            overlay_applied: OverlayApplied::default(),
         },
     )
 }
@@ -60,6 +67,7 @@ struct Shape<'a> {
     taints: &'a [Taint],
     startup_taints: &'a [Taint],
     min_values_relaxed: bool,
+    overlay_applied: OverlayApplied,
 }
 
 fn from_template(pool: &NodePool, shape: Shape<'_>) -> NodeClaim {
@@ -94,6 +102,14 @@ fn from_template(pool: &NodePool, shape: Shape<'_>) -> NodeClaim {
         NODECLAIM_MIN_VALUES_RELAXED_ANNOTATION.into(),
         shape.min_values_relaxed.to_string(),
     );
+    // Upstream's `ToNodeClaim`: the provider launches a price-overlaid NodeClaim by the overlaid
+    // price (the order of its instance-type options), not by its own list price.
+    if shape.overlay_applied.price {
+        annotations.insert(PRICE_OVERLAY_APPLIED_ANNOTATION.into(), "true".into());
+    }
+    if shape.overlay_applied.capacity {
+        annotations.insert(CAPACITY_OVERLAY_APPLIED_ANNOTATION.into(), "true".into());
+    }
 
     let owner = OwnerReference {
         api_version: NodePool::api_version(&()).into_owned(),
@@ -190,6 +206,7 @@ mod tests {
             taints: Vec::new(),
             startup_taints: Vec::new(),
             min_values_relaxed: false,
+            overlay_applied: OverlayApplied::default(),
         }
     }
 
@@ -246,6 +263,53 @@ mod tests {
         assert_eq!(claim.labels()["karpenter.sh/nodepool"], "fixed");
         assert_eq!(claim.spec.taints, pool.spec.template.spec.taints);
         assert!(claim.annotations().contains_key(NODEPOOL_HASH_ANNOTATION));
+    }
+
+    #[test]
+    fn overlay_annotations_only_when_an_option_carries_an_overlay() {
+        let pool = nodepool("default");
+        let plain = build(&decision(), &pool);
+        assert!(
+            !plain
+                .annotations()
+                .contains_key(PRICE_OVERLAY_APPLIED_ANNOTATION)
+        );
+        assert!(
+            !plain
+                .annotations()
+                .contains_key(CAPACITY_OVERLAY_APPLIED_ANNOTATION)
+        );
+
+        let mut priced = decision();
+        priced.overlay_applied = OverlayApplied {
+            price: true,
+            capacity: false,
+        };
+        let claim = build(&priced, &pool);
+        assert_eq!(
+            claim.annotations()[PRICE_OVERLAY_APPLIED_ANNOTATION],
+            "true"
+        );
+        assert!(
+            !claim
+                .annotations()
+                .contains_key(CAPACITY_OVERLAY_APPLIED_ANNOTATION)
+        );
+
+        let mut both = decision();
+        both.overlay_applied = OverlayApplied {
+            price: true,
+            capacity: true,
+        };
+        let claim = build(&both, &pool);
+        assert_eq!(
+            claim.annotations()[PRICE_OVERLAY_APPLIED_ANNOTATION],
+            "true"
+        );
+        assert_eq!(
+            claim.annotations()[CAPACITY_OVERLAY_APPLIED_ANNOTATION],
+            "true"
+        );
     }
 
     #[test]

@@ -250,3 +250,88 @@ fn daemonset_overhead_is_its_pod_after_the_limit_range_admission_of_its_namespac
     state.apply(limit_range("default"));
     assert_eq!(plan(&state), (2000, "medium.4x".to_string()));
 }
+
+/// An overlay pricing `name` at `price` (USD/h) in every pool.
+fn price_overlay(name: &str, price: &str) -> karpenter_api::v1alpha1::NodeOverlay {
+    karpenter_api::v1alpha1::NodeOverlay::new(
+        &format!("price-{name}"),
+        karpenter_api::v1alpha1::NodeOverlaySpec {
+            requirements: vec![karpenter_api::v1alpha1::OverlayRequirement {
+                key: "node.kubernetes.io/instance-type".into(),
+                operator: "In".into(),
+                values: vec![name.into()],
+            }],
+            price: Some(price.into()),
+            ..Default::default()
+        },
+    )
+}
+
+/// The NodeClaim the provisioner builds for two 1500m pods over `types`.
+fn planned_claim(default: &NodePool, types: &[Arc<InstanceType>]) -> NodeClaim {
+    let state = state_with(
+        vec![default.clone()],
+        vec![],
+        vec![],
+        vec![pending_pod("a", "1500m"), pending_pod("b", "1500m")],
+    );
+    let snapshot = Snapshot::new(&state, SchedulerOptions::default(), t0()).offer(default, types);
+    let pods = snapshot.pods_to_place();
+    let results = solve(snapshot.scheduler_input().input, &pods);
+    let [claim] = results.new_node_claims.as_slice() else {
+        panic!("one NodeClaim for both pods: {results:?}");
+    };
+    nodeclaim::build(claim, default)
+}
+
+fn instance_type_values(claim: &NodeClaim) -> Vec<String> {
+    claim
+        .spec
+        .requirements
+        .iter()
+        .find(|r| r.key == "node.kubernetes.io/instance-type")
+        .unwrap()
+        .values
+        .clone()
+}
+
+#[test]
+fn a_price_overlay_on_an_option_annotates_the_nodeclaim_and_orders_its_options() {
+    use karpenter_api::v1alpha1::{
+        CAPACITY_OVERLAY_APPLIED_ANNOTATION, PRICE_OVERLAY_APPLIED_ANNOTATION,
+    };
+    let default = pool("default", json!({}));
+    let offered = vec![(default.clone(), catalogue())];
+    let overlays = [price_overlay("big.8x", "0.05")];
+    let overlaid = crate::node_overlay::evaluate(&overlays, &offered).apply_all(offered);
+    let claim = planned_claim(&default, &overlaid[0].1);
+    assert_eq!(
+        claim.annotations().get(PRICE_OVERLAY_APPLIED_ANNOTATION),
+        Some(&"true".to_string())
+    );
+    assert!(
+        !claim
+            .annotations()
+            .contains_key(CAPACITY_OVERLAY_APPLIED_ANNOTATION)
+    );
+    // The overlaid type is now the cheapest option: first, as the provider must launch it.
+    assert_eq!(instance_type_values(&claim), ["big.8x", "medium.4x"]);
+}
+
+#[test]
+fn an_overlay_on_a_type_that_is_not_an_option_does_not_annotate() {
+    use karpenter_api::v1alpha1::PRICE_OVERLAY_APPLIED_ANNOTATION;
+    let default = pool("default", json!({}));
+    let offered = vec![(default.clone(), catalogue())];
+    // Dearer, small.2x is still the only type changed, but it cannot hold both pods: it is not
+    // an option of the NodeClaim, whose options keep their list prices.
+    let overlays = [price_overlay("small.2x", "5.0")];
+    let overlaid = crate::node_overlay::evaluate(&overlays, &offered).apply_all(offered);
+    let claim = planned_claim(&default, &overlaid[0].1);
+    assert_eq!(instance_type_values(&claim), ["medium.4x", "big.8x"]);
+    assert!(
+        !claim
+            .annotations()
+            .contains_key(PRICE_OVERLAY_APPLIED_ANNOTATION)
+    );
+}

@@ -113,6 +113,7 @@ pub fn instance_types(count: usize) -> Vec<InstanceType> {
                     offering(ZONES[1], "on-demand"),
                     offering(ZONES[2], "on-demand"),
                 ],
+                ..Default::default()
             }
         })
         .collect()

@@ -51,6 +51,7 @@ use super::{
     ExistingNodePlacement, InstanceTypeOption, MinValuesPolicy, NewNodeClaim, PreferencePolicy,
     SchedulerInput, SchedulerOptions, SchedulingResults, UnschedulablePod,
 };
+use crate::instance_type::OverlayApplied;
 use crate::requirements::{Incompatibility, Operator, Requirement, Requirements};
 use crate::resources::Quantity;
 use crate::taints;
@@ -118,6 +119,8 @@ struct PoolType {
     capacity: ResVec,
     offerings: Vec<Offering>,
     daemon_group: usize,
+    /// What NodeOverlays changed on the type (the NodeClaims offering it are annotated).
+    overlay_applied: OverlayApplied,
 }
 
 struct DaemonGroup {

@@ -29,7 +29,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use karpenter_api::v1::NodeSelectorRequirementWithMinValues;
 use serde::Serialize;
 
-use crate::instance_type::InstanceType;
+use crate::instance_type::{InstanceType, OverlayApplied};
 use crate::resources::ResourceList;
 
 /// Everything the scheduler needs besides the pods.
@@ -192,6 +192,10 @@ pub struct NewNodeClaim {
     pub taints: Vec<Taint>,
     pub startup_taints: Vec<Taint>,
     pub min_values_relaxed: bool,
+    /// The NodeOverlay changes carried by any of the options (the NodeClaim's
+    /// `karpenter.sh/*-overlay-applied` annotations).
+    #[serde(skip_serializing_if = "OverlayApplied::is_none")]
+    pub overlay_applied: OverlayApplied,
 }
 
 /// One instance type a NodeClaim may launch as.

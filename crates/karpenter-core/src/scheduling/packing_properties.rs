@@ -54,6 +54,7 @@ fn catalogue() -> Vec<Arc<InstanceType>> {
                             reservation_capacity: None,
                         })
                         .collect(),
+                    ..Default::default()
                 }));
             }
         }

@@ -73,6 +73,7 @@ pub fn instance_type(name: &str, arch: &str, os: &str, capacity: &[(&str, &str)]
         capacity,
         overhead: Overhead::default(),
         offerings,
+        ..Default::default()
     }
 }
 

@@ -35,6 +35,7 @@ fn instance_type(name: &str, cpu: &str, offerings: Vec<Offering>) -> InstanceTyp
         capacity: ResourceList::parse([("cpu", cpu), ("memory", "8Gi"), ("pods", "110")]).unwrap(),
         overhead: Overhead::default(),
         offerings,
+        ..Default::default()
     }
 }
 
@@ -388,4 +389,61 @@ async fn embedded_catalogue_launches_m5_large_on_demand() {
     assert_eq!(nc.status.unwrap().allocatable["memory"].0, "6903Mi");
     let pool = NodePool::new("default", Default::default());
     assert!(sim.instance_types(&pool, None).await.unwrap().len() > 1000);
+}
+
+#[tokio::test]
+async fn a_price_overlaid_node_claim_launches_the_family_the_overlay_made_cheapest() {
+    use karpenter_api::v1alpha1::{
+        NodeOverlay, NodeOverlaySpec, OverlayRequirement, PRICE_OVERLAY_APPLIED_ANNOTATION,
+    };
+    let sim = SimCloudProvider::new("us-east-1", Arc::new(FakeClock::default())).unwrap();
+    let pool = NodePool::new("default", Default::default());
+    let offered = vec![(pool.clone(), sim.instance_types(&pool, None).await.unwrap())];
+    // A savings plan: m7i costs 40% less on demand. By list price c6a.large is the cheaper.
+    let overlay = NodeOverlay::new(
+        "savings-plan-m7i",
+        NodeOverlaySpec {
+            requirements: vec![OverlayRequirement {
+                key: "karpenter.k8s.aws/instance-family".into(),
+                operator: "In".into(),
+                values: vec!["m7i".into()],
+            }],
+            price_adjustment: Some("-40%".into()),
+            ..Default::default()
+        },
+    );
+    let overlaid = karpenter_core::node_overlay::evaluate(&[overlay], &offered).apply_all(offered);
+    let on_demand_price = |name: &str| {
+        overlaid[0]
+            .1
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap()
+            .offerings
+            .iter()
+            .filter(|o| o.capacity_type == "on-demand")
+            .map(|o| o.price)
+            .fold(f64::MAX, f64::min)
+    };
+    assert!(on_demand_price("m7i.large") < on_demand_price("c6a.large"));
+    // The provisioner writes the options cheapest first at the overlaid price and annotates.
+    let reqs = vec![
+        req(wk::INSTANCE_TYPE_LABEL, &["m7i.large", "c6a.large"]),
+        req(wk::CAPACITY_TYPE_LABEL, &["on-demand"]),
+    ];
+    let mut overlaid_claim = claim("overlaid", reqs.clone(), "1");
+    overlaid_claim.metadata.annotations = Some(BTreeMap::from([(
+        PRICE_OVERLAY_APPLIED_ANNOTATION.to_string(),
+        "true".to_string(),
+    )]));
+    assert_eq!(
+        sim.launch_choice(&overlaid_claim).unwrap().instance_type,
+        "m7i.large"
+    );
+    let launched = sim.create(&overlaid_claim).await.unwrap();
+    assert_eq!(label(&launched, wk::INSTANCE_TYPE_LABEL), "m7i.large");
+
+    // The same options without the annotation: the provider's own (list) prices decide.
+    let listed = sim.create(&claim("listed", reqs, "1")).await.unwrap();
+    assert_eq!(label(&listed, wk::INSTANCE_TYPE_LABEL), "c6a.large");
 }

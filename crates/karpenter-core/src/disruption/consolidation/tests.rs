@@ -510,3 +510,45 @@ fn moved_pods_may_land_on_a_node_whose_pool_never_consolidates() {
     assert_eq!(commands[0].candidates[0].name, "big");
     assert_eq!(commands[0].decision(), Decision::Delete);
 }
+
+#[test]
+fn a_replacement_planned_with_an_overlaid_price_is_annotated_and_ordered_by_it() {
+    use karpenter_api::v1alpha1::{
+        NodeOverlay, NodeOverlaySpec, OverlayRequirement, PRICE_OVERLAY_APPLIED_ANNOTATION,
+    };
+    // medium.4x at $0.05/h (a discount) is now cheaper than small.2x ($0.1/h).
+    let overlay = NodeOverlay::new(
+        "discount-medium",
+        NodeOverlaySpec {
+            requirements: vec![OverlayRequirement {
+                key: karpenter_api::well_known::INSTANCE_TYPE_LABEL.into(),
+                operator: "In".into(),
+                values: vec!["medium.4x".into()],
+            }],
+            price: Some("0.05".into()),
+            ..Default::default()
+        },
+    );
+    let pools = on_demand();
+    let offered = vec![(pools[0].clone(), crate::disruption::testkit::sizes())];
+    let overlaid = crate::node_overlay::evaluate(&[overlay], &offered).apply_all(offered);
+    let world = World::new(
+        pools,
+        vec![node("big", "big.8x", "on-demand", "default")],
+        vec![pod("a", "big", "1500m")],
+    )
+    .with_types(&overlaid[0].1);
+    let (commands, _) = single(&world);
+    assert_eq!(commands.len(), 1, "expected a replace");
+    let replacement = &commands[0].replacements[0];
+    assert_eq!(instance_types_of(replacement)[0], "medium.4x");
+    assert_eq!(
+        replacement
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PRICE_OVERLAY_APPLIED_ANNOTATION))
+            .map(String::as_str),
+        Some("true")
+    );
+}

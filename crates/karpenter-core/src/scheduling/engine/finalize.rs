@@ -41,7 +41,9 @@ impl Engine {
         let mut min_overhead: Option<ResVec> = None;
         let mut groups_seen: Vec<usize> = Vec::new();
         let mut capacity_types: BTreeSet<Sym> = BTreeSet::new();
+        let mut overlay_applied = OverlayApplied::default();
         for (_, t) in &options {
+            overlay_applied = overlay_applied.union(pool.types[*t].overlay_applied);
             let g = pool.types[*t].daemon_group;
             if !groups_seen.contains(&g) {
                 groups_seen.push(g);
@@ -98,6 +100,7 @@ impl Engine {
                 .collect(),
             labels,
             daemon_overhead: min_overhead.unwrap_or_default(),
+            overlay_applied,
         })
     }
 
@@ -134,6 +137,7 @@ impl Engine {
             taints: pool.taints.clone(),
             startup_taints: pool.startup_taints.clone(),
             min_values_relaxed: claim.min_values_relaxed,
+            overlay_applied: shape.overlay_applied,
         })
     }
 }
@@ -145,4 +149,6 @@ pub(super) struct Finalized {
     instance_types: Arc<[InstanceTypeOption]>,
     labels: BTreeMap<String, String>,
     daemon_overhead: ResVec,
+    /// Over the kept options only, as upstream's `ToNodeClaim` looks at the truncated list.
+    overlay_applied: OverlayApplied,
 }

@@ -602,6 +602,7 @@ mod guard_tests {
                     taints: Vec::new(),
                     startup_taints: Vec::new(),
                     min_values_relaxed: false,
+                    overlay_applied: Default::default(),
                 })
                 .collect(),
             existing_nodes: Vec::new(),

@@ -128,6 +128,7 @@ impl Engine {
                         capacity: ResVec::default(),
                         offerings: Vec::new(),
                         daemon_group: 0,
+                        overlay_applied: it.overlay_applied,
                     });
                     continue;
                 }
@@ -139,6 +140,7 @@ impl Engine {
                     capacity: interner.resources(&it.capacity),
                     offerings,
                     daemon_group: 0,
+                    overlay_applied: it.overlay_applied,
                 });
             }
             let mut pool = Pool {

@@ -8,7 +8,7 @@ use karpenter_api::v1alpha1::NodeOverlay;
 use kube::Api;
 use kube::api::PostParams;
 
-use super::objects::{DEFAULT_NODECLASS, apply};
+use super::objects::{DEFAULT_NODECLASS, apply, condition_true, nodeclaims};
 use super::{SOON, eventually, repo_root};
 
 fn overlay(spec: serde_json::Value, name: &str) -> NodeOverlay {
@@ -127,4 +127,83 @@ async fn the_controller_writes_validation_succeeded_and_conflict_with_the_gate_o
     // Same weight, same offerings: the later name is evaluated first and wins.
     assert_eq!(a, ("False".to_string(), "Conflict".to_string()));
     assert_eq!(b.0, "True");
+}
+
+/// `examples/node-overlay` on the controller with the sim provider: the overlay's 40% discount
+/// makes m7i the cheapest fit, the NodeClaim carries `karpenter.sh/price-overlay-applied` and the
+/// provider launches the m7i type the plan chose, not the list-cheapest c6a `simulate` picks
+/// without the gate.
+#[tokio::test]
+async fn a_price_overlay_annotates_the_nodeclaim_and_the_launch_follows_the_overlaid_price() {
+    let options = super::options().env("FEATURE_GATES", "NodeOverlay=true");
+    let Some((cluster, _karpenter)) = super::with_karpenter("nodeoverlay-launch", options).await
+    else {
+        return;
+    };
+    let client = cluster.client();
+    let ns = cluster.namespace();
+    let example = repo_root().join("examples/node-overlay");
+    let read = |f: &str| std::fs::read_to_string(example.join(f)).unwrap();
+    apply(&client, ns, &read("ec2nodeclass.yaml")).await;
+    apply(&client, ns, &read("nodepool.yaml")).await;
+    apply(&client, ns, &read("nodeoverlay.yaml")).await;
+    // The controller has read the overlay once it wrote its status: the pods come after.
+    let api = Api::<NodeOverlay>::all(client.clone());
+    eventually("the overlay is evaluated", SOON, || {
+        let api = api.clone();
+        async move {
+            let o = api.get("savings-plan-m7i").await.ok()?;
+            o.status?
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "ValidationSucceeded" && c.status == "True")
+                .then_some(())
+        }
+    })
+    .await
+    .unwrap();
+    let inflate = read("inflate.yaml").replace("namespace: default", &format!("namespace: {ns}"));
+    apply(&client, ns, &inflate).await;
+
+    let claim = eventually("a launched NodeClaim", SOON, || {
+        let client = client.clone();
+        async move {
+            nodeclaims(&client)
+                .await
+                .into_iter()
+                .find(|c| condition_true(c, "Launched"))
+        }
+    })
+    .await
+    .unwrap();
+    let annotations = claim.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get(karpenter_api::v1alpha1::PRICE_OVERLAY_APPLIED_ANNOTATION)
+            .map(String::as_str),
+        Some("true"),
+        "{annotations:?}"
+    );
+    // However the batch split the pods, the NodeClaim's cheapest option at the overlaid price
+    // is an m7i type, and that is what the provider launched.
+    let first_option = claim
+        .spec
+        .requirements
+        .iter()
+        .find(|r| r.key == "node.kubernetes.io/instance-type")
+        .and_then(|r| r.values.first().cloned())
+        .unwrap();
+    assert!(first_option.starts_with("m7i."), "{first_option}");
+    let labels = claim.metadata.labels.clone().unwrap_or_default();
+    eprintln!(
+        "nodeoverlay-launch: {} {:?} price-overlay-applied={:?}",
+        claim.metadata.name.as_deref().unwrap_or_default(),
+        labels.get("node.kubernetes.io/instance-type"),
+        annotations.get(karpenter_api::v1alpha1::PRICE_OVERLAY_APPLIED_ANNOTATION)
+    );
+    assert_eq!(
+        labels.get("node.kubernetes.io/instance-type"),
+        Some(&first_option),
+        "{labels:?}"
+    );
 }
