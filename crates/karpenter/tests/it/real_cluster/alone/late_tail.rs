@@ -67,9 +67,6 @@ fn initialized(claim: &NodeClaim) -> Option<Timestamp> {
 /// "every pod that fits the pool is bound within one batch window plus launch-to-Ready" after the
 /// last pod of the burst is created.
 #[tokio::test]
-#[ignore = "open (issue 34): about one run in five, alone on the machine, one large pod waits ~30 s \
-            (a pass nominates it to an initialized node the kube-scheduler does not place it on, and \
-            nothing plans for it again until the next resync); docs/benchmarks.md"]
 async fn every_pod_of_a_burst_is_bound_within_a_batch_window_plus_launch_to_ready() {
     // Upstream's packing (about 12 nodes here): under the default CostOptimal, 43 nodes that
     // each fit one large pod exactly let the kube-scheduler displace far more pods (a 40 s tail
