@@ -116,6 +116,8 @@ pub struct Trace {
     pub pdb_samples: Vec<PdbSample>,
     /// The last pass's reasons for the nodes it left alone.
     pub last_blocked: Vec<Rejection>,
+    /// The instants at which the loop ran a pass of `decide`.
+    pub passes: Vec<Timestamp>,
     /// The loop stopped because nothing more would happen (not at `--until`).
     pub converged: bool,
 }
