@@ -118,24 +118,26 @@ fn a_budget_of_one_serialises_a_rollout_and_every_drifted_node_is_replaced() {
         .map(|c| c.completed_at.as_deref())
         .collect();
     // Each: replacement initialized after 60 s, the pod's 30 s grace, 5 s minimum drain time,
-    // 60 s of shutdown; the next starts when the previous candidate is gone, not before.
+    // 60 s of shutdown (2:35 in all); the next starts at the controller's first tick after the
+    // previous candidate is gone, not before: ticks 1 s after a tick that started commands,
+    // then every 10 s (+0:01, +0:11, …, +2:41).
     assert_eq!(
         starts,
         [
             "2026-01-30T23:00:00Z",
-            "2026-01-30T23:02:35Z",
-            "2026-01-30T23:05:10Z"
+            "2026-01-30T23:02:41Z",
+            "2026-01-30T23:05:22Z"
         ]
     );
     assert_eq!(
         ends,
         [
             Some("2026-01-30T23:02:35Z"),
-            Some("2026-01-30T23:05:10Z"),
-            Some("2026-01-30T23:07:45Z")
+            Some("2026-01-30T23:05:16Z"),
+            Some("2026-01-30T23:07:57Z")
         ]
     );
-    assert_eq!(report.completed_at.as_deref(), Some("2026-01-30T23:07:45Z"));
+    assert_eq!(report.completed_at.as_deref(), Some("2026-01-30T23:07:57Z"));
     assert!(report.in_flight.is_empty());
     assert!(trace.converged);
     assert!(
