@@ -43,6 +43,7 @@ use super::plan::{PlanOutcome, SimulateError};
 pub use cluster::INITIALIZATION;
 use cluster::SimCluster;
 use karpenter_sim::SimCloudProvider;
+use polls::Polls;
 use report::{
     After, Before, BlockedNode, CandidateReport, CommandReport, DisruptionReport, round6,
 };
@@ -50,7 +51,6 @@ pub use report::{PlanWithDisruption, StepReport};
 pub use timeline::{
     DEFAULT_INSTANCE_SHUTDOWN, DEFAULT_INSTANCE_SHUTDOWN_SECONDS, TimelineSettings,
 };
-use polls::Polls;
 use timeline::{Timeline, Trace};
 
 pub use polls::{AFTER_ACTION, POLL};
