@@ -1,7 +1,8 @@
 //! The simulated cluster `simulate --disruption` runs on: the input's Nodes, NodeClaims and bound
 //! pods plus everything the simulation launched, kept as API objects so every step builds the
 //! same [`ClusterState`] the controller would see. Pods that lose their node go through the
-//! provisioning pipeline again ([`crate::plan_with`], the code of the first plan).
+//! provisioning pipeline again (the code of the first plan, [`crate::plan_with`], without its
+//! cost bound).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use kube_core::ResourceExt;
 use super::report::{NodeReport, ReplacementReport, UnschedulableReport};
 use crate::manifests::Manifests;
 use crate::pending::PendingPod;
-use crate::plan::{PlanOutcome, SimulateError, plan_with};
+use crate::plan::{PlanOutcome, SimulateError, plan_placements};
 use karpenter_core::disruption::orchestration::pdb;
 use karpenter_sim::SimCloudProvider;
 use karpenter_sim::launch::LaunchChoice;
@@ -541,7 +542,7 @@ impl<'p> SimCluster<'p> {
             queue.push(PendingPod::single(pod.clone()));
             pending.insert(pod::key(&pod), pod);
         }
-        let outcome = plan_with(&self.manifests(queue), self.provider, self.options.clone())?;
+        let outcome = plan_placements(&self.manifests(queue), self.provider, self.options.clone())?;
         let initialized_at = now.checked_add(INITIALIZATION).unwrap_or(now);
         let launched = self.apply_outcome(&outcome, &mut pending, now, initialized_at);
         for pod in &outcome.plan.unschedulable {
