@@ -1,7 +1,8 @@
 //! The simulated cluster `simulate --disruption` runs on: the input's Nodes, NodeClaims and bound
 //! pods plus everything the simulation launched, kept as API objects so every step builds the
 //! same [`ClusterState`] the controller would see. Pods that lose their node go through the
-//! provisioning pipeline again ([`crate::plan_with`], the code of the first plan).
+//! provisioning pipeline again (the code of the first plan, [`crate::plan_with`], without its
+//! cost bound).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use kube_core::ResourceExt;
 use super::report::{NodeReport, ReplacementReport, UnschedulableReport};
 use crate::manifests::Manifests;
 use crate::pending::PendingPod;
-use crate::plan::{PlanOutcome, SimulateError, plan_with};
+use crate::plan::{PlanOutcome, SimulateError, plan_placements};
 use karpenter_core::disruption::orchestration::pdb;
 use karpenter_sim::SimCloudProvider;
 use karpenter_sim::launch::LaunchChoice;
@@ -56,6 +57,9 @@ pub struct SimCluster<'p> {
     pub(super) unschedulable: Vec<UnschedulableReport>,
     /// Per PDB (`namespace/name`): the pods it expects, fixed once the first plan is applied.
     pdb_expected: BTreeMap<String, i32>,
+    /// How many changes the objects went through: a pass on an unchanged cluster decides as
+    /// the last one did (see [`super::polls`]).
+    changes: u64,
 }
 
 impl<'p> SimCluster<'p> {
@@ -109,6 +113,7 @@ impl<'p> SimCluster<'p> {
             counters: BTreeMap::new(),
             unschedulable: Vec::new(),
             pdb_expected: BTreeMap::new(),
+            changes: 0,
         }
     }
 
@@ -202,12 +207,23 @@ impl<'p> SimCluster<'p> {
 
     /// Takes pod `key` off its node (an eviction); the caller decides where it goes.
     pub fn evict(&mut self, key: &str) -> Option<Pod> {
+        self.changed();
         self.pods.remove(key)
+    }
+
+    /// The number of changes so far; it grows with every write to a Node, NodeClaim or pod.
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    fn changed(&mut self) {
+        self.changes = self.changes.wrapping_add(1);
     }
 
     /// `karpenter.sh/disrupted:NoSchedule` on the Node (`on`), as the orchestration queue taints a
     /// candidate: no pod is placed there any more; or off again, as a rollback untaints it.
     pub fn taint_disrupted(&mut self, node: &str, on: bool) {
+        self.changed();
         let Some(spec) = self
             .nodes
             .get_mut(node)
@@ -382,6 +398,7 @@ impl<'p> SimCluster<'p> {
                 ..Default::default()
             }),
         };
+        self.changed();
         self.claims.insert(name.clone(), claim);
         self.nodes.insert(name.clone(), node);
         self.launched_prices.insert(name.clone(), choice.price);
@@ -414,6 +431,7 @@ impl<'p> SimCluster<'p> {
             .map(|(n, at)| (n.clone(), *at))
             .collect();
         for (name, at) in due {
+            self.changed();
             self.initializing.remove(&name);
             // Pods bound while the node initialized start running now.
             for pod in self.pods.values_mut() {
@@ -445,6 +463,7 @@ impl<'p> SimCluster<'p> {
     }
 
     fn bind(&mut self, mut pod: Pod, node: &str, now: Timestamp) {
+        self.changed();
         pod.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
         mark_scheduled(&mut pod, now);
         // Ready at once on a running node, else when its node initializes.
@@ -455,6 +474,7 @@ impl<'p> SimCluster<'p> {
     /// Removes the Node `node` (and its NodeClaim); returns its pods that need a new home
     /// (DaemonSet and static pods go with the node).
     pub fn remove_node(&mut self, node: &str) -> Vec<Pod> {
+        self.changed();
         let provider_id = self
             .nodes
             .get(node)
@@ -496,6 +516,7 @@ impl<'p> SimCluster<'p> {
 
     /// Removes a NodeClaim that has no Node.
     pub fn remove_claim(&mut self, claim: &str) {
+        self.changed();
         self.claims.remove(claim);
         self.initializing.remove(claim);
     }
@@ -521,7 +542,7 @@ impl<'p> SimCluster<'p> {
             queue.push(PendingPod::single(pod.clone()));
             pending.insert(pod::key(&pod), pod);
         }
-        let outcome = plan_with(&self.manifests(queue), self.provider, self.options.clone())?;
+        let outcome = plan_placements(&self.manifests(queue), self.provider, self.options.clone())?;
         let initialized_at = now.checked_add(INITIALIZATION).unwrap_or(now);
         let launched = self.apply_outcome(&outcome, &mut pending, now, initialized_at);
         for pod in &outcome.plan.unschedulable {
@@ -619,6 +640,7 @@ impl<'p> SimCluster<'p> {
 
     /// Deletes pod `key` (a scale-down): it goes with its node's room.
     pub fn delete_pod(&mut self, key: &str) {
+        self.changed();
         self.pods.remove(key);
     }
 

@@ -19,6 +19,7 @@
 //! decision would act on is never closer than upstream's 10 s poll.
 
 mod cluster;
+mod polls;
 pub mod report;
 mod steps;
 pub mod timeline;
@@ -42,6 +43,7 @@ use super::plan::{PlanOutcome, SimulateError};
 pub use cluster::INITIALIZATION;
 use cluster::SimCluster;
 use karpenter_sim::SimCloudProvider;
+use polls::Polls;
 use report::{
     After, Before, BlockedNode, CandidateReport, CommandReport, DisruptionReport, round6,
 };
@@ -51,9 +53,7 @@ pub use timeline::{
 };
 use timeline::{Timeline, Trace};
 
-/// Upstream polls the disruption loop every 10 s; virtual time never steps closer than that
-/// unless a command just changed the cluster.
-pub const POLL: SignedDuration = SignedDuration::from_secs(10);
+pub use polls::{AFTER_ACTION, POLL};
 
 /// Default bound on the loop's steps: far more than 24 h of real activity needs, small enough
 /// that a decision that never settles ends with an error instead of spinning.
@@ -129,8 +129,10 @@ pub(crate) fn run(
     let mut scale_steps = steps::Steps::new(manifests, start);
     let mut now = start;
     let mut steps = 0usize;
-    // Consolidation commands waiting for their validation, and when it is due.
-    let mut validating: Option<(Timestamp, Vec<Command>)> = None;
+    let mut polls = Polls::new(start);
+    // Consolidation commands waiting for their validation: when they were decided, when the
+    // validation is due.
+    let mut validating: Option<(Timestamp, Timestamp, Vec<Command>)> = None;
     while now <= end {
         steps = steps.saturating_add(1);
         if steps > settings.max_steps {
@@ -164,6 +166,19 @@ pub(crate) fn run(
             }
             timeline.advance(&mut cluster, provider, now, &mut commands)?;
         }
+        polls.observe(cluster.changes(), now);
+        let validation_due = validating.as_ref().is_some_and(|(_, due, _)| now >= *due);
+        let pass_due = validating.is_none() && polls.next_pass(now) == Some(now);
+        if !validation_due && !pass_due {
+            match next_step(&timeline, &cluster, &scale_steps, &validating, &polls, now) {
+                Some(next) => now = next,
+                None => {
+                    timeline.trace.converged = true;
+                    break;
+                }
+            }
+            continue;
+        }
         let mut state = cluster.state();
         timeline.mark(&mut state, now);
         let input = DisruptionInput {
@@ -175,14 +190,13 @@ pub(crate) fn run(
             now,
         };
         let mut to_start: Vec<Command> = Vec::new();
-        let mut decided_next = None;
-        let mut validated = false;
+        let mut validated_since = None;
         match validating.take() {
             // Upstream's validation: the consolidation decided `VALIDATION_DELAY` ago runs if
             // it still holds on the cluster as it is now. No pass meanwhile: the controller's
             // loop waits for the delay too.
-            Some((due, decided)) if now >= due => {
-                validated = true;
+            Some((decided_at, due, decided)) if now >= due => {
+                validated_since = Some(decided_at);
                 to_start = decided
                     .into_iter()
                     .filter(|c| validate(c, &input).is_ok())
@@ -191,7 +205,7 @@ pub(crate) fn run(
             Some(waiting) => validating = Some(waiting),
             None => {
                 let pass = decide(&input);
-                decided_next = next_instant(&state, &pass, &cluster, now);
+                timeline.trace.passes.push(now);
                 blocked = pass
                     .blocked
                     .iter()
@@ -202,9 +216,19 @@ pub(crate) fn run(
                     })
                     .collect();
                 timeline.trace.last_blocked = pass.blocked.clone();
-                if pass.method.is_some_and(needs_validation) && !pass.commands.is_empty() {
+                let validate_later =
+                    pass.method.is_some_and(needs_validation) && !pass.commands.is_empty();
+                polls.passed(
+                    now,
+                    cluster.changes(),
+                    &pass,
+                    expiration::next_expiry(&state, now),
+                    undecided_instant(&state, &pass, now),
+                    !validate_later && !pass.commands.is_empty(),
+                );
+                if validate_later {
                     let due = now.checked_add(VALIDATION_DELAY).unwrap_or(now);
-                    validating = Some((due, pass.commands));
+                    validating = Some((now, due, pass.commands));
                 } else {
                     to_start = pass.commands;
                 }
@@ -212,6 +236,9 @@ pub(crate) fn run(
         }
         drop(state);
         let started = !to_start.is_empty();
+        if let Some(decided_at) = validated_since {
+            polls.validated(decided_at, now, started);
+        }
         if started {
             start_commands(
                 &mut cluster,
@@ -224,29 +251,8 @@ pub(crate) fn run(
             // Deletes drain at once.
             timeline.advance(&mut cluster, provider, now, &mut commands)?;
         }
-        let poll = now.checked_add(POLL).unwrap_or(now);
-        // What the orchestration does by itself (a replacement initialized, a pod gone, the
-        // minimum drain time over, an instance gone) happens at its instant: the controller's
-        // queue and termination react within a second, not at the disruption loop's next poll.
-        // A rollout of nodes that each go in a few seconds took 20 s per node when every step
-        // waited for the poll (the parity test, issue 33).
-        let orchestration = [
-            timeline.next_event(&cluster, now),
-            cluster.next_initialization().filter(|at| *at > now),
-            validating.as_ref().map(|(due, _)| *due),
-            // A scale step is the world changing at its own instant.
-            scale_steps.next_at(),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        // A new decision waits for the loop's next poll.
-        let pass = [decided_next, (started || validated).then_some(poll)]
-            .into_iter()
-            .flatten()
-            .min()
-            .map(|at| at.max(poll));
-        match [orchestration, pass].into_iter().flatten().min() {
+        polls.observe(cluster.changes(), now);
+        match next_step(&timeline, &cluster, &scale_steps, &validating, &polls, now) {
             Some(next) => now = next,
             None => {
                 timeline.trace.converged = true;
@@ -278,24 +284,42 @@ pub(crate) fn run(
     Ok((report, timeline.trace))
 }
 
-/// The earliest instant after `now` at which the pass could decide otherwise.
-fn next_instant(
-    state: &ClusterState,
-    pass: &Pass,
+/// The next instant after `now` at which something happens: what the orchestration does by
+/// itself (a replacement initialized, a pod gone, the minimum drain time over, an instance
+/// gone, a replacement's timeout) at its own instant, as the controller's queue and
+/// termination react within a second; a validation due; a scale step; or the next pass that
+/// could decide otherwise ([`Polls`]). `None`: nothing more would happen.
+fn next_step(
+    timeline: &Timeline,
     cluster: &SimCluster<'_>,
+    scale_steps: &steps::Steps,
+    validating: &Option<(Timestamp, Timestamp, Vec<Command>)>,
+    polls: &Polls,
     now: Timestamp,
 ) -> Option<Timestamp> {
-    // A reason that names an instant: `consolidateAfter` elapsing, a pod's `do-not-disrupt`
-    // duration running out (the node is free of such pods from then on).
-    let named_instants = pass.blocked.iter().filter_map(|r| match &r.reason {
-        BlockReason::ConsolidatableAt(at) if *at > now => Some(*at),
-        BlockReason::DoNotDisruptPod {
-            until: Some(until), ..
-        } if *until > now => Some(*until),
-        // A rolled-back command's candidates are decided again when their hold ends.
-        BlockReason::RolledBack { until } if *until > now => Some(*until),
-        _ => None,
-    });
+    let after = |at: Timestamp| at > now;
+    // No pass while a validation is waited for: the controller's tick sleeps through it.
+    let pass = match validating {
+        Some((_, due, _)) => Some(*due),
+        None => polls.next_pass(now).filter(|at| after(*at)),
+    };
+    [
+        timeline.next_event(cluster, now),
+        cluster.next_initialization().filter(|at| after(*at)),
+        // A scale step is the world changing at its own instant.
+        scale_steps.next_at().filter(|at| after(*at)),
+        pass,
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+}
+
+/// The earliest instant after `now` from which the pass could decide otherwise that the
+/// controller does not wake for (the instants a blocked node frees, and expiries, it does —
+/// [`Polls::passed`] reads those from the pass): another node's `consolidateAfter` window
+/// ending, a budget schedule's minute while a budget holds a node back.
+fn undecided_instant(state: &ClusterState, pass: &Pass, now: Timestamp) -> Option<Timestamp> {
     // Budget windows open and close on cron minutes: while a budget holds a node back and some
     // budget has a schedule, look again at the next minute.
     let budget_blocked = pass
@@ -321,12 +345,7 @@ fn next_instant(
         let pool = state.nodepool(n.nodepool()?)?;
         node_consolidatable_at(pool, n.nodeclaim?, n.node, &n.pods).filter(|at| *at > now)
     });
-    named_instants
-        .chain(windows)
-        .chain(expiration::next_expiry(state, now))
-        .chain(cluster.next_initialization().filter(|at| *at > now))
-        .chain(next_minute)
-        .min()
+    windows.chain(next_minute).min()
 }
 
 /// Expiration of NodeClaim `claim` at `now` (forceful: no budget, no replacement first): its

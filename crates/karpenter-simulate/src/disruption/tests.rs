@@ -118,24 +118,26 @@ fn a_budget_of_one_serialises_a_rollout_and_every_drifted_node_is_replaced() {
         .map(|c| c.completed_at.as_deref())
         .collect();
     // Each: replacement initialized after 60 s, the pod's 30 s grace, 5 s minimum drain time,
-    // 60 s of shutdown; the next starts when the previous candidate is gone, not before.
+    // 60 s of shutdown (2:35 in all); the next starts at the controller's first tick after the
+    // previous candidate is gone, not before: ticks 1 s after a tick that started commands,
+    // then every 10 s (+0:01, +0:11, …, +2:41).
     assert_eq!(
         starts,
         [
             "2026-01-30T23:00:00Z",
-            "2026-01-30T23:02:35Z",
-            "2026-01-30T23:05:10Z"
+            "2026-01-30T23:02:41Z",
+            "2026-01-30T23:05:22Z"
         ]
     );
     assert_eq!(
         ends,
         [
             Some("2026-01-30T23:02:35Z"),
-            Some("2026-01-30T23:05:10Z"),
-            Some("2026-01-30T23:07:45Z")
+            Some("2026-01-30T23:05:16Z"),
+            Some("2026-01-30T23:07:57Z")
         ]
     );
-    assert_eq!(report.completed_at.as_deref(), Some("2026-01-30T23:07:45Z"));
+    assert_eq!(report.completed_at.as_deref(), Some("2026-01-30T23:07:57Z"));
     assert!(report.in_flight.is_empty());
     assert!(trace.converged);
     assert!(
@@ -153,6 +155,42 @@ fn a_budget_of_one_serialises_a_rollout_and_every_drifted_node_is_replaced() {
             .iter()
             .all(|n| !n.name.starts_with("node-"))
     );
+}
+
+#[test]
+fn decisions_happen_only_at_the_controllers_ticks() {
+    // The rollout's orchestration steps come at their own instants (+60 s initialized, +90 s
+    // the pod gone, +95 s drained, +155 s the instance gone); the loop decides only at ticks:
+    // 1 s after a tick that started a command, else 10 s after the last tick (until the
+    // rollout is over; later passes come at the instants the replacements' `consolidateAfter`
+    // ends, which the controller wakes for).
+    let (report, trace) = run_traced(ROLLOUT);
+    let started: Vec<Timestamp> = report.commands.iter().map(|c| at(&c.at)).collect();
+    assert_eq!(trace.passes.first(), Some(&at("2026-01-30T23:00:00Z")));
+    let rollout: Vec<Timestamp> = trace
+        .passes
+        .iter()
+        .copied()
+        .take_while(|p| *p <= at("2026-01-30T23:08:03Z"))
+        .collect();
+    assert_eq!(
+        rollout.len(),
+        10,
+        "a pass at each start, a second later, at the first tick after the replacement \
+         initialized, at the first tick after the old node was gone: {rollout:?}"
+    );
+    for pair in rollout.windows(2) {
+        let gap = pair[1].duration_since(pair[0]);
+        if started.contains(&pair[0]) {
+            assert_eq!(gap, AFTER_ACTION, "{:?}", trace.passes);
+        } else {
+            assert!(
+                gap.is_positive() && gap.as_secs() % POLL.as_secs() == 0 && gap.subsec_nanos() == 0,
+                "a pass {gap} after the last, not on a tick: {:?}",
+                trace.passes
+            );
+        }
+    }
 }
 
 /// The drifted example's node as an m5.2xlarge with three small pods under a PDB.

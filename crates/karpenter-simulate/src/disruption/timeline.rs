@@ -104,6 +104,10 @@ struct Retiring {
     phase: Phase,
     /// Evicted pods still terminating on the node, each with the instant it is gone.
     terminating: Vec<(Pod, Timestamp)>,
+    /// When the termination controller's next round of evictions is due: a round (pods
+    /// evicted, or refused by a PDB) requeues [`super::POLL`] later; other steps of the loop in
+    /// between (a pass, another node's event) do not evict.
+    next_round: Option<Timestamp>,
 }
 
 /// What the property tests check the run against; recorded as the run goes.
@@ -116,6 +120,8 @@ pub struct Trace {
     pub pdb_samples: Vec<PdbSample>,
     /// The last pass's reasons for the nodes it left alone.
     pub last_blocked: Vec<Rejection>,
+    /// The instants at which the loop ran a pass of `decide`.
+    pub passes: Vec<Timestamp>,
     /// The loop stopped because nothing more would happen (not at `--until`).
     pub converged: bool,
 }
@@ -310,6 +316,7 @@ impl Timeline {
                             pool: cluster.node_pool_of(name),
                             phase: Phase::Marked,
                             terminating: Vec::new(),
+                            next_round: None,
                         },
                     );
                 }
@@ -524,15 +531,38 @@ impl Timeline {
             let Some(plan) = self.node_plan(cluster, name, now) else {
                 return Ok(());
             };
+            let round_due = self
+                .retiring
+                .get(name)
+                .and_then(|r| r.next_round)
+                .is_none_or(|at| now >= at);
             let mut evicted = Vec::new();
+            let mut held = false;
             for step in &plan.steps {
                 match step {
-                    TerminationStep::Remove(action) => evicted.push(action.clone()),
+                    // A deadline's forced deletion happens at its instant; evictions in rounds.
+                    TerminationStep::Remove(action)
+                        if round_due || matches!(action.action, Action::ForceDelete { .. }) =>
+                    {
+                        evicted.push(action.clone())
+                    }
+                    TerminationStep::Remove(_) => held = true,
                     TerminationStep::WaitForPods { .. } => {}
                     TerminationStep::Drained => self.drained(name, now),
                     TerminationStep::TerminateInstance => self.terminate_instance(name, now),
                     TerminationStep::ReleaseNode => return self.gone(cluster, name, reports),
                 }
+            }
+            let round = plan.steps.iter().any(|s| match s {
+                TerminationStep::Remove(action) => matches!(action.action, Action::Evict),
+                TerminationStep::WaitForPods { blocked_by_pdb, .. } => *blocked_by_pdb > 0,
+                _ => false,
+            });
+            if round
+                && round_due
+                && let Some(retiring) = self.retiring.get_mut(name)
+            {
+                retiring.next_round = now.checked_add(super::POLL).ok();
             }
             if !evicted.is_empty() {
                 self.evict(cluster, name, &evicted, now, reports)?;
@@ -541,7 +571,7 @@ impl Timeline {
                 .steps
                 .iter()
                 .any(|s| matches!(s, TerminationStep::WaitForPods { .. }));
-            if waits || plan.steps.is_empty() {
+            if waits || held || plan.steps.is_empty() {
                 return Ok(());
             }
         }
@@ -735,9 +765,9 @@ impl Timeline {
             .values()
             .map(|f| command::deadline(&f.view))
             .collect();
-        let mut evictions_due = false;
-        let mut refused = false;
         for (name, retiring) in &self.retiring {
+            let mut evictions_due = false;
+            let mut refused = false;
             instants.extend(retiring.terminating.iter().map(|(_, at)| *at));
             let Some(plan) = self.node_plan(cluster, name, now) else {
                 continue;
@@ -753,9 +783,14 @@ impl Timeline {
                     _ => {}
                 }
             }
-        }
-        if evictions_due || (refused && self.progressed) {
-            instants.extend(now.checked_add(super::POLL).ok());
+            if evictions_due || (refused && self.progressed) {
+                instants.extend(
+                    retiring
+                        .next_round
+                        .filter(|at| *at > now)
+                        .or_else(|| now.checked_add(super::POLL).ok()),
+                );
+            }
         }
         instants.into_iter().filter(|at| *at > now).min()
     }

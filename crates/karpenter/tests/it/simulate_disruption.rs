@@ -413,9 +413,12 @@ fn a_budget_of_one_serialises_a_drift_rollout_until_every_node_is_replaced() {
     }
     replaced.sort_unstable();
     assert_eq!(replaced, ["node-a", "node-b", "node-c"]);
-    // 60 s initialization + 30 s pod grace + 60 s shutdown, three times in a row.
+    // 60 s initialization + 30 s pod grace + 5 s minimum drain time + 60 s shutdown, three
+    // times in a row; the next command comes at the disruption loop's first tick after the
+    // previous candidate is gone (ticks 1 s after a start, then every 10 s: 6 s later, twice).
     assert_eq!(commands[0]["at"], "2026-01-30T23:00:00Z");
-    assert_eq!(json["disruption"]["completedAt"], "2026-01-30T23:07:45Z");
+    assert_eq!(commands[1]["at"], "2026-01-30T23:02:41Z");
+    assert_eq!(json["disruption"]["completedAt"], "2026-01-30T23:07:57Z");
     let after = json["disruption"]["after"]["nodes"].as_array().unwrap();
     assert_eq!(after.len(), 3);
     assert!(
@@ -454,7 +457,7 @@ fn the_table_shows_when_commands_completed_and_the_rollout_duration() {
     assert!(table.contains("COMPLETED"), "{table}");
     assert!(
         table.contains(
-            "rollout: 3 command(s) from 2026-01-30T23:00:00Z to 2026-01-30T23:07:45Z (7m45s)"
+            "rollout: 3 command(s) from 2026-01-30T23:00:00Z to 2026-01-30T23:07:57Z (7m57s)"
         ),
         "{table}"
     );
