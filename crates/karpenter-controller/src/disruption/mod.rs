@@ -170,11 +170,22 @@ async fn tick(
     queue::clean_leftovers(ctx).await;
     let next_expiry = expiration::delete_expired(ctx).await;
     let next_repair = repair::repair_unhealthy(ctx, holds).await;
-    let mut wait = POLL_PERIOD;
-    for at in [next_expiry, next_repair].into_iter().flatten() {
-        let until = at.duration_since(ctx.now()).unsigned_abs();
-        wait = wait.min(until.max(Duration::from_millis(100)));
-    }
+    // Instants the loop wakes at (an expiry, a repair, a node freeing), measured when the tick
+    // ends: a consolidation tick spends its 15 s validation in between, and a wait measured at
+    // its start but run from its end woke 15 s late.
+    let mut wake: Vec<jiff::Timestamp> = [next_expiry, next_repair].into_iter().flatten().collect();
+    let wait = |wake: &[jiff::Timestamp]| {
+        let now = ctx.now();
+        wake.iter().fold(POLL_PERIOD, |wait, at| {
+            let until = at.duration_since(now);
+            let until = if until.is_positive() {
+                until.unsigned_abs()
+            } else {
+                Duration::ZERO
+            };
+            wait.min(until.max(MIN_WAIT))
+        })
+    };
     let types = pass::instance_types(ctx).await;
     let drift = pass::provider_drift(ctx).await;
     conditions::update_consolidatable(ctx, &types).await;
@@ -182,7 +193,7 @@ async fn tick(
     if let Some(why) = pass::busy_provisioning(ctx) {
         tracing::debug!(reason = %why, "waiting for provisioning before disrupting");
         outcome.skipped = Some(why);
-        return (outcome, wait);
+        return (outcome, wait(&wake));
     }
     let started = std::time::Instant::now();
     let decided = pass::decide_now(ctx, &types, &drift);
@@ -195,14 +206,13 @@ async fn tick(
     notices.blocked.publish(ctx, &decided.blocked).await;
     // A node held by a do-not-disrupt duration (or consolidateAfter) is looked at again the
     // moment it frees, not up to a poll period later.
-    if let Some(at) = pass::next_unblock(&decided) {
-        let until = at.duration_since(ctx.now());
-        if until.is_positive() {
-            wait = wait.min(until.unsigned_abs().max(Duration::from_millis(100)));
-        }
+    if let Some(at) = pass::next_unblock(&decided)
+        && at.duration_since(ctx.now()).is_positive()
+    {
+        wake.push(at);
     }
     let Some(method) = decided.method else {
-        return (outcome, wait);
+        return (outcome, wait(&wake));
     };
     let mut commands = decided.commands;
     for command in &commands {
@@ -210,7 +220,7 @@ async fn tick(
     }
     if pass::needs_validation(method) {
         tokio::select! {
-            () = stopped(shutdown) => return (outcome, wait),
+            () = stopped(shutdown) => return (outcome, wait(&wake)),
             () = tokio::time::sleep(pass::VALIDATION_DELAY) => {}
         }
         let mut valid = Vec::with_capacity(commands.len());
@@ -232,8 +242,12 @@ async fn tick(
         in_flight.spawn(ctx, command);
         outcome.started += 1;
     }
+    let mut wait = wait(&wake);
     if outcome.started > 0 {
         wait = wait.min(AFTER_ACTION);
     }
     (outcome, wait)
 }
+
+/// The shortest wait for an instant the loop wakes at (it never spins).
+const MIN_WAIT: Duration = Duration::from_millis(100);

@@ -518,9 +518,9 @@ impl ClusterState {
             .filter(|id| !id.is_empty());
         provider_id
             .and_then(|id| {
-                self.nodeclaims.values().find(|c| {
-                    c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id)
-                })
+                self.nodeclaims
+                    .values()
+                    .find(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
             })
             .map_or_else(|| target.to_string(), ResourceExt::name_any)
     }

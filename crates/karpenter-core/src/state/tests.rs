@@ -192,12 +192,16 @@ fn a_nomination_to_a_nodes_name_is_kept_under_its_nodeclaim_and_released_when_di
     state.nominate("default/a", "node-1", until);
     state.nominate("default/u", "unmanaged", until);
     assert_eq!(
-        state.nomination("default/a", t0()).map(|n| n.nodeclaim.as_str()),
+        state
+            .nomination("default/a", t0())
+            .map(|n| n.nodeclaim.as_str()),
         Some("default-abc")
     );
     assert_eq!(state.nominated_pods("default-abc", t0()).len(), 1);
     assert_eq!(
-        state.nomination("default/u", t0()).map(|n| n.nodeclaim.as_str()),
+        state
+            .nomination("default/u", t0())
+            .map(|n| n.nodeclaim.as_str()),
         Some("unmanaged")
     );
     // 2 of 4 cpu are bound on each: neither 3-cpu pod fits where it was nominated.

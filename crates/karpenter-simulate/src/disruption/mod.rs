@@ -190,13 +190,13 @@ pub(crate) fn run(
             now,
         };
         let mut to_start: Vec<Command> = Vec::new();
-        let mut validated_since = None;
+        let mut validated = false;
         match validating.take() {
             // Upstream's validation: the consolidation decided `VALIDATION_DELAY` ago runs if
             // it still holds on the cluster as it is now. No pass meanwhile: the controller's
             // loop waits for the delay too.
-            Some((decided_at, due, decided)) if now >= due => {
-                validated_since = Some(decided_at);
+            Some((_, due, decided)) if now >= due => {
+                validated = true;
                 to_start = decided
                     .into_iter()
                     .filter(|c| validate(c, &input).is_ok())
@@ -236,8 +236,8 @@ pub(crate) fn run(
         }
         drop(state);
         let started = !to_start.is_empty();
-        if let Some(decided_at) = validated_since {
-            polls.validated(decided_at, now, started);
+        if validated {
+            polls.validated(now, started);
         }
         if started {
             start_commands(

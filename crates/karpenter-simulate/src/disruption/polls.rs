@@ -7,7 +7,8 @@
 //! `karpenter.sh/do-not-disrupt` duration or `consolidateAfter` running out, a rolled-back
 //! command's hold ending — [`karpenter_core::disruption::candidates::BlockReason::frees_at`]) or the next expiry, and to
 //! [`AFTER_ACTION`] when the tick started commands. A consolidation tick waits the 15 s
-//! validation delay before its wait starts. What the orchestration does meanwhile (a
+//! validation delay before its 10 s wait starts; an instant it wakes
+//! for stays where it is. What the orchestration does meanwhile (a
 //! replacement initializing, a pod gone, an instance gone) happens at its own instant, between
 //! ticks.
 //!
@@ -126,21 +127,22 @@ impl Polls {
             .filter(|at| *at > now)
             .min();
         self.later = later.filter(|at| *at > now);
-        self.next_tick = self.tick_after(now, now, started);
+        self.next_tick = self.tick_after(now, started);
     }
 
-    /// The tick that began at `began` ended at `now` (after the validation delay, for a
-    /// consolidation), having started commands or not.
-    pub fn validated(&mut self, began: Timestamp, now: Timestamp, started: bool) {
-        self.next_tick = self.tick_after(began, now, started);
+    /// The tick ended at `now` (after the validation delay, for a consolidation), having
+    /// started commands or not.
+    pub fn validated(&mut self, now: Timestamp, started: bool) {
+        self.next_tick = self.tick_after(now, started);
     }
 
-    /// The controller's next tick after one that began at `began` and ended at `ended`: its
-    /// wait is measured at the start, from what the pass named, and runs from the end.
-    fn tick_after(&self, began: Timestamp, ended: Timestamp, started: bool) -> Timestamp {
+    /// The controller's next tick after one that began at `began` and ended at `ended`: the 10 s
+    /// poll runs from the end (upstream requeues after its reconcile), an instant the pass named
+    /// is kept as it is (at least [`MIN_WAIT`] after the end).
+    fn tick_after(&self, ended: Timestamp, started: bool) -> Timestamp {
         let mut wait = POLL;
         if let Some(wake) = self.wake {
-            wait = wait.min(wake.duration_since(began).max(MIN_WAIT));
+            wait = wait.min(wake.duration_since(ended).max(MIN_WAIT));
         }
         if started {
             wait = wait.min(AFTER_ACTION);
@@ -226,20 +228,31 @@ mod tests {
         assert_eq!(polls.next_pass(at(0)), Some(at(70)));
     }
 
+    /// The controller measures the instants it wakes for when its tick ends: a node freeing at
+    /// +20 s, named by a tick at 0 whose validation ran to +15 s, is looked at at +20 s (it
+    /// was +35 s, the wait measured at the start but run from the end).
+    #[test]
+    fn a_node_freeing_during_the_validation_wakes_the_loop_at_its_instant() {
+        let mut polls = Polls::new(at(0));
+        polls.passed(at(0), 3, &pass(Some(20)), None, None, false);
+        polls.validated(at(15), false);
+        assert_eq!(polls.next_pass(at(15)), Some(at(20)));
+    }
+
     #[test]
     fn a_validated_tick_waits_from_its_end() {
         let mut polls = Polls::new(at(0));
         polls.passed(at(0), 3, &pass(None), None, None, true);
         // Rejected at +15 s, nothing changed: no further pass.
-        polls.validated(at(0), at(15), false);
+        polls.validated(at(15), false);
         polls.observe(3, at(15));
         assert_eq!(polls.next_pass(at(15)), None);
         // Started at +15 s: the commands' writes are decided on at +16 s.
-        polls.validated(at(0), at(15), true);
+        polls.validated(at(15), true);
         polls.observe(4, at(15));
         assert_eq!(polls.next_pass(at(15)), Some(at(16)));
         // Rejected, and something changed at +18 s: the next tick, +25 s.
-        polls.validated(at(0), at(15), false);
+        polls.validated(at(15), false);
         polls.observe(4, at(18));
         assert_eq!(polls.next_pass(at(18)), Some(at(25)));
     }
