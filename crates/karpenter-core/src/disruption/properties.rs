@@ -656,6 +656,26 @@ proptest! {
     }
 }
 
+proptest! {
+    // Two convergences per case: 200 by default (1,000 with `PROPTEST_CASES=50000` passed).
+    #![proptest_config(ProptestConfig::with_cases(cases() / 50))]
+    /// The guard after convergence: on the same random cluster, the default policy's loop settles
+    /// no dearer than `Upstream`'s (the one-pass property above does not imply it).
+    #[test]
+    fn the_default_policy_converges_no_dearer_than_upstream(cluster in gen_cluster()) {
+        let with = |policy: PackingPolicy| Cluster { policy, ..cluster.clone() };
+        let upstream = converge(&with(PackingPolicy::Upstream));
+        let default = converge(&with(PackingPolicy::default()));
+        if let (Ok(upstream), Ok(default)) = (upstream, default) {
+            prop_assert!(
+                default.cost <= upstream.cost + 1e-9,
+                "converged: default ${:.3}/h after {:#?}, Upstream ${:.3}/h after {:#?}",
+                default.cost, default.log, upstream.cost, upstream.log
+            );
+        }
+    }
+}
+
 /// A cluster the property search found where the default policy, pass after pass, settled at
 /// $0.120/h and `Upstream` at $0.060/h (a spot node of size 2 with one small pod, an on-demand one
 /// of size 0 with two, a spot one of size 2 with two; one pending pod; a budget of 2). Each pass
