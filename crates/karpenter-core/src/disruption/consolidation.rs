@@ -241,8 +241,11 @@ fn single_node_commands<'a>(
 /// cheaper node, found by binary search as upstream `firstNConsolidationOption`.
 ///
 /// Under `PackingPolicy::CostOptimal` the search also grows a group of the most wasteful
-/// candidates ([`waste`]) re-planned into new nodes of their own, and returns whichever of the
-/// two commands saves more per unit of disruption ([`savings_per_disruption`]).
+/// candidates ([`waste`]) re-planned together (into the other nodes' free room first, then new
+/// nodes, as the provisioner will place them), and returns whichever of the two commands saves
+/// more per unit of disruption ([`savings_per_disruption`]); the group alone only when it also
+/// beats single-node consolidation's best command on that rate (else nothing, and the pass goes
+/// on to single-node).
 pub fn multi_node<'a>(
     facts: &impl PassFacts<'a>,
     blocked: &mut BTreeMap<String, Rejection>,
@@ -264,8 +267,6 @@ pub fn multi_node<'a>(
     }
     let all: Vec<&Candidate<'_>> = found.iter().collect();
     let by_waste = waste::most_wasteful_first(input, &simulator, &all);
-    // The same snapshot, no second conversion of the cluster.
-    simulator.close_existing_nodes_to_moved_pods();
     let budgets = facts.budgets(DisruptionReason::Underutilized);
     let wasteful = waste::grown_group(input, &mut simulator, &by_waste, &budgets);
     let rate = |command: &Command| {
@@ -281,7 +282,20 @@ pub fn multi_node<'a>(
             vec![b]
         }
         (Some(a), _) => vec![a],
-        (None, b) => b.into_iter().collect(),
+        // Upstream's search found nothing, so the pass goes on to single-node consolidation,
+        // which ranks its commands by the same rate: the group only when it beats the best of
+        // them. Otherwise a group that saves more now but less per node it disrupts takes the
+        // pass (say, two nodes emptied onto a large spot node that then cannot shrink) where
+        // one node's delete would lead on to a cheaper cluster.
+        (None, Some(b)) => {
+            let single = single_node(facts, &mut BTreeMap::new());
+            if single.first().is_some_and(|s| rate(s) >= rate(&b)) {
+                Vec::new()
+            } else {
+                vec![b]
+            }
+        }
+        (None, None) => Vec::new(),
     }
 }
 

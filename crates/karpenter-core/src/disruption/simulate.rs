@@ -152,19 +152,6 @@ impl<'a> Simulator<'a> {
         simulator
     }
 
-    /// From now on the moved pods may land on no existing node: the candidates' pods are
-    /// re-planned into new nodes of their own (what `CostOptimal` multi-node consolidation tries
-    /// for its most wasteful nodes). Such a command does not count on room elsewhere, which the
-    /// evicted pods may not find in the order the drain frees them: the replacements hold every
-    /// pod, so pods landing elsewhere only leave them emptier. The engine of an earlier
-    /// [`prepare`](Self::prepare) is dropped (it was built with the nodes open).
-    pub fn close_existing_nodes_to_moved_pods(&mut self) {
-        for node in &mut self.prepared.input.existing_nodes {
-            node.closed_to_moved_pods = true;
-        }
-        self.prepared_candidates = None;
-    }
-
     /// Builds one engine for simulations of these candidates (alone or together, in this
     /// order): [`run`](Self::run) then places only their pods instead of rebuilding the
     /// cluster. Simulations of other candidates, of candidates out of this order, or after a

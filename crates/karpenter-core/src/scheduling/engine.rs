@@ -173,8 +173,7 @@ struct Node {
     bound_counts: Vec<(usize, Sym)>,
     /// Taken away for the current [`WhatIf`] solve: no pod may land here.
     gone: bool,
-    /// No pod moved by a consolidation lands here (its `consolidateAfter` window, or a
-    /// re-plan into new nodes only).
+    /// No pod moved by a consolidation lands here (its `consolidateAfter` window).
     closed_to_moved_pods: bool,
 }
 

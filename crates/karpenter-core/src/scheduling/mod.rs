@@ -90,8 +90,7 @@ pub struct ExistingNode {
     pub volume_limits: BTreeMap<String, u32>,
     /// No destination for pods moved by a consolidation simulation (see
     /// [`SchedulerInput::moved_pods_from`]): the node is still within its NodePool's
-    /// `consolidateAfter` window, or the simulation re-plans its candidates' pods into new nodes
-    /// only.
+    /// `consolidateAfter` window.
     pub closed_to_moved_pods: bool,
 }
 

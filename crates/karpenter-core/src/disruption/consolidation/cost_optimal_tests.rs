@@ -345,33 +345,53 @@ fn cost_optimal_consolidates_the_wasteful_pair_upstream_order_never_reaches() {
     );
 }
 
-#[test]
-fn a_re_plan_into_new_nodes_does_not_count_on_other_nodes_room() {
-    // r has 7 cpu free: consolidation's simulation moves p1's and p2's pods there; the
-    // re-plan of the most wasteful group puts them on a new node of their own.
-    let world = world(
+/// `p1`, `p2`: medium.4x ($0.20) with one 900m pod each, the most wasteful nodes; `r`: a big.8x
+/// with a 6-cpu pod, 2 cpu free. The pool's budget allows every node at once.
+fn wasteful_pair_beside_room() -> World {
+    let budget = json!({"disruption": {
+        "consolidateAfter": "0s",
+        "consolidationPolicy": "WhenEmptyOrUnderutilized",
+        "budgets": [{"nodes": "100%"}]
+    }});
+    let mut world = World::new(
+        vec![pool("default", &["on-demand"], budget)],
         vec![
             node("p1", "medium.4x", "on-demand", "default"),
             node("p2", "medium.4x", "on-demand", "default"),
             node("r", "big.8x", "on-demand", "default"),
         ],
-        vec![pod("a", "p1", "3"), pod("b", "p2", "3"), pod("c", "r", "1")],
-        PackingPolicy::CostOptimal,
+        vec![
+            pod("a", "p1", "900m"),
+            pod("b", "p2", "900m"),
+            pod("c", "r", "6"),
+        ],
     );
+    world.scheduler.packing_policy = PackingPolicy::CostOptimal;
+    world
+}
+
+#[test]
+fn a_re_plan_puts_moved_pods_on_the_room_of_nodes_that_stay_before_new_nodes() {
+    // Into new nodes only, the pair's pods would go to one small.2x (saving $0.30/h); once p1 and
+    // p2 drain the provisioner puts both on r's free room, the small.2x would go empty and r
+    // would hold them. The re-plan places them as the provisioner will: a delete, $0.40/h.
+    let world = wasteful_pair_beside_room();
     let input = world.input();
     let found = consolidation_candidates(&input, &mut BTreeMap::new());
-    let pair: Vec<&Candidate<'_>> = found.iter().filter(|c| c.name().starts_with('p')).collect();
-    let moved = Simulator::for_consolidation(&input).run(&pair);
-    assert_eq!(moved.results.existing_nodes.len(), 1, "{moved:?}");
-    assert!(moved.new_node_claims().is_empty());
+    let all: Vec<&Candidate<'_>> = found.iter().collect();
     let mut simulator = Simulator::for_consolidation(&input);
-    simulator.close_existing_nodes_to_moved_pods();
-    let re_planned = simulator.run(&pair);
+    let by_waste = waste::most_wasteful_first(&input, &simulator, &all);
+    let order: Vec<String> = by_waste.iter().map(|w| w.candidate.name()).collect();
+    assert_eq!(order, ["p1", "p2", "r"]);
+    let budgets = input.budgets(DisruptionReason::Underutilized);
+    let command = waste::grown_group(&input, &mut simulator, &by_waste, &budgets).unwrap();
+    let candidates: Vec<&str> = command.candidates.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(candidates, ["p1", "p2"]);
+    assert!(command.replacements.is_empty(), "{command:?}");
     assert!(
-        re_planned.results.existing_nodes.is_empty(),
-        "{re_planned:?}"
+        (command.savings_per_hour - 0.40).abs() < 1e-9,
+        "{command:?}"
     );
-    assert_eq!(re_planned.new_node_claims().len(), 1);
 }
 
 #[test]

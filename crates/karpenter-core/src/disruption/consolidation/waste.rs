@@ -1,5 +1,5 @@
 //! `CostOptimal` multi-node consolidation's second search: the most wasteful candidates,
-//! re-planned together into new nodes of their own ([`grown_group`]).
+//! re-planned together ([`grown_group`]).
 //!
 //! A node's waste is its price less what its pods are worth at the dual prices of its
 //! NodePool's lower bound ([`crate::scheduling::bound`]): the cheapest fractional mix of the
@@ -12,13 +12,16 @@
 //! cluster of mixed pods, local moves stop at nodes each nearly full in one resource but of the
 //! wrong shape (cpu-hungry pods on memory-optimised nodes, one large pod on a node twice its
 //! size); no prefix of that order holds the complementary nodes together. Re-planning the
-//! most wasteful nodes together does: their pods go into fresh bins shaped for them.
+//! most wasteful nodes together does: the pods the other nodes' room does not take go into fresh
+//! bins shaped for them.
 //!
-//! The re-plan does not count on other nodes' free room ([`Simulator::close_existing_nodes_to_moved_pods`]). A
-//! drain evicts pods node by node and the scheduler places them as they come; a plan that packs
-//! them tightly into holes elsewhere and new nodes of exactly the right size may not survive
-//! that order, launch extra nodes, and undo itself at the next pass (measured: such plans went
-//! round in cycles). Replacements that hold every moved pod cannot be overrun that way.
+//! The re-plan places the moved pods as the provisioner will once the candidates drain: on the
+//! free room of the nodes that stay first, in new nodes only for the rest (the simulation every
+//! consolidation command runs). Re-planning into new nodes only, as this search once did, let a
+//! command launch a replacement for pods that fit on a node staying; the provisioner then put
+//! them there, the replacement went empty, and the node whose room took them (which a delete
+//! would have removed) stayed: on a found cluster the default converged at twice `Upstream`'s
+//! cost (`properties::the_default_policy_converges_no_dearer_than_upstream_on_the_found_cluster`).
 
 use std::collections::BTreeMap;
 
@@ -131,8 +134,7 @@ fn row(resources: &ResourceList) -> [f64; RESOURCES] {
 /// improves (its type already the best for its pods) drops out of the window. Once a group
 /// works, a candidate joins only when the command with it saves at least
 /// [`MIN_SAVINGS_FRACTION`] of the candidate's price more (the node pays for its own
-/// disruption); otherwise it is skipped. `simulator`'s existing nodes should be closed to moved
-/// pods ([`Simulator::close_existing_nodes_to_moved_pods`]).
+/// disruption); otherwise it is skipped.
 pub(super) fn grown_group<'c>(
     input: &DisruptionInput<'_>,
     simulator: &mut Simulator<'c>,
