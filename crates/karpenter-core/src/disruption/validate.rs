@@ -13,7 +13,6 @@ use super::consolidation::{compute, consolidation_candidates};
 use super::facts::{PassCache, PassFacts};
 use super::rebalance::recommended_away_from;
 use super::simulate::Simulator;
-use crate::scheduling::PackingPolicy;
 
 /// Upstream's `commandValidationDelay`: a consolidation command waits this long after the pass
 /// that decided it, then is [`validate`]d against the cluster as it is; the controller sleeps it,
@@ -115,31 +114,9 @@ pub fn validate(command: &Command, input: &DisruptionInput<'_>) -> Result<(), Bl
             }
             let simulator = Simulator::for_consolidation(input);
             let fresh = compute(input, &simulator, &chosen, command.method)?;
-            match same_decision(command, &fresh) {
-                Err(changed) if may_be_a_re_plan(command, input) => {
-                    // `CostOptimal`'s most-wasteful search re-plans the candidates' pods into
-                    // replacements of their own, not counting on other nodes' room: checked
-                    // against the open simulation only, such a command is rejected at every
-                    // pass on an unchanged cluster (the 40-node mixed consolidation run).
-                    let mut closed = Simulator::for_consolidation(input);
-                    closed.close_existing_nodes_to_moved_pods();
-                    compute(input, &closed, &chosen, command.method)
-                        .ok()
-                        .and_then(|re_planned| same_decision(command, &re_planned).ok())
-                        .ok_or(changed)
-                }
-                decided => decided,
-            }
+            same_decision(command, &fresh)
         }
     }
-}
-
-/// Whether `command` may come from `CostOptimal`'s re-plan of the most wasteful nodes
-/// (`consolidation::waste`): a multi-node replacement under that policy.
-fn may_be_a_re_plan(command: &Command, input: &DisruptionInput<'_>) -> bool {
-    command.method == Method::MultiNodeConsolidation
-        && !command.replacements.is_empty()
-        && input.scheduler.packing_policy == PackingPolicy::CostOptimal
 }
 
 /// Whether the fresh computation decides as the command did: a delete stays a delete, and a

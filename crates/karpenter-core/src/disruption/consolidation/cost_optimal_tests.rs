@@ -393,39 +393,3 @@ fn a_re_plan_puts_moved_pods_on_the_room_of_nodes_that_stay_before_new_nodes() {
         "{command:?}"
     );
 }
-
-#[test]
-fn a_re_plan_into_new_nodes_is_validated_as_it_was_decided() {
-    // The open simulation moves p1's and p2's pods onto r (a delete); the re-plan of the pair
-    // launches one node of their own. Validation accepts the re-plan on the unchanged cluster
-    // (checked against the open simulation only, it was rejected at every pass).
-    let mut types = sizes();
-    types.push(Arc::new(instance_type("six.6x", "6", 0.28)));
-    let world = world(
-        vec![
-            node("p1", "medium.4x", "on-demand", "default"),
-            node("p2", "medium.4x", "on-demand", "default"),
-            node("r", "big.8x", "on-demand", "default"),
-        ],
-        vec![pod("a", "p1", "3"), pod("b", "p2", "3"), pod("c", "r", "1")],
-        PackingPolicy::CostOptimal,
-    )
-    .with_types(&types);
-    let input = world.input();
-    let found = consolidation_candidates(&input, &mut BTreeMap::new());
-    let pair: Vec<&Candidate<'_>> = found.iter().filter(|c| c.name().starts_with('p')).collect();
-    let mut closed = Simulator::for_consolidation(&input);
-    closed.close_existing_nodes_to_moved_pods();
-    let re_plan = compute(&input, &closed, &pair, Method::MultiNodeConsolidation).unwrap();
-    assert_eq!(re_plan.replacements.len(), 1, "{re_plan:?}");
-    assert_eq!(crate::disruption::validate(&re_plan, &input), Ok(()));
-    // Under Upstream the same command is not one its searches make: the open simulation's
-    // delete differs from it.
-    let mut upstream = world;
-    upstream.scheduler.packing_policy = PackingPolicy::Upstream;
-    let input = upstream.input();
-    assert!(matches!(
-        crate::disruption::validate(&re_plan, &input),
-        Err(BlockReason::DecisionChanged(_))
-    ));
-}
