@@ -296,6 +296,26 @@ async fn sim_controller_provisions_and_terminates_inflate_nodes() {
         },
     )
     .await;
+    // The ten pods are still pending (nothing binds them here): the restarted controller must
+    // count its restored instances as room for them rather than launch more. Wait for its first
+    // provisioning pass before scaling to zero, else that pass may see some pods deleted and the
+    // NodeClaims going, and plan for the rest on new capacity (a race of the test, not a bug).
+    eventually(
+        "the restarted controller's first provisioning pass",
+        limit,
+        || {
+            let metrics = scrape(controller.metrics_port).ok()?;
+            metrics
+                .lines()
+                .any(|line| {
+                    line.starts_with(
+                        "karpenter_scheduler_scheduling_duration_seconds_count{controller=\"provisioner\"}",
+                    )
+                })
+                .then_some(())
+        },
+    )
+    .await;
 
     // Scale to zero (unbound pods go at once), then remove the capacity.
     for i in 0..10 {
