@@ -10,8 +10,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use karpenter_api::NodePool;
-use karpenter_api::v1alpha1::NodeOverlay;
+use karpenter_api::v1alpha1::{CAPACITY_OVERLAY_APPLIED_ANNOTATION, NodeOverlay};
+use karpenter_api::{NodeClaim, NodePool, well_known};
+use karpenter_core::cloud_provider::CapacityOverlay;
 use karpenter_core::instance_type::InstanceType;
 use karpenter_core::node_overlay::{self, Evaluation};
 use kube::ResourceExt;
@@ -22,7 +23,7 @@ use serde_json::json;
 use tokio::sync::{Notify, watch};
 
 use crate::context::Context;
-use crate::provisioning::provisioner::{disruption_pools, resolve_offered};
+use crate::provisioning::provisioner::{disruption_pools, resolve_offered, usable_pools};
 use crate::timeouts;
 
 /// How often the statuses are recomputed without a change (upstream requeues every 6 h; the
@@ -81,6 +82,24 @@ pub fn apply(
         return offered;
     }
     node_overlay::evaluate(&overlays, &offered).apply_all(offered)
+}
+
+/// The capacity the cluster's NodeOverlays add to the types of `claim`'s NodePool, for its
+/// launch: only with the gate on and for a NodeClaim planned on overlaid capacity (it carries
+/// `karpenter.sh/capacity-overlay-applied`), evaluated as the provisioner evaluates it (the
+/// usable pools, the provider's catalogue). `None` when there is nothing to add.
+pub async fn capacity_for_launch(ctx: &Context, claim: &NodeClaim) -> Option<CapacityOverlay> {
+    if !ctx.settings.feature_gates.node_overlay {
+        return None;
+    }
+    claim
+        .annotations()
+        .get(CAPACITY_OVERLAY_APPLIED_ANNOTATION)?;
+    let pool = claim.labels().get(well_known::NODEPOOL_LABEL)?.clone();
+    let pools = usable_pools(&ctx.state.read());
+    let offered = resolve_offered(ctx, pools).await;
+    let overlay = node_overlay::evaluate(&ctx.overlays.list(), &offered).capacity_added(&pool);
+    (!overlay.is_empty()).then_some(overlay)
 }
 
 /// Watches NodeOverlays into `ctx.overlays` until aborted. A change also wakes the disruption

@@ -22,7 +22,7 @@ use http::{Method, Request, Response};
 use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::cloud_provider::{
-    CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
+    CapacityOverlay, CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
 };
 use karpenter_core::instance_type::InstanceType;
 use kube::client::Body;
@@ -348,6 +348,23 @@ impl CloudWrites<'_> {
         self.0
             .metrics
             .measure_cloud(cloud.name(), "Create", cloud.create(node_claim))
+            .await
+    }
+
+    /// [`CloudProvider::create_with_capacity_overlay`], as [`Self::create`].
+    pub async fn create_with_capacity_overlay(
+        &self,
+        node_claim: &NodeClaim,
+        overlay: &CapacityOverlay,
+    ) -> Result<NodeClaim, CloudError> {
+        let cloud = self.check("launch an instance")?;
+        self.0
+            .metrics
+            .measure_cloud(
+                cloud.name(),
+                "Create",
+                cloud.create_with_capacity_overlay(node_claim, overlay),
+            )
             .await
     }
 

@@ -1,11 +1,12 @@
 //! The contract every cloud provider (`sim`, `aws`) implements. Mirrors upstream's interface so
 //! the controllers stay cloud-agnostic.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use karpenter_api::v1::EC2NodeClass;
-use karpenter_api::{NodeClaim, NodePool};
+use karpenter_api::{NodeClaim, NodePool, well_known};
 
 use crate::instance_type::InstanceType;
 use crate::requirements::Requirements;
@@ -192,6 +193,23 @@ pub trait CloudProvider: Send + Sync {
     /// instance instead of launching another.
     async fn create(&self, node_claim: &NodeClaim) -> Result<NodeClaim, CloudError>;
 
+    /// [`CloudProvider::create`] for a NodeClaim planned on types NodeOverlays added capacity
+    /// to (hugepages, a device the catalogue does not list): the provider checks the requests it
+    /// knows about against its own catalogue (the NodeClaim's options were chosen with the
+    /// overlay, so each of them has the added resources), and the launched NodeClaim's capacity
+    /// and allocatable carry what the overlay says the machine has, so the scheduler counts it
+    /// until the Node registers it. A provider whose machines register what it launches (the
+    /// sim kubelet) overrides this to give the instance that capacity too.
+    async fn create_with_capacity_overlay(
+        &self,
+        node_claim: &NodeClaim,
+        overlay: &CapacityOverlay,
+    ) -> Result<NodeClaim, CloudError> {
+        let mut launched = self.create(&overlay.claim_for_provider(node_claim)).await?;
+        overlay.add_to_status(&mut launched);
+        Ok(launched)
+    }
+
     /// Terminates the NodeClaim's instance. Returns [`CloudError::NodeClaimNotFound`] once the
     /// instance is gone; callers retry until then.
     async fn delete(&self, node_claim: &NodeClaim) -> Result<(), CloudError>;
@@ -220,6 +238,66 @@ pub trait CloudProvider: Send + Sync {
 
     /// NodeClass kinds this provider accepts; the first is the default.
     fn supported_node_classes(&self) -> Vec<NodeClassKind>;
+}
+
+/// The capacity NodeOverlays add to a NodePool's instance types (instance type name → the
+/// resources set on it), which the provider's own catalogue does not have.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CapacityOverlay {
+    by_type: BTreeMap<String, ResourceList>,
+}
+
+impl CapacityOverlay {
+    pub fn new(by_type: BTreeMap<String, ResourceList>) -> Self {
+        let by_type = by_type.into_iter().filter(|(_, r)| !r.is_empty()).collect();
+        CapacityOverlay { by_type }
+    }
+
+    /// No overlay adds capacity to any type.
+    pub fn is_empty(&self) -> bool {
+        self.by_type.is_empty()
+    }
+
+    /// What the overlays set on `instance_type` (empty when none does).
+    pub fn added(&self, instance_type: &str) -> ResourceList {
+        self.by_type.get(instance_type).cloned().unwrap_or_default()
+    }
+
+    /// `claim` as its provider is asked to launch it: without the requests of resources an
+    /// overlay sets, which the provider's catalogue would not find on any type.
+    pub fn claim_for_provider(&self, claim: &NodeClaim) -> NodeClaim {
+        let names: BTreeSet<&str> = self
+            .by_type
+            .values()
+            .flat_map(|r| r.iter().map(|(name, _)| name))
+            .collect();
+        let mut out = claim.clone();
+        if let Some(resources) = out.spec.resources.as_mut() {
+            resources
+                .requests
+                .retain(|name, _| !names.contains(name.as_str()));
+        }
+        out
+    }
+
+    /// Sets the overlay's resources of the launched type (its `node.kubernetes.io/instance-type`
+    /// label) in `launched`'s capacity and allocatable (extended resources have no overhead).
+    pub fn add_to_status(&self, launched: &mut NodeClaim) {
+        let Some(added) = launched
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(well_known::INSTANCE_TYPE_LABEL))
+            .and_then(|t| self.by_type.get(t))
+        else {
+            return;
+        };
+        let status = launched.status.get_or_insert_with(Default::default);
+        for (name, quantity) in added.to_k8s() {
+            status.capacity.insert(name.clone(), quantity.clone());
+            status.allocatable.insert(name, quantity);
+        }
+    }
 }
 
 /// A NodeClaim's requirements and resource requests, as every provider reads them before a

@@ -16,7 +16,8 @@ use karpenter_api::{NodeClaim, NodePool};
 use karpenter_catalog::{Catalog, NodeClassShape, ProviderSettings};
 use karpenter_core::clock::Clock;
 use karpenter_core::cloud_provider::{
-    CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy, parse_claim,
+    CapacityOverlay, CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
+    parse_claim,
 };
 use karpenter_core::instance_type::InstanceType;
 use karpenter_core::resources::ResourceList;
@@ -553,7 +554,15 @@ impl SimCloudProvider {
         })
     }
 
-    fn launch(&self, node_claim: &NodeClaim) -> Result<NodeClaim, CloudError> {
+    /// Launches `node_claim`'s instance; `overlay` is the capacity NodeOverlays add to the
+    /// pool's types: its requests are not looked for in the catalogue, and the instance has it
+    /// (its kubelet registers what the overlay says the machine has, as a real kubelet reports
+    /// the hugepages a user configured).
+    fn launch(
+        &self,
+        node_claim: &NodeClaim,
+        overlay: &CapacityOverlay,
+    ) -> Result<NodeClaim, CloudError> {
         let types = self.launch_types(node_claim);
         let failing = self.declared_failures(node_claim);
         let now = self.inner.clock.now();
@@ -571,7 +580,7 @@ impl SimCloudProvider {
         if let Some(fault) = state.injected_faults.pop_front() {
             return Err(fault);
         }
-        let (requirements, requests) = parse_claim(node_claim)?;
+        let (requirements, requests) = parse_claim(&overlay.claim_for_provider(node_claim))?;
         state
             .ledger
             .unavailable_offerings
@@ -633,7 +642,7 @@ impl SimCloudProvider {
 
         ledger.last_instance_seq += 1;
         let seq = ledger.last_instance_seq;
-        let instance = new_instance(
+        let mut instance = new_instance(
             &self.inner.region,
             seq,
             node_claim,
@@ -644,6 +653,10 @@ impl SimCloudProvider {
             &requests,
             now,
         );
+        for (resource, quantity) in overlay.added(&instance_type.name).iter() {
+            instance.capacity.set(resource, quantity);
+            instance.allocatable.set(resource, quantity);
+        }
         let hydrated = hydrate(node_claim.clone(), &instance);
         ledger.instances.insert(instance.id.clone(), instance);
         Ok(hydrated)
@@ -679,7 +692,15 @@ impl CloudProvider for SimCloudProvider {
     }
 
     async fn create(&self, node_claim: &NodeClaim) -> Result<NodeClaim, CloudError> {
-        self.launch(node_claim)
+        self.launch(node_claim, &CapacityOverlay::default())
+    }
+
+    async fn create_with_capacity_overlay(
+        &self,
+        node_claim: &NodeClaim,
+        overlay: &CapacityOverlay,
+    ) -> Result<NodeClaim, CloudError> {
+        self.launch(node_claim, overlay)
     }
 
     async fn delete(&self, node_claim: &NodeClaim) -> Result<(), CloudError> {

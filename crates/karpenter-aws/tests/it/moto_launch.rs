@@ -19,7 +19,7 @@ use karpenter_aws::instance::{EKS_CLUSTER_NAME_TAG, NODECLAIM_TAG, NODECLASS_TAG
 use karpenter_aws::provider::{AwsCloudProvider, ClusterInfo, InstanceTypeSource, NodeClassSource};
 use karpenter_aws::unavailable::OfferingKey;
 use karpenter_core::clock::FakeClock;
-use karpenter_core::cloud_provider::{CloudError, CloudProvider};
+use karpenter_core::cloud_provider::{CapacityOverlay, CloudError, CloudProvider};
 use karpenter_core::instance_type::{InstanceType, Offering, Overhead};
 use karpenter_core::resources::{self, Quantity, ResourceList};
 
@@ -717,4 +717,50 @@ async fn a_price_overlaid_node_claim_launches_the_overlay_cheapest_type_with_pri
         Some("lowest-price")
     );
     assert_eq!(priorities(&fleet)[0], ("t3a.large".to_string(), 0.0752));
+}
+
+/// A NodeClaim planned on hugepages a NodeOverlay adds: EC2's catalogue has none, so a plain
+/// create finds no type; the create with the overlay's capacity launches the option and the
+/// launched NodeClaim counts the hugepages until the Node (whose kubelet reports the pages the
+/// user configured) registers.
+#[tokio::test]
+async fn a_capacity_overlaid_node_claim_launches_and_carries_the_added_capacity() {
+    let Some(clients) = moto_clients().await else {
+        return;
+    };
+    let cluster = unique_cluster("hugepages");
+    let node_class = resolved_node_class(&clients, &cluster).await;
+    let provider = provider(
+        &clients,
+        &cluster,
+        node_class,
+        vec![instance_type("m6a.large", "amd64", 2, 0.03, 0.0864)],
+    );
+    let mut claim = node_claim("general-hugepages-1");
+    claim.spec.resources = Some(karpenter_api::v1::ResourceRequirements {
+        requests: BTreeMap::from([
+            (
+                "cpu".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+            ),
+            (
+                "hugepages-2Mi".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("512Mi".into()),
+            ),
+        ]),
+    });
+    assert!(provider.create(&claim).await.is_err());
+    let overlay = CapacityOverlay::new(BTreeMap::from([(
+        "m6a.large".to_string(),
+        ResourceList::parse([("hugepages-2Mi", "1Gi")]).unwrap(),
+    )]));
+    let launched = provider
+        .create_with_capacity_overlay(&claim, &overlay)
+        .await
+        .unwrap();
+    assert_eq!(label(&launched, wk::INSTANCE_TYPE_LABEL), "m6a.large");
+    let status = launched.status.as_ref().unwrap();
+    assert_eq!(status.capacity["hugepages-2Mi"].0, "1Gi");
+    assert_eq!(status.allocatable["hugepages-2Mi"].0, "1Gi");
+    assert_eq!(status.capacity["cpu"].0, "2");
 }

@@ -32,6 +32,7 @@ use karpenter_api::well_known;
 use karpenter_api::{NodeClaim, NodePool};
 use kube_core::ResourceExt;
 
+use crate::cloud_provider::CapacityOverlay;
 use crate::instance_type::{InstanceType, Offering};
 use crate::requirements::{Requirement, Requirements};
 use crate::resources::ResourceList;
@@ -360,6 +361,19 @@ impl Evaluation {
                 Some(update) => Arc::new(apply_update(it, update)),
             })
             .collect()
+    }
+
+    /// What the overlays set on `pool`'s types' capacity, for the launch
+    /// ([`CloudProvider::create_with_capacity_overlay`](crate::cloud_provider::CloudProvider::create_with_capacity_overlay)).
+    pub fn capacity_added(&self, pool: &str) -> CapacityOverlay {
+        let by_type = self
+            .updates
+            .get(pool)
+            .into_iter()
+            .flatten()
+            .filter_map(|(it, update)| Some((it.clone(), update.capacity.as_ref()?.added.clone())))
+            .collect();
+        CapacityOverlay::new(by_type)
     }
 
     /// Every pool's types with the overlays applied.

@@ -1128,3 +1128,71 @@ fn launch_order_is_the_claims_instance_type_order_only_with_the_price_annotation
     );
     assert_eq!(launch_order(&claim(false)), None);
 }
+
+/// The launch's view: the overlay's capacity per type of the pool it applies in (none for the
+/// other pool), the provider's claim without the overlay-only requests, and the launched claim's
+/// status with the capacity of the type it got.
+#[test]
+fn capacity_added_feeds_the_launch_of_a_claim_planned_on_overlaid_capacity() {
+    let pools = vec![
+        (pool("default"), vec![default_type()]),
+        (pool("other"), vec![default_type()]),
+    ];
+    let o = with_capacity(
+        overlay(
+            "hugepages",
+            Some(10),
+            vec![req("karpenter.sh/nodepool", "In", &["default"])],
+        ),
+        &[("hugepages-2Mi", "1Gi")],
+    );
+    let e = evaluate(&[o], &pools);
+    assert!(e.capacity_added("other").is_empty());
+    let added = e.capacity_added("default");
+    assert_eq!(
+        added.added("default-instance-type").get("hugepages-2Mi"),
+        Quantity::parse("1Gi").unwrap()
+    );
+    assert!(added.added("another-type").is_empty());
+
+    let claim: NodeClaim = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "default-x", "labels": {"karpenter.sh/nodepool": "default"}},
+        "spec": {
+            "requirements": [{"key": IT, "operator": "In", "values": ["default-instance-type"]}],
+            "resources": {"requests": {"cpu": "1", "hugepages-2Mi": "512Mi", "pods": "1"}},
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+        },
+    }))
+    .unwrap();
+    let for_provider = added.claim_for_provider(&claim);
+    let requests = &for_provider.spec.resources.as_ref().unwrap().requests;
+    assert_eq!(
+        requests.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["cpu", "pods"]
+    );
+    assert_eq!(for_provider.spec.requirements, claim.spec.requirements);
+
+    let mut launched = for_provider.clone();
+    launched
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(IT.to_string(), "default-instance-type".to_string());
+    added.add_to_status(&mut launched);
+    let status = launched.status.as_ref().unwrap();
+    assert_eq!(status.capacity["hugepages-2Mi"].0, "1Gi");
+    assert_eq!(status.allocatable["hugepages-2Mi"].0, "1Gi");
+    let mut elsewhere = for_provider;
+    elsewhere
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(IT.to_string(), "another-type".to_string());
+    added.add_to_status(&mut elsewhere);
+    assert!(
+        elsewhere
+            .status
+            .is_none_or(|s| !s.capacity.contains_key("hugepages-2Mi"))
+    );
+}

@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use karpenter_api::v1::EC2NodeClass;
 use karpenter_api::{NodeClaim, NodePool};
 use karpenter_core::cloud_provider::{
-    CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
+    CapacityOverlay, CloudError, CloudProvider, DriftReason, NodeClassKind, RepairPolicy,
 };
 use karpenter_core::instance_type::InstanceType;
 use karpenter_kube::{delete_ignoring_not_found, is_conflict, is_not_found, lock, timeouts};
@@ -394,11 +394,23 @@ impl CloudProvider for PersistentSimProvider {
     }
 
     async fn create(&self, node_claim: &NodeClaim) -> Result<NodeClaim, CloudError> {
+        self.create_with_capacity_overlay(node_claim, &CapacityOverlay::default())
+            .await
+    }
+
+    async fn create_with_capacity_overlay(
+        &self,
+        node_claim: &NodeClaim,
+        overlay: &CapacityOverlay,
+    ) -> Result<NodeClaim, CloudError> {
         if let Some(node_classes) = &self.node_classes {
             node_classes.check_launch(node_claim).await?;
         }
         self.refresh_if_stale().await?;
-        let launched = self.sim.create(node_claim).await;
+        let launched = self
+            .sim
+            .create_with_capacity_overlay(node_claim, overlay)
+            .await;
         // Capacity marks change the ledger even when the launch fails.
         self.persist().await?;
         launched

@@ -10,7 +10,7 @@ use karpenter_api::v1::{
 use karpenter_api::well_known as wk;
 use karpenter_api::{NodeClaim, NodeClaimSpec, NodePool};
 use karpenter_core::clock::{Clock, FakeClock};
-use karpenter_core::cloud_provider::{CloudError, CloudProvider};
+use karpenter_core::cloud_provider::{CapacityOverlay, CloudError, CloudProvider};
 use karpenter_core::instance_type::{InstanceType, Offering, Overhead};
 use karpenter_core::resources::ResourceList;
 use karpenter_sim::SimCloudProvider;
@@ -446,4 +446,49 @@ async fn a_price_overlaid_node_claim_launches_the_family_the_overlay_made_cheape
     // The same options without the annotation: the provider's own (list) prices decide.
     let listed = sim.create(&claim("listed", reqs, "1")).await.unwrap();
     assert_eq!(label(&listed, wk::INSTANCE_TYPE_LABEL), "c6a.large");
+}
+
+/// A NodeClaim planned on capacity a NodeOverlay adds (hugepages the catalogue does not list):
+/// a plain launch finds no type with it, the launch with the overlay's capacity picks the
+/// cheapest option, and the instance's Node registers the hugepages (as a real kubelet reports
+/// those the user configured), so the kube-scheduler can bind the pod there.
+#[tokio::test]
+async fn a_capacity_overlaid_node_claim_launches_and_its_node_registers_the_added_capacity() {
+    let (sim, _) = provider();
+    let mut nc = claim("hp", vec![], "1");
+    nc.spec
+        .resources
+        .as_mut()
+        .unwrap()
+        .requests
+        .insert("hugepages-2Mi".into(), K8sQuantity("512Mi".into()));
+    assert!(
+        sim.create(&nc).await.is_err(),
+        "no catalogue type has hugepages"
+    );
+    let hugepages = ResourceList::parse([("hugepages-2Mi", "1Gi")]).unwrap();
+    let overlay = CapacityOverlay::new(BTreeMap::from([
+        ("small".to_string(), hugepages.clone()),
+        ("big".to_string(), hugepages),
+    ]));
+    let launched = sim
+        .create_with_capacity_overlay(&nc, &overlay)
+        .await
+        .unwrap();
+    assert_eq!(label(&launched, wk::INSTANCE_TYPE_LABEL), "small");
+    let status = launched.status.as_ref().unwrap();
+    assert_eq!(status.capacity["hugepages-2Mi"].0, "1Gi");
+    assert_eq!(status.allocatable["hugepages-2Mi"].0, "1Gi");
+    let node = sim
+        .registered_node(status.provider_id.as_deref().unwrap())
+        .unwrap();
+    let node_status = node.status.unwrap();
+    assert_eq!(node_status.capacity.unwrap()["hugepages-2Mi"].0, "1Gi");
+    assert_eq!(node_status.allocatable.unwrap()["hugepages-2Mi"].0, "1Gi");
+    // Idempotent: the same NodeClaim gets the same instance, with its capacity.
+    let again = sim
+        .create_with_capacity_overlay(&nc, &overlay)
+        .await
+        .unwrap();
+    assert_eq!(again.status, launched.status);
 }

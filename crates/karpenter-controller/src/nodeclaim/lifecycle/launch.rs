@@ -34,7 +34,17 @@ pub(super) async fn launch(
     now: Timestamp,
 ) -> crate::Result<LaunchOutcome> {
     let claim_name = name(claim);
-    match timeouts::cloud(ctx.cloud_writes().create(claim)).await {
+    let created = match crate::nodeoverlay::capacity_for_launch(ctx, claim).await {
+        Some(overlay) => {
+            timeouts::cloud(
+                ctx.cloud_writes()
+                    .create_with_capacity_overlay(claim, &overlay),
+            )
+            .await
+        }
+        None => timeouts::cloud(ctx.cloud_writes().create(claim)).await,
+    };
+    match created {
         Ok(launched) => {
             let labels_before = claim.metadata.labels.clone();
             let annotations_before = claim.metadata.annotations.clone();

@@ -5,6 +5,7 @@
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use karpenter_api::v1alpha1::NodeOverlay;
+use karpenter_envtest::{Cluster, Karpenter};
 use kube::Api;
 use kube::api::PostParams;
 
@@ -18,6 +19,38 @@ fn overlay(spec: serde_json::Value, name: &str) -> NodeOverlay {
         "spec": spec,
     }))
     .unwrap()
+}
+
+/// The controller with `NodeOverlay=true` on a real control plane, the default EC2NodeClass and
+/// `examples/inflate`'s NodePool applied.
+async fn gated_with_inflate_pool(test: &str) -> Option<(Cluster, Karpenter)> {
+    let options = super::options().env("FEATURE_GATES", "NodeOverlay=true");
+    let (cluster, karpenter) = super::with_karpenter(test, options).await?;
+    let client = cluster.client();
+    let ns = cluster.namespace();
+    apply(&client, ns, DEFAULT_NODECLASS).await;
+    let nodepool =
+        std::fs::read_to_string(repo_root().join("examples/inflate/nodepool.yaml")).unwrap();
+    apply(&client, ns, &nodepool).await;
+    Some((cluster, karpenter))
+}
+
+/// Waits until the controller has written `ValidationSucceeded=True` on overlay `name`: it has
+/// read the overlay, so pods created after are planned with it.
+async fn validated(api: &Api<NodeOverlay>, name: &str) {
+    eventually("the overlay is evaluated", SOON, || {
+        let api = api.clone();
+        async move {
+            let o = api.get(name).await.ok()?;
+            o.status?
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "ValidationSucceeded" && c.status == "True")
+                .then_some(())
+        }
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
@@ -83,17 +116,10 @@ async fn the_nodeoverlay_crd_is_established_and_refuses_invalid_overlays() {
 
 #[tokio::test]
 async fn the_controller_writes_validation_succeeded_and_conflict_with_the_gate_on() {
-    let options = super::options().env("FEATURE_GATES", "NodeOverlay=true");
-    let Some((cluster, _karpenter)) = super::with_karpenter("nodeoverlay-status", options).await
-    else {
+    let Some((cluster, _karpenter)) = gated_with_inflate_pool("nodeoverlay-status").await else {
         return;
     };
     let client = cluster.client();
-    let ns = cluster.namespace();
-    apply(&client, ns, DEFAULT_NODECLASS).await;
-    let nodepool =
-        std::fs::read_to_string(repo_root().join("examples/inflate/nodepool.yaml")).unwrap();
-    apply(&client, ns, &nodepool).await;
     let api = Api::<NodeOverlay>::all(client.clone());
     for (name, price) in [("overlay-a", "0.5"), ("overlay-b", "0.7")] {
         let o = overlay(
@@ -149,19 +175,7 @@ async fn a_price_overlay_annotates_the_nodeclaim_and_the_launch_follows_the_over
     apply(&client, ns, &read("nodeoverlay.yaml")).await;
     // The controller has read the overlay once it wrote its status: the pods come after.
     let api = Api::<NodeOverlay>::all(client.clone());
-    eventually("the overlay is evaluated", SOON, || {
-        let api = api.clone();
-        async move {
-            let o = api.get("savings-plan-m7i").await.ok()?;
-            o.status?
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "ValidationSucceeded" && c.status == "True")
-                .then_some(())
-        }
-    })
-    .await
-    .unwrap();
+    validated(&api, "savings-plan-m7i").await;
     let inflate = read("inflate.yaml").replace("namespace: default", &format!("namespace: {ns}"));
     apply(&client, ns, &inflate).await;
 
@@ -205,5 +219,103 @@ async fn a_price_overlay_annotates_the_nodeclaim_and_the_launch_follows_the_over
         labels.get("node.kubernetes.io/instance-type"),
         Some(&first_option),
         "{labels:?}"
+    );
+}
+
+/// A NodeOverlay that adds hugepages to the m7i family, and a Deployment whose pods request them:
+/// the controller plans on the overlaid m7i types, the NodeClaim carries
+/// `karpenter.sh/capacity-overlay-applied`, the sim provider launches it (its catalogue has no
+/// hugepages: a launch checking the catalogue alone fails with InsufficientCapacity), the Node
+/// registers the hugepages, and the real kube-scheduler binds the pods there.
+#[tokio::test]
+async fn a_capacity_overlay_launches_nodes_whose_pods_request_the_added_resource() {
+    let Some((cluster, _karpenter)) = gated_with_inflate_pool("nodeoverlay-capacity").await else {
+        return;
+    };
+    let client = cluster.client();
+    let ns = cluster.namespace();
+    let api = Api::<NodeOverlay>::all(client.clone());
+    let hugepages = overlay(
+        serde_json::json!({
+            "requirements": [{"key": "karpenter.k8s.aws/instance-family", "operator": "In", "values": ["m7i"]}],
+            "capacity": {"hugepages-2Mi": "2Gi"},
+            "weight": 10
+        }),
+        "hugepages-m7i",
+    );
+    api.create(&PostParams::default(), &hugepages)
+        .await
+        .unwrap();
+    validated(&api, "hugepages-m7i").await;
+    let deployment = format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: hugepages, namespace: {ns}}}
+spec:
+  replicas: 3
+  selector: {{matchLabels: {{app: hugepages}}}}
+  template:
+    metadata: {{labels: {{app: hugepages}}}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+        - name: app
+          image: public.ecr.aws/eks-distro/kubernetes/pause:3.7
+          resources:
+            requests: {{cpu: 500m, memory: 512Mi, hugepages-2Mi: 256Mi}}
+            limits: {{memory: 512Mi, hugepages-2Mi: 256Mi}}
+"#
+    );
+    apply(&client, ns, &deployment).await;
+
+    let running = eventually("three hugepages pods Running", SOON * 2, || {
+        let client = client.clone();
+        async move {
+            let pods = super::objects::pods(&client, ns, "app=hugepages").await;
+            (pods.len() == 3 && pods.iter().all(super::objects::running)).then_some(pods)
+        }
+    })
+    .await
+    .unwrap();
+    let claims = nodeclaims(&client).await;
+    assert!(!claims.is_empty());
+    for claim in &claims {
+        let annotations = claim.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(
+            annotations
+                .get(karpenter_api::v1alpha1::CAPACITY_OVERLAY_APPLIED_ANNOTATION)
+                .map(String::as_str),
+            Some("true"),
+            "{annotations:?}"
+        );
+        let labels = claim.metadata.labels.clone().unwrap_or_default();
+        let instance_type = labels
+            .get("node.kubernetes.io/instance-type")
+            .cloned()
+            .unwrap_or_default();
+        assert!(instance_type.starts_with("m7i."), "{instance_type}");
+        let status = claim.status.clone().unwrap_or_default();
+        assert_eq!(
+            status
+                .allocatable
+                .get("hugepages-2Mi")
+                .map(|q| q.0.as_str()),
+            Some("2Gi")
+        );
+    }
+    for node in super::objects::nodes(&client).await {
+        let allocatable = node.status.and_then(|s| s.allocatable).unwrap_or_default();
+        assert_eq!(
+            allocatable.get("hugepages-2Mi").map(|q| q.0.as_str()),
+            Some("2Gi"),
+            "{:?}",
+            node.metadata.name
+        );
+    }
+    eprintln!(
+        "nodeoverlay-capacity: {} pods Running on {} NodeClaim(s)",
+        running.len(),
+        claims.len()
     );
 }
