@@ -370,24 +370,26 @@ async fn nominate_existing(ctx: &Leader, pods: &[Arc<Pod>], results: &Scheduling
     let until = window_end(ctx);
     let mut count = 0;
     for placement in &results.existing_nodes {
+        // Once per node, not per pod: the nomination is kept under the node's NodeClaim (a
+        // placement on a registered node names the Node), and the event names both, as
+        // upstream's `NominatePodEvent`.
+        let (key, target) = {
+            let state = ctx.state.read();
+            let key = state.nomination_key(&placement.node);
+            let mut target = Vec::new();
+            if state.nodeclaim(&key).is_some() {
+                target.push(format!("nodeclaim/{key}"));
+            }
+            if state.node(&placement.node).is_some() {
+                target.push(format!("node/{}", placement.node));
+            }
+            (key, target.join(", "))
+        };
         for &i in &placement.pods {
             let Some(pod) = real_pod(pods, i) else {
                 continue;
             };
-            let claim = ctx
-                .state
-                .read()
-                .nodeclaim(&placement.node)
-                .map(|c| c.name_any());
-            let target = match &claim {
-                Some(claim) => format!("nodeclaim/{claim}"),
-                None => format!("node/{}", placement.node),
-            };
-            ctx.state.write().nominate(
-                &pod_key(pod),
-                claim.as_deref().unwrap_or(&placement.node),
-                until,
-            );
+            ctx.state.write().nominate(&pod_key(pod), &key, until);
             let message = format!("Pod should schedule on: {target}");
             ctx.events
                 .publish(EventRecord::new(

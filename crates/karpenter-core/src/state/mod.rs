@@ -507,7 +507,7 @@ impl ClusterState {
     /// Node's. A placement on a registered node names the Node; kept under the Node's name, the
     /// nomination was never judged by [`Self::displaced_nominations`] nor counted against the
     /// node's room, and a pod the kube-scheduler could not fit there waited out its whole window.
-    fn nomination_key(&self, target: &str) -> String {
+    pub fn nomination_key(&self, target: &str) -> String {
         if self.nodeclaims.contains_key(target) {
             return target.to_string();
         }
