@@ -174,18 +174,7 @@ async fn tick(
     // ends: a consolidation tick spends its 15 s validation in between, and a wait measured at
     // its start but run from its end woke 15 s late.
     let mut wake: Vec<jiff::Timestamp> = [next_expiry, next_repair].into_iter().flatten().collect();
-    let wait = |wake: &[jiff::Timestamp]| {
-        let now = ctx.now();
-        wake.iter().fold(POLL_PERIOD, |wait, at| {
-            let until = at.duration_since(now);
-            let until = if until.is_positive() {
-                until.unsigned_abs()
-            } else {
-                Duration::ZERO
-            };
-            wait.min(until.max(MIN_WAIT))
-        })
-    };
+    let wait = |wake: &[jiff::Timestamp]| wait_until_next(ctx.now(), wake);
     let types = pass::instance_types(ctx).await;
     let drift = pass::provider_drift(ctx).await;
     conditions::update_consolidatable(ctx, &types).await;
@@ -251,3 +240,41 @@ async fn tick(
 
 /// The shortest wait for an instant the loop wakes at (it never spins).
 const MIN_WAIT: Duration = Duration::from_millis(100);
+
+/// How long the loop waits after a tick ending at `now`: until the earliest of `wake` (an
+/// instant already past wakes it after [`MIN_WAIT`]), at most [`POLL_PERIOD`].
+fn wait_until_next(now: jiff::Timestamp, wake: &[jiff::Timestamp]) -> Duration {
+    wake.iter().fold(POLL_PERIOD, |wait, at| {
+        let until = at.duration_since(now);
+        let until = if until.is_positive() {
+            until.unsigned_abs()
+        } else {
+            Duration::ZERO
+        };
+        wait.min(until.max(MIN_WAIT))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loop_waits_for_its_earliest_wake_instant_within_a_poll_period() {
+        let now = jiff::Timestamp::from_second(1_000).unwrap();
+        let at = |secs: i64| {
+            now.checked_add(jiff::SignedDuration::from_secs(secs))
+                .unwrap()
+        };
+        assert_eq!(wait_until_next(now, &[]), POLL_PERIOD);
+        assert_eq!(wait_until_next(now, &[at(60)]), POLL_PERIOD);
+        assert_eq!(
+            wait_until_next(now, &[at(7), at(3), at(60)]),
+            Duration::from_secs(3)
+        );
+        // A wake instant that passed while the tick ran (a 15 s validation) wakes it at once,
+        // without spinning.
+        assert_eq!(wait_until_next(now, &[at(-5), at(3)]), MIN_WAIT);
+        assert_eq!(wait_until_next(now, &[now]), MIN_WAIT);
+    }
+}
