@@ -108,6 +108,9 @@ pub struct Context {
     pub templates_changed: Arc<Notify>,
     /// NodeOverlays (watched only with the `NodeOverlay` gate on; empty otherwise).
     pub overlays: Arc<crate::nodeoverlay::OverlayStore>,
+    /// NodeClaims (by name) whose last registration attempt failed: only their Nodes can be
+    /// stuck unregistered (see `karpenter_core::provisioning::Snapshot::unregistered_grace`).
+    pub registration_failures: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// CapacityBuffers and their virtual pods (watched only with the `CapacityBuffer` gate on;
     /// empty otherwise).
     pub buffers: Arc<crate::capacitybuffer::BufferStore>,
@@ -162,6 +165,7 @@ impl Context {
             nodepools_changed: Arc::new(Notify::new()),
             templates_changed: Arc::new(Notify::new()),
             overlays: Arc::default(),
+            registration_failures: std::sync::Mutex::default(),
             buffers: Arc::default(),
             leader_tx,
             leader_rx,

@@ -197,10 +197,11 @@ pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
 
     let offered = resolve_instance_types(ctx, pools).await;
     // Snapshot under one read lock: the nodes and the pods of the same moment.
+    let failed_registrations = registration_failures(ctx);
     let (prepared, pods) = {
         let state = ctx.state.read();
         let mut snapshot = Snapshot::new(&state, scheduler_options(&ctx.settings), ctx.now())
-            .unregistered_grace(STUCK_REGISTRATION_GRACE);
+            .unregistered_grace(STUCK_REGISTRATION_GRACE, failed_registrations);
         for (pool, types) in &offered {
             snapshot = snapshot.offer(pool, types);
         }
@@ -317,6 +318,18 @@ pub async fn provision(ctx: &Arc<Context>) -> crate::Result<ProvisionOutcome> {
         .created
         .extend(create_nodeclaims(ctx, &pods, accepted, "provisioned").await);
     Ok(outcome)
+}
+
+/// The NodeClaims whose last registration attempt failed, forgetting those that are gone.
+fn registration_failures(ctx: &Context) -> std::collections::BTreeSet<String> {
+    let mut failures = ctx
+        .registration_failures
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let state = ctx.state.read();
+    failures.retain(|claim| state.nodeclaim(claim).is_some());
+    failures
 }
 
 /// Whether some NodeClaim not being deleted has not launched yet (no capacity in its status).

@@ -104,6 +104,7 @@ pub struct Snapshot<'a> {
     options: SchedulerOptions,
     now: Timestamp,
     unregistered_grace: Option<SignedDuration>,
+    registration_failed: BTreeSet<String>,
     without: BTreeSet<String>,
 }
 
@@ -128,6 +129,7 @@ impl<'a> Snapshot<'a> {
             options,
             now,
             unregistered_grace: None,
+            registration_failed: BTreeSet::new(),
             without: BTreeSet::new(),
         }
     }
@@ -145,11 +147,32 @@ impl<'a> Snapshot<'a> {
         self
     }
 
-    /// Nodes that joined longer than `grace` ago but are still tainted unregistered are not
-    /// counted as capacity (see [`StateNode::stuck_unregistered`]).
-    pub fn unregistered_grace(mut self, grace: SignedDuration) -> Self {
+    /// Nodes that joined longer than `grace` ago but are still tainted unregistered, and whose
+    /// NodeClaim's registration was tried and failed (`registration_failed`, NodeClaim names),
+    /// are not counted as capacity (see [`StateNode::stuck_unregistered`]). A registration that
+    /// has not been tried yet is not stuck: under load (a burst of a thousand Nodes joining) the
+    /// registration controller can be a minute behind, and treating its backlog as stuck
+    /// launched a second NodeClaim for every late one (2,195 NodeClaims where ~1,100 fit 10,000
+    /// pods in `karpenter-bench perf --scale 10`). A Node without a NodeClaim never registers.
+    pub fn unregistered_grace(
+        mut self,
+        grace: SignedDuration,
+        registration_failed: BTreeSet<String>,
+    ) -> Self {
         self.unregistered_grace = Some(grace);
+        self.registration_failed = registration_failed;
         self
+    }
+
+    /// Whether `node` is left out as stuck in registration (see [`Self::unregistered_grace`]).
+    fn stuck_unregistered(&self, node: &StateNode<'_>) -> bool {
+        let Some(grace) = self.unregistered_grace else {
+            return false;
+        };
+        node.stuck_unregistered(self.now, grace)
+            && node
+                .nodeclaim
+                .is_none_or(|claim| self.registration_failed.contains(&claim.name_any()))
     }
 
     /// Leaves these nodes (Node or NodeClaim names) out, as if they were being deleted: they
@@ -236,9 +259,7 @@ impl<'a> Snapshot<'a> {
             if self.left_out(&node) {
                 continue;
             }
-            if let Some(grace) = self.unregistered_grace
-                && node.stuck_unregistered(self.now, grace)
-            {
+            if self.stuck_unregistered(&node) {
                 prepared.stuck_unregistered.push(node.name());
                 continue;
             }

@@ -127,6 +127,48 @@ fn without_leaves_nodes_out_and_places_their_pods_again() {
     assert_eq!(full.scheduler_input().input.existing_nodes.len(), 1);
 }
 
+/// A Node tainted unregistered past the grace is left out only once its NodeClaim's
+/// registration was tried and failed: a registration controller that is merely behind (a burst
+/// of Nodes joining) does not make every late Node look stuck and launch a second NodeClaim.
+#[test]
+fn an_unregistered_node_past_the_grace_is_left_out_only_when_its_registration_failed() {
+    let default = pool("default", json!({}));
+    let mut joined = node("node-a", Some("default"), "sim://a", "4");
+    joined.metadata.creation_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t0()));
+    joined.spec.as_mut().unwrap().taints = Some(vec![k8s_openapi::api::core::v1::Taint {
+        key: "karpenter.sh/unregistered".into(),
+        effect: "NoExecute".into(),
+        ..Default::default()
+    }]);
+    let state = state_with(
+        vec![default.clone()],
+        vec![nodeclaim("default-a", "default", Some("sim://a"), "4")],
+        vec![joined],
+        vec![],
+    );
+    let types = catalogue();
+    let later = t0().checked_add(SignedDuration::from_secs(90)).unwrap();
+    let grace = SignedDuration::from_secs(30);
+    let counted = |failed: &[&str]| {
+        let prepared = Snapshot::new(&state, SchedulerOptions::default(), later)
+            .offer(&default, &types)
+            .unregistered_grace(grace, failed.iter().map(|s| s.to_string()).collect())
+            .scheduler_input();
+        (
+            prepared.input.existing_nodes.len(),
+            prepared.stuck_unregistered,
+        )
+    };
+    assert_eq!(counted(&[]), (1, vec![]), "registration not tried yet");
+    assert_eq!(counted(&["default-other"]), (1, vec![]));
+    assert_eq!(
+        counted(&["default-a"]),
+        (0, vec!["node-a".to_string()]),
+        "registration failed"
+    );
+}
+
 #[test]
 fn namespaces_reach_the_scheduler() {
     let mut state = state_with(vec![], vec![], vec![], vec![]);

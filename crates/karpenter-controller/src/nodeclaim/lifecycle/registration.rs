@@ -83,7 +83,10 @@ pub(super) async fn register(
                 resync(ctx, &node_api, node).await;
                 return Ok(());
             }
-            Err(err) => return Err(crate::Error::kube(format!("sync node {node_name}"), err)),
+            Err(err) => {
+                registration_failed(ctx, claim, true);
+                return Err(crate::Error::kube(format!("sync node {node_name}"), err));
+            }
         }
     }
     claim
@@ -105,6 +108,21 @@ pub(super) async fn register(
             zone: claim.labels().get(ZONE_LABEL).cloned().unwrap_or_default(),
         })
         .inc();
+    registration_failed(ctx, claim, false);
     tracing::info!(nodeclaim = %name(claim), node = %node_name, "registered nodeclaim");
     Ok(())
+}
+
+/// Records whether `claim`'s last registration attempt failed (the provisioner stops counting
+/// a Node as capacity only once its registration was tried and failed, past the grace).
+fn registration_failed(ctx: &Leader, claim: &NodeClaim, failed: bool) {
+    let mut failures = ctx
+        .registration_failures
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if failed {
+        failures.insert(name(claim));
+    } else {
+        failures.remove(&name(claim));
+    }
 }
