@@ -20,9 +20,10 @@
 //!   fill is as full as the mix scores 1; rounding losses (a half-empty last node, a type too
 //!   large for what is left) score less, so the tail goes to smaller types.
 //! - **Zones**: a zone-spread Deployment's replicas must end evenly across the zones, and a node
-//!   sits in one zone. So the replicas are dealt round-robin to the zones first, and a node that
-//!   takes some is planned in one zone (where its type launches), taking only that zone's share.
-//!   The engine pins the zone when it opens the node.
+//!   sits in one zone. So the replicas are dealt to the zones first, each to the zone where its
+//!   group then counts fewest (the replicas already running included, or a zone that has some
+//!   would get too many), and a node that takes some is planned in one zone (where its type
+//!   launches), taking only that zone's share. The engine pins the zone when it opens the node.
 //! - **Repeats**: while every pod kind the chosen node took is still available in the same
 //!   number, the same choice would be made again, so the node is repeated as often as the pods
 //!   allow. This makes the plan cost a few hundred fills, not one per node.
