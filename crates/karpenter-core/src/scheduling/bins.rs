@@ -20,9 +20,10 @@
 //!   fill is as full as the mix scores 1; rounding losses (a half-empty last node, a type too
 //!   large for what is left) score less, so the tail goes to smaller types.
 //! - **Zones**: a zone-spread Deployment's replicas must end evenly across the zones, and a node
-//!   sits in one zone. So the replicas are dealt round-robin to the zones first, and a node that
-//!   takes some is planned in one zone (where its type launches), taking only that zone's share.
-//!   The engine pins the zone when it opens the node.
+//!   sits in one zone. So the replicas are dealt to the zones first, each to the zone where its
+//!   group then counts fewest (the replicas already running included, or a zone that has some
+//!   would get too many), and a node that takes some is planned in one zone (where its type
+//!   launches), taking only that zone's share. The engine pins the zone when it opens the node.
 //! - **Repeats**: while every pod kind the chosen node took is still available in the same
 //!   number, the same choice would be made again, so the node is repeated as often as the pods
 //!   allow. This makes the plan cost a few hundred fills, not one per node.
@@ -32,6 +33,7 @@
 //! find one. Pure arithmetic on request rows and type columns; the engine turns the bins into a
 //! restricted greedy run that checks every scheduling constraint (see `engine::packing`).
 
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use super::bound::{Column, RESOURCES};
@@ -101,7 +103,9 @@ impl Kind {
 /// Plans bins for `pods` over `columns` (each type's price and room beyond its daemonset
 /// overhead), valuing resources at `duals` (the bound's dual prices). `offered[c][z]`: column
 /// `c` can launch in zone `z` (of `zones` zones). Zone-spread pods are dealt evenly to the
-/// zones first (their group's replicas round-robin), so the nodes of each zone hold its share.
+/// zones first, so the nodes of each zone hold its share: each replica to the zone where its
+/// group then counts fewest, counting the group's pods already there (`placed`: per zone group,
+/// its pods in each zone), as the scheduler's skew check will.
 /// Every pod that fits some column has a slot in exactly one bin, and each bin's column holds
 /// its slots; pods no column holds get none. Deterministic.
 pub fn plan(
@@ -109,12 +113,15 @@ pub fn plan(
     columns: &[Column],
     offered: &[Vec<bool>],
     zones: usize,
+    placed: &BTreeMap<u32, Vec<u32>>,
     duals: [f64; RESOURCES],
 ) -> Plan {
     let price = |p: &Plan| -> f64 { p.bins.iter().map(|b| columns[b.column].price).sum() };
     let mut best: Option<(f64, Plan)> = None;
     for (seeded, balance) in VARIANTS {
-        let plan = plan_with(pods, columns, offered, zones, duals, seeded, balance);
+        let plan = plan_with(
+            pods, columns, offered, zones, placed, duals, seeded, balance,
+        );
         let cost = price(&plan);
         if best.as_ref().is_none_or(|(c, _)| cost < *c) {
             best = Some((cost, plan));
@@ -123,16 +130,18 @@ pub fn plan(
     best.map(|(_, p)| p).unwrap_or_default()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn plan_with(
     pods: &[PlanPod],
     columns: &[Column],
     offered: &[Vec<bool>],
     zones: usize,
+    placed: &BTreeMap<u32, Vec<u32>>,
     duals: [f64; RESOURCES],
     seeded: bool,
     balance: f64,
 ) -> Plan {
-    let mut kinds = kinds(pods, zones);
+    let mut kinds = kinds(pods, zones, placed);
     let worth =
         |request: &[f64; RESOURCES]| -> f64 { (0..RESOURCES).map(|r| duals[r] * request[r]).sum() };
     let mut restrictions: Vec<Rc<[bool]>> =
@@ -308,9 +317,11 @@ fn repeats_of(
 }
 
 /// The pods grouped by identical requests and zone-spread group, largest cpu first (ids
-/// ascending within a kind); a zone-spread kind is split into one kind per zone, its pods
-/// dealt round-robin.
-fn kinds(pods: &[PlanPod], zones: usize) -> Vec<Kind> {
+/// ascending within a kind); a zone-spread kind is split into one kind per zone, each pod dealt
+/// to the zone where its group counts fewest so far (its pods already `placed` there included;
+/// ties to the first zone). With nothing placed that is round-robin; with replicas already in
+/// a zone, the new ones even the zones out instead of planning a zone the skew check refuses.
+fn kinds(pods: &[PlanPod], zones: usize, placed: &BTreeMap<u32, Vec<u32>>) -> Vec<Kind> {
     let mut sorted: Vec<&PlanPod> = pods.iter().collect();
     sorted.sort_by(|a, b| {
         (0..RESOURCES)
@@ -335,8 +346,10 @@ fn kinds(pods: &[PlanPod], zones: usize) -> Vec<Kind> {
         }
     }
     let mut kinds = Vec::new();
+    // Per zone group, its pods in each zone: those placed, then those dealt so far.
+    let mut counts: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     for (first, ids) in grouped {
-        if first.zone_group.is_none() || zones == 0 {
+        let Some(group) = first.zone_group.filter(|_| zones > 0) else {
             kinds.push(Kind {
                 request: first.request,
                 zone: None,
@@ -345,9 +358,19 @@ fn kinds(pods: &[PlanPod], zones: usize) -> Vec<Kind> {
                 pods: ids,
             });
             continue;
+        };
+        let counts = counts.entry(group).or_insert_with(|| {
+            let mut counts = placed.get(&group).cloned().unwrap_or_default();
+            counts.resize(zones, 0);
+            counts
+        });
+        let mut shares: Vec<Vec<usize>> = vec![Vec::new(); zones];
+        for id in ids {
+            let z = (0..zones).min_by_key(|&z| (counts[z], z)).unwrap_or(0);
+            counts[z] = counts[z].saturating_add(1);
+            shares[z].push(id);
         }
-        for z in 0..zones {
-            let share: Vec<usize> = ids.iter().skip(z).step_by(zones).copied().collect();
+        for (z, share) in shares.into_iter().enumerate() {
             if !share.is_empty() {
                 kinds.push(Kind {
                     request: first.request,
@@ -507,7 +530,14 @@ mod tests {
             pods.push(pod(i, [1.0, 14.0, 1.0]));
             pods.push(pod(100 + i, [1.0, 2.0, 1.0]));
         }
-        let plan = plan(&pods, &columns, &[], 0, [0.0625, 0.0078125, 0.0]);
+        let plan = plan(
+            &pods,
+            &columns,
+            &[],
+            0,
+            &BTreeMap::new(),
+            [0.0625, 0.0078125, 0.0],
+        );
         assert_eq!(plan.bins.len(), 2, "{plan:?}");
         for bin in &plan.bins {
             assert_eq!(bin.slots.len(), 2, "each node takes both kinds: {bin:?}");
@@ -531,7 +561,14 @@ mod tests {
             })
             .chain([pod(99, [64.0, 1.0, 1.0])])
             .collect();
-        let plan = plan(&pods, &columns, &[], 0, [0.01, 0.005, 0.0]);
+        let plan = plan(
+            &pods,
+            &columns,
+            &[],
+            0,
+            &BTreeMap::new(),
+            [0.01, 0.005, 0.0],
+        );
         let mut planned: Vec<usize> = plan.kinds.iter().flatten().copied().collect();
         planned.sort_unstable();
         assert_eq!(
@@ -566,7 +603,7 @@ mod tests {
         // 8-cpu node.
         let columns = [column(0.8, 8.0, 32.0), column(0.2, 2.0, 8.0)];
         let pods: Vec<PlanPod> = (0..17).map(|i| pod(i, [1.0, 4.0, 1.0])).collect();
-        let plan = plan(&pods, &columns, &[], 0, [0.1, 0.0, 0.0]);
+        let plan = plan(&pods, &columns, &[], 0, &BTreeMap::new(), [0.1, 0.0, 0.0]);
         let big = plan.bins.iter().filter(|b| b.column == 0).count();
         let small = plan.bins.iter().filter(|b| b.column == 1).count();
         assert_eq!((big, small), (2, 1), "{plan:?}");
@@ -587,7 +624,14 @@ mod tests {
             })
             .collect();
         pods.extend((10..16).map(|i| pod(i, [1.0, 4.0, 1.0])));
-        let plan = plan(&pods, &columns, &offered, 3, [0.05, 0.0125, 0.0]);
+        let plan = plan(
+            &pods,
+            &columns,
+            &offered,
+            3,
+            &BTreeMap::new(),
+            [0.05, 0.0125, 0.0],
+        );
         let mut per_zone = [0u32; 3];
         for bin in &plan.bins {
             let spread: u32 = bin
@@ -612,6 +656,33 @@ mod tests {
     }
 
     #[test]
+    fn replicas_already_placed_count_when_the_new_ones_are_dealt_to_zones() {
+        // One replica runs in zone 0 and two in zone 1; seven more arrive. Round-robin from
+        // zone 0 (as before) planned 3/2/2, ending at 4/4/2: a skew of 2 the scheduler refuses.
+        // Evened out from what runs: 3/1/3, ending at 4/3/3.
+        let columns = [column(0.4, 4.0, 16.0)];
+        let offered = vec![vec![true, true, true]];
+        let pods: Vec<PlanPod> = (0..7)
+            .map(|i| PlanPod {
+                id: i,
+                request: [1.0, 4.0, 1.0],
+                zone_group: Some(3),
+                allowed: None,
+            })
+            .collect();
+        let placed = BTreeMap::from([(3, vec![1, 2, 0])]);
+        let plan = plan(&pods, &columns, &offered, 3, &placed, [0.05, 0.0125, 0.0]);
+        let mut per_zone = [0u32; 3];
+        for bin in &plan.bins {
+            let z = bin
+                .zone
+                .expect("a node of zone-spread pods is planned in a zone");
+            per_zone[z] += bin.slots.iter().map(|s| s.1).sum::<u32>();
+        }
+        assert_eq!(per_zone, [3, 1, 3], "{plan:?}");
+    }
+
+    #[test]
     fn pods_go_only_to_the_types_their_node_requirements_admit() {
         // The cheaper column 1 is what an arm type would be; half the pods are amd64-only
         // (column 0 only): they get bins of column 0, the others of column 1.
@@ -622,7 +693,14 @@ mod tests {
             allowed: Some(amd64_only.clone()),
             ..pod(i, [1.0, 4.0, 1.0])
         }));
-        let plan = plan(&pods, &columns, &[], 0, [0.0375, 0.009375, 0.0]);
+        let plan = plan(
+            &pods,
+            &columns,
+            &[],
+            0,
+            &BTreeMap::new(),
+            [0.0375, 0.009375, 0.0],
+        );
         for bin in &plan.bins {
             for &(k, _) in &bin.slots {
                 let pinned = plan.kinds[k].iter().all(|&id| id >= 10);

@@ -551,7 +551,7 @@ pub(super) fn total_demand<'r>(
 }
 
 /// A pod's requests as the bound's rows (cpu millicores, memory bytes, pods).
-fn requests_row(requests: &ResVec) -> [f64; RESOURCES] {
+pub(super) fn requests_row(requests: &ResVec) -> [f64; RESOURCES] {
     [
         requests.get(CPU) as f64,
         requests.get(MEMORY) as f64,
