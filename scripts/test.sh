@@ -58,7 +58,12 @@ retry_failed_tests() {
     fi
     while read -r name; do
         echo "== rerun alone: $name"
-        if "$@" -- --exact "$name" --test-threads 1 2>&1 | tail -n 3; [[ "${PIPESTATUS[0]}" == 0 ]]; then
+        # The test's own line and the result of the binary that ran it: cargo runs every test
+        # binary of the workspace, and the others' "0 passed; N filtered out" would read as if
+        # nothing ran.
+        if "$@" -- --exact "$name" --test-threads 1 2>&1 \
+            | grep -E "^test $name \.\.\. |^test result: .* [1-9][0-9]* (passed|failed);|^error" \
+            | sed 's/^/    /'; [[ "${PIPESTATUS[0]}" == 0 ]]; then
             echo "$name" >>"$FLAKY_LIST"
             count=$((count + 1))
         else
