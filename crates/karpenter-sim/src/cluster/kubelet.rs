@@ -259,8 +259,31 @@ pub fn node_lifecycle(
 
 /// The reason of the Ready condition the kubelet posts.
 const KUBELET_READY_REASON: &str = "KubeletReady";
-/// Pods started (or finished deleting) at once per pass.
-const POD_WORKERS: usize = 16;
+/// Objects worked on at once (nodes registered, Leases renewed, Node statuses posted, pods
+/// started or finished deleting), as every node's kubelet works on its own: one after the other,
+/// a 10,000-pod burst's 1,500 nodes took longer than the heartbeat period to renew their Leases,
+/// the node-lifecycle controller marked them unreachable, and nothing was scheduled on them.
+const WORKERS: usize = 32;
+
+/// Runs every piece of work, [`WORKERS`] at once. One failing does not hold up the others, as
+/// one kubelet's trouble does not stop another's: the results that succeeded, and the first
+/// error.
+async fn all_of<T, F>(work: impl IntoIterator<Item = F>) -> (Vec<T>, Option<SimKubeletError>)
+where
+    F: std::future::Future<Output = Result<T, SimKubeletError>>,
+{
+    let mut running = futures::stream::iter(work).buffer_unordered(WORKERS);
+    let (mut done, mut first_error) = (Vec::new(), None);
+    while let Some(result) = running.next().await {
+        match result {
+            Ok(value) => done.push(value),
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
+        }
+    }
+    (done, first_error)
+}
 /// The reason the node-lifecycle controller gives a node whose Lease went stale.
 const NODE_STATUS_UNKNOWN_REASON: &str = "NodeStatusUnknown";
 
@@ -341,23 +364,39 @@ impl SimKubelet {
         !lock(&self.inner.stopped).contains(node)
     }
 
-    /// Runs [`SimKubelet::sync`] every `sync_period`, and [`SimKubelet::watch`], until
-    /// `shutdown` turns true.
+    /// Runs the nodes' part of [`SimKubelet::sync`] and its pods' part every `sync_period`,
+    /// each on its own, and [`SimKubelet::watch`], until `shutdown` turns true. Apart, as a
+    /// node's heartbeat does not wait for its pods to start: a pass starting thousands of pods
+    /// would otherwise hold up every Lease past the node-monitor grace period.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
-        let mut ticker = tokio::time::interval(self.inner.options.sync_period);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let period = self.inner.options.sync_period;
         let watching = self.watch();
-        futures::pin_mut!(watching);
-        loop {
-            tokio::select! {
-                () = stopped(&mut shutdown) => break,
-                () = &mut watching => break,
-                _ = ticker.tick() => {
-                    if let Err(err) = self.sync().await {
-                        tracing::warn!(error = %err, "sim kubelet sync failed; retrying");
-                    }
+        let nodes = async {
+            let mut ticker = tokio::time::interval(period);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                if let Err(err) = self.sync_nodes().await {
+                    tracing::warn!(error = %err, "sim kubelet node sync failed; retrying");
                 }
             }
+        };
+        let pods = async {
+            let mut ticker = tokio::time::interval(period);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                if let Err(err) = self.sync_pods().await {
+                    tracing::warn!(error = %err, "sim kubelet pod sync failed; retrying");
+                }
+            }
+        };
+        futures::pin_mut!(watching, nodes, pods);
+        tokio::select! {
+            () = stopped(&mut shutdown) => {}
+            () = &mut watching => {}
+            _ = &mut nodes => {}
+            _ = &mut pods => {}
         }
     }
 
@@ -377,6 +416,30 @@ impl SimKubelet {
     /// and (when emulating) update node readiness from the Leases. Works from what
     /// [`SimKubelet::watch`] has seen; does nothing until every kind has been listed once.
     pub async fn sync(&self) -> Result<(), SimKubeletError> {
+        let nodes = self.sync_nodes().await;
+        let pods = self.sync_pods().await;
+        nodes.and(pods)
+    }
+
+    /// The pods' part of a pass: start pods bound to live sim nodes, finish terminating ones.
+    pub async fn sync_pods(&self) -> Result<(), SimKubeletError> {
+        if !lock(&self.inner.watched).is_synced() {
+            return Ok(());
+        }
+        let instances: BTreeMap<String, InstanceRef> = self
+            .inner
+            .provider
+            .instance_refs()
+            .into_iter()
+            .map(|i| (i.node_name.clone(), i))
+            .collect();
+        self.run_pods(&instances, self.inner.clock.now()).await
+    }
+
+    /// The nodes' part of a pass: register Nodes for new instances, delete those whose instance
+    /// is gone, heartbeat, post Ready (or, when emulating, play the node-lifecycle controller).
+    /// Every node's work is tried; the first error is returned after.
+    pub async fn sync_nodes(&self) -> Result<(), SimKubeletError> {
         let now = self.inner.clock.now();
         let node_api: Api<Node> = Api::all(self.inner.client.clone());
         // Nodes first, instances last: an instance missing its Node in this order is new, never
@@ -399,65 +462,75 @@ impl SimKubelet {
             .map(|i| (i.node_name.clone(), i))
             .collect();
 
-        for (name, instance) in &instances {
-            if nodes.contains_key(name) || !self.is_alive(name) {
-                continue;
-            }
-            if deleting_claims.contains(&instance.node_claim) {
-                // Shutting down: a terminating machine's kubelet does not join the cluster.
-                continue;
-            }
-            let Ok(node) = self.inner.provider.registered_node(&instance.provider_id) else {
-                continue;
-            };
-            match timeouts::api(node_api.create(&karpenter_kube::identity::post_params(), &node))
-                .await
-            {
-                Ok(created) => {
-                    tracing::info!(node = %name, provider_id = %instance.provider_id, "sim kubelet registered node");
-                    self.remember_node(&created);
-                    nodes.insert(name.clone(), node_view(&created));
-                }
-                Err(err) if is_conflict(&err) => {}
-                // Refused (an admission policy, a webhook): a kubelet keeps trying, and the
-                // other nodes' work goes on meanwhile.
-                Err(kube::Error::Api(refused)) if matches!(refused.code, 400 | 403 | 422) => {
-                    tracing::warn!(node = %name, reason = %refused.message, "sim kubelet: node registration refused; retrying");
-                }
-                Err(err) => return Err(kube_err(format!("register node {name}"))(err)),
-            }
+        // Owned work items: each future then borrows only what outlives the pass.
+        let new_nodes: Vec<(InstanceRef, Node)> = instances
+            .iter()
+            .filter(|(name, instance)| {
+                // A terminating machine's kubelet does not join the cluster.
+                !nodes.contains_key(*name)
+                    && self.is_alive(name)
+                    && !deleting_claims.contains(&instance.node_claim)
+            })
+            .filter_map(|(_, instance)| {
+                let node = self
+                    .inner
+                    .provider
+                    .registered_node(&instance.provider_id)
+                    .ok()?;
+                Some((instance.clone(), node))
+            })
+            .collect();
+        let registering = new_nodes
+            .into_iter()
+            .map(|(instance, node)| self.register_node(&node_api, instance, node));
+        let (registered, mut first_error) = all_of(registering).await;
+        for created in registered.into_iter().flatten() {
+            nodes.insert(created.name_any(), node_view(&created));
         }
-        self.delete_nodes_without_instances(&node_api, &nodes, &instances)
-            .await?;
+        let deleting = self.delete_nodes_without_instances(&node_api, &nodes, &instances);
+        first_error = first_error.or(deleting.await.err());
 
-        let leases = self.heartbeat(&instances, &nodes, now).await?;
+        let (leases, renew_error) = self.heartbeat(&instances, &nodes, now).await;
+        first_error = first_error.or(renew_error);
 
-        if self.inner.options.emulate_node_lifecycle {
+        let updates: Vec<_> = if self.inner.options.emulate_node_lifecycle {
             let grace = SignedDuration::try_from(self.inner.options.lease_duration)
                 .unwrap_or(SignedDuration::from_secs(40));
-            for (name, node) in nodes.iter().filter(|(_, n)| self.owns(n)) {
-                let renewed = leases.get(name).copied();
-                if node_lifecycle(node, renewed, now, grace).is_some() {
-                    self.update_node(&node_api, name, |current| {
+            let changing: Vec<(String, Option<Timestamp>)> = nodes
+                .iter()
+                .filter(|(_, n)| self.owns(n))
+                .map(|(name, node)| (name, node, leases.get(name).copied()))
+                .filter(|(_, node, renewed)| node_lifecycle(node, *renewed, now, grace).is_some())
+                .map(|(name, _, renewed)| (name.clone(), renewed))
+                .collect();
+            changing
+                .into_iter()
+                .map(|(name, renewed)| {
+                    self.update_node(&node_api, name, move |current| {
                         node_lifecycle(current, renewed, now, grace)
                     })
-                    .await?;
-                }
-            }
+                })
+                .map(futures::future::Either::Left)
+                .collect()
         } else {
             // On a real cluster only the kubelet's own Ready condition is ours to post: it
             // replaces the node-lifecycle controller's Unknown once heartbeats resume, never a
             // condition another actor wrote.
-            for (name, node) in nodes
+            let needs_ready = |n: &Node| {
+                ready_condition(n).is_none_or(|c| c.status != "True")
+                    && !ready_written_by_another(n)
+            };
+            let not_ready: Vec<String> = nodes
                 .iter()
-                .filter(|(n, _)| instances.contains_key(*n) && self.is_alive(n))
-            {
-                let needs_ready = |n: &Node| {
-                    ready_condition(n).is_none_or(|c| c.status != "True")
-                        && !ready_written_by_another(n)
-                };
-                if needs_ready(node) {
-                    self.update_node(&node_api, name, |current| {
+                .filter(|(n, node)| {
+                    instances.contains_key(*n) && self.is_alive(n) && needs_ready(node)
+                })
+                .map(|(name, _)| name.clone())
+                .collect();
+            not_ready
+                .into_iter()
+                .map(|name| {
+                    self.update_node(&node_api, name, move |current| {
                         if !needs_ready(current) {
                             return None;
                         }
@@ -471,12 +544,38 @@ impl SimKubelet {
                         conditions.push(ready_true(current, now));
                         Some(updated)
                     })
-                    .await?;
-                }
-            }
-        }
+                })
+                .map(futures::future::Either::Right)
+                .collect()
+        };
+        let (_, update_error) = all_of(updates).await;
+        first_error.or(update_error).map_or(Ok(()), Err)
+    }
 
-        self.run_pods(&instances, now).await
+    /// Registers the Node of a new instance, as its kubelet does when it boots; the Node as
+    /// created, `None` if it exists already or the API server refused it (tried again next pass).
+    async fn register_node(
+        &self,
+        api: &Api<Node>,
+        instance: InstanceRef,
+        node: Node,
+    ) -> Result<Option<Node>, SimKubeletError> {
+        let name = &instance.node_name;
+        match timeouts::api(api.create(&karpenter_kube::identity::post_params(), &node)).await {
+            Ok(created) => {
+                tracing::info!(node = %name, provider_id = %instance.provider_id, "sim kubelet registered node");
+                self.remember_node(&created);
+                Ok(Some(created))
+            }
+            Err(err) if is_conflict(&err) => Ok(None),
+            // Refused (an admission policy, a webhook): a kubelet keeps trying, and the
+            // other nodes' work goes on meanwhile.
+            Err(kube::Error::Api(refused)) if matches!(refused.code, 400 | 403 | 422) => {
+                tracing::warn!(node = %name, reason = %refused.message, "sim kubelet: node registration refused; retrying");
+                Ok(None)
+            }
+            Err(err) => Err(kube_err(format!("register node {name}"))(err)),
+        }
     }
 
     /// Records a Node the kubelet just wrote, so the next pass does not act on the watch's
@@ -493,10 +592,10 @@ impl SimKubelet {
     async fn update_node(
         &self,
         api: &Api<Node>,
-        name: &str,
+        name: String,
         change: impl FnOnce(&Node) -> Option<Node>,
     ) -> Result<(), SimKubeletError> {
-        let Some(current) = timeouts::api(api.get_opt(name))
+        let Some(current) = timeouts::api(api.get_opt(&name))
             .await
             .map_err(kube_err(format!("read node {name}")))?
         else {
@@ -525,19 +624,31 @@ impl SimKubelet {
                 && node.metadata.deletion_timestamp.is_none()
                 && !instances.contains_key(*name)
         });
-        for (name, node) in gone {
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: node.uid(),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            match timeouts::api(api.delete(name, &params)).await {
-                Ok(_) => tracing::info!(node = %name, "deleted node whose sim instance is gone"),
-                Err(err) if is_conflict(&err) || is_not_found(&err) => {}
-                Err(err) => return Err(kube_err(format!("delete node {name}"))(err)),
-            }
+        let gone: Vec<(String, Option<String>)> = gone
+            .map(|(name, node)| (name.clone(), node.uid()))
+            .collect();
+        let deletions = gone
+            .into_iter()
+            .map(|(name, uid)| Self::delete_node(api, name, uid));
+        all_of(deletions).await.1.map_or(Ok(()), Err)
+    }
+
+    async fn delete_node(
+        api: &Api<Node>,
+        name: String,
+        uid: Option<String>,
+    ) -> Result<(), SimKubeletError> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid,
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match timeouts::api(api.delete(&name, &params)).await {
+            Ok(_) => tracing::info!(node = %name, "deleted node whose sim instance is gone"),
+            Err(err) if is_conflict(&err) || is_not_found(&err) => {}
+            Err(err) => return Err(kube_err(format!("delete node {name}"))(err)),
         }
         Ok(())
     }
@@ -586,77 +697,91 @@ impl SimKubelet {
     }
 
     /// Renews the Lease of every live node whose last renewal is older than the heartbeat period;
-    /// returns every node's last renewal time as the Leases say.
+    /// returns every node's last renewal time as the Leases say, and the first renewal that
+    /// failed (the others are renewed regardless).
     async fn heartbeat(
         &self,
         instances: &BTreeMap<String, InstanceRef>,
         nodes: &BTreeMap<String, Node>,
         now: Timestamp,
-    ) -> Result<BTreeMap<String, Timestamp>, SimKubeletError> {
+    ) -> (BTreeMap<String, Timestamp>, Option<SimKubeletError>) {
         let api: Api<Lease> = Api::namespaced(self.inner.client.clone(), NODE_LEASE_NAMESPACE);
         let period = SignedDuration::try_from(self.inner.options.heartbeat_period)
             .unwrap_or(SignedDuration::from_secs(10));
         let mut renewed = lock(&self.inner.watched).leases.0.clone();
-        for name in instances.keys().filter(|n| self.is_alive(n)) {
-            // Like a kubelet, heartbeat only once registered: the Lease is owned by the Node,
-            // so the garbage collector removes it with the Node.
-            let Some(owner) = nodes.get(name).and_then(node_owner_reference) else {
-                continue;
-            };
-            let due = lock(&self.inner.last_heartbeat)
-                .get(name)
-                .is_none_or(|at| now.duration_since(*at) >= period);
-            if !due {
-                continue;
-            }
-            let lease = Lease {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    namespace: Some(NODE_LEASE_NAMESPACE.into()),
-                    owner_references: Some(vec![owner.clone()]),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(LeaseSpec {
-                    holder_identity: Some(name.clone()),
-                    lease_duration_seconds: i32::try_from(
-                        self.inner.options.lease_duration.as_secs(),
-                    )
+        let due: Vec<(String, OwnerReference)> = {
+            let last = lock(&self.inner.last_heartbeat);
+            instances
+                .keys()
+                .filter(|n| self.is_alive(n))
+                .filter(|n| {
+                    last.get(*n)
+                        .is_none_or(|at| now.duration_since(*at) >= period)
+                })
+                // Like a kubelet, heartbeat only once registered: the Lease is owned by the
+                // Node, so the garbage collector removes it with the Node.
+                .filter_map(|n| Some((n.clone(), nodes.get(n).and_then(node_owner_reference)?)))
+                .collect()
+        };
+        let renewals = due
+            .into_iter()
+            .map(|(name, owner)| self.renew_lease(&api, name, owner, now));
+        let (done, first_error) = all_of(renewals).await;
+        for name in done.into_iter().flatten() {
+            renewed.insert(name, now);
+        }
+        (renewed, first_error)
+    }
+
+    /// Renews one node's Lease (creating it the first time) with one request; the node's name
+    /// once renewed, `None` when another writer won the race (renewed next pass).
+    async fn renew_lease(
+        &self,
+        api: &Api<Lease>,
+        name: String,
+        owner: OwnerReference,
+        now: Timestamp,
+    ) -> Result<Option<String>, SimKubeletError> {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(NODE_LEASE_NAMESPACE.into()),
+                // A Lease of an earlier Node of the same name gets the current owner.
+                owner_references: Some(vec![owner]),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(name.clone()),
+                lease_duration_seconds: i32::try_from(self.inner.options.lease_duration.as_secs())
                     .ok(),
-                    renew_time: Some(MicroTime(now)),
-                    ..LeaseSpec::default()
-                }),
-            };
-            let result = match timeouts::api(api.get_opt(name))
-                .await
-                .map_err(kube_err(format!("read lease {name}")))?
-            {
-                Some(mut existing) => {
-                    existing.spec = lease.spec;
-                    // A Lease of an earlier Node of the same name gets the current owner.
-                    existing.metadata.owner_references = lease.metadata.owner_references;
-                    timeouts::api(api.replace(
-                        name,
-                        &karpenter_kube::identity::post_params(),
-                        &existing,
-                    ))
+                renew_time: Some(MicroTime(now)),
+                ..LeaseSpec::default()
+            }),
+        };
+        let patch = kube::api::Patch::Merge(&lease);
+        let result = match timeouts::api(api.patch(
+            &name,
+            &karpenter_kube::identity::patch_params(),
+            &patch,
+        ))
+        .await
+        {
+            Err(err) if is_not_found(&err) => {
+                timeouts::api(api.create(&karpenter_kube::identity::post_params(), &lease))
                     .await
                     .map(|_| ())
-                }
-                None => timeouts::api(api.create(&karpenter_kube::identity::post_params(), &lease))
-                    .await
-                    .map(|_| ()),
-            };
-            match result {
-                Ok(()) => {
-                    lock(&self.inner.last_heartbeat).insert(name.clone(), now);
-                    lock(&self.inner.watched).leases.0.insert(name.clone(), now);
-                    renewed.insert(name.clone(), now);
-                }
-                Err(err) if is_conflict(&err) => {}
-                Err(err) => return Err(kube_err(format!("renew lease {name}"))(err)),
             }
+            other => other.map(|_| ()),
+        };
+        match result {
+            Ok(()) => {
+                lock(&self.inner.last_heartbeat).insert(name.clone(), now);
+                lock(&self.inner.watched).leases.0.insert(name.clone(), now);
+                Ok(Some(name))
+            }
+            Err(err) if is_conflict(&err) => Ok(None),
+            Err(err) => Err(kube_err(format!("renew lease {name}"))(err)),
         }
-        Ok(renewed)
     }
 
     /// Starts pods bound to live sim nodes and completes the deletion of terminating ones.
@@ -679,14 +804,7 @@ impl SimKubelet {
             let instance = instances.get(&pod.node)?;
             Some(self.run_pod(key, pod, instance, now))
         });
-        let mut started = futures::stream::iter(runs).buffer_unordered(POD_WORKERS);
-        let mut first_error = None;
-        while let Some(result) = started.next().await {
-            if let Err(err) = result {
-                first_error.get_or_insert(err);
-            }
-        }
-        first_error.map_or(Ok(()), Err)
+        all_of(runs).await.1.map_or(Ok(()), Err)
     }
 
     /// Starts one bound pod (Running, Ready), or completes its deletion once its `preStop` ends.
