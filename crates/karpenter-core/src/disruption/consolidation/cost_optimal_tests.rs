@@ -210,6 +210,42 @@ fn a_saving_below_the_margin_is_refused_and_explained() {
 }
 
 #[test]
+fn a_split_must_save_the_margin_again_for_every_node_it_adds() {
+    // big.8x holding 4 cpu and 1.5 cpu; only medium.4x + small.2x ($0.30) is cheaper: one node
+    // becomes two, so the split must save 2 × 2 %.
+    let world_at = |price: f64| {
+        let mut types = sizes();
+        types.retain(|t| t.name != "big.8x");
+        types.push(Arc::new(instance_type("big.8x", "8", price)));
+        let mut world = World::new(
+            vec![pool("default", &["on-demand"], json!({}))],
+            vec![node("b", "big.8x", "on-demand", "default")],
+            vec![pod("a", "b", "4"), pod("c", "b", "1500m")],
+        )
+        .with_types(&types);
+        world.scheduler.packing_policy = PackingPolicy::CostOptimal;
+        world
+    };
+    // Saves 3 %: enough for a replacement that adds no node, not for a split.
+    let (commands, blocked) = single(&world_at(0.30 / 0.97));
+    assert!(commands.is_empty(), "{commands:?}");
+    let reason = blocked["b"].reason.to_string();
+    assert!(reason.starts_with("no cheaper replacement"), "{reason}");
+    // Saves 5 %: the split pays for the node it adds.
+    let (commands, blocked) = single(&world_at(0.30 / 0.95));
+    assert_eq!(commands.len(), 1, "{blocked:?}");
+    assert_eq!(commands[0].replacements.len(), 2);
+    // The margin grows with the nodes added, never with the nodes removed.
+    let allowance = Allowance {
+        max_replacements: usize::MAX,
+        margin: 0.02,
+    };
+    assert!((allowance.margin_for(1, 4) - 0.08).abs() < 1e-12);
+    assert!((allowance.margin_for(3, 2) - 0.02).abs() < 1e-12);
+    assert!((allowance.margin_for(2, 2) - 0.02).abs() < 1e-12);
+}
+
+#[test]
 fn cost_optimal_picks_the_best_savings_per_disruption_not_the_first_candidate() {
     // Both nodes are huge.16x ($2.00). `y` holds one 7.5-cpu pod: it sorts first (savings ratio
     // 2.00 / 2 = 1.00) but only big.8x holds its pod (saves $1.60, 0.80 per unit of
