@@ -265,6 +265,23 @@ const KUBELET_READY_REASON: &str = "KubeletReady";
 /// the node-lifecycle controller marked them unreachable, and nothing was scheduled on them.
 const WORKERS: usize = 32;
 
+/// Runs `pass` every `period` (a late pass delays the next, never doubles it up), forever; a
+/// failed pass is logged and tried again at the next tick.
+async fn every<F, Fut>(period: Duration, part: &str, mut pass: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), SimKubeletError>>,
+{
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if let Err(err) = pass().await {
+            tracing::warn!(error = %err, part, "sim kubelet sync failed; retrying");
+        }
+    }
+}
+
 /// Runs every piece of work, [`WORKERS`] at once. One failing does not hold up the others, as
 /// one kubelet's trouble does not stop another's: the results that succeeded, and the first
 /// error.
@@ -371,26 +388,8 @@ impl SimKubelet {
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let period = self.inner.options.sync_period;
         let watching = self.watch();
-        let nodes = async {
-            let mut ticker = tokio::time::interval(period);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticker.tick().await;
-                if let Err(err) = self.sync_nodes().await {
-                    tracing::warn!(error = %err, "sim kubelet node sync failed; retrying");
-                }
-            }
-        };
-        let pods = async {
-            let mut ticker = tokio::time::interval(period);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticker.tick().await;
-                if let Err(err) = self.sync_pods().await {
-                    tracing::warn!(error = %err, "sim kubelet pod sync failed; retrying");
-                }
-            }
-        };
+        let nodes = every(period, "node", || self.sync_nodes());
+        let pods = every(period, "pod", || self.sync_pods());
         futures::pin_mut!(watching, nodes, pods);
         tokio::select! {
             () = stopped(&mut shutdown) => {}

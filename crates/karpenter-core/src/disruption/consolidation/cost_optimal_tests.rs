@@ -172,19 +172,25 @@ fn cost_optimal_replaces_n_nodes_by_m_cheaper_ones() {
     assert!(command.savings_per_hour > 6.0 - 0.61, "{command:?}");
 }
 
+/// A `big.8x` node holding a 4-cpu and a 1.5-cpu pod, under `CostOptimal`, over `types`.
+fn big_node_with_two_pods(types: &[Arc<InstanceType>]) -> World {
+    let mut world = World::new(
+        vec![pool("default", &["on-demand"], json!({}))],
+        vec![node("b", "big.8x", "on-demand", "default")],
+        vec![pod("a", "b", "4"), pod("c", "b", "1500m")],
+    )
+    .with_types(types);
+    world.scheduler.packing_policy = PackingPolicy::CostOptimal;
+    world
+}
+
 #[test]
 fn a_saving_below_the_margin_is_refused_and_explained() {
     // big.8x at $0.40 holding 4 cpu and 1.5 cpu: medium.4x + small.2x cost $0.30 (saves 25 %);
     // odd.6x alone ($0.295) saves 26 %.
     let mut types = sizes();
     types.push(Arc::new(instance_type("odd.6x", "6", 0.295)));
-    let mut world = World::new(
-        vec![pool("default", &["on-demand"], json!({}))],
-        vec![node("b", "big.8x", "on-demand", "default")],
-        vec![pod("a", "b", "4"), pod("c", "b", "1500m")],
-    )
-    .with_types(&types);
-    world.scheduler.packing_policy = PackingPolicy::CostOptimal;
+    let mut world = big_node_with_two_pods(&types);
     let (commands, _) = single(&world);
     assert_eq!(commands.len(), 1, "odd.6x alone saves 26 %");
     // The node barely dearer than one replacement: upstream's rule (one replacement, strictly
@@ -217,14 +223,7 @@ fn a_split_must_save_the_margin_again_for_every_node_it_adds() {
         let mut types = sizes();
         types.retain(|t| t.name != "big.8x");
         types.push(Arc::new(instance_type("big.8x", "8", price)));
-        let mut world = World::new(
-            vec![pool("default", &["on-demand"], json!({}))],
-            vec![node("b", "big.8x", "on-demand", "default")],
-            vec![pod("a", "b", "4"), pod("c", "b", "1500m")],
-        )
-        .with_types(&types);
-        world.scheduler.packing_policy = PackingPolicy::CostOptimal;
-        world
+        big_node_with_two_pods(&types)
     };
     // Saves 3 %: enough for a replacement that adds no node, not for a split.
     let (commands, blocked) = single(&world_at(0.30 / 0.97));
