@@ -257,3 +257,34 @@ proptest! {
         }
     }
 }
+
+fn gen_node(size: usize, zone: usize, pods: &[(u32, usize, usize)]) -> GenNode {
+    GenNode {
+        size,
+        zone,
+        spot: false,
+        pods: pods
+            .iter()
+            .map(|&(milli, app, kind)| GenPod { milli, app, kind })
+            .collect(),
+    }
+}
+
+/// Found by the property above (seed `7009f491…`): two zone-spread pods of one app, equally
+/// cheap to pair either way; the prepared engine and a fresh solve must still pair them alike.
+#[test]
+fn equal_cost_plans_are_chosen_alike() {
+    let cluster = Cluster {
+        nodes: vec![
+            gen_node(0, 0, &[(300, 2, 1), (1500, 0, 2)]),
+            gen_node(0, 0, &[(700, 2, 1)]),
+            gen_node(1, 3, &[(1500, 0, 1), (1500, 2, 1)]),
+            gen_node(0, 0, &[(700, 1, 0), (700, 2, 1)]),
+        ],
+        pending: vec![],
+        cpu_limit: None,
+    };
+    if let Err(diff) = check(&cluster) {
+        panic!("{diff}");
+    }
+}

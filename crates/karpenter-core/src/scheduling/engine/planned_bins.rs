@@ -179,6 +179,8 @@ impl Engine {
             .get(&zone_key)
             .into_iter()
             .flatten()
+            // (A domain only nodes a what-if solve took away provided is out of the universe.)
+            .filter(|d| !d.providers.is_empty())
             .map(|d| d.value)
             .filter(|z| pool_zone.is_none_or(|r| r.has(z)))
             .collect();
