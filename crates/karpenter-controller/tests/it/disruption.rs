@@ -907,3 +907,68 @@ async fn a_balanced_multi_node_move_is_announced_on_the_nodepool() {
     controller.stop().await;
     cluster.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_pass_runs_as_soon_as_the_provisioner_is_done_not_a_poll_period_later() {
+    let cluster = SimCluster::new().await;
+    put_pool(
+        &cluster,
+        json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s",
+               "budgets": [{"nodes": "100%"}]}),
+    );
+    let controller = cluster.start_controller().await;
+    // A NodeClaim held uninitialized by a startup taint: the provisioner has work, so the loop
+    // leaves voluntary disruption alone.
+    cluster
+        .create_nodeclaim(
+            "held",
+            json!({"taints": [], "startupTaints": [{"key": "example.com/held", "effect": "NoSchedule"}]}),
+        )
+        .await;
+    let held = cluster
+        .eventually("the held claim's node", Duration::from_secs(60), || {
+            let node = cluster.nodeclaim("held")?.status?.node_name?;
+            cluster.node(&node).map(|_| node)
+        })
+        .await;
+    ready_node(&cluster, "empty", json!({})).await;
+    tokio::time::sleep(Duration::from_secs(63)).await;
+    assert!(
+        exists::<NodeClaim>(&cluster, "empty"),
+        "disrupted while provisioning"
+    );
+    assert!(
+        cluster
+            .nodeclaim("empty")
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
+        "disrupted while provisioning"
+    );
+
+    // The startup taint goes: the claim initializes and the empty node goes at the next look,
+    // which is within a second or two, not the 10 s poll period.
+    let nodes: Api<Node> = Api::all(cluster.client.clone());
+    nodes
+        .patch(
+            &held,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"taints": []}})),
+        )
+        .await
+        .unwrap();
+    let freed = cluster.now();
+    cluster
+        .eventually("the empty node deleted", Duration::from_secs(30), || {
+            cluster
+                .nodeclaim("empty")
+                .is_none_or(|c| c.metadata.deletion_timestamp.is_some())
+                .then_some(())
+        })
+        .await;
+    let after = cluster.now().duration_since(freed);
+    assert!(
+        after <= jiff::SignedDuration::from_secs(3),
+        "deleted {after:?} after the provisioner was done"
+    );
+    controller.stop().await;
+    cluster.shutdown().await;
+}

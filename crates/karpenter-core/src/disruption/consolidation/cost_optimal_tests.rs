@@ -242,6 +242,10 @@ fn a_split_must_save_the_margin_again_for_every_node_it_adds() {
     assert!((allowance.margin_for(1, 4) - 0.08).abs() < 1e-12);
     assert!((allowance.margin_for(3, 2) - 0.02).abs() < 1e-12);
     assert!((allowance.margin_for(2, 2) - 0.02).abs() < 1e-12);
+    // Per added node the margin of an average candidate: ten nodes split in two in one
+    // multi-node command owe what ten single-node splits owe (4 % each), not 22 %.
+    assert!((allowance.margin_for(10, 20) - 0.04).abs() < 1e-12);
+    assert!((allowance.margin_for(2, 3) - 0.03).abs() < 1e-12);
 }
 
 #[test]

@@ -32,7 +32,8 @@ use crate::scheduling::{InstanceTypeOption, NewNodeClaim, PackingPolicy};
 /// and a move that saves pennies does not evict every pod of its nodes. The part per added node
 /// keeps splits for the savings that pay for them: without it, upstream's basic scale-down
 /// (1,000 → 700 pods) split one node into four for $0.03/h again and again, growing the
-/// cluster from 177 to 226 nodes, and was still at it after 30 minutes.
+/// cluster from 177 to 226 nodes, and was still at it after 30 minutes. (Per added node, the
+/// margin of an average candidate: a multi-node command owes what its candidates would apart.)
 pub const MIN_SAVINGS_FRACTION: f64 = 0.02;
 
 const SPOT: &str = CAPACITY_TYPE_SPOT;
@@ -73,11 +74,14 @@ impl Allowance {
     }
 
     /// The saving required of a command replacing `candidates` nodes by `replacements`: the
-    /// margin, once more for every node added ([`MIN_SAVINGS_FRACTION`]).
+    /// margin, and for every node added the margin of an average candidate once more
+    /// ([`MIN_SAVINGS_FRACTION`]). Per candidate, ten nodes split in two in one command owe
+    /// what ten single-node splits owe; the margin of the whole command per added node would
+    /// make a multi-node command owe ten times more, and split the nodes one command at a time.
     pub fn margin_for(&self, candidates: usize, replacements: usize) -> f64 {
         let added = replacements.saturating_sub(candidates);
         // Small counts (a command's nodes): exact in f64.
-        self.margin * (1.0 + added as f64)
+        self.margin * (1.0 + added as f64 / candidates.max(1) as f64)
     }
 }
 
