@@ -373,7 +373,13 @@ impl SimCloudProvider {
             .map(|t| (t.name.clone(), Arc::new(t)))
             .collect();
         let types = Arc::new(types);
-        self.shaped().by_shape.push((shape, Arc::clone(&types)));
+        let mut shaped = self.shaped();
+        // Another caller (the provisioner and the disruption loop ask at once) may have built
+        // the same shape meanwhile: keep one.
+        if let Some((_, built)) = shaped.by_shape.iter().find(|(s, _)| *s == shape) {
+            return Ok(Arc::clone(built));
+        }
+        shaped.by_shape.push((shape, Arc::clone(&types)));
         Ok(types)
     }
 
@@ -418,6 +424,10 @@ impl SimCloudProvider {
             } else {
                 shaped.by_node_class.remove(class_name);
             }
+            // Shapes no NodeClass uses any more (one was edited, or its subnets resolved, which
+            // changes its zones) go: each is a whole catalogue (~7 MB), and they were kept for
+            // the process's life. `types` (this call's) and `by_node_class` hold the ones in use.
+            shaped.by_shape.retain(|(_, t)| Arc::strong_count(t) > 1);
         }
         let now = self.inner.clock.now();
         let state = self.state();
@@ -760,5 +770,57 @@ impl CloudProvider for SimCloudProvider {
 
     fn supported_node_classes(&self) -> Vec<NodeClassKind> {
         vec![karpenter_core::cloud_provider::ec2_node_class_kind()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use karpenter_core::clock::FakeClock;
+
+    fn node_class(subnet_zones: &[&str]) -> EC2NodeClass {
+        let mut value = serde_json::json!({
+            "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass",
+            "metadata": {"name": "default"},
+            "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "role": "r",
+                     "subnetSelectorTerms": [{"tags": {"a": "b"}}],
+                     "securityGroupSelectorTerms": [{"tags": {"a": "b"}}]}
+        });
+        if !subnet_zones.is_empty() {
+            value["status"] = serde_json::json!({"subnets": subnet_zones.iter().enumerate()
+                .map(|(i, z)| serde_json::json!({"id": format!("subnet-{i}"), "zone": z}))
+                .collect::<Vec<_>>()});
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_shape_no_node_class_uses_any_more_is_dropped() {
+        let sim = SimCloudProvider::new("us-east-1", Arc::new(FakeClock::default())).unwrap();
+        let mut pool = NodePool::new("default", Default::default());
+        pool.spec.template.spec.node_class_ref.name = "default".into();
+        pool.spec.template.spec.node_class_ref.kind = "EC2NodeClass".into();
+        // Before its subnets resolve, then after (all zones, then two): two shapes in turn.
+        let before = sim
+            .instance_types_for(&pool, Some(&node_class(&[])))
+            .unwrap();
+        assert!(!before.is_empty());
+        assert_eq!(sim.shaped().by_shape.len(), 1);
+        let after = sim
+            .instance_types_for(&pool, Some(&node_class(&["us-east-1a", "us-east-1b"])))
+            .unwrap();
+        assert!(!after.is_empty());
+        assert_eq!(
+            sim.shaped().by_shape.len(),
+            1,
+            "the unresolved shape is gone"
+        );
+        // Asked again with the same shape: no new build.
+        let again = sim
+            .instance_types_for(&pool, Some(&node_class(&["us-east-1a", "us-east-1b"])))
+            .unwrap();
+        assert!(Arc::ptr_eq(&after[0], &again[0]));
+        assert_eq!(sim.shaped().by_shape.len(), 1);
     }
 }
