@@ -213,6 +213,10 @@ pub enum BlockReason {
     UninitializedDestination(String),
     /// Consolidation replaces M nodes with at most one (under the `Upstream` packing policy).
     TooManyReplacements(usize),
+    /// Under `CostOptimal`: the replacements hold the moved pods as planned, but not as the
+    /// kube-scheduler would place them (it prefers the emptiest node); the pod it would leave
+    /// without a node.
+    StrandedByScheduler(String),
     /// Under `CostOptimal`: the replacements' cheapest options together do not save the
     /// required margin on the candidates' price.
     ReplacementsNotCheaper {
@@ -333,6 +337,10 @@ impl fmt::Display for BlockReason {
             Self::TooManyReplacements(n) => {
                 write!(f, "can't remove without creating {n} replacement nodes")
             }
+            Self::StrandedByScheduler(pod) => write!(
+                f,
+                "the replacements hold the pods only as planned: the kube-scheduler, preferring the emptiest node, would leave {pod} without one"
+            ),
             Self::ReplacementsNotCheaper {
                 replacements,
                 cost,

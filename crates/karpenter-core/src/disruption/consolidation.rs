@@ -26,11 +26,12 @@ use super::candidates::{BlockReason, Candidate, DisruptionClass, Rejection};
 use super::command::{Command, DisruptedNode, DisruptionInput, Method};
 use super::emptiness::consolidation_block;
 use super::facts::{Classified, PassFacts};
-use super::simulate::Simulator;
+use super::simulate::{Simulation, Simulator};
 use crate::provisioning::nodeclaim;
 use crate::requirements::Requirements;
 use crate::resources::ResourceList;
 use crate::scheduling::PackingPolicy;
+use kube_placement::{Destination, MovedPod};
 use replacements::{Allowance, Replacements, cheaper_replacements};
 
 pub use replacements::MIN_SAVINGS_FRACTION;
@@ -476,6 +477,25 @@ pub fn compute<'c>(
     method: Method,
 ) -> Result<Command, BlockReason> {
     let simulation = simulator.run(candidates);
+    match command_from(input, simulator, candidates, method, &simulation) {
+        // The cost-optimal plan needs the pods where the kube-scheduler will not put them: the
+        // same pods packed as upstream packs them (one replacement, if any, sized for all).
+        Err(stranded @ BlockReason::StrandedByScheduler(_)) => {
+            let upstream = simulator.run_with_policy(candidates, PackingPolicy::Upstream);
+            command_from(input, simulator, candidates, method, &upstream).map_err(|_| stranded)
+        }
+        other => other,
+    }
+}
+
+/// [`compute`] from one simulation of `candidates`.
+fn command_from<'c>(
+    input: &DisruptionInput<'_>,
+    simulator: &Simulator<'c>,
+    candidates: &[&Candidate<'c>],
+    method: Method,
+    simulation: &Simulation<'c>,
+) -> Result<Command, BlockReason> {
     if let Some(first) = simulation.first_unplaced_candidate_pod() {
         return Err(BlockReason::PodsWouldNotFit(first));
     }
@@ -504,6 +524,11 @@ pub fn compute<'c>(
         claims,
         cheapest_total,
     } = cheaper_replacements(input, candidates, new_claims, price, single)?;
+    if claims.len() > 1
+        && let Some(pod) = stranded_by_scheduler(input, simulator, simulation, &claims)
+    {
+        return Err(BlockReason::StrandedByScheduler(pod));
+    }
     let balanced_scores = balanced::approve(input, candidates, price - cheapest_total)?;
     let mut replacements = Vec::with_capacity(claims.len());
     for claim in &claims {
@@ -523,6 +548,70 @@ pub fn compute<'c>(
     })
 }
 
+/// The pod the kube-scheduler would leave without a node ([`kube_placement`]) when the pods
+/// `simulation` places land on its destinations and on the replacements `claims` (each launched
+/// as its cheapest option, less the daemons' overhead the simulation counted).
+fn stranded_by_scheduler<'c>(
+    input: &DisruptionInput<'_>,
+    simulator: &Simulator<'c>,
+    simulation: &Simulation<'c>,
+    claims: &[crate::scheduling::NewNodeClaim],
+) -> Option<String> {
+    let mut pods = Vec::new();
+    let mut moved = |i: usize| -> Option<ResourceList> {
+        let pod = simulator.pod_at(simulation, i)?;
+        let requests = crate::pod::effective_requests(pod).ok()?;
+        pods.push(MovedPod::new(pod, requests.clone()));
+        Some(requests)
+    };
+    let mut destinations = Vec::new();
+    for placement in &simulation.results.existing_nodes {
+        let Some(node) = simulator.existing_node(&placement.node) else {
+            continue;
+        };
+        let mut free = node.allocatable.clone();
+        for pod in &node.pods {
+            free.sub_floor_zero(&crate::pod::effective_requests(pod).ok()?);
+        }
+        for &i in &placement.pods {
+            moved(i)?;
+        }
+        destinations.push(Destination {
+            allocatable: node.allocatable.clone(),
+            free,
+            labels: node.labels.clone(),
+            taints: node.taints.clone(),
+        });
+    }
+    for claim in claims {
+        let option = claim.instance_types.first()?;
+        let it = input
+            .instance_types
+            .get(&claim.node_pool)?
+            .iter()
+            .find(|it| it.name == *option.name)?;
+        let mut pods_requests = ResourceList::new();
+        for &i in &claim.pods {
+            pods_requests.add(&moved(i)?);
+        }
+        let mut overhead = claim.requests.clone();
+        overhead.sub_floor_zero(&pods_requests);
+        let allocatable = it.allocatable();
+        let mut free = allocatable.clone();
+        free.sub_floor_zero(&overhead);
+        let mut labels = claim.labels.clone();
+        labels.extend(it.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        destinations.push(Destination {
+            allocatable,
+            free,
+            labels,
+            taints: claim.taints.clone(),
+        });
+    }
+    kube_placement::first_left_over(&pods, &destinations)
+}
+
+mod kube_placement;
 mod replacements;
 mod waste;
 

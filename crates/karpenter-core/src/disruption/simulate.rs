@@ -35,7 +35,7 @@ use crate::provisioning::{
     Prepared as ProvisioningInput, Snapshot, reschedulable::is_reschedulable, solve,
 };
 use crate::resources::ResourceList;
-use crate::scheduling::{NewNodeClaim, SchedulingResults, WhatIf};
+use crate::scheduling::{ExistingNode, NewNodeClaim, PackingPolicy, SchedulingResults, WhatIf};
 
 /// The pass's scheduler input, built once, and what has been committed so far.
 pub struct Simulator<'a> {
@@ -214,6 +214,24 @@ impl<'a> Simulator<'a> {
             .collect()
     }
 
+    /// An existing node of the simulations (not removed by a committed command), by name.
+    pub fn existing_node(&self, name: &str) -> Option<&ExistingNode> {
+        self.prepared
+            .input
+            .existing_nodes
+            .iter()
+            .find(|n| n.name == name)
+    }
+
+    /// The pod at index `i` of the pods `simulation` gave the scheduler: a base pod (pending,
+    /// or of a node already going away) before its first candidate pod, a candidate's after.
+    pub fn pod_at(&self, simulation: &Simulation<'a>, i: usize) -> Option<&'a Pod> {
+        match i.checked_sub(simulation.first_candidate_pod) {
+            None => self.base_pods.get(i).copied(),
+            Some(j) => simulation.candidate_pods.get(j).copied(),
+        }
+    }
+
     /// Whether a committed command counts on this node (by Node name) to take pods: it must
     /// not go away in the same pass.
     pub fn is_destination(&self, node: &str) -> bool {
@@ -222,15 +240,31 @@ impl<'a> Simulator<'a> {
 
     /// Simulates the cluster without `candidates` (and without the committed ones).
     pub fn run(&self, candidates: &[&Candidate<'a>]) -> Simulation<'a> {
-        let removed: BTreeSet<String> = candidates
-            .iter()
-            .flat_map(|c| [c.name(), c.nodeclaim.name_any()])
-            .chain(self.committed.iter().cloned())
-            .collect();
+        let removed = self.removed_with(candidates);
         if let Some(simulation) = self.run_prepared(candidates, &removed) {
             return simulation;
         }
-        self.run_fresh(candidates, &removed, None)
+        self.run_fresh(candidates, &removed, None, None)
+    }
+
+    /// [`run`](Self::run) under another packing policy than the pass's (no prepared engine):
+    /// what the same pods give when packed as upstream packs them.
+    pub fn run_with_policy(
+        &self,
+        candidates: &[&Candidate<'a>],
+        policy: PackingPolicy,
+    ) -> Simulation<'a> {
+        let removed = self.removed_with(candidates);
+        self.run_fresh(candidates, &removed, None, Some(policy))
+    }
+
+    /// `candidates`' Nodes and NodeClaims, and the committed ones.
+    fn removed_with(&self, candidates: &[&Candidate<'a>]) -> BTreeSet<String> {
+        candidates
+            .iter()
+            .flat_map(|c| [c.name(), c.nodeclaim.name_any()])
+            .chain(self.committed.iter().cloned())
+            .collect()
     }
 
     /// [`run`](Self::run) with `spot_pool`'s offering unavailable in every NodePool: where a
@@ -240,12 +274,8 @@ impl<'a> Simulator<'a> {
         candidates: &[&Candidate<'a>],
         spot_pool: &SpotPool,
     ) -> Simulation<'a> {
-        let removed: BTreeSet<String> = candidates
-            .iter()
-            .flat_map(|c| [c.name(), c.nodeclaim.name_any()])
-            .chain(self.committed.iter().cloned())
-            .collect();
-        self.run_fresh(candidates, &removed, Some(spot_pool))
+        let removed = self.removed_with(candidates);
+        self.run_fresh(candidates, &removed, Some(spot_pool), None)
     }
 
     /// A simulation built from the pass's input (no prepared engine).
@@ -254,8 +284,12 @@ impl<'a> Simulator<'a> {
         candidates: &[&Candidate<'a>],
         removed: &BTreeSet<String>,
         hidden: Option<&SpotPool>,
+        policy: Option<PackingPolicy>,
     ) -> Simulation<'a> {
         let mut scheduler_input = self.prepared.input.clone();
+        if let Some(policy) = policy {
+            scheduler_input.options.packing_policy = policy;
+        }
         if let Some(spot_pool) = hidden {
             for pool in &mut scheduler_input.node_pools {
                 pool.instance_types = spot_pool.hide_in(&pool.instance_types);

@@ -217,21 +217,28 @@ fn a_saving_below_the_margin_is_refused_and_explained() {
 
 #[test]
 fn a_split_must_save_the_margin_again_for_every_node_it_adds() {
-    // big.8x holding 4 cpu and 1.5 cpu; only medium.4x + small.2x ($0.30) is cheaper: one node
-    // becomes two, so the split must save 2 × 2 %.
+    // big.8x holding two 3-cpu pods; only two medium.4x ($0.40) are cheaper: one node becomes
+    // two, so the split must save 2 × 2 %.
     let world_at = |price: f64| {
         let mut types = sizes();
         types.retain(|t| t.name != "big.8x");
         types.push(Arc::new(instance_type("big.8x", "8", price)));
-        big_node_with_two_pods(&types)
+        let mut world = World::new(
+            vec![pool("default", &["on-demand"], json!({}))],
+            vec![node("b", "big.8x", "on-demand", "default")],
+            vec![pod("a", "b", "3"), pod("c", "b", "3")],
+        )
+        .with_types(&types);
+        world.scheduler.packing_policy = PackingPolicy::CostOptimal;
+        world
     };
     // Saves 3 %: enough for a replacement that adds no node, not for a split.
-    let (commands, blocked) = single(&world_at(0.30 / 0.97));
+    let (commands, blocked) = single(&world_at(0.40 / 0.97));
     assert!(commands.is_empty(), "{commands:?}");
     let reason = blocked["b"].reason.to_string();
     assert!(reason.starts_with("no cheaper replacement"), "{reason}");
     // Saves 5 %: the split pays for the node it adds.
-    let (commands, blocked) = single(&world_at(0.30 / 0.95));
+    let (commands, blocked) = single(&world_at(0.40 / 0.95));
     assert_eq!(commands.len(), 1, "{blocked:?}");
     assert_eq!(commands[0].replacements.len(), 2);
     // The margin grows with the nodes added, never with the nodes removed.
@@ -294,6 +301,27 @@ fn cost_optimal_picks_the_best_savings_per_disruption_not_the_first_candidate() 
     assert_eq!(commands[0].candidates[0].name, "y");
 }
 
+/// A split the kube-scheduler would undo is refused, though it saves enough as planned:
+/// medium.4x + small.2x for a 4-cpu and a 1.5-cpu pod hold them only when the 4-cpu pod is
+/// scheduled first; the 1.5-cpu pod first scores the empty medium.4x best and takes it, and the
+/// 4-cpu pod then needs a node of its own. No single replacement is cheaper, so nothing is done.
+/// (Splits of pods of one shape always fit: `a_split_must_save_the_margin_again_…`.)
+#[test]
+fn a_split_the_kube_scheduler_would_undo_is_refused() {
+    let mut types = sizes();
+    types.retain(|t| t.name != "big.8x");
+    types.push(Arc::new(instance_type("big.8x", "8", 0.30 / 0.90)));
+    let world = big_node_with_two_pods(&types);
+    let (commands, blocked) = single(&world);
+    assert!(commands.is_empty(), "{commands:?}");
+    assert_eq!(
+        blocked["b"].reason,
+        BlockReason::StrandedByScheduler("default/a".into()),
+        "{}",
+        blocked["b"].reason
+    );
+}
+
 #[test]
 fn a_split_is_validated_replacement_by_replacement() {
     let mut world = two_big_pods(PackingPolicy::CostOptimal);
@@ -302,7 +330,7 @@ fn a_split_is_validated_replacement_by_replacement() {
     assert_eq!(command.replacements.len(), 2);
     assert_eq!(crate::disruption::validate(command, &world.input()), Ok(()));
     // A third pod arrived during the wait: three nodes are needed now.
-    world.state.apply(pod("c", "h", "3"));
+    world.state.apply(pod("c", "h", "6"));
     let err = crate::disruption::validate(command, &world.input()).unwrap_err();
     assert_eq!(
         err.to_string(),
