@@ -469,7 +469,10 @@ fn pool_offers(input: &DisruptionInput<'_>) -> BTreeMap<String, Vec<(ResourceLis
 /// Upstream `computeConsolidation` for `candidates` together: delete when their pods fit on the
 /// remaining nodes, replace when the simulation's new NodeClaims are cheaper than them all
 /// (exactly one strictly cheaper node under the `Upstream` packing policy; M ≥ 1 nodes saving
-/// [`replacements::MIN_SAVINGS_FRACTION`] under `CostOptimal`); otherwise the reason.
+/// [`replacements::MIN_SAVINGS_FRACTION`] under `CostOptimal`); otherwise the reason. Under
+/// `CostOptimal` a plan with several replacements must also hold its pods as the kube-scheduler
+/// places them ([`kube_placement`]); when it would not, the same pods packed as upstream packs
+/// them make the command, if they can.
 pub fn compute<'c>(
     input: &DisruptionInput<'_>,
     simulator: &Simulator<'c>,
@@ -486,6 +489,20 @@ pub fn compute<'c>(
         }
         other => other,
     }
+}
+
+/// [`compute`] without its fallback: the cost-optimal plan of `candidates` or why not. For the
+/// group re-planned together ([`waste::grown_group`]), grown one candidate at a time with a
+/// simulation each: upstream's packing of the same nodes is the prefix search's command, and a
+/// fresh simulation per step for it doubled the multi-node pass at 1,000 nodes.
+fn compute_as_planned<'c>(
+    input: &DisruptionInput<'_>,
+    simulator: &Simulator<'c>,
+    candidates: &[&Candidate<'c>],
+    method: Method,
+) -> Result<Command, BlockReason> {
+    let simulation = simulator.run(candidates);
+    command_from(input, simulator, candidates, method, &simulation)
 }
 
 /// [`compute`] from one simulation of `candidates`.

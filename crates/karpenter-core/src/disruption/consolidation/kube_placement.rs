@@ -89,62 +89,118 @@ impl MovedPod {
 /// `pods` on `destinations` largest first, then smallest first; `None` when both orders place
 /// every pod.
 pub(super) fn first_left_over(pods: &[MovedPod], destinations: &[Destination]) -> Option<String> {
-    let mut order: Vec<&MovedPod> = pods.iter().collect();
-    order.sort_by(|a, b| by_size(b, a).then_with(|| a.name.cmp(&b.name)));
-    if let Some(pod) = left_over(&order, destinations) {
-        return Some(pod);
+    let dense = Dense::new(pods, destinations);
+    let mut order: Vec<usize> = (0..pods.len()).collect();
+    order.sort_by(|&a, &b| {
+        by_size(&pods[b], &pods[a]).then_with(|| pods[a].name.cmp(&pods[b].name))
+    });
+    if let Some(i) = dense.left_over(&order) {
+        return Some(pods[i].name.clone());
     }
     order.reverse();
-    left_over(&order, destinations)
+    dense.left_over(&order).map(|i| pods[i].name.clone())
 }
 
 fn by_size(a: &MovedPod, b: &MovedPod) -> Ordering {
     let key = |p: &MovedPod| {
         (
-            p.requests.get(CPU).as_f64_units(),
-            p.requests.get(MEMORY).as_f64_units(),
+            p.requests.get(CPU).millis(),
+            p.requests.get(MEMORY).millis(),
         )
     };
-    let (a, b) = (key(a), key(b));
-    a.0.total_cmp(&b.0).then_with(|| a.1.total_cmp(&b.1))
+    key(a).cmp(&key(b))
 }
 
-/// Places `order` one pod at a time on the best-scoring feasible node (ties: the first), as the
-/// kube-scheduler does; the first pod with no feasible node.
-fn left_over(order: &[&MovedPod], destinations: &[Destination]) -> Option<String> {
-    let mut free: Vec<ResourceList> = destinations.iter().map(|d| d.free.clone()).collect();
-    for pod in order {
-        let best = destinations
-            .iter()
-            .enumerate()
-            .filter(|(i, d)| free[*i].fits(&pod.requests) && pod.may_use(d))
-            .map(|(i, d)| (i, score(&d.allocatable, &free[i], &pod.requests)))
-            .fold(None::<(usize, f64)>, |best, (i, s)| match best {
-                Some((_, b)) if b >= s => best,
-                _ => Some((i, s)),
-            });
-        match best {
-            Some((i, _)) => free[i].sub_floor_zero(&pod.requests),
-            None => return Some(pod.name.clone()),
+/// The pods and nodes as rows of milli-units over the resources the pods request (CPU and
+/// memory first), so each of the pods × nodes checks is a few integer comparisons.
+struct Dense {
+    /// Per pod: its requests.
+    requests: Vec<Vec<i64>>,
+    /// Per pod: the destinations its selector and tolerations allow.
+    allowed: Vec<Vec<usize>>,
+    /// Per destination: allocatable CPU and memory (for the score).
+    allocatable: Vec<[i64; 2]>,
+    /// Per destination: what is free before the pods land.
+    free: Vec<Vec<i64>>,
+}
+
+impl Dense {
+    fn new(pods: &[MovedPod], destinations: &[Destination]) -> Self {
+        let mut names: Vec<&str> = vec![CPU, MEMORY];
+        for pod in pods {
+            for (name, _) in pod.requests.iter() {
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+        let row = |list: &ResourceList| -> Vec<i64> {
+            names.iter().map(|n| list.get(n).millis()).collect()
+        };
+        Dense {
+            requests: pods.iter().map(|p| row(&p.requests)).collect(),
+            allowed: pods
+                .iter()
+                .map(|p| {
+                    (0..destinations.len())
+                        .filter(|&d| p.may_use(&destinations[d]))
+                        .collect()
+                })
+                .collect(),
+            allocatable: destinations
+                .iter()
+                .map(|d| {
+                    [
+                        d.allocatable.get(CPU).millis(),
+                        d.allocatable.get(MEMORY).millis(),
+                    ]
+                })
+                .collect(),
+            free: destinations.iter().map(|d| row(&d.free)).collect(),
         }
     }
-    None
+
+    /// Places the pods in `order` one at a time on the best-scoring feasible node (ties: the
+    /// first), as the kube-scheduler does; the first pod with no feasible node.
+    fn left_over(&self, order: &[usize]) -> Option<usize> {
+        let mut free = self.free.clone();
+        for &pod in order {
+            let requests = &self.requests[pod];
+            let mut best: Option<(usize, f64)> = None;
+            for &d in &self.allowed[pod] {
+                if free[d].iter().zip(requests).any(|(f, r)| f < r) {
+                    continue;
+                }
+                let s = score(self.allocatable[d], &free[d], requests);
+                if best.is_none_or(|(_, b)| s > b) {
+                    best = Some((d, s));
+                }
+            }
+            let Some((d, _)) = best else {
+                return Some(pod);
+            };
+            for (f, r) in free[d].iter_mut().zip(requests) {
+                *f = f.saturating_sub(*r);
+            }
+        }
+        None
+    }
 }
 
 /// The kube-scheduler's default resource score of a node after placing the pod (each 0–100,
 /// weight 1): `LeastAllocated` (the mean free fraction of CPU and memory) plus
-/// `BalancedAllocation` (100 × (1 − the standard deviation of the used fractions)).
-fn score(allocatable: &ResourceList, free: &ResourceList, requests: &ResourceList) -> f64 {
-    let used_fraction = |resource: &str| {
-        let total = allocatable.get(resource).as_f64_units();
-        if total <= 0.0 {
+/// `BalancedAllocation` (100 × (1 − the standard deviation of the used fractions)). `free` and
+/// `requests` start with CPU and memory.
+fn score(allocatable: [i64; 2], free: &[i64], requests: &[i64]) -> f64 {
+    let used_fraction = |r: usize| {
+        let total = allocatable[r];
+        if total <= 0 {
             return 1.0;
         }
-        let used =
-            total - free.get(resource).as_f64_units() + requests.get(resource).as_f64_units();
-        (used / total).clamp(0.0, 1.0)
+        let used = total.saturating_sub(free[r]).saturating_add(requests[r]);
+        (used as f64 / total as f64).clamp(0.0, 1.0)
     };
-    let (cpu, memory) = (used_fraction(CPU), used_fraction(MEMORY));
+    let (cpu, memory) = (used_fraction(0), used_fraction(1));
     let least_allocated = 100.0 * (2.0 - cpu - memory) / 2.0;
     let balanced = 100.0 * (1.0 - (cpu - memory).abs() / 2.0);
     least_allocated + balanced
@@ -192,9 +248,9 @@ mod tests {
             Some("default/large")
         );
         // Largest first alone would have placed them all.
-        let mut largest_first: Vec<&MovedPod> = pods.iter().collect();
-        largest_first.sort_by(|a, b| by_size(b, a));
-        assert_eq!(left_over(&largest_first, &nodes), None);
+        let dense = Dense::new(&pods, &nodes);
+        assert_eq!(dense.left_over(&[0, 1, 2, 3, 4]), None);
+        assert_eq!(dense.left_over(&[1, 0, 2, 3, 4]), Some(0));
     }
 
     /// Pods of one shape fill any set of bins that holds them, whatever the scorer prefers.
@@ -219,12 +275,13 @@ mod tests {
     /// pod leaves balanced.
     #[test]
     fn the_score_prefers_the_emptiest_balanced_node() {
-        let requests = resources("1", "4Gi");
-        let big = resources("8", "32Gi");
-        let half_used = resources("4", "16Gi");
-        assert!(score(&big, &big, &requests) > score(&big, &half_used, &requests));
-        let cpu_heavy = resources("8", "8Gi");
-        assert!(score(&big, &big, &requests) > score(&cpu_heavy, &cpu_heavy, &requests));
+        const GI: i64 = 1 << 30;
+        let requests = [1000, 4 * GI * 1000];
+        let big = [8000, 32 * GI * 1000];
+        let half_used = [4000, 16 * GI * 1000];
+        assert!(score(big, &big, &requests) > score(big, &half_used, &requests));
+        let cpu_heavy = [8000, 8 * GI * 1000];
+        assert!(score(big, &big, &requests) > score(cpu_heavy, &cpu_heavy, &requests));
     }
 
     /// A pod goes only where its node selector and tolerations allow.
