@@ -241,20 +241,23 @@ impl<'a> Simulator<'a> {
     /// Simulates the cluster without `candidates` (and without the committed ones).
     pub fn run(&self, candidates: &[&Candidate<'a>]) -> Simulation<'a> {
         let removed = self.removed_with(candidates);
-        if let Some(simulation) = self.run_prepared(candidates, &removed) {
+        if let Some(simulation) = self.run_prepared(candidates, &removed, None) {
             return simulation;
         }
         self.run_fresh(candidates, &removed, None, None)
     }
 
-    /// [`run`](Self::run) under another packing policy than the pass's (no prepared engine):
-    /// what the same pods give when packed as upstream packs them.
+    /// [`run`](Self::run) under another packing policy than the pass's: what the same pods
+    /// give when packed as upstream packs them.
     pub fn run_with_policy(
         &self,
         candidates: &[&Candidate<'a>],
         policy: PackingPolicy,
     ) -> Simulation<'a> {
         let removed = self.removed_with(candidates);
+        if let Some(simulation) = self.run_prepared(candidates, &removed, Some(policy)) {
+            return simulation;
+        }
         self.run_fresh(candidates, &removed, None, Some(policy))
     }
 
@@ -331,6 +334,7 @@ impl<'a> Simulator<'a> {
         &self,
         candidates: &[&Candidate<'a>],
         removed: &BTreeSet<String>,
+        policy: Option<PackingPolicy>,
     ) -> Option<Simulation<'a>> {
         if !self.committed.is_empty() {
             return None;
@@ -363,7 +367,10 @@ impl<'a> Simulator<'a> {
                 (pool, usage)
             })
             .collect();
-        let results = prepared.what_if.solve(removed, &usage, &order);
+        let results = match policy {
+            Some(policy) => prepared.what_if.solve_as(removed, &usage, &order, policy),
+            None => prepared.what_if.solve(removed, &usage, &order),
+        };
         let candidate_pods = order[prepared.base..]
             .iter()
             .filter_map(|&i| prepared.what_if.pods().get(i))

@@ -322,6 +322,40 @@ fn a_split_the_kube_scheduler_would_undo_is_refused() {
     );
 }
 
+/// The same pods on a `huge.16x` ($2.00): the split (medium.4x + small.2x, $0.30) would strand
+/// the 4-cpu pod as above, so the command is upstream's: one big.8x ($0.40) holding both.
+#[test]
+fn a_split_the_kube_scheduler_would_undo_falls_back_to_one_replacement() {
+    let world = world(
+        vec![node_with_cpu("h", "huge.16x", "16", "on-demand", "default")],
+        vec![pod("a", "h", "4"), pod("c", "h", "1500m")],
+        PackingPolicy::CostOptimal,
+    );
+    let input = world.input();
+    let simulator = Simulator::for_consolidation(&input);
+    let mut blocked = BTreeMap::new();
+    let found = consolidation_candidates(&input, &mut blocked);
+    // As planned, the split: two replacements.
+    let planned = compute_as_planned(
+        &input,
+        &simulator,
+        &[&found[0]],
+        Method::SingleNodeConsolidation,
+    );
+    assert_eq!(
+        planned.unwrap_err(),
+        BlockReason::StrandedByScheduler("default/a".into())
+    );
+    let (commands, blocked) = single(&world);
+    assert_eq!(commands.len(), 1, "{blocked:?}");
+    assert_eq!(commands[0].replacements.len(), 1);
+    assert_eq!(first_option(&commands[0].replacements[0]), "big.8x");
+    assert!(
+        (commands[0].savings_per_hour - 1.60).abs() < 1e-9,
+        "{commands:?}"
+    );
+}
+
 #[test]
 fn a_split_is_validated_replacement_by_replacement() {
     let mut world = two_big_pods(PackingPolicy::CostOptimal);

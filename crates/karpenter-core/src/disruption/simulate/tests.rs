@@ -17,6 +17,7 @@ use super::Simulator;
 use crate::disruption::candidates::{DisruptionClass, candidates};
 use crate::disruption::testkit::{SIZES, World, instance_type, node, pod, pool};
 use crate::instance_type::{InstanceType, Offering};
+use crate::scheduling::PackingPolicy;
 
 /// Zones the catalogue offers; nodes may also sit in `test-1d`, which only they provide.
 const OFFERED: [&str; 3] = ["test-1a", "test-1b", "test-1c"];
@@ -239,6 +240,16 @@ fn check(cluster: &Cluster) -> Result<(), String> {
         if expected != got {
             return Err(format!(
                 "candidates {:?}:\nfresh:    {expected}\nprepared: {got}",
+                asked.iter().map(|c| c.name()).collect::<Vec<_>>()
+            ));
+        }
+        // The fallback of consolidation's placement check: the same engine solving as upstream
+        // packs.
+        let expected = outcome(&fresh.run_with_policy(&asked, PackingPolicy::Upstream));
+        let got = outcome(&prepared.run_with_policy(&asked, PackingPolicy::Upstream));
+        if expected != got {
+            return Err(format!(
+                "candidates {:?}, packed as upstream:\nfresh:    {expected}\nprepared: {got}",
                 asked.iter().map(|c| c.name()).collect::<Vec<_>>()
             ));
         }

@@ -62,6 +62,20 @@ impl<P: Borrow<Pod>> WhatIf<P> {
         usage: &[(String, ResourceList)],
         order: &[usize],
     ) -> SchedulingResults {
+        // The policy the scheduler input names, as a fresh solve would take it.
+        let policy = self.engine.options.packing_policy;
+        self.solve_as(without, usage, order, policy)
+    }
+
+    /// [`solve`](Self::solve) under `policy` instead of the input's (the engine's build does
+    /// not depend on it, only the trial does).
+    pub fn solve_as(
+        &mut self,
+        without: &BTreeSet<String>,
+        usage: &[(String, ResourceList)],
+        order: &[usize],
+        policy: PackingPolicy,
+    ) -> SchedulingResults {
         debug_assert!(order.windows(2).all(|w| w[0] < w[1]), "order ascends");
         let gone: Vec<usize> = without
             .iter()
@@ -75,8 +89,7 @@ impl<P: Borrow<Pod>> WhatIf<P> {
         for (pool, usage) in usage {
             engine.set_usage(pool, usage);
         }
-        // The policy the scheduler input names, as a fresh solve would take it.
-        let results = match engine.options.packing_policy {
+        let results = match policy {
             PackingPolicy::Upstream => engine.trial(&self.infos, &self.pods, order),
             PackingPolicy::CostOptimal => engine.cost_optimal_trial(&self.infos, &self.pods, order),
         };
