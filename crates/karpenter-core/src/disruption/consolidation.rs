@@ -567,7 +567,8 @@ fn command_from<'c>(
 
 /// The pod the kube-scheduler would leave without a node ([`kube_placement`]) when the pods
 /// `simulation` places land on its destinations and on the replacements `claims` (each launched
-/// as its cheapest option, less the daemons' overhead the simulation counted).
+/// as its cheapest option, less the daemons' overhead the simulation counted). `None` too when
+/// a pod's or node's requests cannot be read: the simulation's own answer stands.
 fn stranded_by_scheduler<'c>(
     input: &DisruptionInput<'_>,
     simulator: &Simulator<'c>,
@@ -586,10 +587,7 @@ fn stranded_by_scheduler<'c>(
         let Some(node) = simulator.existing_node(&placement.node) else {
             continue;
         };
-        let mut free = node.allocatable.clone();
-        for pod in &node.pods {
-            free.sub_floor_zero(&crate::pod::effective_requests(pod).ok()?);
-        }
+        let free = simulator.free_on(node)?;
         for &i in &placement.pods {
             moved(i)?;
         }
@@ -624,6 +622,10 @@ fn stranded_by_scheduler<'c>(
             labels,
             taints: claim.taints.clone(),
         });
+    }
+    // Pods alike in everything the check reads fit their bins in any order.
+    if pods.windows(2).all(|w| w[0].alike(&w[1])) {
+        return None;
     }
     kube_placement::first_left_over(&pods, &destinations)
 }

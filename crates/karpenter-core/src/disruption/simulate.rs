@@ -17,7 +17,7 @@
 //! placements instead of a rebuild of the cluster.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -50,6 +50,8 @@ pub struct Simulator<'a> {
     destinations: BTreeSet<String>,
     /// The engine built once for the prepared candidates (see [`Simulator::prepare`]).
     prepared_candidates: Option<RefCell<Prepared<'a>>>,
+    /// [`free_on`](Self::free_on)'s answers so far (cleared by a commit, which adds pods).
+    free_on_nodes: RefCell<HashMap<String, Option<ResourceList>>>,
 }
 
 /// One engine over the cluster and the pods of the prepared candidates: the base pods first,
@@ -125,6 +127,7 @@ impl<'a> Simulator<'a> {
             committed: BTreeSet::new(),
             destinations: BTreeSet::new(),
             prepared_candidates: None,
+            free_on_nodes: RefCell::default(),
         }
     }
 
@@ -221,6 +224,25 @@ impl<'a> Simulator<'a> {
             .existing_nodes
             .iter()
             .find(|n| n.name == name)
+    }
+
+    /// [`free_capacity`](Self::free_capacity) of one node, remembered for the pass: every
+    /// consolidation command of a pass asks it again of the nodes its pods land on.
+    pub fn free_on(&self, node: &ExistingNode) -> Option<ResourceList> {
+        if let Some(free) = self.free_on_nodes.borrow().get(&node.name) {
+            return free.clone();
+        }
+        let mut free = Some(node.allocatable.clone());
+        for p in &node.pods {
+            match (pod::effective_requests(p), free.as_mut()) {
+                (Ok(requests), Some(f)) => f.sub_floor_zero(&requests),
+                _ => free = None,
+            }
+        }
+        self.free_on_nodes
+            .borrow_mut()
+            .insert(node.name.clone(), free.clone());
+        free
     }
 
     /// The pod at index `i` of the pods `simulation` gave the scheduler: a base pod (pending,
@@ -402,6 +424,7 @@ impl<'a> Simulator<'a> {
             .flat_map(|c| [c.name(), c.nodeclaim.name_any()])
             .collect();
         self.committed.extend(removed.iter().cloned());
+        self.free_on_nodes.borrow_mut().clear();
         self.prepared
             .input
             .existing_nodes

@@ -71,6 +71,13 @@ impl MovedPod {
         }
     }
 
+    /// Same requests, selector and tolerations: interchangeable for the check.
+    pub fn alike(&self, other: &MovedPod) -> bool {
+        self.requests == other.requests
+            && self.node_selector == other.node_selector
+            && self.tolerations == other.tolerations
+    }
+
     fn may_use(&self, node: &Destination) -> bool {
         let selected = self
             .node_selector
