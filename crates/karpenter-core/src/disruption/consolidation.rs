@@ -479,8 +479,7 @@ pub fn compute<'c>(
     candidates: &[&Candidate<'c>],
     method: Method,
 ) -> Result<Command, BlockReason> {
-    let simulation = simulator.run(candidates);
-    match command_from(input, simulator, candidates, method, &simulation) {
+    match compute_as_planned(input, simulator, candidates, method) {
         // The cost-optimal plan needs the pods where the kube-scheduler will not put them: the
         // same pods packed as upstream packs them (one replacement, if any, sized for all).
         Err(stranded @ BlockReason::StrandedByScheduler(_)) => {
