@@ -246,7 +246,9 @@ fn single_node_commands<'a>(
 /// nodes, as the provisioner will place them), and returns whichever of the two commands saves
 /// more per unit of disruption ([`savings_per_disruption`]); the group alone only when it also
 /// beats single-node consolidation's best command on that rate (else nothing, and the pass goes
-/// on to single-node).
+/// on to single-node). A third search ([`batched`]) grows a group along upstream's order,
+/// skipping the candidates that do not go with it: upstream's single-node moves in one command,
+/// taken over any command saving no more per hour (over single-node's best too).
 pub fn multi_node<'a>(
     facts: &impl PassFacts<'a>,
     blocked: &mut BTreeMap<String, Rejection>,
@@ -266,6 +268,12 @@ pub fn multi_node<'a>(
     if input.scheduler.packing_policy == PackingPolicy::Upstream {
         return first_n.into_iter().collect();
     }
+    // Every candidate within budget, in the prefix's order (the prefix search prepared only
+    // its first hundred); before the waste search re-prepares the engine for its own order.
+    if within_budget.len() > MAX_MULTI_CANDIDATES + 1 {
+        simulator.prepare(&within_budget);
+    }
+    let batched = batched::batched_group(input, &simulator, &within_budget);
     let all: Vec<&Candidate<'_>> = found.iter().collect();
     let by_waste = waste::most_wasteful_first(input, &simulator, &all);
     let budgets = facts.budgets(DisruptionReason::Underutilized);
@@ -277,27 +285,38 @@ pub fn multi_node<'a>(
             .collect();
         savings_per_disruption(command, &disrupted)
     };
+    // When upstream's search finds nothing the pass would go on to single-node consolidation:
+    // its best command is what the other groups must beat.
+    let single = match (&first_n, &wasteful, &batched) {
+        (None, Some(_), _) | (None, _, Some(_)) => single_node(facts, &mut BTreeMap::new()),
+        _ => Vec::new(),
+    };
+    let single = single.first();
     // The better rate wins unless it saves less per hour than upstream's search (the guard).
-    match (first_n, wasteful) {
+    let chosen = match (first_n, wasteful) {
         (Some(a), Some(b)) if rate(&b) > rate(&a) && b.savings_per_hour >= a.savings_per_hour => {
-            vec![b]
+            Some(b)
         }
-        (Some(a), _) => vec![a],
-        // Upstream's search found nothing, so the pass goes on to single-node consolidation,
-        // which ranks its commands by the same rate: the group only when it beats the best of
-        // them. Otherwise a group that saves more now but less per node it disrupts takes the
-        // pass (say, two nodes emptied onto a large spot node that then cannot shrink) where
-        // one node's delete would lead on to a cheaper cluster.
-        (None, Some(b)) => {
-            let single = single_node(facts, &mut BTreeMap::new());
-            if single.first().is_some_and(|s| rate(s) >= rate(&b)) {
-                Vec::new()
-            } else {
-                vec![b]
-            }
-        }
-        (None, None) => Vec::new(),
-    }
+        (Some(a), _) => Some(a),
+        // Single-node consolidation ranks its commands by the same rate: the re-planned group
+        // only when it beats the best of them. Otherwise a group that saves more now but less
+        // per node it disrupts takes the pass (say, two nodes emptied onto a large spot node
+        // that then cannot shrink) where one node's delete would lead on to a cheaper cluster.
+        (None, Some(b)) => single.is_none_or(|s| rate(s) < rate(&b)).then_some(b),
+        (None, None) => None,
+    };
+    // Upstream's single-node moves batched beat any command saving no more per hour. Grown
+    // along upstream's order, the group starts with the move upstream's single-node search
+    // would take first, so it does what upstream does, and more at once; it needs no better
+    // rate than single-node's best (the average of independent moves never beats the best of
+    // them), only to save as much.
+    let batched = batched.filter(|d| {
+        chosen
+            .as_ref()
+            .or(single)
+            .is_none_or(|c| d.savings_per_hour >= c.savings_per_hour)
+    });
+    batched.or(chosen).into_iter().collect()
 }
 
 /// Upstream `firstNConsolidationOption`: the command for the largest prefix of `order` (at least
@@ -629,6 +648,7 @@ fn stranded_by_scheduler<'c>(
     kube_placement::first_left_over(&pods, &destinations)
 }
 
+mod batched;
 mod kube_placement;
 mod replacements;
 mod waste;

@@ -494,3 +494,86 @@ fn a_re_plan_puts_moved_pods_on_the_room_of_nodes_that_stay_before_new_nodes() {
         "{command:?}"
     );
 }
+
+/// Names of a command's candidates, sorted.
+fn disrupted(command: &Command) -> Vec<&str> {
+    let mut names: Vec<&str> = command.candidates.iter().map(|c| c.name.as_str()).collect();
+    names.sort_unstable();
+    names
+}
+
+#[test]
+fn multi_node_deletes_the_nodes_that_fit_together_past_two_that_do_not() {
+    // `a` and `b` (medium.4x, one 2.5-cpu pod each) both need the 4 free cpu of `s`, which has
+    // room for one of them: upstream's prefix of its two best candidates fails (the other pod
+    // needs a medium.4x of its own, no cheaper than the node it leaves), and so does every
+    // longer prefix. `c`'s pod fits beside `a`'s: skipping `b` deletes `a` and `c` at once,
+    // where single-node consolidation would take them one command at a time.
+    let nodes = vec![
+        node("a", "medium.4x", "on-demand", "default"),
+        node("b", "medium.4x", "on-demand", "default"),
+        node("c", "small.2x", "on-demand", "default"),
+        node("s", "big.8x", "on-demand", "default"),
+    ];
+    let pods = vec![
+        pod("pa", "a", "2500m"),
+        pod("pb", "b", "2500m"),
+        pod("pc", "c", "1"),
+        pod("s1", "s", "1"),
+        pod("s2", "s", "1"),
+        pod("s3", "s", "1"),
+        pod("s4", "s", "1"),
+    ];
+    let upstream = world(nodes.clone(), pods.clone(), PackingPolicy::Upstream);
+    assert!(
+        multi_node(&upstream.input(), &mut BTreeMap::new()).is_empty(),
+        "upstream's prefix search finds nothing here"
+    );
+    let cost_optimal = world(nodes, pods, PackingPolicy::CostOptimal);
+    let commands = multi_node(&cost_optimal.input(), &mut BTreeMap::new());
+    assert_eq!(commands.len(), 1, "{commands:?}");
+    let command = &commands[0];
+    assert_eq!(command.decision(), Decision::Delete, "{command:?}");
+    assert_eq!(disrupted(command), ["a", "c"]);
+    assert!((command.savings_per_hour - 0.3).abs() < 1e-9, "{command:?}");
+}
+
+#[test]
+fn multi_node_replaces_nodes_one_pod_each_may_not_share_in_one_command() {
+    // Three huge nodes, each with one pod no other may share a node with, and first in
+    // upstream's order a huge node whose 15.5-cpu pod nothing but a new huge node holds: every
+    // prefix starts with it and fails, so the three moves wait for single-node consolidation,
+    // one command each. CostOptimal skips the full node and batches the three moves (three
+    // small nodes) in one command.
+    let mut nodes = ["h1", "h2", "h3"]
+        .iter()
+        .map(|n| node_with_cpu(n, "huge.16x", "16", "on-demand", "default"))
+        .collect::<Vec<_>>();
+    // Named to sort first among candidates of the same savings ratio.
+    nodes.push(node_with_cpu(
+        "a-full",
+        "huge.16x",
+        "16",
+        "on-demand",
+        "default",
+    ));
+    let pods = vec![
+        apart("a", "h1", "1"),
+        apart("b", "h2", "1"),
+        apart("c", "h3", "1"),
+        // Two pods to move make h3 dearer to disrupt: the three moves together save less per
+        // unit of disruption than h1's alone, which once kept them apart.
+        pod("d", "h3", "500m"),
+        pod("full", "a-full", "15500m"),
+    ];
+    let cost_optimal = world(nodes, pods, PackingPolicy::CostOptimal);
+    let commands = multi_node(&cost_optimal.input(), &mut BTreeMap::new());
+    assert_eq!(commands.len(), 1, "{commands:?}");
+    let command = &commands[0];
+    assert_eq!(disrupted(command), ["h1", "h2", "h3"]);
+    assert_eq!(command.replacements.len(), 3, "{command:?}");
+    for replacement in &command.replacements {
+        assert_eq!(first_option(replacement), "small.2x");
+    }
+    assert!((command.savings_per_hour - 5.7).abs() < 1e-9, "{command:?}");
+}
