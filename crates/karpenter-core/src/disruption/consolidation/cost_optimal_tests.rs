@@ -495,6 +495,17 @@ fn a_re_plan_puts_moved_pods_on_the_room_of_nodes_that_stay_before_new_nodes() {
     );
 }
 
+/// The one command multi-node consolidation returns under `CostOptimal` for these nodes and pods.
+fn the_cost_optimal_multi_node_command(
+    nodes: Vec<(karpenter_api::NodeClaim, k8s_openapi::api::core::v1::Node)>,
+    pods: Vec<crate::pod::Pod>,
+) -> Command {
+    let cost_optimal = world(nodes, pods, PackingPolicy::CostOptimal);
+    let mut commands = multi_node(&cost_optimal.input(), &mut BTreeMap::new());
+    assert_eq!(commands.len(), 1, "{commands:?}");
+    commands.remove(0)
+}
+
 /// Names of a command's candidates, sorted.
 fn disrupted(command: &Command) -> Vec<&str> {
     let mut names: Vec<&str> = command.candidates.iter().map(|c| c.name.as_str()).collect();
@@ -529,10 +540,7 @@ fn multi_node_deletes_the_nodes_that_fit_together_past_two_that_do_not() {
         multi_node(&upstream.input(), &mut BTreeMap::new()).is_empty(),
         "upstream's prefix search finds nothing here"
     );
-    let cost_optimal = world(nodes, pods, PackingPolicy::CostOptimal);
-    let commands = multi_node(&cost_optimal.input(), &mut BTreeMap::new());
-    assert_eq!(commands.len(), 1, "{commands:?}");
-    let command = &commands[0];
+    let command = &the_cost_optimal_multi_node_command(nodes, pods);
     assert_eq!(command.decision(), Decision::Delete, "{command:?}");
     assert_eq!(disrupted(command), ["a", "c"]);
     assert!((command.savings_per_hour - 0.3).abs() < 1e-9, "{command:?}");
@@ -566,10 +574,7 @@ fn multi_node_replaces_nodes_one_pod_each_may_not_share_in_one_command() {
         pod("d", "h3", "500m"),
         pod("full", "a-full", "15500m"),
     ];
-    let cost_optimal = world(nodes, pods, PackingPolicy::CostOptimal);
-    let commands = multi_node(&cost_optimal.input(), &mut BTreeMap::new());
-    assert_eq!(commands.len(), 1, "{commands:?}");
-    let command = &commands[0];
+    let command = &the_cost_optimal_multi_node_command(nodes, pods);
     assert_eq!(disrupted(command), ["h1", "h2", "h3"]);
     assert_eq!(command.replacements.len(), 3, "{command:?}");
     for replacement in &command.replacements {
