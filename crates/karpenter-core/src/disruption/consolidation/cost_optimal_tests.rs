@@ -582,3 +582,39 @@ fn multi_node_replaces_nodes_one_pod_each_may_not_share_in_one_command() {
     }
     assert!((command.savings_per_hour - 5.7).abs() < 1e-9, "{command:?}");
 }
+
+#[test]
+fn the_batched_group_stops_after_twenty_candidates_in_a_row_do_not_join_it() {
+    // The first test's cluster with `b` repeated, its pods apart from each other: each `b` can
+    // go alone (onto `s`), none beside `a`, which took the room, nor with another. `c`, behind them in the order, joins after 19 misses in a row
+    // and is not reached after 20: each miss re-plans the whole group, so the walk is bounded.
+    let disrupted_after = |misses: usize| {
+        let mut nodes = vec![
+            node("a", "medium.4x", "on-demand", "default"),
+            node("c", "small.2x", "on-demand", "default"),
+            node("s", "big.8x", "on-demand", "default"),
+        ];
+        let mut pods = vec![
+            pod("pa", "a", "2500m"),
+            pod("pc", "c", "1"),
+            pod("s1", "s", "1"),
+            pod("s2", "s", "1"),
+            pod("s3", "s", "1"),
+            pod("s4", "s", "1"),
+        ];
+        for i in 0..misses - 1 {
+            let name = format!("b{i:02}");
+            nodes.push(node(&name, "medium.4x", "on-demand", "default"));
+            pods.push(apart(&format!("p{name}"), &name, "2500m"));
+        }
+        let world = world(nodes, pods, PackingPolicy::CostOptimal);
+        let commands = multi_node(&world.input(), &mut BTreeMap::new());
+        commands
+            .first()
+            .map(|c| disrupted(c).into_iter().map(str::to_owned).collect())
+            .unwrap_or_else(Vec::<String>::new)
+    };
+    let misses = super::batched::MAX_MISSES_IN_A_ROW;
+    assert_eq!(disrupted_after(misses - 1), ["a", "c"]);
+    assert_ne!(disrupted_after(misses), ["a", "c"]);
+}
