@@ -51,10 +51,11 @@ pub(super) fn batched_group<'c>(
         let planned = |candidates: &[&Candidate<'c>]| {
             compute_as_planned(input, simulator, candidates, Method::MultiNodeConsolidation)
         };
+        let margin = candidate.price.unwrap_or(0.0) * MIN_SAVINGS_FRACTION;
         let alone = planned(&[*candidate]);
         if group.is_empty() {
             if let Ok(command) = alone
-                && command.savings_per_hour >= candidate.price.unwrap_or(0.0) * MIN_SAVINGS_FRACTION
+                && command.savings_per_hour >= margin
             {
                 saved = command.savings_per_hour;
                 group.push(candidate);
@@ -65,9 +66,8 @@ pub(super) fn batched_group<'c>(
             continue;
         }
         group.push(candidate);
-        let needed = saved + candidate.price.unwrap_or(0.0) * MIN_SAVINGS_FRACTION;
         match planned(&group) {
-            Ok(command) if command.savings_per_hour >= needed => {
+            Ok(command) if command.savings_per_hour >= saved + margin => {
                 saved = command.savings_per_hour;
                 best = Some(command);
                 misses_in_a_row = 0;

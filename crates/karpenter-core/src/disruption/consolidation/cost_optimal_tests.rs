@@ -513,6 +513,28 @@ fn disrupted(command: &Command) -> Vec<&str> {
     names
 }
 
+/// `a` (medium.4x, one 2.5-cpu pod), `c` (small.2x, one 1-cpu pod) and `s` (big.8x, 4 of its 8
+/// cpu free: room for `a`'s pod or for another like it, and for `c`'s beside either).
+fn room_for_one_beside_a_and_c() -> (
+    Vec<(karpenter_api::NodeClaim, k8s_openapi::api::core::v1::Node)>,
+    Vec<crate::pod::Pod>,
+) {
+    let nodes = vec![
+        node("a", "medium.4x", "on-demand", "default"),
+        node("c", "small.2x", "on-demand", "default"),
+        node("s", "big.8x", "on-demand", "default"),
+    ];
+    let pods = vec![
+        pod("pa", "a", "2500m"),
+        pod("pc", "c", "1"),
+        pod("s1", "s", "1"),
+        pod("s2", "s", "1"),
+        pod("s3", "s", "1"),
+        pod("s4", "s", "1"),
+    ];
+    (nodes, pods)
+}
+
 #[test]
 fn multi_node_deletes_the_nodes_that_fit_together_past_two_that_do_not() {
     // `a` and `b` (medium.4x, one 2.5-cpu pod each) both need the 4 free cpu of `s`, which has
@@ -520,21 +542,9 @@ fn multi_node_deletes_the_nodes_that_fit_together_past_two_that_do_not() {
     // needs a medium.4x of its own, no cheaper than the node it leaves), and so does every
     // longer prefix. `c`'s pod fits beside `a`'s: skipping `b` deletes `a` and `c` at once,
     // where single-node consolidation would take them one command at a time.
-    let nodes = vec![
-        node("a", "medium.4x", "on-demand", "default"),
-        node("b", "medium.4x", "on-demand", "default"),
-        node("c", "small.2x", "on-demand", "default"),
-        node("s", "big.8x", "on-demand", "default"),
-    ];
-    let pods = vec![
-        pod("pa", "a", "2500m"),
-        pod("pb", "b", "2500m"),
-        pod("pc", "c", "1"),
-        pod("s1", "s", "1"),
-        pod("s2", "s", "1"),
-        pod("s3", "s", "1"),
-        pod("s4", "s", "1"),
-    ];
+    let (mut nodes, mut pods) = room_for_one_beside_a_and_c();
+    nodes.push(node("b", "medium.4x", "on-demand", "default"));
+    pods.push(pod("pb", "b", "2500m"));
     let upstream = world(nodes.clone(), pods.clone(), PackingPolicy::Upstream);
     assert!(
         multi_node(&upstream.input(), &mut BTreeMap::new()).is_empty(),
@@ -586,22 +596,12 @@ fn multi_node_replaces_nodes_one_pod_each_may_not_share_in_one_command() {
 #[test]
 fn the_batched_group_stops_after_twenty_candidates_in_a_row_do_not_join_it() {
     // The first test's cluster with `b` repeated, its pods apart from each other: each `b` can
-    // go alone (onto `s`), none beside `a`, which took the room, nor with another. `c`, behind them in the order, joins after 19 misses in a row
-    // and is not reached after 20: each miss re-plans the whole group, so the walk is bounded.
+    // go alone (onto `s`), none beside `a`, which took the room, nor with another; nor can `s`
+    // (its pods would need the room the group took), which comes next in the order. `c`, last,
+    // joins after 19 misses in a row and is not reached after 20: each miss re-plans the whole
+    // group, so the walk is bounded.
     let disrupted_after = |misses: usize| {
-        let mut nodes = vec![
-            node("a", "medium.4x", "on-demand", "default"),
-            node("c", "small.2x", "on-demand", "default"),
-            node("s", "big.8x", "on-demand", "default"),
-        ];
-        let mut pods = vec![
-            pod("pa", "a", "2500m"),
-            pod("pc", "c", "1"),
-            pod("s1", "s", "1"),
-            pod("s2", "s", "1"),
-            pod("s3", "s", "1"),
-            pod("s4", "s", "1"),
-        ];
+        let (mut nodes, mut pods) = room_for_one_beside_a_and_c();
         for i in 0..misses - 1 {
             let name = format!("b{i:02}");
             nodes.push(node(&name, "medium.4x", "on-demand", "default"));
