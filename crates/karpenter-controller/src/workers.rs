@@ -24,6 +24,17 @@ use crate::writes::Leader;
 /// Upper bound on reconciles in flight per loop.
 pub const MAX_CONCURRENT_RECONCILES: usize = 64;
 
+/// How soon an object's reconcile should start when the loop is at its concurrency limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Urgency {
+    /// The object has work to do (a NodeClaim launching, registering, initializing or being
+    /// deleted): ahead of every [`Urgency::InTurn`] object. controller-runtime reconciles such
+    /// an object on its watch event; a tick is the soonest here.
+    Now,
+    /// Steady state: a turn in round-robin order.
+    InTurn,
+}
+
 /// What a finished reconcile task reports.
 pub type Outcome = (String, crate::Result<()>);
 
@@ -247,9 +258,12 @@ impl Workers {
     }
 
     /// One tick of a loop: forgets objects no longer in `candidates`, then starts a reconcile
-    /// for each candidate (see [`Workers::start`]), the ones that waited longest for a turn
-    /// first. Without that order a loop at its concurrency limit would serve the same first
-    /// objects every tick and starve the rest (seen with 182 NodeClaims and 64 slots).
+    /// for each candidate (see [`Workers::start`]): the [`Urgency::Now`] ones first, then
+    /// those that waited longest for a turn. Without the turn order a loop at its concurrency
+    /// limit would serve the same first objects every tick and starve the rest (seen with 182
+    /// NodeClaims and 64 slots); without urgency first, an object with work to do waits its
+    /// turn behind every idle one (at 326 NodeClaims, a deleted one waited ~5 ticks before its
+    /// Node was deleted, so each consolidation command drained ~8 s late).
     ///
     /// `make` builds a candidate's reconcile only when it starts (`None`: the object is gone):
     /// a tick of a thousand objects with 64 slots builds at most 64 futures and copies at most
@@ -257,17 +271,19 @@ impl Workers {
     pub fn start_in_turn<F>(
         &mut self,
         now: Timestamp,
-        candidates: Vec<String>,
+        candidates: Vec<(String, Urgency)>,
         mut make: impl FnMut(&str) -> Option<F>,
     ) where
         F: Future<Output = crate::Result<()>> + Send + 'static,
     {
-        let live: HashSet<String> = candidates.iter().cloned().collect();
+        let live: HashSet<String> = candidates.iter().map(|(key, _)| key.clone()).collect();
         self.backoff.retain(|key| live.contains(key));
         self.last_turn.retain(|key, _| live.contains(key));
         let mut candidates = candidates;
-        candidates.sort_by_key(|key| self.last_turn.get(key).copied().unwrap_or(0));
-        for key in candidates {
+        candidates.sort_by_key(|(key, urgency)| {
+            (*urgency, self.last_turn.get(key).copied().unwrap_or(0))
+        });
+        for (key, _) in candidates {
             if self.in_flight.len() >= self.concurrency {
                 break;
             }
@@ -404,6 +420,25 @@ mod tests {
         Timestamp::from_second(1_704_067_200).unwrap()
     }
 
+    fn in_turn(keys: &[&str]) -> Vec<(String, Urgency)> {
+        keys.iter()
+            .map(|k| (k.to_string(), Urgency::InTurn))
+            .collect()
+    }
+
+    /// Drains the loop's reconciles; the keys in the order they finished.
+    async fn finish_all(workers: &mut Workers) -> Vec<String> {
+        let mut served = Vec::new();
+        while workers.in_flight() > 0 {
+            let done = workers.next_finished().await;
+            if let Ok((key, _)) = &done {
+                served.push(key.clone());
+            }
+            workers.finished(done, t0());
+        }
+        served
+    }
+
     #[tokio::test(start_paused = true)]
     async fn instrumented_workers_count_reconciles_as_controller_runtime_does() {
         let metrics = Arc::new(crate::metrics::Metrics::new());
@@ -423,11 +458,7 @@ mod tests {
             })
         };
         // Three objects, two slots: one waits in the queue.
-        workers.start_in_turn(
-            t0(),
-            vec!["good".into(), "bad".into(), "later".into()],
-            make,
-        );
+        workers.start_in_turn(t0(), in_turn(&["good", "bad", "later"]), make);
         let text = metrics.encode();
         for line in [
             r#"controller_runtime_active_workers{controller="node.termination"} 2"#,
@@ -495,15 +526,8 @@ mod tests {
         let keys = ["a", "b", "c", "d", "e"];
         let mut served = Vec::new();
         for _ in 0..3 {
-            let candidates = keys.iter().map(|k| k.to_string()).collect();
-            workers.start_in_turn(t0(), candidates, |_| Some(async { Ok(()) }));
-            while workers.in_flight() > 0 {
-                let done = workers.next_finished().await;
-                if let Ok((key, _)) = &done {
-                    served.push(key.clone());
-                }
-                workers.finished(done, t0());
-            }
+            workers.start_in_turn(t0(), in_turn(&keys), |_| Some(async { Ok(()) }));
+            served.extend(finish_all(&mut workers).await);
         }
         served.sort();
         served.dedup();
@@ -513,10 +537,33 @@ mod tests {
         );
     }
 
+    /// A NodeClaim that was just deleted (or is launching) must not wait for its turn behind
+    /// every idle one: its Node's drain, and with it each consolidation command, waited on it.
+    #[tokio::test(start_paused = true)]
+    async fn an_object_with_work_to_do_starts_before_the_idle_ones_in_turn() {
+        let mut workers = Workers::new("nodeclaim", BackoffPolicy::RECONCILE, 2);
+        let keys = ["a", "b", "c", "d", "e"];
+        // First tick: `a` and `b` get their turn; `c`, `d`, `e` have waited longer since.
+        workers.start_in_turn(t0(), in_turn(&keys), |_| Some(async { Ok(()) }));
+        assert_eq!(finish_all(&mut workers).await.len(), 2);
+        // `a` is deleted now: it has work, and goes ahead of `c` and `d`.
+        let mut candidates = in_turn(&keys);
+        candidates[0].1 = Urgency::Now;
+        let mut started = Vec::new();
+        workers.start_in_turn(t0(), candidates, |key| {
+            started.push(key.to_string());
+            Some(async { Ok(()) })
+        });
+        assert_eq!(started, ["a", "c"]);
+        workers.stop();
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_tick_builds_reconciles_only_for_the_objects_it_starts() {
         let mut workers = Workers::new("nodeclaim", BackoffPolicy::RECONCILE, 3);
-        let candidates: Vec<String> = (0..100).map(|i| format!("claim-{i}")).collect();
+        let candidates: Vec<(String, Urgency)> = (0..100)
+            .map(|i| (format!("claim-{i}"), Urgency::InTurn))
+            .collect();
         let mut built = Vec::new();
         workers.start_in_turn(t0(), candidates.clone(), |key| {
             built.push(key.to_string());
@@ -537,8 +584,7 @@ mod tests {
         assert!(built.is_empty(), "{built:?}");
         // An object gone by the time its turn comes (`None`) takes no slot.
         let mut workers = Workers::new("nodeclaim", BackoffPolicy::RECONCILE, 2);
-        let keys = vec!["gone".to_string(), "a".to_string(), "b".to_string()];
-        workers.start_in_turn(t0(), keys, |key| {
+        workers.start_in_turn(t0(), in_turn(&["gone", "a", "b"]), |key| {
             (key != "gone").then_some(async { Ok(()) })
         });
         assert_eq!(workers.in_flight(), 2);

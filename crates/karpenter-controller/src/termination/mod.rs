@@ -40,7 +40,7 @@ use crate::events::{EventRecord, EventType};
 use crate::metrics::{EvictionRequestLabels, NodePoolLabels, PodsDrainedLabels, seconds_since};
 use crate::nodeclaim::{has_finalizer, parse_time};
 use crate::timeouts;
-use crate::workers::{MAX_CONCURRENT_RECONCILES, Workers, run_reconciler};
+use crate::workers::{MAX_CONCURRENT_RECONCILES, Urgency, Workers, run_reconciler};
 use crate::writes::Leader;
 use drain::EvictionBackoff;
 use karpenter_core::disruption::orchestration::termination::{self, TerminationStep};
@@ -138,12 +138,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
 impl Terminator {
     /// Starts a reconcile for every deleting Node we own that is not in flight or backing off.
     pub fn start_reconciles(self: &Arc<Self>, ctx: &Leader, workers: &mut Workers) {
-        let candidates: Vec<String> = ctx
+        // Every Node here is being deleted: each has work to do.
+        let candidates: Vec<(String, Urgency)> = ctx
             .state
             .read()
             .nodes()
             .filter(|n| should_finalize(n, ctx.cloud.name()))
-            .map(ResourceExt::name_any)
+            .map(|n| (n.name_any(), Urgency::Now))
             .collect();
         workers.start_in_turn(ctx.now(), candidates, |key| {
             let node = ctx.state.read().node(key).cloned()?;

@@ -15,6 +15,7 @@ mod liveness;
 mod registration;
 
 use k8s_openapi::api::core::v1::Node;
+use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_INITIALIZED};
 use karpenter_api::well_known::TERMINATION_FINALIZER;
 use karpenter_api::{NodeClaim, NodeClaimStatus};
 use karpenter_core::node::node_provider_id;
@@ -27,7 +28,7 @@ use kube::{Api, ResourceExt};
 use super::{has_finalizer, is_managed, name};
 use crate::context::Context;
 use crate::timeouts;
-use crate::workers::Workers;
+use crate::workers::{Urgency, Workers};
 use crate::writes::Leader;
 use launch::LaunchOutcome;
 
@@ -47,18 +48,33 @@ pub(super) fn kube_err(action: impl Into<String>) -> impl FnOnce(kube::Error) ->
 /// Starts a reconcile for every managed NodeClaim in the state that is not already in flight
 /// or backing off (the loop books the results).
 pub fn start_reconciles(ctx: &Leader, workers: &mut Workers) {
-    let candidates: Vec<String> = ctx
+    let candidates: Vec<(String, Urgency)> = ctx
         .state
         .read()
         .nodeclaims()
         .filter(|c| is_managed(ctx, c))
-        .map(name)
+        .map(|c| (name(c), urgency(c)))
         .collect();
     workers.start_in_turn(ctx.now(), candidates, |key| {
         let claim = ctx.state.read().nodeclaim(key).cloned()?;
         let ctx = ctx.clone();
         Some(async move { reconcile(&ctx, claim).await })
     });
+}
+
+/// A NodeClaim being deleted or not yet initialized has a step to take (a launch, a
+/// registration, its Node's deletion) that a command or a pending pod waits for; an
+/// initialized one only has its liveness and `Ready` looked at.
+fn urgency(claim: &NodeClaim) -> Urgency {
+    let initialized = claim
+        .status
+        .as_ref()
+        .is_some_and(|s| s.is_condition_true(NODECLAIM_CONDITION_INITIALIZED));
+    if claim.metadata.deletion_timestamp.is_some() || !initialized {
+        Urgency::Now
+    } else {
+        Urgency::InTurn
+    }
 }
 
 /// Makes the state see our write at once, before the watch delivers it (never over a newer
