@@ -20,7 +20,7 @@ pub struct IgnoredObject {
 }
 
 /// Every skipped object, by kind and key.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct IgnoredObjects {
     by_kind: BTreeMap<Kind, BTreeMap<String, IgnoredObject>>,
 }

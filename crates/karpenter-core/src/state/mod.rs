@@ -79,8 +79,9 @@ pub struct Nomination {
     pub until: Timestamp,
 }
 
-/// Everything the watchers have seen, plus Karpenter's own in-flight decisions.
-#[derive(Debug, Default)]
+/// Everything the watchers have seen, plus Karpenter's own in-flight decisions. `Clone` gives
+/// the controller a snapshot to decide on without holding its lock (pods are shared).
+#[derive(Clone, Debug, Default)]
 pub struct ClusterState {
     pub(crate) pods: BTreeMap<String, Arc<Pod>>,
     pub(crate) pods_by_node: BTreeMap<String, BTreeSet<String>>,

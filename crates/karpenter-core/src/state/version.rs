@@ -55,12 +55,12 @@ const TOMBSTONES_PER_KIND: usize = 4096;
 
 /// The resourceVersions at which recently deleted objects went away, so a late answer to an
 /// earlier write cannot bring a deleted object back.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Tombstones {
     by_kind: BTreeMap<Kind, KindTombstones>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct KindTombstones {
     versions: BTreeMap<String, u64>,
     order: VecDeque<String>,
