@@ -262,8 +262,8 @@ impl Workers {
     /// those that waited longest for a turn. Without the turn order a loop at its concurrency
     /// limit would serve the same first objects every tick and starve the rest (seen with 182
     /// NodeClaims and 64 slots); without urgency first, an object with work to do waits its
-    /// turn behind every idle one (at 326 NodeClaims, a deleted one waited ~5 ticks before its
-    /// Node was deleted, so each consolidation command drained ~8 s late).
+    /// turn behind every idle one (at 326 NodeClaims a deleted one could wait ~5 ticks before
+    /// its Node was deleted, delaying the drain of each consolidation command).
     ///
     /// `make` builds a candidate's reconcile only when it starts (`None`: the object is gone):
     /// a tick of a thousand objects with 64 slots builds at most 64 futures and copies at most
