@@ -68,6 +68,14 @@ pub fn is_registered(claim: &NodeClaim) -> bool {
         .is_some_and(|s| s.is_condition_true(NODECLAIM_CONDITION_REGISTERED))
 }
 
+/// `Initialized=True`.
+pub fn is_initialized(claim: &NodeClaim) -> bool {
+    claim
+        .status
+        .as_ref()
+        .is_some_and(|s| s.is_condition_true(NODECLAIM_CONDITION_INITIALIZED))
+}
+
 /// Sets one condition (its transition time moves only when its status changes).
 pub fn set_condition(
     claim: &mut NodeClaim,

@@ -400,7 +400,9 @@ async fn observe_replacements(
             // Not returned by the API yet but in the state: still launching (upstream).
             Ok(None) if ctx.state.read().nodeclaim(name).is_some() => {}
             Ok(None) => *seen = ReplacementView::Gone,
-            Ok(Some(claim)) if is_initialized(&claim) => *seen = ReplacementView::Initialized,
+            Ok(Some(claim)) if karpenter_core::nodeclaim_lifecycle::is_initialized(&claim) => {
+                *seen = ReplacementView::Initialized
+            }
             Ok(Some(claim)) if claim.metadata.deletion_timestamp.is_some() => {
                 *seen = ReplacementView::Gone
             }
@@ -472,13 +474,6 @@ async fn delete_candidates(
         }
     }
     Ok(())
-}
-
-fn is_initialized(claim: &NodeClaim) -> bool {
-    claim
-        .status
-        .as_ref()
-        .is_some_and(|s| s.is_condition_true(karpenter_api::v1::NODECLAIM_CONDITION_INITIALIZED))
 }
 
 /// Undoes a failed command: untaints the candidates, clears their condition, releases the

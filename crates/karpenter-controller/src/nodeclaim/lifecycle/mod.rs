@@ -15,12 +15,11 @@ mod liveness;
 mod registration;
 
 use k8s_openapi::api::core::v1::Node;
-use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_INITIALIZED};
 use karpenter_api::well_known::TERMINATION_FINALIZER;
 use karpenter_api::{NodeClaim, NodeClaimStatus};
 use karpenter_core::node::node_provider_id;
 use karpenter_core::nodeclaim_lifecycle::{
-    initialize_conditions, is_launched, provider_id, update_ready,
+    initialize_conditions, is_initialized, is_launched, provider_id, update_ready,
 };
 use karpenter_kube::{is_conflict, is_not_found};
 use kube::{Api, ResourceExt};
@@ -66,11 +65,7 @@ pub fn start_reconciles(ctx: &Leader, workers: &mut Workers) {
 /// registration, its Node's deletion) that a command or a pending pod waits for; an
 /// initialized one only has its liveness and `Ready` looked at.
 fn urgency(claim: &NodeClaim) -> Urgency {
-    let initialized = claim
-        .status
-        .as_ref()
-        .is_some_and(|s| s.is_condition_true(NODECLAIM_CONDITION_INITIALIZED));
-    if claim.metadata.deletion_timestamp.is_some() || !initialized {
+    if claim.metadata.deletion_timestamp.is_some() || !is_initialized(claim) {
         Urgency::Now
     } else {
         Urgency::InTurn
