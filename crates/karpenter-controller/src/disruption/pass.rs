@@ -136,7 +136,8 @@ pub fn decide_now(ctx: &Context, types: &InstanceTypes, drift: &ProviderDrift) -
 /// A copy of the state to decide on. A decision takes seconds at hundreds of nodes; holding the
 /// state's lock that long made every watcher's write wait, and every reader behind the waiting
 /// writer, so the whole runtime stood still (measured: 5.3 s without a single API call between
-/// a Node's DELETE and its drain, on the 300-node wide-deployments scale-in).
+/// a Node's DELETE and its drain, on the 300-node wide-deployments scale-in). The copy shares
+/// the Nodes, NodeClaims and pods with the state (`Arc`s), so it costs pointers, not objects.
 fn snapshot(ctx: &Context) -> karpenter_core::state::ClusterState {
     ctx.state.read().clone()
 }

@@ -85,8 +85,8 @@ pub struct Nomination {
 pub struct ClusterState {
     pub(crate) pods: BTreeMap<String, Arc<Pod>>,
     pub(crate) pods_by_node: BTreeMap<String, BTreeSet<String>>,
-    pub(crate) nodes: BTreeMap<String, Node>,
-    pub(crate) nodeclaims: BTreeMap<String, NodeClaim>,
+    pub(crate) nodes: BTreeMap<String, Arc<Node>>,
+    pub(crate) nodeclaims: BTreeMap<String, Arc<NodeClaim>>,
     pub(crate) nodepools: BTreeMap<String, NodePool>,
     pub(crate) nodeclasses: BTreeMap<String, EC2NodeClass>,
     pub(crate) daemonsets: BTreeMap<String, DaemonSet>,
@@ -151,6 +151,24 @@ pub trait Tracked: kube_core::Resource + Clone + Send + Sync + 'static {
     }
 }
 
+/// Nodes and NodeClaims are shared like pods: the disruption pass decides on a copy of the
+/// state (so it never holds the state's lock for seconds), and at 1,000 nodes a copy of every
+/// Node and NodeClaim was ~10 MB per pass; shared, it is a pointer each.
+macro_rules! tracked_shared {
+    ($ty:ty, $kind:ident, $field:ident) => {
+        impl Tracked for $ty {
+            const KIND: Kind = Kind::$kind;
+            type Stored = Arc<Self>;
+            fn map(state: &mut ClusterState) -> &mut BTreeMap<String, Arc<Self>> {
+                &mut state.$field
+            }
+        }
+    };
+}
+
+tracked_shared!(Node, Node, nodes);
+tracked_shared!(NodeClaim, NodeClaim, nodeclaims);
+
 macro_rules! tracked {
     ($ty:ty, $kind:ident, $field:ident) => {
         impl Tracked for $ty {
@@ -163,8 +181,6 @@ macro_rules! tracked {
     };
 }
 
-tracked!(Node, Node, nodes);
-tracked!(NodeClaim, NodeClaim, nodeclaims);
 tracked!(NodePool, NodePool, nodepools);
 tracked!(EC2NodeClass, EC2NodeClass, nodeclasses);
 tracked!(DaemonSet, DaemonSet, daemonsets);
@@ -370,19 +386,19 @@ impl ClusterState {
     }
 
     pub fn nodes(&self) -> impl Iterator<Item = &Node> {
-        self.nodes.values()
+        self.nodes.values().map(|n| &**n)
     }
 
     pub fn node(&self, name: &str) -> Option<&Node> {
-        self.nodes.get(name)
+        self.nodes.get(name).map(|n| &**n)
     }
 
     pub fn nodeclaims(&self) -> impl Iterator<Item = &NodeClaim> {
-        self.nodeclaims.values()
+        self.nodeclaims.values().map(|c| &**c)
     }
 
     pub fn nodeclaim(&self, name: &str) -> Option<&NodeClaim> {
-        self.nodeclaims.get(name)
+        self.nodeclaims.get(name).map(|c| &**c)
     }
 
     pub fn nodepools(&self) -> impl Iterator<Item = &NodePool> {
@@ -519,8 +535,7 @@ impl ClusterState {
             .filter(|id| !id.is_empty());
         provider_id
             .and_then(|id| {
-                self.nodeclaims
-                    .values()
+                self.nodeclaims()
                     .find(|c| c.status.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
             })
             .map_or_else(|| target.to_string(), ResourceExt::name_any)
@@ -614,7 +629,7 @@ impl ClusterState {
     /// Node yet) and Nodes Karpenter does not manage. Ordered by name.
     pub fn state_nodes(&self) -> Vec<StateNode<'_>> {
         let mut claims_by_provider: BTreeMap<&str, &NodeClaim> = BTreeMap::new();
-        for claim in self.nodeclaims.values() {
+        for claim in self.nodeclaims() {
             if let Some(id) = claim
                 .status
                 .as_ref()
@@ -626,7 +641,7 @@ impl ClusterState {
         }
         let mut joined: BTreeSet<String> = BTreeSet::new();
         let mut out = Vec::new();
-        for node in self.nodes.values() {
+        for node in self.nodes() {
             let provider_id = node
                 .spec
                 .as_ref()
@@ -643,7 +658,7 @@ impl ClusterState {
                 || claim.is_some_and(|c| self.is_marked_for_deletion(&c.name_any()));
             out.push(joined_node);
         }
-        for claim in self.nodeclaims.values() {
+        for claim in self.nodeclaims() {
             let name = claim.name_any();
             if !joined.contains(&name) {
                 let mut in_flight = StateNode::new(None, Some(claim), Vec::new());
