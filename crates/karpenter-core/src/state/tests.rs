@@ -77,10 +77,24 @@ fn a_copy_of_the_state_shares_its_objects_and_keeps_its_view() {
     ));
 
     let mut relabelled = node("node-1", Some("default"), "sim://i-1", "4");
-    relabelled.labels_mut().insert("changed".into(), "yes".into());
+    relabelled
+        .labels_mut()
+        .insert("changed".into(), "yes".into());
     state.apply(relabelled);
-    assert!(state.node("node-1").unwrap().labels().contains_key("changed"));
-    assert!(!copy.node("node-1").unwrap().labels().contains_key("changed"));
+    assert!(
+        state
+            .node("node-1")
+            .unwrap()
+            .labels()
+            .contains_key("changed")
+    );
+    assert!(
+        !copy
+            .node("node-1")
+            .unwrap()
+            .labels()
+            .contains_key("changed")
+    );
 }
 
 #[test]
