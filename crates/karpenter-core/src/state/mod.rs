@@ -151,36 +151,30 @@ pub trait Tracked: kube_core::Resource + Clone + Send + Sync + 'static {
     }
 }
 
-/// Nodes and NodeClaims are shared like pods: the disruption pass decides on a copy of the
-/// state (so it never holds the state's lock for seconds), and at 1,000 nodes a copy of every
-/// Node and NodeClaim was ~10 MB per pass; shared, it is a pointer each.
-macro_rules! tracked_shared {
-    ($ty:ty, $kind:ident, $field:ident) => {
-        impl Tracked for $ty {
-            const KIND: Kind = Kind::$kind;
-            type Stored = Arc<Self>;
-            fn map(state: &mut ClusterState) -> &mut BTreeMap<String, Arc<Self>> {
-                &mut state.$field
-            }
-        }
-    };
-}
-
-tracked_shared!(Node, Node, nodes);
-tracked_shared!(NodeClaim, NodeClaim, nodeclaims);
-
+/// `tracked!(Type, Kind, field)` keeps the objects themselves; `tracked!(Type, Kind, field,
+/// shared)` keeps them behind `Arc`, as Nodes and NodeClaims are: the disruption pass decides on
+/// a copy of the state (so it never holds the state's lock for seconds), and shared, that copy
+/// costs a pointer per object instead of every Node and NodeClaim.
 macro_rules! tracked {
     ($ty:ty, $kind:ident, $field:ident) => {
+        tracked!($ty, $kind, $field, Self);
+    };
+    ($ty:ty, $kind:ident, $field:ident, shared) => {
+        tracked!($ty, $kind, $field, Arc<Self>);
+    };
+    ($ty:ty, $kind:ident, $field:ident, $stored:ty) => {
         impl Tracked for $ty {
             const KIND: Kind = Kind::$kind;
-            type Stored = Self;
-            fn map(state: &mut ClusterState) -> &mut BTreeMap<String, Self> {
+            type Stored = $stored;
+            fn map(state: &mut ClusterState) -> &mut BTreeMap<String, $stored> {
                 &mut state.$field
             }
         }
     };
 }
 
+tracked!(Node, Node, nodes, shared);
+tracked!(NodeClaim, NodeClaim, nodeclaims, shared);
 tracked!(NodePool, NodePool, nodepools);
 tracked!(EC2NodeClass, EC2NodeClass, nodeclasses);
 tracked!(DaemonSet, DaemonSet, daemonsets);
