@@ -56,6 +56,15 @@ impl SharedState {
         self.inner.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether anyone holds the lock now (a reader or the writer): for checks that long work
+    /// runs on a copy, not under the lock (`disruption::pass`).
+    pub fn is_held(&self) -> bool {
+        matches!(
+            self.inner.try_write(),
+            Err(std::sync::TryLockError::WouldBlock)
+        )
+    }
+
     pub fn write(&self) -> RwLockWriteGuard<'_, ClusterState> {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
     }

@@ -972,3 +972,78 @@ async fn the_pass_runs_as_soon_as_the_provisioner_is_done_not_a_poll_period_late
     controller.stop().await;
     cluster.shutdown().await;
 }
+
+/// A clock that counts how often it was read while the cluster state's lock was held.
+struct LockProbe {
+    clock: Arc<dyn karpenter_core::clock::Clock>,
+    state: std::sync::OnceLock<Arc<karpenter_controller::state::SharedState>>,
+    reads: std::sync::atomic::AtomicUsize,
+    reads_under_lock: std::sync::atomic::AtomicUsize,
+}
+
+impl karpenter_core::clock::Clock for LockProbe {
+    fn now(&self) -> jiff::Timestamp {
+        use std::sync::atomic::Ordering::Relaxed;
+        if let Some(state) = self.state.get() {
+            self.reads.fetch_add(1, Relaxed);
+            if state.is_held() {
+                self.reads_under_lock.fetch_add(1, Relaxed);
+            }
+        }
+        self.clock.now()
+    }
+}
+
+/// A pass decides on a copy of the state, not under its lock: a decision takes seconds at
+/// hundreds of nodes, and holding the lock that long stopped every watcher's write and every
+/// reader behind it (docs/controller.md). The decision's input is built after the copy is
+/// taken, reading the clock; the probe sees whether the lock was still held then.
+#[tokio::test(start_paused = true)]
+async fn a_pass_and_its_validation_decide_without_holding_the_state_lock() {
+    use karpenter_controller::context::Context;
+    use karpenter_controller::disruption::pass;
+    use karpenter_controller::settings::Settings;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    let cluster = SimCluster::new().await;
+    put_pool(
+        &cluster,
+        json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s"}),
+    );
+    let probe = Arc::new(LockProbe {
+        clock: cluster.clock.clone(),
+        state: std::sync::OnceLock::new(),
+        reads: Default::default(),
+        reads_under_lock: Default::default(),
+    });
+    let (ctx, _batcher) = Context::new(
+        cluster.client.clone(),
+        Settings {
+            disable_leader_election: true,
+            ..Settings::default()
+        },
+        Arc::new(cluster.provider.clone()),
+        Arc::new(CoreScheduler),
+        probe.clone(),
+    );
+    let _ = probe.state.set(ctx.state.clone());
+
+    let types = pass::instance_types(&ctx).await;
+    let drift = Default::default();
+    let decided = pass::decide_now(&ctx, &types, &drift);
+    let command = Command {
+        reason: DisruptionReason::Empty,
+        method: Method::Emptiness,
+        candidates: Vec::new(),
+        replacements: Vec::new(),
+        savings_per_hour: 0.0,
+        balanced_scores: Vec::new(),
+    };
+    let _ = pass::validate_now(&ctx, &types, &drift, &command);
+    assert!(probe.reads.load(Relaxed) >= 2, "{decided:?}");
+    assert_eq!(
+        probe.reads_under_lock.load(Relaxed),
+        0,
+        "a decision's input was built while the state's lock was held"
+    );
+}
