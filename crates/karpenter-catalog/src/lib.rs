@@ -66,13 +66,71 @@ struct PriceFile {
 #[derive(Debug)]
 pub struct Catalog {
     infos: BTreeMap<String, InstanceTypeInfo>,
-    /// region → zone → instance types offered there.
-    zones: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
-    /// region → instance type → zones offering it (the same facts, the way EC2 answers them).
-    type_zones: BTreeMap<String, TypeZones>,
+    /// The offerings document as decompressed: a region's zones are decoded from it the first
+    /// time that region is asked for. A controller runs in one region; decoded for all 30 the
+    /// zone sets took ~12 MB of its memory (heaptrack, docs/benchmarks.md), its own region's
+    /// ~0.4 MB.
+    offerings: Vec<u8>,
+    /// region → its zones, decoded on first use.
+    regions: BTreeMap<String, OnceLock<RegionZones>>,
     /// region → instance type → USD/h.
     on_demand: BTreeMap<String, BTreeMap<String, f64>>,
     price_source: String,
+}
+
+/// One region's offerings, decoded.
+#[derive(Debug)]
+struct RegionZones {
+    /// zone → instance types offered there.
+    zones: BTreeMap<String, BTreeSet<String>>,
+    /// instance type → zones offering it (the same facts, the way EC2 answers them).
+    type_zones: TypeZones,
+}
+
+impl RegionZones {
+    fn new(zones: BTreeMap<String, BTreeSet<String>>) -> Self {
+        let mut type_zones = TypeZones::new();
+        for (zone, types) in &zones {
+            for name in types {
+                type_zones
+                    .entry(name.clone())
+                    .or_default()
+                    .insert(zone.clone());
+            }
+        }
+        RegionZones { zones, type_zones }
+    }
+}
+
+/// Decodes one region's entry of the offerings document, skipping the others unbuilt.
+struct OneRegion<'r>(&'r str);
+
+impl<'de> serde::de::DeserializeSeed<'de> for OneRegion<'_> {
+    type Value = Option<RegionOfferings>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for OneRegion<'_> {
+    type Value = Option<RegionOfferings>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a map of regions to their offerings")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(region) = map.next_key::<String>()? {
+            if region == self.0 {
+                found = Some(map.next_value::<RegionOfferings>()?);
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
 }
 
 impl Catalog {
@@ -112,29 +170,16 @@ impl Catalog {
                 file: "on-demand-prices.json",
                 message: e.to_string(),
             })?;
-        let zones: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = regions
-            .into_iter()
-            .map(|(region, o)| (region, o.zones))
-            .collect();
-        let type_zones = zones
-            .iter()
-            .map(|(region, by_zone)| {
-                let mut by_type = TypeZones::new();
-                for (zone, types) in by_zone {
-                    for name in types {
-                        by_type
-                            .entry(name.clone())
-                            .or_default()
-                            .insert(zone.clone());
-                    }
-                }
-                (region.clone(), by_type)
-            })
+        // Every region was decoded above, so a broken document fails here, not at first use;
+        // only the names stay (see `offerings`).
+        let regions = regions
+            .into_keys()
+            .map(|region| (region, OnceLock::new()))
             .collect();
         Ok(Catalog {
             infos,
-            zones,
-            type_zones,
+            offerings: offerings.to_vec(),
+            regions,
             on_demand: prices.regions,
             price_source: prices.source,
         })
@@ -142,13 +187,14 @@ impl Catalog {
 
     /// Regions with zone data.
     pub fn regions(&self) -> impl Iterator<Item = &str> {
-        self.zones.keys().map(String::as_str)
+        self.regions.keys().map(String::as_str)
     }
 
     /// The zones of `region`, sorted.
     pub fn zones(&self, region: &str) -> Result<Vec<&str>, CatalogError> {
         Ok(self
-            .region_zones(region)?
+            .region(region)?
+            .zones
             .keys()
             .map(String::as_str)
             .collect())
@@ -201,9 +247,7 @@ impl Catalog {
     /// Instance type → zones of `region` offering it (what `DescribeInstanceTypeOfferings`
     /// answers).
     pub fn type_zones(&self, region: &str) -> Result<&TypeZones, CatalogError> {
-        self.region_zones(region)?;
-        static EMPTY: TypeZones = TypeZones::new();
-        Ok(self.type_zones.get(region).unwrap_or(&EMPTY))
+        Ok(&self.region(region)?.type_zones)
     }
 
     /// Every `DescribeInstanceTypes` answer in the catalogue, by name.
@@ -224,16 +268,28 @@ impl Catalog {
         }
     }
 
-    fn region_zones(
-        &self,
-        region: &str,
-    ) -> Result<&BTreeMap<String, BTreeSet<String>>, CatalogError> {
-        self.zones
+    /// `region`'s offerings, decoded from the document the first time they are asked for.
+    fn region(&self, region: &str) -> Result<&RegionZones, CatalogError> {
+        let cell = self
+            .regions
             .get(region)
             .ok_or_else(|| CatalogError::UnknownRegion {
                 region: region.to_string(),
                 known: self.regions().collect::<Vec<_>>().join(", "),
-            })
+            })?;
+        Ok(cell.get_or_init(|| {
+            use serde::de::DeserializeSeed;
+            let mut de = serde_json::Deserializer::from_slice(&self.offerings);
+            // `from_json` decoded this same document whole, so this cannot fail; an empty
+            // region is what a failure would otherwise leave.
+            let zones = OneRegion(region)
+                .deserialize(&mut de)
+                .ok()
+                .flatten()
+                .map(|o| o.zones)
+                .unwrap_or_default();
+            RegionZones::new(zones)
+        }))
     }
 }
 
@@ -264,4 +320,52 @@ fn gunzip(file: &'static str, bytes: &[u8]) -> Result<Vec<u8>, CatalogError> {
             message: e.to_string(),
         })?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the regions asked for are decoded, and each as the whole document has it.
+    #[test]
+    fn a_region_is_decoded_when_first_asked_for_and_matches_the_whole_document() {
+        let catalog = Catalog::from_json(
+            &gunzip("instance-types.json.gz", INSTANCE_TYPES_GZ).unwrap(),
+            &gunzip("offerings.json.gz", OFFERINGS_GZ).unwrap(),
+            &gunzip("on-demand-prices.json.gz", ON_DEMAND_PRICES_GZ).unwrap(),
+        )
+        .unwrap();
+        assert!(catalog.regions.values().all(|r| r.get().is_none()));
+        let zones = catalog.zones("eu-west-1").unwrap();
+        let decoded: Vec<&str> = catalog
+            .regions
+            .iter()
+            .filter(|(_, r)| r.get().is_some())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        assert_eq!(decoded, ["eu-west-1"]);
+
+        let whole: BTreeMap<String, RegionOfferings> =
+            serde_json::from_slice(&catalog.offerings).unwrap();
+        let expected = &whole["eu-west-1"].zones;
+        assert_eq!(
+            zones,
+            expected.keys().map(String::as_str).collect::<Vec<_>>()
+        );
+        let type_zones = catalog.type_zones("eu-west-1").unwrap();
+        for (zone, types) in expected {
+            for name in types {
+                assert!(type_zones[name].contains(zone), "{name} in {zone}");
+            }
+        }
+        let offered: usize = expected.values().map(BTreeSet::len).sum();
+        assert_eq!(
+            type_zones.values().map(BTreeSet::len).sum::<usize>(),
+            offered
+        );
+        assert!(matches!(
+            catalog.zones("mars-east-1"),
+            Err(CatalogError::UnknownRegion { .. })
+        ));
+    }
 }
