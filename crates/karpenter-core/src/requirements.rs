@@ -337,25 +337,29 @@ impl<V: RequirementValue> Requirement<V> {
 
 impl Requirement<String> {
     /// Builds a requirement from an operator and values, checking arity and integers.
-    pub fn new(key: &str, operator: &str, values: &[String]) -> Result<Self, RequirementError> {
+    pub fn new<S: AsRef<str>>(
+        key: &str,
+        operator: &str,
+        values: &[S],
+    ) -> Result<Self, RequirementError> {
+        let owned = || values.iter().map(|v| v.as_ref().to_string()).collect();
         let op = Operator::parse(operator).ok_or_else(|| RequirementError::UnknownOperator {
             key: key.to_string(),
             operator: operator.to_string(),
         })?;
         let one_int = || -> Result<i64, RequirementError> {
             match values {
-                [v] => v
-                    .trim()
-                    .parse::<i64>()
-                    .map_err(|_| RequirementError::NotOneInteger {
+                [v] => v.as_ref().trim().parse::<i64>().map_err(|_| {
+                    RequirementError::NotOneInteger {
                         key: key.to_string(),
                         operator: op,
-                        values: values.to_vec(),
-                    }),
+                        values: owned(),
+                    }
+                }),
                 _ => Err(RequirementError::NotOneInteger {
                     key: key.to_string(),
                     operator: op,
-                    values: values.to_vec(),
+                    values: owned(),
                 }),
             }
         };
@@ -366,7 +370,7 @@ impl Requirement<String> {
                 Err(RequirementError::UnexpectedValues {
                     key: key.to_string(),
                     operator: op,
-                    values: values.to_vec(),
+                    values: owned(),
                 })
             }
         };
@@ -377,9 +381,9 @@ impl Requirement<String> {
                         key: key.to_string(),
                     });
                 }
-                Self::is_in(values.iter().cloned())
+                Self::is_in(values.iter().map(|v| v.as_ref().to_string()))
             }
-            Operator::NotIn => Self::not_in(values.iter().cloned()),
+            Operator::NotIn => Self::not_in(values.iter().map(|v| v.as_ref().to_string())),
             Operator::Exists => {
                 no_values()?;
                 Self::exists()
@@ -393,6 +397,15 @@ impl Requirement<String> {
             Operator::Gte => Self::gte(one_int()?),
             Operator::Lte => Self::lte(one_int()?),
         })
+    }
+
+    /// [`Requirement::new`] over a manifest's [`Values`](karpenter_api::v1::Values).
+    pub fn from_values(
+        key: &str,
+        operator: &str,
+        values: &karpenter_api::v1::Values,
+    ) -> Result<Self, RequirementError> {
+        Self::new(key, operator, &values.iter().collect::<Vec<&str>>())
     }
 
     /// A value the requirement allows, deterministically: the first `In` value, or the smallest
@@ -422,7 +435,7 @@ impl Requirement<String> {
         let make = |operator: &str, values: Vec<String>| NodeSelectorRequirementWithMinValues {
             key: key.to_string(),
             operator: operator.to_string(),
-            values,
+            values: values.into(),
             min_values,
         };
         let mut out = Vec::new();
@@ -675,7 +688,7 @@ impl Requirements<String, String> {
             };
             out.add_str(
                 &r.key,
-                Requirement::new(&r.key, &r.operator, &r.values)?.with_min_values(min_values),
+                Requirement::from_values(&r.key, &r.operator, &r.values)?.with_min_values(min_values),
             );
         }
         Ok(out)
@@ -725,7 +738,7 @@ impl Requirements<String, String> {
         self.entries
             .iter()
             .filter(|(_, r)| !r.complement && r.values.len() == 1)
-            .map(|(k, r)| (k.clone(), r.values[0].clone()))
+            .map(|(k, r)| (k.clone(), r.values[0].to_string()))
             .collect()
     }
 
@@ -1095,11 +1108,11 @@ mod tests {
         assert_eq!(ns.len(), 3);
         assert_eq!((ns[0].key.as_str(), ns[0].operator.as_str()), ("a", "In"));
         assert_eq!(
-            (ns[1].operator.as_str(), ns[1].values[0].as_str()),
+            (ns[1].operator.as_str(), ns[1].values.first().unwrap_or_default()),
             ("Gte", "2")
         );
         assert_eq!(
-            (ns[2].operator.as_str(), ns[2].values[0].as_str()),
+            (ns[2].operator.as_str(), ns[2].values.first().unwrap_or_default()),
             ("Lte", "9")
         );
         let back = Requirements::from_node_selector_with_min_values(&ns).unwrap();
@@ -1119,8 +1132,8 @@ mod tests {
     fn rejects_bad_input_naming_the_key() {
         let e = Requirement::new("k", "Gt", &s(&["x"])).unwrap_err();
         assert!(e.to_string().contains("\"k\""), "{e}");
-        assert!(Requirement::new("k", "Has", &[]).is_err());
-        assert!(Requirement::new("k", "In", &[]).is_err());
+        assert!(Requirement::new("k", "Has", &[] as &[&str]).is_err());
+        assert!(Requirement::new("k", "In", &[] as &[&str]).is_err());
         assert!(Requirement::new("k", "Exists", &s(&["a"])).is_err());
         let r = reqs(&[(well_known::HOSTNAME_LABEL, req("In", &["n"]))]);
         assert!(r.check_restricted().is_err());

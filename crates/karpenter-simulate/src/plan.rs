@@ -447,7 +447,7 @@ fn plan_keeping(
                         .requirements
                         .iter()
                         .find(|r| r.key == wk::INSTANCE_TYPE_LABEL)
-                        .map(|r| r.values.clone())
+                        .map(|r| r.values.to_vec())
                         .unwrap_or_default(),
                     zone: choice.zone,
                     capacity_type: choice.capacity_type,

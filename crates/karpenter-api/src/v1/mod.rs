@@ -6,6 +6,7 @@ mod ec2nodeclass;
 mod nodeclaim;
 mod nodepool;
 mod shared;
+mod values;
 
 pub use budget::*;
 pub use duration::{DurationError, NillableDuration, format_go_duration, parse_go_duration_secs};
@@ -13,3 +14,4 @@ pub use ec2nodeclass::*;
 pub use nodeclaim::*;
 pub use nodepool::*;
 pub use shared::*;
+pub use values::Values;

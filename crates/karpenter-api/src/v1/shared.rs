@@ -3,6 +3,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::Values;
+
 /// A node selector requirement with Karpenter's `minValues` extension.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -12,8 +14,8 @@ pub struct NodeSelectorRequirementWithMinValues {
     /// In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte or Lte.
     pub operator: String,
     /// Values for In/NotIn (any number) or Gt/Lt/Gte/Lte (exactly one integer).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub values: Vec<String>,
+    #[serde(default, skip_serializing_if = "Values::is_empty")]
+    pub values: Values,
     /// The minimum number of distinct values the scheduler must keep flexible for this key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_values: Option<i32>,

@@ -98,7 +98,11 @@ fn check_requirements(
         let item = join_index(path, i);
         check_requirement(
             &item,
-            (&requirement.key, &requirement.operator, &requirement.values),
+            (
+                &requirement.key,
+                &requirement.operator,
+                &requirement.values.to_vec(),
+            ),
             RequirementRules {
                 forbid_nodepool_key: is_nodepool,
                 not_in_needs_values: false,
@@ -212,7 +216,7 @@ pub fn runtime_checks_nodepool(nodepool: &NodePool) -> Vec<E> {
             let known = requirement
                 .values
                 .iter()
-                .filter(|v| CAPACITY_TYPES.contains(&v.as_str()))
+                .filter(|v| CAPACITY_TYPES.contains(v))
                 .count();
             if known == 0 {
                 errors.push(E::new(

@@ -58,7 +58,7 @@ fn ami(id: &str, arch: &str) -> AmiStatus {
         requirements: vec![NodeSelectorRequirementWithMinValues {
             key: wk::ARCH_LABEL.into(),
             operator: "In".into(),
-            values: vec![arch.into()],
+            values: vec![arch.to_string()].into(),
             min_values: None,
         }],
     }

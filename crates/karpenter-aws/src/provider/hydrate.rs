@@ -110,7 +110,7 @@ pub fn node_claim_of(instance: &Instance) -> NodeClaim {
     let single = |key: &str, value: &str| NodeSelectorRequirementWithMinValues {
         key: key.to_string(),
         operator: "In".to_string(),
-        values: vec![value.to_string()],
+        values: [value].into(),
         min_values: None,
     };
     let mut node_claim = NodeClaim::new(

@@ -94,7 +94,7 @@ fn admits(claim: &NodeClaim, offering: &karpenter_aws::unavailable::OfferingKey)
             wk::CAPACITY_TYPE_LABEL => &offering.capacity_type,
             _ => return true,
         };
-        Requirement::new(&r.key, &r.operator, &r.values).is_ok_and(|req| req.has(value))
+        Requirement::from_values(&r.key, &r.operator, &r.values).is_ok_and(|req| req.has(value))
     })
 }
 

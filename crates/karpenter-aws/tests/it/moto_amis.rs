@@ -36,7 +36,7 @@ fn arch_of(ami: &karpenter_api::v1::AmiStatus) -> &str {
     ami.requirements
         .iter()
         .find(|r| r.key == ARCH_LABEL)
-        .map(|r| r.values[0].as_str())
+        .map(|r| r.values.first().unwrap_or_default())
         .unwrap()
 }
 

@@ -659,13 +659,13 @@ async fn a_price_overlaid_node_claim_launches_the_overlay_cheapest_type_with_pri
             karpenter_api::v1::NodeSelectorRequirementWithMinValues {
                 key: wk::CAPACITY_TYPE_LABEL.into(),
                 operator: "In".into(),
-                values: vec!["on-demand".into()],
+                values: vec!["on-demand".to_string()].into(),
                 min_values: None,
             },
             karpenter_api::v1::NodeSelectorRequirementWithMinValues {
                 key: wk::INSTANCE_TYPE_LABEL.into(),
                 operator: "In".into(),
-                values: vec!["m6a.large".into(), "t3a.large".into()],
+                values: vec!["m6a.large".to_string(), "t3a.large".to_string()].into(),
                 min_values: None,
             },
         ];

@@ -552,7 +552,7 @@ async fn create_nodeclaims(
             .requirements
             .iter()
             .find(|r| r.key == karpenter_api::well_known::INSTANCE_TYPE_LABEL)
-            .map(|r| r.values.clone())
+            .map(|r| r.values.to_vec())
             .unwrap_or_default();
         let min_values_relaxed = claim
             .annotations()

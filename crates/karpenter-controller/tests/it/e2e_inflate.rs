@@ -53,7 +53,7 @@ impl Solver for PackThree {
                 requirements: vec![NodeSelectorRequirementWithMinValues {
                     key: wk::CAPACITY_TYPE_LABEL.into(),
                     operator: "In".into(),
-                    values: vec!["on-demand".into()],
+                    values: vec!["on-demand".to_string()].into(),
                     min_values: None,
                 }],
                 instance_type_min_values: None,

@@ -39,7 +39,7 @@ fn instance_type_options(claim: &NodeClaim) -> Vec<String> {
         .requirements
         .iter()
         .find(|r| r.key == wk::INSTANCE_TYPE_LABEL)
-        .map(|r| r.values.clone())
+        .map(|r| r.values.to_vec())
         .unwrap_or_default()
 }
 

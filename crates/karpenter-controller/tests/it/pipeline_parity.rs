@@ -159,7 +159,7 @@ fn zone_of(claim: &NodeClaim) -> Option<Vec<String>> {
         .requirements
         .iter()
         .find(|r| r.key == wk::ZONE_LABEL && r.operator == "In")
-        .map(|r| r.values.clone())
+        .map(|r| r.values.to_vec())
 }
 
 async fn controller_nodeclaims(manifests: &Manifests) -> Vec<NodeClaim> {

@@ -67,13 +67,13 @@ fn nodeclaim_creates(server: &TestApiServer) -> usize {
         .count()
 }
 
-fn requirement_values<'a>(claim: &'a NodeClaim, key: &str) -> &'a [String] {
+fn requirement_values<'a>(claim: &'a NodeClaim, key: &str) -> &'a karpenter_api::v1::Values {
     claim
         .spec
         .requirements
         .iter()
         .find(|r| r.key == key)
-        .map(|r| r.values.as_slice())
+        .map(|r| &r.values)
         .unwrap_or_else(|| panic!("{} has no {key} requirement", claim.name_any()))
 }
 
@@ -126,7 +126,7 @@ async fn inflate_pods_get_catalogue_nodeclaims_sorted_by_price_in_one_window() {
         assert_eq!(claim.labels()[wk::NODEPOOL_LABEL], "default");
         // The pool's requirement is carried over.
         assert_eq!(
-            requirement_values(claim, wk::CAPACITY_TYPE_LABEL),
+            *requirement_values(claim, wk::CAPACITY_TYPE_LABEL),
             ["on-demand"]
         );
         let options = requirement_values(claim, wk::INSTANCE_TYPE_LABEL);
@@ -137,7 +137,7 @@ async fn inflate_pods_get_catalogue_nodeclaims_sorted_by_price_in_one_window() {
         let prices: Vec<f64> = options
             .iter()
             .map(|name| {
-                let price = on_demand_price.get(name.as_str());
+                let price = on_demand_price.get(name);
                 *price.unwrap_or_else(|| panic!("{name} is not an on-demand catalogue type"))
             })
             .collect();
@@ -147,7 +147,7 @@ async fn inflate_pods_get_catalogue_nodeclaims_sorted_by_price_in_one_window() {
             options.iter().zip(&prices).take(10).collect::<Vec<_>>()
         );
         for name in options {
-            let it = catalogue.iter().find(|t| &t.name == name).unwrap();
+            let it = catalogue.iter().find(|t| t.name == name).unwrap();
             assert!(
                 it.allocatable().get("cpu") >= cpu,
                 "{name} cannot hold the NodeClaim's {cpu} cpu"

@@ -151,7 +151,7 @@ fn requirements_drifted(labels: &BTreeMap<String, String>, pool: &NodePool) -> b
         let Some(value) = labels.get(&r.key) else {
             return false;
         };
-        Requirement::new(&r.key, &r.operator, &r.values).is_ok_and(|req| !req.has(value))
+        Requirement::from_values(&r.key, &r.operator, &r.values).is_ok_and(|req| !req.has(value))
     })
 }
 

@@ -100,7 +100,7 @@ impl SpotPool {
         let allowed =
             |requirements: &[NodeSelectorRequirementWithMinValues], key: &str, value: &str| {
                 requirements.iter().filter(|r| r.key == key).all(|r| {
-                    Requirement::new(&r.key, &r.operator, &r.values)
+                    Requirement::from_values(&r.key, &r.operator, &r.values)
                         .is_ok_and(|req| req.has(&value.to_string()))
                 })
             };
@@ -117,13 +117,13 @@ impl SpotPool {
             let others = list
                 .values
                 .iter()
-                .filter(|v| **v != self.instance_type)
+                .filter(|v| *v != self.instance_type)
                 .count();
             let needed = list
                 .min_values
                 .map_or(1, |m| usize::try_from(m).unwrap_or(usize::MAX));
             if others >= needed.max(1) {
-                list.values.retain(|v| *v != self.instance_type);
+                list.values.retain(|v| v != self.instance_type);
                 return;
             }
         }
@@ -162,7 +162,7 @@ fn exclude_value(
     requirements.push(NodeSelectorRequirementWithMinValues {
         key: key.to_string(),
         operator: "NotIn".to_string(),
-        values: vec![value.to_string()],
+        values: [value].into(),
         min_values: None,
     });
 }

@@ -161,7 +161,7 @@ fn instance_types(claim: &karpenter_api::NodeClaim) -> Vec<String> {
         .requirements
         .iter()
         .filter(|r| r.key == karpenter_api::well_known::INSTANCE_TYPE_LABEL)
-        .flat_map(|r| r.values.iter().cloned())
+        .flat_map(|r| r.values.iter().map(str::to_string))
         .collect()
 }
 

@@ -478,7 +478,7 @@ pub fn launch_order(claim: &NodeClaim) -> Option<Vec<String>> {
         .requirements
         .iter()
         .find(|r| r.key == well_known::INSTANCE_TYPE_LABEL && r.operator == "In")
-        .map(|r| r.values.clone())
+        .map(|r| r.values.to_vec())
 }
 
 /// The status the controller writes for `overlay` given its verdict: `ValidationSucceeded` and

@@ -196,7 +196,7 @@ mod tests {
             .push(NodeSelectorRequirementWithMinValues {
                 key: "kubernetes.io/arch".into(),
                 operator: "In".into(),
-                values: vec!["arm64".into()],
+                values: ["arm64"].into(),
                 min_values: None,
             });
         assert_eq!(h, template_hash(&reqs), "requirements are excluded");

@@ -185,7 +185,7 @@ mod tests {
             requirements: vec![NodeSelectorRequirementWithMinValues {
                 key: "karpenter.sh/capacity-type".into(),
                 operator: "In".into(),
-                values: vec!["on-demand".into()],
+                values: ["on-demand"].into(),
                 min_values: None,
             }],
             instance_types: Arc::from(vec![

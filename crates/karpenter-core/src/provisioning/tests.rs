@@ -283,7 +283,7 @@ fn daemonset_overhead_is_its_pod_after_the_limit_range_admission_of_its_namespac
             .requirements
             .iter()
             .find(|r| r.key == "node.kubernetes.io/instance-type")
-            .map(|r| r.values[0].clone())
+            .map(|r| r.values[0].to_string())
             .unwrap();
         (overhead.get("cpu").millis(), cheapest)
     };
@@ -334,7 +334,7 @@ fn instance_type_values(claim: &NodeClaim) -> Vec<String> {
         .find(|r| r.key == "node.kubernetes.io/instance-type")
         .unwrap()
         .values
-        .clone()
+        .to_vec()
 }
 
 #[test]

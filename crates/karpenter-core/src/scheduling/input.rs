@@ -218,11 +218,12 @@ pub fn in_flight_node_claim(
     let mut labels = node_claim.metadata.labels.clone().unwrap_or_default();
     for requirement in &node_claim.spec.requirements {
         if requirement.operator == "In"
-            && let [value] = requirement.values.as_slice()
+            && requirement.values.len() == 1
+            && let Some(value) = requirement.values.first()
         {
             labels
                 .entry(requirement.key.clone())
-                .or_insert_with(|| value.clone());
+                .or_insert_with(|| value.to_string());
         }
     }
     let (allocatable, capacity) = match &node_claim.status {

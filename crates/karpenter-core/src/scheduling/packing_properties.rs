@@ -152,7 +152,7 @@ fn pinned<'a>(claim: &'a NewNodeClaim, key: &str) -> Option<&'a str> {
         .requirements
         .iter()
         .find(|r| r.key == key && r.operator == "In" && r.values.len() == 1)
-        .map(|r| r.values[0].as_str())
+        .map(|r| r.values.first().unwrap_or_default())
 }
 
 /// Checks `results` against the pods' and types' own numbers; returns what is violated.

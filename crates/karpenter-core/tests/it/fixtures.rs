@@ -586,7 +586,7 @@ pub fn scheduled(results: &SchedulingResults, p: usize) -> bool {
 pub fn claim_value(results: &SchedulingResults, claim: usize, key: &str) -> Option<String> {
     let reqs = &results.new_node_claims[claim].requirements;
     let r = reqs.iter().find(|r| r.key == key && r.operator == "In")?;
-    (r.values.len() == 1).then(|| r.values[0].clone())
+    (r.values.len() == 1).then(|| r.values[0].to_string())
 }
 
 pub fn claim_allows(results: &SchedulingResults, claim: usize, key: &str, value: &str) -> bool {

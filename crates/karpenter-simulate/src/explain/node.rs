@@ -225,7 +225,7 @@ fn explain(
                 .iter()
                 .flat_map(|r| r.spec.requirements.iter())
                 .filter(|r| r.key == INSTANCE_TYPE_LABEL)
-                .flat_map(|r| r.values.iter().cloned())
+                .flat_map(|r| r.values.iter().map(str::to_string))
                 .collect(),
             savings_per_hour: super::round6(command.savings_per_hour),
         });

@@ -294,8 +294,8 @@ spec:
     let mut small = pool;
     for requirement in &mut small.spec.template.spec.requirements {
         match requirement.key.as_str() {
-            "karpenter.k8s.aws/instance-family" => requirement.values = vec!["t3".into()],
-            "node.kubernetes.io/instance-type" => requirement.values = vec!["t3.nano".into()],
+            "karpenter.k8s.aws/instance-family" => requirement.values = ["t3"].into(),
+            "node.kubernetes.io/instance-type" => requirement.values = ["t3.nano"].into(),
             _ => {}
         }
     }

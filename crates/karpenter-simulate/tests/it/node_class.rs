@@ -254,7 +254,7 @@ async fn create_launches_from_the_types_the_node_class_shaped() {
             requirements: vec![NodeSelectorRequirementWithMinValues {
                 key: wk::INSTANCE_TYPE_LABEL.to_string(),
                 operator: "In".to_string(),
-                values: vec!["m5.large".to_string()],
+                values: vec!["m5.large".to_string()].into(),
                 min_values: None,
             }],
             node_class_ref: m.node_pools[0].spec.template.spec.node_class_ref.clone(),
@@ -284,7 +284,7 @@ fn launches_skip_metal_while_another_option_fits() {
                     NodeSelectorRequirementWithMinValues {
                         key: wk::CAPACITY_TYPE_LABEL.to_string(),
                         operator: "In".to_string(),
-                        values: vec!["on-demand".to_string()],
+                        values: vec!["on-demand".to_string()].into(),
                         min_values: None,
                     },
                 ],

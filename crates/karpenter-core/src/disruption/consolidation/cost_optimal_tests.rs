@@ -47,7 +47,7 @@ fn first_option(claim: &karpenter_api::NodeClaim) -> String {
         .requirements
         .iter()
         .find(|r| r.key == karpenter_api::well_known::INSTANCE_TYPE_LABEL)
-        .map(|r| r.values[0].clone())
+        .map(|r| r.values[0].to_string())
         .unwrap()
 }
 

@@ -319,7 +319,7 @@ impl PricedClaim {
                 .push(NodeSelectorRequirementWithMinValues {
                     key: CAPACITY_TYPE_LABEL.to_string(),
                     operator: "In".to_string(),
-                    values: vec![capacity_type.to_string()],
+                    values: [capacity_type].into(),
                     min_values: None,
                 });
             replacement.requirements.sort_by(|a, b| a.key.cmp(&b.key));

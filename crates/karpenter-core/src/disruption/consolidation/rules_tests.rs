@@ -230,7 +230,7 @@ fn capacity_types_of(claim: &karpenter_api::NodeClaim) -> Vec<String> {
         .requirements
         .iter()
         .find(|r| r.key == CAPACITY_TYPE_LABEL)
-        .map(|r| r.values.clone())
+        .map(|r| r.values.to_vec())
         .unwrap_or_default()
 }
 

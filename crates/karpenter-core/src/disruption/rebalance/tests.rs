@@ -39,7 +39,7 @@ fn admits(claim: &NodeClaim, instance_type: &str, zone: &str, capacity_type: &st
         if ![INSTANCE_TYPE_LABEL, ZONE_LABEL, CAPACITY_TYPE_LABEL].contains(&r.key.as_str()) {
             return true;
         }
-        Requirement::new(&r.key, &r.operator, &r.values)
+        Requirement::from_values(&r.key, &r.operator, &r.values)
             .unwrap()
             .has(&value(&r.key).to_string())
     })

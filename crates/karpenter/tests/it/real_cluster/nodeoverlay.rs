@@ -205,7 +205,7 @@ async fn a_price_overlay_annotates_the_nodeclaim_and_the_launch_follows_the_over
         .requirements
         .iter()
         .find(|r| r.key == "node.kubernetes.io/instance-type")
-        .and_then(|r| r.values.first().cloned())
+        .and_then(|r| r.values.first().map(str::to_string))
         .unwrap();
     assert!(first_option.starts_with("m7i."), "{first_option}");
     let labels = claim.metadata.labels.clone().unwrap_or_default();
