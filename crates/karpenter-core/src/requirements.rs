@@ -347,22 +347,23 @@ impl Requirement<String> {
             key: key.to_string(),
             operator: operator.to_string(),
         })?;
-        let one_int = || -> Result<i64, RequirementError> {
-            match values {
-                [v] => v.as_ref().trim().parse::<i64>().map_err(|_| {
-                    RequirementError::NotOneInteger {
+        let one_int =
+            || -> Result<i64, RequirementError> {
+                match values {
+                    [v] => v.as_ref().trim().parse::<i64>().map_err(|_| {
+                        RequirementError::NotOneInteger {
+                            key: key.to_string(),
+                            operator: op,
+                            values: owned(),
+                        }
+                    }),
+                    _ => Err(RequirementError::NotOneInteger {
                         key: key.to_string(),
                         operator: op,
                         values: owned(),
-                    }
-                }),
-                _ => Err(RequirementError::NotOneInteger {
-                    key: key.to_string(),
-                    operator: op,
-                    values: owned(),
-                }),
-            }
-        };
+                    }),
+                }
+            };
         let no_values = || {
             if values.is_empty() {
                 Ok(())
@@ -688,7 +689,8 @@ impl Requirements<String, String> {
             };
             out.add_str(
                 &r.key,
-                Requirement::from_values(&r.key, &r.operator, &r.values)?.with_min_values(min_values),
+                Requirement::from_values(&r.key, &r.operator, &r.values)?
+                    .with_min_values(min_values),
             );
         }
         Ok(out)
@@ -1108,11 +1110,17 @@ mod tests {
         assert_eq!(ns.len(), 3);
         assert_eq!((ns[0].key.as_str(), ns[0].operator.as_str()), ("a", "In"));
         assert_eq!(
-            (ns[1].operator.as_str(), ns[1].values.first().unwrap_or_default()),
+            (
+                ns[1].operator.as_str(),
+                ns[1].values.first().unwrap_or_default()
+            ),
             ("Gte", "2")
         );
         assert_eq!(
-            (ns[2].operator.as_str(), ns[2].values.first().unwrap_or_default()),
+            (
+                ns[2].operator.as_str(),
+                ns[2].values.first().unwrap_or_default()
+            ),
             ("Lte", "9")
         );
         let back = Requirements::from_node_selector_with_min_values(&ns).unwrap();

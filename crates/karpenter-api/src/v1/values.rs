@@ -227,7 +227,10 @@ mod tests {
         assert_eq!(values.get(3), None);
         assert_eq!(values.first(), Some("m5.large"));
         assert!(values.contains("c6g.xlarge") && !values.contains("m5"));
-        assert_eq!(values.iter().rev().collect::<Vec<_>>(), ["c6g.xlarge", "", "m5.large"]);
+        assert_eq!(
+            values.iter().rev().collect::<Vec<_>>(),
+            ["c6g.xlarge", "", "m5.large"]
+        );
         assert_eq!(values, vec!["m5.large", "", "c6g.xlarge"]);
         assert!(Values::new().is_empty());
         assert_eq!(Values::new().first(), None);
@@ -237,7 +240,10 @@ mod tests {
     fn values_are_a_list_of_strings_on_the_wire_and_in_the_schema() {
         let values: Values = serde_json::from_str(r#"["a\"b", "é", "x"]"#).unwrap();
         assert_eq!(values, ["a\"b", "é", "x"]);
-        assert_eq!(serde_json::to_string(&values).unwrap(), r#"["a\"b","é","x"]"#);
+        assert_eq!(
+            serde_json::to_string(&values).unwrap(),
+            r#"["a\"b","é","x"]"#
+        );
         assert!(serde_json::from_str::<Values>(r#""a""#).is_err());
         let ours = schemars::schema_for!(Values);
         let list = schemars::schema_for!(Vec<String>);
