@@ -148,7 +148,7 @@ fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
 /// virtual pods go at once, and the provisioner runs so the nodes it held are freed.
 pub async fn watch(ctx: Arc<Context>) {
     let api: Api<CapacityBuffer> = Api::all(ctx.client.clone());
-    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    let stream = watcher::watcher(api, karpenter_kube::watch::config()).default_backoff();
     futures::pin_mut!(stream);
     let mut initial = Vec::new();
     while let Some(event) = stream.next().await {

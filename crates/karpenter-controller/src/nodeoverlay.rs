@@ -107,7 +107,7 @@ pub async fn capacity_for_launch(ctx: &Context, claim: &NodeClaim) -> Option<Cap
 /// unconsolidated).
 pub async fn watch(ctx: Arc<Context>) {
     let api: Api<NodeOverlay> = Api::all(ctx.client.clone());
-    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    let stream = watcher::watcher(api, karpenter_kube::watch::config()).default_backoff();
     futures::pin_mut!(stream);
     let mut initial = Vec::new();
     while let Some(event) = stream.next().await {

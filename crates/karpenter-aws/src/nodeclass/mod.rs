@@ -30,7 +30,6 @@ use karpenter_kube::timeouts::{self, API_CALL_TIMEOUT, CLOUD_CALL_TIMEOUT};
 use kube::api::{ListParams, Patch};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::watch;
@@ -182,7 +181,7 @@ impl NodeClassController {
         clock: Arc<dyn Clock>,
     ) -> Self {
         let api: Api<EC2NodeClass> = Api::all(client.clone());
-        let controller = Controller::new(api, watcher::Config::default());
+        let controller = Controller::new(api, karpenter_kube::watch::config());
         let cache = NodeClassCache(controller.store());
         Self {
             controller,

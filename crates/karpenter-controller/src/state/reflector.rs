@@ -181,7 +181,7 @@ where
 {
     let resource = ApiResource::erase::<K>(&());
     let raw_api: Api<DynamicObject> = Api::all_with(kube::Client::from(api), &resource);
-    let stream = watcher::watcher(raw_api, watcher::Config::default()).default_backoff();
+    let stream = watcher::watcher(raw_api, karpenter_kube::watch::config()).default_backoff();
     futures::pin_mut!(stream);
     let mut initial: Vec<K> = Vec::new();
     let mut initial_ignored: Vec<IgnoredObject> = Vec::new();

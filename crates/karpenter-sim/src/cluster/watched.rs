@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::sync::Mutex;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus};
@@ -25,10 +25,10 @@ use karpenter_api::NodeClaim;
 use karpenter_core::node::pod_is_ready;
 use karpenter_core::pod::{self, Pod};
 use karpenter_kube::lock;
+use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 
 /// A bound pod the kubelet has to start or finish deleting.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,19 +112,21 @@ impl Section<Node> for NodeViews {
     }
 }
 
-/// Names of NodeClaims being deleted.
+/// Names of NodeClaims being deleted. Followed as metadata only: a relist of whole NodeClaims
+/// (up to 600 instance-type options and ~40 labels each) held ~16 MB at 1,000 nodes (heaptrack,
+/// docs/benchmarks.md) for the names this keeps.
 #[derive(Debug, Default)]
 pub(crate) struct DeletingClaims(pub BTreeSet<String>);
 
-impl Section<NodeClaim> for DeletingClaims {
-    fn apply(&mut self, claim: &NodeClaim) {
+impl Section<PartialObjectMeta<NodeClaim>> for DeletingClaims {
+    fn apply(&mut self, claim: &PartialObjectMeta<NodeClaim>) {
         if claim.metadata.deletion_timestamp.is_some() {
             self.0.insert(claim.name_any());
         } else {
             self.0.remove(&claim.name_any());
         }
     }
-    fn delete(&mut self, claim: &NodeClaim) {
+    fn delete(&mut self, claim: &PartialObjectMeta<NodeClaim>) {
         self.0.remove(&claim.name_any());
     }
 }
@@ -194,45 +196,49 @@ pub(crate) async fn follow_all(
     lease_namespace: &str,
     watched: &Mutex<Watched>,
 ) {
-    let pods_bound = watcher::Config::default().fields("spec.nodeName!=");
+    let pods_bound = karpenter_kube::watch::config().fields("spec.nodeName!=");
+    let config = karpenter_kube::watch::config;
     futures::join!(
         follow(
-            Api::<Node>::all(client.clone()),
-            watcher::Config::default(),
+            watcher::watcher(Api::<Node>::all(client.clone()), config()),
             watched,
             |w| (&mut w.nodes, &mut w.synced.nodes),
         ),
         follow(
-            Api::<NodeClaim>::all(client.clone()),
-            watcher::Config::default(),
+            watcher::watcher(
+                Api::<PartialObjectMeta<NodeClaim>>::all(client.clone()),
+                config(),
+            ),
             watched,
             |w| (&mut w.deleting_claims, &mut w.synced.claims),
         ),
         follow(
-            Api::<Lease>::namespaced(client.clone(), lease_namespace),
-            watcher::Config::default(),
+            watcher::watcher(
+                Api::<Lease>::namespaced(client.clone(), lease_namespace),
+                config(),
+            ),
             watched,
             |w| (&mut w.leases, &mut w.synced.leases),
         ),
-        follow(Api::<Pod>::all(client), pods_bound, watched, |w| (
-            &mut w.pods,
-            &mut w.synced.pods
-        ),),
+        follow(
+            watcher::watcher(Api::<Pod>::all(client), pods_bound),
+            watched,
+            |w| (&mut w.pods, &mut w.synced.pods),
+        ),
     );
 }
 
 /// Applies one kind's watch events to its section. A (re)list builds a fresh section and swaps
 /// it in when complete, so readers never see half a list.
 async fn follow<K, S>(
-    api: Api<K>,
-    config: watcher::Config,
+    events: impl Stream<Item = Result<Event<K>, watcher::Error>>,
     watched: &Mutex<Watched>,
     section: impl Fn(&mut Watched) -> (&mut S, &mut bool),
 ) where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    K: Resource + Clone + Debug + Send + 'static,
     S: Section<K>,
 {
-    let stream = watcher::watcher(api, config).default_backoff();
+    let stream = events.default_backoff();
     futures::pin_mut!(stream);
     let mut initial: Option<S> = None;
     while let Some(event) = stream.next().await {
