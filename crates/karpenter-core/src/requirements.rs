@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::Hash;
 
+use smallvec::SmallVec;
+
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
 use karpenter_api::v1::NodeSelectorRequirementWithMinValues;
 use karpenter_api::well_known;
@@ -110,14 +112,34 @@ pub enum RequirementError {
 ///
 /// `complement` means "every value except `values`"; `gte`/`lte` bound integer values (and only
 /// apply to complements). `min_values` asks the scheduler to keep that many distinct values open.
+///
+/// Laid out small, because the solver holds one per label of every node (~35 on an EC2 node,
+/// twice per node per provisioning pass) and the catalogue one per label of every instance type:
+/// a single value is kept inline (most requirements are a label's one value) and the bounds,
+/// which only `Gt`/`Lt`-style requirements have, behind a pointer. 56 bytes and no allocation
+/// for `In [v]`, where a `Vec` and two inline bounds took 72 bytes plus an allocation.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Requirement<V = String> {
     complement: bool,
     /// Sorted, unique.
-    values: Vec<V>,
+    values: ValueList<V>,
+    /// `None` when neither bound is set (never `Some` of two `None`s, so equality holds).
+    bounds: Option<Box<Bounds>>,
+    min_values: Option<u32>,
+}
+
+/// A requirement's values: inline up to one.
+type ValueList<V> = SmallVec<[V; 1]>;
+
+/// Inclusive integer bounds of a requirement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Bounds {
     gte: Option<i64>,
     lte: Option<i64>,
-    min_values: Option<u32>,
+}
+
+fn bounds(gte: Option<i64>, lte: Option<i64>) -> Option<Box<Bounds>> {
+    (gte.is_some() || lte.is_some()).then(|| Box::new(Bounds { gte, lte }))
 }
 
 impl<V: RequirementValue> Requirement<V> {
@@ -125,9 +147,8 @@ impl<V: RequirementValue> Requirement<V> {
     pub fn exists() -> Self {
         Requirement {
             complement: true,
-            values: Vec::new(),
-            gte: None,
-            lte: None,
+            values: ValueList::new(),
+            bounds: None,
             min_values: None,
         }
     }
@@ -136,9 +157,8 @@ impl<V: RequirementValue> Requirement<V> {
     pub fn does_not_exist() -> Self {
         Requirement {
             complement: false,
-            values: Vec::new(),
-            gte: None,
-            lte: None,
+            values: ValueList::new(),
+            bounds: None,
             min_values: None,
         }
     }
@@ -148,8 +168,7 @@ impl<V: RequirementValue> Requirement<V> {
         Requirement {
             complement: false,
             values: sorted_unique(values),
-            gte: None,
-            lte: None,
+            bounds: None,
             min_values: None,
         }
     }
@@ -159,8 +178,7 @@ impl<V: RequirementValue> Requirement<V> {
         Requirement {
             complement: true,
             values: sorted_unique(values),
-            gte: None,
-            lte: None,
+            bounds: None,
             min_values: None,
         }
     }
@@ -168,7 +186,7 @@ impl<V: RequirementValue> Requirement<V> {
     /// `Gte n` (inclusive lower bound).
     pub fn gte(n: i64) -> Self {
         Requirement {
-            gte: Some(n),
+            bounds: bounds(Some(n), None),
             ..Self::exists()
         }
     }
@@ -176,7 +194,7 @@ impl<V: RequirementValue> Requirement<V> {
     /// `Lte n` (inclusive upper bound).
     pub fn lte(n: i64) -> Self {
         Requirement {
-            lte: Some(n),
+            bounds: bounds(None, Some(n)),
             ..Self::exists()
         }
     }
@@ -220,7 +238,17 @@ impl<V: RequirementValue> Requirement<V> {
     }
 
     pub fn bounds(&self) -> (Option<i64>, Option<i64>) {
-        (self.gte, self.lte)
+        (self.lower(), self.upper())
+    }
+
+    /// The inclusive lower bound, if any.
+    fn lower(&self) -> Option<i64> {
+        self.bounds.as_ref().and_then(|b| b.gte)
+    }
+
+    /// The inclusive upper bound, if any.
+    fn upper(&self) -> Option<i64> {
+        self.bounds.as_ref().and_then(|b| b.lte)
     }
 
     pub fn operator(&self) -> Operator {
@@ -247,7 +275,7 @@ impl<V: RequirementValue> Requirement<V> {
     }
 
     fn within_bounds(&self, value: &V) -> bool {
-        within(value, self.gte, self.lte)
+        within(value, self.lower(), self.upper())
     }
 
     /// Whether `value` is allowed.
@@ -262,8 +290,8 @@ impl<V: RequirementValue> Requirement<V> {
     /// The values both allow (minValues: the larger one).
     pub fn intersection(&self, other: &Requirement<V>) -> Requirement<V> {
         let complement = self.complement && other.complement;
-        let gte = max_opt(self.gte, other.gte);
-        let lte = min_opt(self.lte, other.lte);
+        let gte = max_opt(self.lower(), other.lower());
+        let lte = min_opt(self.upper(), other.upper());
         let min_values = max_opt(self.min_values, other.min_values);
         if let (Some(lo), Some(hi)) = (gte, lte)
             && lo > hi
@@ -285,16 +313,15 @@ impl<V: RequirementValue> Requirement<V> {
         Requirement {
             complement,
             values,
-            gte,
-            lte,
+            bounds: bounds(gte, lte),
             min_values,
         }
     }
 
     /// Whether some value satisfies both, without allocating.
     pub fn has_intersection(&self, other: &Requirement<V>) -> bool {
-        let gte = max_opt(self.gte, other.gte);
-        let lte = min_opt(self.lte, other.lte);
+        let gte = max_opt(self.lower(), other.lower());
+        let lte = min_opt(self.upper(), other.upper());
         if let (Some(lo), Some(hi)) = (gte, lte)
             && lo > hi
         {
@@ -328,8 +355,7 @@ impl<V: RequirementValue> Requirement<V> {
         Requirement {
             complement: self.complement,
             values: sorted_unique(self.values.iter().map(f)),
-            gte: self.gte,
-            lte: self.lte,
+            bounds: self.bounds.clone(),
             min_values: self.min_values,
         }
     }
@@ -415,9 +441,9 @@ impl Requirement<String> {
         if !self.complement {
             return self.values.first().cloned();
         }
-        let mut candidate = self.gte.unwrap_or(0);
+        let mut candidate = self.lower().unwrap_or(0);
         loop {
-            if let Some(hi) = self.lte
+            if let Some(hi) = self.upper()
                 && candidate > hi
             {
                 return None;
@@ -440,19 +466,19 @@ impl Requirement<String> {
             min_values,
         };
         let mut out = Vec::new();
-        if self.complement && (self.gte.is_some() || self.lte.is_some()) {
-            if let Some(lo) = self.gte {
+        if self.complement && self.bounds.is_some() {
+            if let Some(lo) = self.lower() {
                 out.push(make("Gte", vec![lo.to_string()]));
             }
-            if let Some(hi) = self.lte {
+            if let Some(hi) = self.upper() {
                 out.push(make("Lte", vec![hi.to_string()]));
             }
             if !self.values.is_empty() {
-                out.push(make("NotIn", self.values.clone()));
+                out.push(make("NotIn", self.values.to_vec()));
             }
             return out;
         }
-        out.push(make(self.operator().as_str(), self.values.clone()));
+        out.push(make(self.operator().as_str(), self.values.to_vec()));
         out
     }
 }
@@ -471,10 +497,10 @@ impl fmt::Display for Requirement<String> {
             }
             write!(f, "]")?;
         }
-        if let Some(lo) = self.gte {
+        if let Some(lo) = self.lower() {
             write!(f, " >={lo}")?;
         }
-        if let Some(hi) = self.lte {
+        if let Some(hi) = self.upper() {
             write!(f, " <={hi}")?;
         }
         Ok(())
@@ -823,15 +849,15 @@ fn min_opt<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
     }
 }
 
-fn sorted_unique<V: Ord>(values: impl IntoIterator<Item = V>) -> Vec<V> {
-    let mut v: Vec<V> = values.into_iter().collect();
+fn sorted_unique<V: Ord>(values: impl IntoIterator<Item = V>) -> ValueList<V> {
+    let mut v: ValueList<V> = values.into_iter().collect();
     v.sort();
     v.dedup();
     v
 }
 
-fn union<V: Ord + Clone>(a: &[V], b: &[V]) -> Vec<V> {
-    let mut out = Vec::with_capacity(a.len() + b.len());
+fn union<V: Ord + Clone>(a: &[V], b: &[V]) -> ValueList<V> {
+    let mut out = ValueList::with_capacity(a.len() + b.len());
     let (mut i, mut j) = (0, 0);
     while i < a.len() && j < b.len() {
         match a[i].cmp(&b[j]) {
@@ -850,19 +876,19 @@ fn union<V: Ord + Clone>(a: &[V], b: &[V]) -> Vec<V> {
             }
         }
     }
-    out.extend_from_slice(&a[i..]);
-    out.extend_from_slice(&b[j..]);
+    out.extend(a[i..].iter().cloned());
+    out.extend(b[j..].iter().cloned());
     out
 }
 
-fn intersect<V: Ord + Clone>(a: &[V], b: &[V]) -> Vec<V> {
+fn intersect<V: Ord + Clone>(a: &[V], b: &[V]) -> ValueList<V> {
     a.iter()
         .filter(|v| b.binary_search(v).is_ok())
         .cloned()
         .collect()
 }
 
-fn difference<V: Ord + Clone>(a: &[V], b: &[V]) -> Vec<V> {
+fn difference<V: Ord + Clone>(a: &[V], b: &[V]) -> ValueList<V> {
     a.iter()
         .filter(|v| b.binary_search(v).is_err())
         .cloned()
@@ -873,6 +899,18 @@ fn difference<V: Ord + Clone>(a: &[V], b: &[V]) -> Vec<V> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_one_value_requirement_is_small_and_needs_no_allocation() {
+        assert!(std::mem::size_of::<Requirement<String>>() <= 56);
+        let one = Requirement::is_in(["m5.large".to_string()]);
+        assert!(!one.values.spilled(), "one value is kept inline");
+        assert!(one.bounds.is_none());
+        // Bounds that end up unset compare equal to never-set ones.
+        let bounded = Requirement::<String>::gte(4).intersection(&Requirement::is_in(["8".into()]));
+        assert_eq!(bounded, Requirement::is_in(["8".to_string()]));
+        assert_eq!(Requirement::<String>::gte(4).bounds(), (Some(4), None));
+    }
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()

@@ -98,11 +98,21 @@ pub fn existing_node(
             source,
         }
     };
-    let status = node.status.clone().unwrap_or_default();
-    let mut allocatable = ResourceList::from_k8s(&status.allocatable.unwrap_or_default())
-        .map_err(err("status.allocatable"))?;
-    let mut capacity = ResourceList::from_k8s(&status.capacity.unwrap_or_default())
-        .map_err(err("status.capacity"))?;
+    // Read in place: a copy of the status (conditions and all) per node per solve was garbage.
+    let status = node.status.as_ref();
+    let no_quantities = BTreeMap::new();
+    let mut allocatable = ResourceList::from_k8s(
+        status
+            .and_then(|s| s.allocatable.as_ref())
+            .unwrap_or(&no_quantities),
+    )
+    .map_err(err("status.allocatable"))?;
+    let mut capacity = ResourceList::from_k8s(
+        status
+            .and_then(|s| s.capacity.as_ref())
+            .unwrap_or(&no_quantities),
+    )
+    .map_err(err("status.capacity"))?;
     let managed = node_claim.is_some() || labels.contains_key(well_known::NODEPOOL_LABEL);
     let initialized = !managed
         || labels

@@ -253,7 +253,9 @@ pub(crate) struct Topology {
     pub domains: HashMap<Key, Vec<Domain>>,
     pub taint_sets: Vec<Vec<Taint>>,
     /// The labels of the providers (indices into `taint_sets`) that are existing nodes: a spread
-    /// honouring node affinity counts a node's domain only if the node admits the pod.
+    /// honouring node affinity counts a node's domain only if the node admits the pod. Filled
+    /// only when some pod has such a spread (the only reader, [`Self::universe`] with a
+    /// non-trivial affinity filter); empty otherwise.
     pub node_providers: HashMap<usize, Reqs>,
     pub hostname_key: Key,
     /// While a [`WhatIf`](super::WhatIf) solve runs: every count [`record`](Self::record) made

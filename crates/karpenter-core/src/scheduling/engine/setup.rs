@@ -232,6 +232,13 @@ impl Engine {
         });
 
         // ---- existing nodes
+        // A node's whole labels (hostname included) are read only by a spread that honours the
+        // pod's node affinity (`Topology::universe`); without one they are not kept, sparing a
+        // second interned copy of every node's labels per pass.
+        let keep_node_labels = shapes.iter().any(|p| {
+            p.spreads.iter().any(|s| s.honor_affinity)
+                && !(p.node_selector.is_empty() && p.required_terms.iter().all(|t| t.is_empty()))
+        });
         let mut nodes = Vec::new();
         let mut bound: Vec<(usize, PodInfo)> = Vec::new();
         for (ni, n) in input.existing_nodes.iter().enumerate() {
@@ -243,7 +250,7 @@ impl Engine {
             let hostname = interner.value(&hostname_text);
             let mut reqs_s = Requirements::from_labels(&n.labels);
             // Its labels, hostname included, for spreads that honour node affinity.
-            let all_labels = interner.reqs(&reqs_s);
+            let all_labels = keep_node_labels.then(|| interner.reqs(&reqs_s));
             reqs_s.remove(&well_known::HOSTNAME_LABEL.to_string());
             let reqs = interner.reqs(&reqs_s);
             let managed = n.node_pool.is_some();
@@ -262,7 +269,9 @@ impl Engine {
                 .collect();
             let taint_set = topology.taint_sets.len();
             topology.taint_sets.push(taints_eff.clone());
-            topology.node_providers.insert(taint_set, all_labels);
+            if let Some(labels) = all_labels {
+                topology.node_providers.insert(taint_set, labels);
+            }
             let mut remaining = interner.resources(&n.allocatable);
             let mut host_ports = Vec::new();
             let mut volumes = Vec::new();
