@@ -177,15 +177,18 @@ async fn run_phase(
                 }
             };
         if done {
-            break match phase.kind {
+            let at = match phase.kind {
                 PhaseKind::Consolidation => last_change,
                 _ => Instant::now(),
             };
+            // The pods and nodes of the sample that ended the phase: a list taken after it
+            // could already see the next disruption (a 10,000-pod scale-out reported 9,992
+            // pods, consolidation having started on its first nodes).
+            break (at, healthy, nodes);
         }
         tokio::time::sleep(POLL).await;
     };
-    let pods = healthy_pods(client, ns).await?;
-    let nodes = managed_nodes(client).await?;
+    let (finished, pods, nodes) = finished;
     let last_bound = pods
         .iter()
         .filter_map(pod_scheduled)
