@@ -181,9 +181,9 @@ async fn run_phase(
                 PhaseKind::Consolidation => last_change,
                 _ => Instant::now(),
             };
-            // The pods and nodes of the sample that ended the phase: a list taken after it
-            // could already see the next disruption (a 10,000-pod scale-out reported 9,992
-            // pods, consolidation having started on its first nodes).
+            // The pods and nodes of the sample that ended the phase: a second list taken after
+            // it can differ (a 10,000-pod scale-out ended on 10,000 healthy pods and reported
+            // 9,992).
             break (at, healthy, nodes);
         }
         tokio::time::sleep(POLL).await;
