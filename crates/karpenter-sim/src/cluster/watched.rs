@@ -1,11 +1,12 @@
 //! What the sim kubelet knows of the cluster, fed by watches ([`SimKubelet::watch`]): only what it
 //! acts on. It used to list every pod, Node, NodeClaim and node Lease every second, which held
 //! whole decoded lists (tens of MB at a few thousand pods) and made the API server serve them;
-//! now each kind is listed once (paged) and then followed, and only these small views are kept:
+//! now each kind is listed once (100 objects a page, `karpenter_kube::watch`) and then followed,
+//! and only these small views are kept:
 //!
 //! - Nodes: name, uid, creation/deletion time, providerID, taints and the Ready condition
 //!   ([`node_view`]); a write fetches the whole Node first;
-//! - NodeClaims: the names of those being deleted;
+//! - NodeClaims: the names of those being deleted (followed as metadata only);
 //! - node Leases: the last renewal time;
 //! - pods bound to a node (`spec.nodeName!=`) that need the kubelet: not yet Ready, or
 //!   terminating ([`PodWork`]). A Ready pod is forgotten until it is deleted.
