@@ -113,8 +113,8 @@ pub enum RequirementError {
 /// `complement` means "every value except `values`"; `gte`/`lte` bound integer values (and only
 /// apply to complements). `min_values` asks the scheduler to keep that many distinct values open.
 ///
-/// Laid out small, because the solver holds one per label of every node (~35 on an EC2 node,
-/// twice per node per provisioning pass) and the catalogue one per label of every instance type:
+/// Laid out small, because the solver holds one per label of every node (~35 on an EC2 node)
+/// per provisioning pass and the catalogue one per label of every instance type:
 /// a single value is kept inline (most requirements are a label's one value) and the bounds,
 /// which only `Gt`/`Lt`-style requirements have, behind a pointer. 56 bytes and no allocation
 /// for `In [v]`, where a `Vec` and two inline bounds took 72 bytes plus an allocation.
