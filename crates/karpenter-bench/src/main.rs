@@ -59,6 +59,10 @@ struct ArrivalsArgs {
     /// The CRDs to install (default: this repository's deploy/crds).
     #[arg(long, value_name = "DIR")]
     crds: Option<PathBuf>,
+    /// After each step, write the cluster as `karpenter simulate --from-cluster --snapshot-out`
+    /// sees it to DIR/<policy>-step-<N>.yaml (for `simulate --disruption -f` from the live state).
+    #[arg(long, value_name = "DIR")]
+    snapshots: Option<PathBuf>,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
     output: Format,
@@ -295,7 +299,12 @@ fn arrivals(args: &ArrivalsArgs) -> anyhow::Result<()> {
         steps,
         timeout: Duration::from_secs(args.timeout),
         settle: Duration::from_secs(args.settle),
+        snapshots: args.snapshots.clone(),
     };
+    if let Some(dir) = &args.snapshots {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the snapshot directory {}", dir.display()))?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -2,7 +2,7 @@
 //! convergence, read the controller's cost view and disruption counters, next step.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -31,6 +31,8 @@ pub struct ArrivalOptions {
     pub timeout: Duration,
     /// Quiet time (no node or NodeClaim added or removed, none draining) that ends a step.
     pub settle: Duration,
+    /// Where to write the cluster's snapshot after each step (`--snapshots`), if anywhere.
+    pub snapshots: Option<PathBuf>,
 }
 
 const METRICS_TIMEOUT: Duration = Duration::from_secs(30);
@@ -72,6 +74,14 @@ pub async fn run_policy(policy: &str, options: &ArrivalOptions) -> anyhow::Resul
         match run_step(&client, &ns, port, total, options, &mut seen, &mut counters).await {
             Ok(mut report) => {
                 report.step = step;
+                if let Some(dir) = &options.snapshots {
+                    let out = dir.join(format!("{policy}-step-{step}.yaml"));
+                    if let Err(err) =
+                        snapshot(&options.karpenter, cluster.plane().kubeconfig(), &out)
+                    {
+                        eprintln!("  {policy} step {step}: no snapshot: {err:#}");
+                    }
+                }
                 eprintln!(
                     "  {policy} step {step}: {} pods on {} nodes, ${:.4}/h, bound ${:.4}/h, {} disrupted, converged in {:.0} s",
                     report.pods,
@@ -104,6 +114,30 @@ pub async fn run_policy(policy: &str, options: &ArrivalOptions) -> anyhow::Resul
         kubernetes: cluster.plane().version().to_string(),
         steps,
     })
+}
+
+/// The cluster as `karpenter simulate --from-cluster` reads it, written to `out` as YAML that
+/// `simulate -f` takes.
+fn snapshot(karpenter: &Path, kubeconfig: &Path, out: &Path) -> anyhow::Result<()> {
+    let output = std::process::Command::new(karpenter)
+        .arg("simulate")
+        .arg("--from-cluster")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--snapshot-out")
+        .arg(out)
+        .arg("-o")
+        .arg("json")
+        .output()
+        .with_context(|| format!("running {}", karpenter.display()))?;
+    if !out.exists() {
+        bail!(
+            "{} simulate --from-cluster wrote no snapshot: {}",
+            karpenter.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(())
 }
 
 /// The controller's counters at the end of the previous step.

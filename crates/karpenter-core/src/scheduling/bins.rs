@@ -76,14 +76,22 @@ pub struct Plan {
 /// node balanced against filling its least used resource; see [`fill`]).
 const VARIANTS: [(bool, f64); 4] = [(false, 0.1), (true, 0.1), (false, 1.0), (true, 1.0)];
 
+/// The variants also tried with the pods free of zones shared out to the zones first
+/// ([`kinds`]' `share_free`), when the pods mix zone-spread and zone-free ones.
+const SHARED_VARIANTS: [(bool, f64); 2] = [(false, 0.1), (true, 0.1)];
+
 /// At most this many types are tried for each node (the most efficient at the dual prices).
 const MAX_TYPES: usize = 16;
 
 /// Pods with identical requests (and zone-spread group, and zone share), planned together.
 struct Kind {
     request: [f64; RESOURCES],
-    /// The zone its pods are dealt to (zone-spread pods only).
+    /// The zone its pods are dealt to: zone-spread pods, and pods free of zones when they are
+    /// shared out to the zones (`reserved`).
     zone: Option<usize>,
+    /// Pods free of zones, reserved for that zone's nodes while its zone-spread pods are
+    /// planned: a node holding only such pods is not pinned to the zone.
+    reserved: bool,
     /// The columns its pods may go to (`None`: every column).
     allowed: Option<Rc<[bool]>>,
     pods: Vec<usize>,
@@ -92,6 +100,17 @@ struct Kind {
 }
 
 impl Kind {
+    /// The zone its pods must go to (zone-spread pods only).
+    fn pinned_zone(&self) -> Option<usize> {
+        self.zone.filter(|_| !self.reserved)
+    }
+
+    /// Whether a node planned for `zone` (`None`: no zone) may take its pods. Pods reserved for
+    /// a zone go anywhere once the zones are done.
+    fn eligible_in(&self, zone: Option<usize>) -> bool {
+        self.zone.is_none() || self.zone == zone || (self.reserved && zone.is_none())
+    }
+
     /// Whether its pods may go to column `c`.
     fn admits(&self, c: usize) -> bool {
         self.allowed
@@ -118,9 +137,15 @@ pub fn plan(
 ) -> Plan {
     let price = |p: &Plan| -> f64 { p.bins.iter().map(|b| columns[b.column].price).sum() };
     let mut best: Option<(f64, Plan)> = None;
-    for (seeded, balance) in VARIANTS {
+    // Sharing the zone-free pods out changes something only when some pods spread over zones
+    // and others do not.
+    let mixed = zones > 0
+        && pods.iter().any(|p| p.zone_group.is_some())
+        && pods.iter().any(|p| p.zone_group.is_none());
+    let shared = SHARED_VARIANTS.iter().filter(|_| mixed).map(|&v| (v, true));
+    for ((seeded, balance), share_free) in VARIANTS.iter().map(|&v| (v, false)).chain(shared) {
         let plan = plan_with(
-            pods, columns, offered, zones, placed, duals, seeded, balance,
+            pods, columns, offered, zones, placed, duals, seeded, balance, share_free,
         );
         let cost = price(&plan);
         if best.as_ref().is_none_or(|(c, _)| cost < *c) {
@@ -140,10 +165,11 @@ fn plan_with(
     duals: [f64; RESOURCES],
     seeded: bool,
     balance: f64,
+    share_free: bool,
 ) -> Plan {
-    let mut kinds = kinds(pods, zones, placed);
     let worth =
         |request: &[f64; RESOURCES]| -> f64 { (0..RESOURCES).map(|r| duals[r] * request[r]).sum() };
+    let mut kinds = kinds(pods, zones, placed, share_free.then_some(&worth));
     let mut restrictions: Vec<Rc<[bool]>> =
         kinds.iter().filter_map(|k| k.allowed.clone()).collect();
     restrictions.sort();
@@ -178,7 +204,7 @@ fn plan_with(
                 kinds
                     .iter()
                     .enumerate()
-                    .filter(|(_, k)| k.left > 0 && (k.zone.is_none() || k.zone == zone))
+                    .filter(|(_, k)| k.left > 0 && k.eligible_in(zone))
                     .max_by(|a, b| {
                         worth(&a.1.request)
                             .total_cmp(&worth(&b.1.request))
@@ -188,7 +214,7 @@ fn plan_with(
             })
             .flatten();
         let eligible: Vec<usize> = (0..kinds.len())
-            .filter(|&k| kinds[k].left > 0 && (kinds[k].zone.is_none() || kinds[k].zone == zone))
+            .filter(|&k| kinds[k].left > 0 && kinds[k].eligible_in(zone))
             .collect();
         // How far this zone leads the next: its nodes repeat while it stays the busiest.
         let lead = zone.map(|z| {
@@ -256,7 +282,7 @@ fn plan_with(
             kinds[k].left -= n as usize * repeats;
         }
         // A node planned for a zone pins it only when it holds zone-spread pods.
-        let zone = zone.filter(|_| slots.iter().any(|&(k, _)| kinds[k].zone.is_some()));
+        let zone = zone.filter(|_| slots.iter().any(|&(k, _)| kinds[k].pinned_zone().is_some()));
         bins.extend(std::iter::repeat_n(
             Bin {
                 column,
@@ -306,7 +332,7 @@ fn repeats_of(
     let zoned: f64 = taken
         .iter()
         .zip(kinds)
-        .filter(|(_, k)| k.zone.is_some())
+        .filter(|(_, k)| k.pinned_zone().is_some())
         .map(|(&n, k)| f64::from(n) * worth(&k.request))
         .sum();
     if zoned <= 0.0 {
@@ -321,7 +347,19 @@ fn repeats_of(
 /// to the zone where its group counts fewest so far (its pods already `placed` there included;
 /// ties to the first zone). With nothing placed that is round-robin; with replicas already in
 /// a zone, the new ones even the zones out instead of planning a zone the skew check refuses.
-fn kinds(pods: &[PlanPod], zones: usize, placed: &BTreeMap<u32, Vec<u32>>) -> Vec<Kind> {
+///
+/// With `share_free` (the worth of a request), each zone-free kind is also split over the zones,
+/// in proportion to the worth of the zone-spread pods each zone was dealt, as pods `reserved`
+/// for that zone. Otherwise the first zones' nodes take every zone-free pod that balances them
+/// (cpu-hungry pods beside memory-hungry ones), and the last zones' zone-spread pods are left
+/// alone on nodes of the wrong shape: memory-hungry replicas by themselves on
+/// memory-optimised nodes whose cpu idles.
+fn kinds<W: Fn(&[f64; RESOURCES]) -> f64>(
+    pods: &[PlanPod],
+    zones: usize,
+    placed: &BTreeMap<u32, Vec<u32>>,
+    share_free: Option<&W>,
+) -> Vec<Kind> {
     let mut sorted: Vec<&PlanPod> = pods.iter().collect();
     sorted.sort_by(|a, b| {
         (0..RESOURCES)
@@ -353,6 +391,7 @@ fn kinds(pods: &[PlanPod], zones: usize, placed: &BTreeMap<u32, Vec<u32>>) -> Ve
             kinds.push(Kind {
                 request: first.request,
                 zone: None,
+                reserved: false,
                 allowed: first.allowed.clone(),
                 left: ids.len(),
                 pods: ids,
@@ -375,6 +414,7 @@ fn kinds(pods: &[PlanPod], zones: usize, placed: &BTreeMap<u32, Vec<u32>>) -> Ve
                 kinds.push(Kind {
                     request: first.request,
                     zone: Some(z),
+                    reserved: false,
                     allowed: first.allowed.clone(),
                     left: share.len(),
                     pods: share,
@@ -382,7 +422,61 @@ fn kinds(pods: &[PlanPod], zones: usize, placed: &BTreeMap<u32, Vec<u32>>) -> Ve
             }
         }
     }
-    kinds
+    match share_free {
+        Some(worth) => shared_out(kinds, zones, worth),
+        None => kinds,
+    }
+}
+
+/// `kinds` with each zone-free kind split over the zones in proportion to the worth of the
+/// zone-spread pods dealt to each (zones with none get none), each pod to the zone furthest
+/// below its share so far (Sainte-Laguë's rule: the largest zone does not take every tie); the parts are `reserved` for their zone. Unchanged when no pod is
+/// dealt to a zone.
+fn shared_out<W: Fn(&[f64; RESOURCES]) -> f64>(
+    kinds: Vec<Kind>,
+    zones: usize,
+    worth: &W,
+) -> Vec<Kind> {
+    let mut weight = vec![0.0; zones];
+    for kind in &kinds {
+        if let Some(z) = kind.zone.filter(|&z| z < zones) {
+            weight[z] += kind.pods.len() as f64 * worth(&kind.request);
+        }
+    }
+    if !weight.iter().any(|&w| w > 0.0) {
+        return kinds;
+    }
+    let mut out = Vec::with_capacity(kinds.len());
+    for kind in kinds {
+        if kind.zone.is_some() {
+            out.push(kind);
+            continue;
+        }
+        let mut shares: Vec<Vec<usize>> = vec![Vec::new(); zones];
+        for &id in &kind.pods {
+            // Sainte-Laguë's highest quotient: the zone furthest below its share.
+            let furthest_below = (0..zones).filter(|&z| weight[z] > 0.0).max_by(|&a, &b| {
+                let quotient = |z: usize| weight[z] / (2 * shares[z].len() + 1) as f64;
+                quotient(a).total_cmp(&quotient(b)).then(b.cmp(&a))
+            });
+            if let Some(z) = furthest_below {
+                shares[z].push(id);
+            }
+        }
+        for (z, share) in shares.into_iter().enumerate() {
+            if !share.is_empty() {
+                out.push(Kind {
+                    request: kind.request,
+                    zone: Some(z),
+                    reserved: true,
+                    allowed: kind.allowed.clone(),
+                    left: share.len(),
+                    pods: share,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// The columns worth trying: per distinct room (and zones it launches in, and pods it admits)
@@ -709,5 +803,59 @@ mod tests {
         }
         let on = |c: usize| plan.bins.iter().filter(|b| b.column == c).count();
         assert_eq!((on(0), on(1)), (2, 2), "{plan:?}");
+    }
+
+    #[test]
+    fn zone_free_pods_are_shared_out_to_the_zones_in_proportion_to_their_spread_pods() {
+        // Zone-spread replicas dealt 2/1/1 over three zones (three of one group, one of
+        // another twice the worth); eight zone-free pods follow that worth, 4/2/2, and are only
+        // reserved for their zone. The plan with them shared out is what the arrival pattern
+        // needs (`karpenter-simulate`'s
+        // `the_arrival_patterns_second_step_plans_within_ten_percent_of_the_bound`).
+        let mut pods: Vec<PlanPod> = (0..3)
+            .map(|i| PlanPod {
+                zone_group: Some(1),
+                ..pod(i, [1.0, 2.0, 1.0])
+            })
+            .collect();
+        pods.push(PlanPod {
+            zone_group: Some(2),
+            ..pod(3, [2.0, 4.0, 1.0])
+        });
+        pods.extend((10..18).map(|i| pod(i, [0.5, 0.5, 1.0])));
+        let worth = |r: &[f64; RESOURCES]| r[0] + r[1] / 2.0;
+        let kinds = kinds(&pods, 3, &BTreeMap::new(), Some(&worth));
+        let mut reserved = [0; 3];
+        for kind in &kinds {
+            let zone = kind.zone.expect("every kind is dealt to a zone");
+            if kind.reserved {
+                assert_eq!(kind.pinned_zone(), None);
+                assert!(kind.eligible_in(None) && kind.eligible_in(Some(zone)));
+                assert!(!kind.eligible_in(Some((zone + 1) % 3)));
+                reserved[zone] += kind.pods.len();
+            } else {
+                assert_eq!(kind.pinned_zone(), Some(zone));
+                assert!(!kind.eligible_in(None));
+            }
+        }
+        // Zone 0 has one group-1 replica and the group-2 one (worth 2 + 4), zones 1 and 2 one
+        // group-1 replica each (2): 8 pods as 6:2:2 → 4.8, 1.6, 1.6.
+        assert_eq!(
+            reserved,
+            [5, 2, 1],
+            "{:?}",
+            kinds
+                .iter()
+                .map(|k| (k.zone, k.reserved, k.pods.len()))
+                .collect::<Vec<_>>()
+        );
+        // Without sharing, the zone-free pods stay one kind of no zone.
+        let plain = super::kinds(
+            &pods,
+            3,
+            &BTreeMap::new(),
+            None::<&fn(&[f64; RESOURCES]) -> f64>,
+        );
+        assert!(plain.iter().any(|k| k.zone.is_none() && k.pods.len() == 8));
     }
 }

@@ -27,11 +27,11 @@ use std::collections::BTreeMap;
 
 use super::super::budgets::BudgetMapping;
 use super::super::candidates::Candidate;
+use super::super::command::Command;
 use super::super::command::DisruptionInput;
-use super::super::command::{Command, Method};
 use super::super::simulate::Simulator;
 use super::replacements::MIN_SAVINGS_FRACTION;
-use super::{MAX_MULTI_CANDIDATES, compute_as_planned, pool_offers};
+use super::{MAX_MULTI_CANDIDATES, compute_group, pool_offers};
 use crate::pod::effective_requests;
 use crate::resources::ResourceList;
 use crate::scheduling::bound::{Column, RESOURCES, cheapest_mix};
@@ -126,6 +126,53 @@ fn row(resources: &ResourceList) -> [f64; RESOURCES] {
     ]
 }
 
+/// [`grown_group`] once per zone, along the candidates of that zone only (in `order`'s order),
+/// and the command of the zone that saves most per hour; `None` when the candidates are all
+/// in one zone (the whole order is that zone's) or no zone's group works.
+///
+/// Waste comes in complementary shapes: a cpu-optimised node full of cpu-hungry pods wastes
+/// memory, a memory-optimised one full of memory-hungry replicas wastes cpu, and re-planning
+/// the two together fills balanced nodes. The most wasteful nodes of the whole cluster are the
+/// large ones of every zone, though, and a zone-spread replica cannot leave its zone: a window
+/// over them re-plans each zone's large node without the small nodes of the same zone that
+/// would complement it, and saves nothing. Within one zone the window takes the large node and
+/// its zone's small ones together.
+pub(super) fn grown_group_per_zone<'c>(
+    input: &DisruptionInput<'_>,
+    simulator: &mut Simulator<'c>,
+    order: &[Wasteful<'_, 'c>],
+    budgets: &BudgetMapping,
+) -> Option<Command> {
+    let mut zones: Vec<&str> = order.iter().filter_map(|w| w.candidate.zone).collect();
+    zones.sort_unstable();
+    zones.dedup();
+    if zones.len() < 2 {
+        return None;
+    }
+    let mut best: Option<Command> = None;
+    for zone in zones {
+        let in_zone: Vec<Wasteful<'_, 'c>> = order
+            .iter()
+            .filter(|w| w.candidate.zone == Some(zone))
+            .map(|w| Wasteful {
+                candidate: w.candidate,
+                waste: w.waste,
+            })
+            .collect();
+        if in_zone.len() < 2 {
+            continue;
+        }
+        if let Some(command) = grown_group(input, simulator, &in_zone, budgets)
+            && best
+                .as_ref()
+                .is_none_or(|b| command.savings_per_hour > b.savings_per_hour)
+        {
+            best = Some(command);
+        }
+    }
+    best
+}
+
 /// The command for a group of candidates grown along `order` (most wasteful first; the first
 /// [`MAX_MULTI_CANDIDATES`] are looked at, one simulation each) within `budgets`.
 ///
@@ -180,7 +227,7 @@ pub(super) fn grown_group<'c>(
             None
         } else {
             let members: Vec<&Candidate<'c>> = trial.iter().map(|&i| candidates[i]).collect();
-            compute_as_planned(input, simulator, &members, Method::MultiNodeConsolidation).ok()
+            compute_group(input, simulator, &members).ok()
         };
         match result {
             Some(command) if command.savings_per_hour >= needed => {
