@@ -506,15 +506,7 @@ pub fn compute<'c>(
         // same pods packed as upstream packs them (one replacement, if any, sized for all).
         Err(stranded @ BlockReason::StrandedByScheduler(_)) => {
             let upstream = simulator.run_with_policy(candidates, PackingPolicy::Upstream);
-            command_from(
-                input,
-                simulator,
-                candidates,
-                method,
-                &upstream,
-                Placed::Splits,
-            )
-            .map_err(|_| stranded)
+            command_from(input, simulator, candidates, method, &upstream).map_err(|_| stranded)
         }
         other => other,
     }
@@ -530,50 +522,8 @@ fn compute_as_planned<'c>(
     candidates: &[&Candidate<'c>],
     method: Method,
 ) -> Result<Command, BlockReason> {
-    simulated(input, simulator, candidates, method, Placed::Splits)
-}
-
-/// [`compute_as_planned`] for the group of the most wasteful nodes re-planned together
-/// ([`waste`]), whose plan may send some moved pods to the free room of nodes that stay and the
-/// rest to one replacement: the kube-scheduler, preferring the emptiest node, may fill the
-/// replacement with pods planned elsewhere and leave one planned for it without a node (seen in
-/// `simulate`: a command that ended $0.024/h dearer than its candidates). So with one
-/// replacement too, the moved pods must hold as the kube-scheduler places them.
-fn compute_group<'c>(
-    input: &DisruptionInput<'_>,
-    simulator: &Simulator<'c>,
-    candidates: &[&Candidate<'c>],
-) -> Result<Command, BlockReason> {
-    let method = Method::MultiNodeConsolidation;
-    simulated(
-        input,
-        simulator,
-        candidates,
-        method,
-        Placed::EveryReplacement,
-    )
-}
-
-/// The command of one simulation of `candidates`.
-fn simulated<'c>(
-    input: &DisruptionInput<'_>,
-    simulator: &Simulator<'c>,
-    candidates: &[&Candidate<'c>],
-    method: Method,
-    placed: Placed,
-) -> Result<Command, BlockReason> {
     let simulation = simulator.run(candidates);
-    command_from(input, simulator, candidates, method, &simulation, placed)
-}
-
-/// Which commands' moved pods must hold as the kube-scheduler places them ([`kube_placement`]).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Placed {
-    /// Commands with several replacements (one is sized for every pod that is not going to a
-    /// node that stays, which upstream's rule relies on).
-    Splits,
-    /// Also one replacement beside moves to nodes that stay.
-    EveryReplacement,
+    command_from(input, simulator, candidates, method, &simulation)
 }
 
 /// [`compute`] from one simulation of `candidates`.
@@ -583,7 +533,6 @@ fn command_from<'c>(
     candidates: &[&Candidate<'c>],
     method: Method,
     simulation: &Simulation<'c>,
-    placed: Placed,
 ) -> Result<Command, BlockReason> {
     if let Some(first) = simulation.first_unplaced_candidate_pod() {
         return Err(BlockReason::PodsWouldNotFit(first));
@@ -613,11 +562,9 @@ fn command_from<'c>(
         claims,
         cheapest_total,
     } = cheaper_replacements(input, candidates, new_claims, price, single)?;
-    let checked = claims.len() > 1
-        || (placed == Placed::EveryReplacement
-            && !claims.is_empty()
-            && !simulation.results.existing_nodes.is_empty());
-    if checked && let Some(pod) = stranded_by_scheduler(input, simulator, simulation, &claims) {
+    if claims.len() > 1
+        && let Some(pod) = stranded_by_scheduler(input, simulator, simulation, &claims)
+    {
         return Err(BlockReason::StrandedByScheduler(pod));
     }
     let balanced_scores = balanced::approve(input, candidates, price - cheapest_total)?;

@@ -27,11 +27,11 @@ use std::collections::BTreeMap;
 
 use super::super::budgets::BudgetMapping;
 use super::super::candidates::Candidate;
-use super::super::command::Command;
 use super::super::command::DisruptionInput;
+use super::super::command::{Command, Method};
 use super::super::simulate::Simulator;
 use super::replacements::MIN_SAVINGS_FRACTION;
-use super::{MAX_MULTI_CANDIDATES, compute_group, pool_offers};
+use super::{MAX_MULTI_CANDIDATES, compute_as_planned, pool_offers};
 use crate::pod::effective_requests;
 use crate::resources::ResourceList;
 use crate::scheduling::bound::{Column, RESOURCES, cheapest_mix};
@@ -227,7 +227,7 @@ pub(super) fn grown_group<'c>(
             None
         } else {
             let members: Vec<&Candidate<'c>> = trial.iter().map(|&i| candidates[i]).collect();
-            compute_group(input, simulator, &members).ok()
+            compute_as_planned(input, simulator, &members, Method::MultiNodeConsolidation).ok()
         };
         match result {
             Some(command) if command.savings_per_hour >= needed => {
