@@ -119,6 +119,10 @@ pub async fn run_policy(policy: &str, options: &ArrivalOptions) -> anyhow::Resul
 /// The cluster as `karpenter simulate --from-cluster` reads it, written to `out` as YAML that
 /// `simulate -f` takes.
 fn snapshot(karpenter: &Path, kubeconfig: &Path, out: &Path) -> anyhow::Result<()> {
+    // A file left by an earlier run must not pass for this one's.
+    if out.exists() {
+        std::fs::remove_file(out).with_context(|| format!("removing {}", out.display()))?;
+    }
     let output = std::process::Command::new(karpenter)
         .arg("simulate")
         .arg("--from-cluster")

@@ -430,8 +430,8 @@ fn kinds<W: Fn(&[f64; RESOURCES]) -> f64>(
 
 /// `kinds` with each zone-free kind split over the zones in proportion to the worth of the
 /// zone-spread pods dealt to each (zones with none get none), each pod to the zone furthest
-/// below its share so far (Sainte-Laguë's rule: the largest zone does not take every tie); the parts are `reserved` for their zone. Unchanged when no pod is
-/// dealt to a zone.
+/// below its share so far (Sainte-Laguë's rule: the largest zone does not take every tie); the
+/// parts are `reserved` for their zone. Unchanged when no pod is dealt to a zone.
 fn shared_out<W: Fn(&[f64; RESOURCES]) -> f64>(
     kinds: Vec<Kind>,
     zones: usize,
