@@ -14,4 +14,4 @@ pub use ec2nodeclass::*;
 pub use nodeclaim::*;
 pub use nodepool::*;
 pub use shared::*;
-pub use values::Values;
+pub use values::{Values, ValuesPool};

@@ -5,16 +5,28 @@
 //! plus a heap allocation per name), most of what the controller held per node at 1,000 nodes
 //! (heaptrack, docs/benchmarks.md); joined into one string with their end offsets it is about
 //! half. On the wire and in the CRD schema it is the same list of strings.
+//!
+//! The storage is shared: a clone is a pointer, and [`ValuesPool`] lets the cluster state keep
+//! one copy of a list many NodeClaims carry (the NodeClaims of one plan list the same instance
+//! types), instead of one per NodeClaim (heaptrack at 1,000 nodes: ~25 MB of NodeClaims, most
+//! of it these lists).
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt;
+use std::sync::Arc;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A list of strings stored in one allocation (plus one for their ends).
+/// A list of strings stored in one shared allocation (plus one for their ends).
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct Values {
+    shared: Arc<Joined>,
+}
+
+#[derive(Default, PartialEq, Eq, Hash)]
+struct Joined {
     joined: Box<str>,
     /// The end of each value in `joined` (its start is the previous end).
     ends: Box<[usize]>,
@@ -26,21 +38,27 @@ impl Values {
     }
 
     pub fn len(&self) -> usize {
-        self.ends.len()
+        self.shared.ends.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.shared.ends.is_empty()
     }
 
     /// The value at `index`.
     pub fn get(&self, index: usize) -> Option<&str> {
-        let end = *self.ends.get(index)?;
+        let ends = &self.shared.ends;
+        let end = *ends.get(index)?;
         let start = match index.checked_sub(1) {
-            Some(before) => self.ends.get(before).copied().unwrap_or(0),
+            Some(before) => ends.get(before).copied().unwrap_or(0),
             None => 0,
         };
-        self.joined.get(start..end)
+        self.shared.joined.get(start..end)
+    }
+
+    /// Whether both share one storage (a clone of the other, or given by one [`ValuesPool`]).
+    pub fn shares_storage_with(&self, other: &Values) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     pub fn first(&self) -> Option<&str> {
@@ -147,9 +165,50 @@ impl<S: AsRef<str>> FromIterator<S> for Values {
             ends.push(joined.len());
         }
         Values {
-            joined: joined.into_boxed_str(),
-            ends: ends.into_boxed_slice(),
+            shared: Arc::new(Joined {
+                joined: joined.into_boxed_str(),
+                ends: ends.into_boxed_slice(),
+            }),
         }
+    }
+}
+
+/// One copy of each distinct list handed to [`ValuesPool::share`]: equal lists come back
+/// sharing their storage. Lists no one else holds any more leave at [`ValuesPool::prune`].
+#[derive(Clone, Debug, Default)]
+pub struct ValuesPool {
+    lists: HashSet<Values>,
+}
+
+impl ValuesPool {
+    /// Lists shorter than this are cheaper kept apart than looked up.
+    const SHARED_FROM: usize = 2;
+
+    /// Replaces `values` with the pool's equal list, or adds it as the pool's copy.
+    pub fn share(&mut self, values: &mut Values) {
+        if values.len() < Self::SHARED_FROM {
+            return;
+        }
+        match self.lists.get(values) {
+            Some(kept) => *values = kept.clone(),
+            None => {
+                self.lists.insert(values.clone());
+            }
+        }
+    }
+
+    /// Drops the lists only the pool still holds.
+    pub fn prune(&mut self) {
+        self.lists.retain(|v| Arc::strong_count(&v.shared) > 1);
+    }
+
+    /// How many distinct lists the pool holds.
+    pub fn len(&self) -> usize {
+        self.lists.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lists.is_empty()
     }
 }
 
@@ -234,6 +293,31 @@ mod tests {
         assert_eq!(values, vec!["m5.large", "", "c6g.xlarge"]);
         assert!(Values::new().is_empty());
         assert_eq!(Values::new().first(), None);
+    }
+
+    #[test]
+    fn a_pool_gives_equal_lists_one_storage_and_forgets_lists_no_one_holds() {
+        let mut pool = ValuesPool::default();
+        let mut first = Values::from(["m5.large", "m5.xlarge", "c5.large"]);
+        let mut second: Values = serde_json::from_str(r#"["m5.large","m5.xlarge","c5.large"]"#).unwrap();
+        let mut other = Values::from(["m5.large", "c5.large"]);
+        pool.share(&mut first);
+        pool.share(&mut second);
+        pool.share(&mut other);
+        assert!(second.shares_storage_with(&first));
+        assert!(!other.shares_storage_with(&first));
+        assert_eq!(second, ["m5.large", "m5.xlarge", "c5.large"]);
+        assert_eq!(pool.len(), 2);
+        // One value is kept apart: not worth a lookup.
+        let mut single = Values::from(["m5.large"]);
+        pool.share(&mut single);
+        assert_eq!(pool.len(), 2);
+        drop(other);
+        pool.prune();
+        assert_eq!(pool.len(), 1, "the list no one holds is gone");
+        drop((first, second));
+        pool.prune();
+        assert!(pool.is_empty());
     }
 
     #[test]

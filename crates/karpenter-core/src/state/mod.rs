@@ -28,7 +28,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
-use karpenter_api::v1::EC2NodeClass;
+use karpenter_api::v1::{EC2NodeClass, ValuesPool};
 use karpenter_api::{NodeClaim, NodePool};
 use kube_core::ResourceExt;
 
@@ -87,6 +87,9 @@ pub struct ClusterState {
     pub(crate) pods_by_node: BTreeMap<String, BTreeSet<String>>,
     pub(crate) nodes: BTreeMap<String, Arc<Node>>,
     pub(crate) nodeclaims: BTreeMap<String, Arc<NodeClaim>>,
+    /// The NodeClaims' requirement values, one copy of each distinct list: the NodeClaims of one
+    /// plan carry the same `instance-type In [...]` list of up to 600 names.
+    nodeclaim_values: ValuesPool,
     pub(crate) nodepools: BTreeMap<String, NodePool>,
     pub(crate) nodeclasses: BTreeMap<String, EC2NodeClass>,
     pub(crate) daemonsets: BTreeMap<String, DaemonSet>,
@@ -174,7 +177,6 @@ macro_rules! tracked {
 }
 
 tracked!(Node, Node, nodes, shared);
-tracked!(NodeClaim, NodeClaim, nodeclaims, shared);
 tracked!(NodePool, NodePool, nodepools);
 tracked!(EC2NodeClass, EC2NodeClass, nodeclasses);
 tracked!(DaemonSet, DaemonSet, daemonsets);
@@ -184,6 +186,38 @@ tracked!(PersistentVolume, PersistentVolume, pvs);
 tracked!(StorageClass, StorageClass, storage_classes);
 tracked!(Namespace, Namespace, namespaces);
 tracked!(LimitRange, LimitRange, limit_ranges);
+
+impl Tracked for NodeClaim {
+    const KIND: Kind = Kind::NodeClaim;
+    type Stored = Arc<NodeClaim>;
+    fn map(state: &mut ClusterState) -> &mut BTreeMap<String, Arc<NodeClaim>> {
+        &mut state.nodeclaims
+    }
+
+    fn apply(state: &mut ClusterState, mut claim: NodeClaim) {
+        for requirement in &mut claim.spec.requirements {
+            state.nodeclaim_values.share(&mut requirement.values);
+        }
+        state.nodeclaims.insert(object_key(&claim), Arc::new(claim));
+        // A replaced copy may have left lists no one holds; deletions prune too.
+        if state.nodeclaim_values.len() > 4 * state.nodeclaims.len() + 64 {
+            state.nodeclaim_values.prune();
+        }
+    }
+
+    fn delete(state: &mut ClusterState, claim: &NodeClaim) {
+        state.nodeclaims.remove(&object_key(claim));
+        state.nodeclaim_values.prune();
+    }
+
+    fn reset(state: &mut ClusterState, claims: Vec<NodeClaim>) {
+        state.nodeclaims.clear();
+        state.nodeclaim_values.prune();
+        for claim in claims {
+            Self::apply(state, claim);
+        }
+    }
+}
 
 impl Tracked for Pod {
     const KIND: Kind = Kind::Pod;

@@ -55,6 +55,39 @@ fn joins_nodes_with_nodeclaims_and_pods() {
 /// instead of duplicating every Node, NodeClaim and pod (~10 MB per pass at 1,000 nodes), and a
 /// later write to the state leaves the copy as it was.
 #[test]
+fn nodeclaims_listing_the_same_instance_types_share_one_copy_of_the_list() {
+    let with_types = |name: &str, types: &[&str]| {
+        let mut claim = nodeclaim(name, "default", None, "2");
+        claim.spec.requirements = serde_json::from_value(serde_json::json!([
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": types},
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+        ]))
+        .unwrap();
+        claim
+    };
+    let types = ["m5.large", "m5.xlarge", "c5.large", "r5.large"];
+    let mut state = ClusterState::new();
+    state.reset(vec![with_types("a", &types), with_types("b", &types)]);
+    state.apply(with_types("c", &types));
+    state.apply(with_types("d", &types[..2]));
+    let list = |name: &str| state.nodeclaim(name).unwrap().spec.requirements[0].values.clone();
+    assert_eq!(list("a"), types);
+    assert!(list("b").shares_storage_with(&list("a")));
+    assert!(list("c").shares_storage_with(&list("a")));
+    assert!(!list("d").shares_storage_with(&list("a")));
+    assert_eq!(state.nodeclaim_values.len(), 2);
+
+    let d = state.nodeclaim("d").unwrap().clone();
+    state.delete(&d);
+    drop(d);
+    // The deleted NodeClaim's list may be held a little longer (a decision's copy of the
+    // state); the next deletion forgets it.
+    let c = state.nodeclaim("c").unwrap().clone();
+    state.delete(&c);
+    assert_eq!(state.nodeclaim_values.len(), 1, "only the list a and b hold");
+}
+
+#[test]
 fn a_copy_of_the_state_shares_its_objects_and_keeps_its_view() {
     let mut state = ClusterState::from_objects(
         vec![nodepool("default")],
