@@ -299,7 +299,8 @@ mod tests {
     fn a_pool_gives_equal_lists_one_storage_and_forgets_lists_no_one_holds() {
         let mut pool = ValuesPool::default();
         let mut first = Values::from(["m5.large", "m5.xlarge", "c5.large"]);
-        let mut second: Values = serde_json::from_str(r#"["m5.large","m5.xlarge","c5.large"]"#).unwrap();
+        let mut second: Values =
+            serde_json::from_str(r#"["m5.large","m5.xlarge","c5.large"]"#).unwrap();
         let mut other = Values::from(["m5.large", "c5.large"]);
         pool.share(&mut first);
         pool.share(&mut second);

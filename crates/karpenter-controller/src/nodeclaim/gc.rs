@@ -13,12 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Node;
-use karpenter_api::NodeClaim;
 use karpenter_api::v1::{ConditionsExt, NODECLAIM_CONDITION_REGISTERED};
+use karpenter_api::well_known::{CAPACITY_TYPE_LABEL, NODEPOOL_LABEL};
+use karpenter_api::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_core::node::{node_is_ready, node_provider_id};
 use karpenter_core::nodeclaim_lifecycle::provider_id;
+use karpenter_kube::watch::LIST_PAGE_SIZE;
 use karpenter_kube::{is_not_found, stopped};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
@@ -94,11 +95,11 @@ fn unclaimed_instances<'a>(
 }
 
 /// Registered, not-deleting NodeClaims whose instance the provider no longer lists and whose
-/// Node is missing or not Ready.
+/// Node is missing or not Ready (`ready_node_ids`: the provider IDs of the Ready Nodes).
 pub fn lost_nodeclaims<'a>(
     claims: &'a [NodeClaim],
     instance_ids: &BTreeSet<String>,
-    nodes: &[Node],
+    ready_node_ids: &BTreeSet<String>,
 ) -> Vec<&'a NodeClaim> {
     claims
         .iter()
@@ -109,13 +110,54 @@ pub fn lost_nodeclaims<'a>(
                 .is_some_and(|s| s.is_condition_true(NODECLAIM_CONDITION_REGISTERED))
         })
         .filter(|c| provider_id(c).is_some_and(|id| !instance_ids.contains(id)))
-        .filter(|c| {
-            let id = provider_id(c);
-            !nodes
-                .iter()
-                .any(|n| node_provider_id(n) == id && node_is_ready(n))
-        })
+        .filter(|c| provider_id(c).is_none_or(|id| !ready_node_ids.contains(id)))
         .collect()
+}
+
+/// What a collection reads of a NodeClaim: its names, NodePool and capacity-type labels,
+/// NodeClassRef, grace period, deletion, provider ID and conditions. The rest (up to 600
+/// instance-type names, ~40 labels, capacity) goes as each page of the list arrives: at 2,000
+/// nodes a whole list held at once was the controller's largest transient (heaptrack).
+fn gc_view(mut claim: NodeClaim) -> NodeClaim {
+    let metadata = &mut claim.metadata;
+    metadata.annotations = None;
+    metadata.managed_fields = None;
+    if let Some(labels) = metadata.labels.as_mut() {
+        labels.retain(|key, _| key == NODEPOOL_LABEL || key == CAPACITY_TYPE_LABEL);
+    }
+    claim.spec = NodeClaimSpec {
+        node_class_ref: std::mem::take(&mut claim.spec.node_class_ref),
+        termination_grace_period: claim.spec.termination_grace_period.take(),
+        ..NodeClaimSpec::default()
+    };
+    claim.status = claim.status.take().map(|status| NodeClaimStatus {
+        provider_id: status.provider_id,
+        conditions: status.conditions,
+        ..NodeClaimStatus::default()
+    });
+    claim
+}
+
+/// The managed NodeClaims, from the API server, a page at a time, each cut to [`gc_view`].
+async fn list_managed_claims(ctx: &Leader) -> crate::Result<Vec<NodeClaim>> {
+    let api = Api::<NodeClaim>::all(ctx.client.clone());
+    let mut params = ListParams::default().limit(LIST_PAGE_SIZE);
+    let mut claims = Vec::new();
+    loop {
+        let page = timeouts::api(api.list(&params))
+            .await
+            .map_err(|e| crate::Error::kube("list nodeclaims", e))?;
+        claims.extend(
+            page.items
+                .into_iter()
+                .filter(|c| is_managed(ctx, c))
+                .map(gc_view),
+        );
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(claims),
+        }
+    }
 }
 
 /// Runs garbage collection while leading, until `shutdown`: once as soon as the replica leads
@@ -166,14 +208,7 @@ pub async fn collect(ctx: &Leader) -> crate::Result<Option<Duration>> {
                 action: "list instances".into(),
                 source,
             })?;
-    let claims: Vec<NodeClaim> =
-        timeouts::api(Api::<NodeClaim>::all(ctx.client.clone()).list(&ListParams::default()))
-            .await
-            .map_err(|e| crate::Error::kube("list nodeclaims", e))?
-            .items
-            .into_iter()
-            .filter(|c| is_managed(ctx, c))
-            .collect();
+    let claims = list_managed_claims(ctx).await?;
     let now = ctx.now();
     let recheck = next_orphan_check(&instances, &claims, now);
     for orphan in orphaned_instances(&instances, &claims, now) {
@@ -191,9 +226,16 @@ pub async fn collect(ctx: &Leader) -> crate::Result<Option<Duration>> {
         .filter_map(provider_id)
         .map(str::to_string)
         .collect();
-    let nodes: Vec<Node> = ctx.state.read().nodes().cloned().collect();
+    let ready_node_ids: BTreeSet<String> = ctx
+        .state
+        .read()
+        .nodes()
+        .filter(|n| node_is_ready(n))
+        .filter_map(node_provider_id)
+        .map(str::to_string)
+        .collect();
     let api: Api<NodeClaim> = Api::all(ctx.writer());
-    for lost in lost_nodeclaims(&claims, &instance_ids, &nodes) {
+    for lost in lost_nodeclaims(&claims, &instance_ids, &ready_node_ids) {
         tracing::info!(nodeclaim = %lost.name_any(), "garbage collecting nodeclaim whose instance is gone");
         match timeouts::api(api.delete(&lost.name_any(), &DeleteParams::default())).await {
             Ok(_) => {
@@ -289,20 +331,67 @@ mod tests {
         let unregistered = instance("b", "sim://2", Some("default"));
         let claims = vec![registered, unregistered];
         let none = BTreeSet::new();
-        assert_eq!(lost_nodeclaims(&claims, &none, &[]).len(), 1);
-        let ready: Node = serde_json::from_value(json!({
-            "metadata": {"name": "n"}, "spec": {"providerID": "sim://1"},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
-        }))
-        .unwrap();
+        assert_eq!(lost_nodeclaims(&claims, &none, &none).len(), 1);
+        let ready: BTreeSet<String> = ["sim://1".to_string()].into();
         assert!(
-            lost_nodeclaims(&claims, &none, std::slice::from_ref(&ready)).is_empty(),
+            lost_nodeclaims(&claims, &none, &ready).is_empty(),
             "node still Ready"
         );
         let listed: BTreeSet<String> = ["sim://1".to_string()].into();
         assert!(
-            lost_nodeclaims(&claims, &listed, &[]).is_empty(),
+            lost_nodeclaims(&claims, &listed, &none).is_empty(),
             "instance still exists"
         );
+    }
+
+    #[test]
+    fn the_collections_view_of_a_nodeclaim_keeps_what_it_decides_on_and_drops_the_rest() {
+        let mut claim: NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "default-x", "uid": "u1", "creationTimestamp": "2024-01-01T00:00:00Z",
+                         "deletionTimestamp": "2024-01-01T01:00:00Z",
+                         "labels": {"karpenter.sh/nodepool": "default", "karpenter.sh/capacity-type": "spot",
+                                    "node.kubernetes.io/instance-type": "m5.large"},
+                         "annotations": {"karpenter.sh/nodepool-hash": "1"}},
+            "spec": {"requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                       "values": ["m5.large", "m5.xlarge"]}],
+                     "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                     "terminationGracePeriod": "1h"},
+            "status": {"providerID": "sim://1", "nodeName": "n", "capacity": {"cpu": "2"}}
+        }))
+        .unwrap();
+        claim.status.as_mut().unwrap().set_condition(
+            NODECLAIM_CONDITION_REGISTERED,
+            "True",
+            "Registered",
+            "",
+            "t",
+            None,
+        );
+        let view = gc_view(claim.clone());
+        assert!(view.spec.requirements.is_empty() && view.metadata.annotations.is_none());
+        assert!(view.status.as_ref().unwrap().capacity.is_empty());
+        assert_eq!(view.labels().len(), 2);
+        assert_eq!(view.spec.node_class_ref, claim.spec.node_class_ref);
+        assert_eq!(
+            NodeClaimDisruptedLabels::for_claim("garbage_collected", &view),
+            NodeClaimDisruptedLabels::for_claim("garbage_collected", &claim)
+        );
+        assert_eq!(
+            (view.name_any(), view.uid(), provider_id(&view)),
+            (claim.name_any(), claim.uid(), provider_id(&claim))
+        );
+        assert_eq!(
+            view.metadata.creation_timestamp,
+            claim.metadata.creation_timestamp
+        );
+        assert!(view.metadata.deletion_timestamp.is_some());
+        // Not deleting: lost once its instance and Ready Node are gone, as the whole claim is.
+        claim.metadata.deletion_timestamp = None;
+        let view = gc_view(claim.clone());
+        let none = BTreeSet::new();
+        let lost = |claims: &[NodeClaim]| lost_nodeclaims(claims, &none, &none).len();
+        assert_eq!(lost(&[view]), lost(std::slice::from_ref(&claim)));
+        assert_eq!(lost(&[claim]), 1);
     }
 }

@@ -220,8 +220,17 @@ where
             }
             Ok(Event::Apply(raw)) => match decode::<K>(raw, &resource) {
                 Decoded::Object(obj) => {
-                    state.write().apply(obj.clone());
-                    on_change(&obj);
+                    // The hook sees the object as the state holds it (shared, for the big kinds)
+                    // rather than a second copy made for it.
+                    let key = K::key(&obj);
+                    let held = {
+                        let mut state = state.write();
+                        state.apply(obj);
+                        K::map(&mut state).get(&key).cloned()
+                    };
+                    if let Some(obj) = held {
+                        on_change(std::borrow::Borrow::borrow(&obj));
+                    }
                 }
                 Decoded::Ignored(ignored) => {
                     if state.write().ignore::<K>((*ignored).clone()) {

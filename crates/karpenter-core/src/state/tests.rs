@@ -70,7 +70,11 @@ fn nodeclaims_listing_the_same_instance_types_share_one_copy_of_the_list() {
     state.reset(vec![with_types("a", &types), with_types("b", &types)]);
     state.apply(with_types("c", &types));
     state.apply(with_types("d", &types[..2]));
-    let list = |name: &str| state.nodeclaim(name).unwrap().spec.requirements[0].values.clone();
+    let list = |name: &str| {
+        state.nodeclaim(name).unwrap().spec.requirements[0]
+            .values
+            .clone()
+    };
     assert_eq!(list("a"), types);
     assert!(list("b").shares_storage_with(&list("a")));
     assert!(list("c").shares_storage_with(&list("a")));
@@ -84,7 +88,11 @@ fn nodeclaims_listing_the_same_instance_types_share_one_copy_of_the_list() {
     // state); the next deletion forgets it.
     let c = state.nodeclaim("c").unwrap().clone();
     state.delete(&c);
-    assert_eq!(state.nodeclaim_values.len(), 1, "only the list a and b hold");
+    assert_eq!(
+        state.nodeclaim_values.len(),
+        1,
+        "only the list a and b hold"
+    );
 }
 
 #[test]
