@@ -218,12 +218,20 @@ impl InterruptionConsumer {
             return Ok(Vec::new());
         }
         // One listing for the batch: the instance → NodeClaim match of every message.
-        let node_claims = match karpenter_kube::timeouts::api(
-            Api::<NodeClaim>::all(client.clone()).list(&ListParams::default()),
+        // Read a page at a time; only launched NodeClaims can match, and their requirements
+        // (up to 600 instance types each) are never read here.
+        let listed = karpenter_kube::watch::list_paged(
+            &Api::<NodeClaim>::all(client.clone()),
+            &ListParams::default(),
+            |mut claim: NodeClaim| {
+                claim.status.as_ref()?.provider_id.as_ref()?;
+                claim.spec.requirements.clear();
+                Some(claim)
+            },
         )
-        .await
-        {
-            Ok(list) => list.items,
+        .await;
+        let node_claims = match listed {
+            Ok(claims) => claims,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list NodeClaims; interruption messages stay queued");
                 return Ok(messages

@@ -640,18 +640,12 @@ async fn stamp_hash(
 /// The NodeClaims that use `name` (by `spec.nodeClassRef`).
 async fn node_claims_using(inner: &Inner, name: &str) -> Result<Vec<String>, ReconcileError> {
     let api: Api<NodeClaim> = Api::all(inner.client.clone());
-    let claims = timeouts::api(api.list(&ListParams::default()))
-        .await
-        .map_err(kube_err(name, "list nodeclaims"))?;
-    Ok(claims
-        .items
-        .iter()
-        .filter(|c| {
-            let reference = &c.spec.node_class_ref;
-            reference.name == name && reference.group == wk::AWS_GROUP
-        })
-        .map(|c| c.name_any())
-        .collect())
+    karpenter_kube::watch::list_paged(&api, &ListParams::default(), |c| {
+        let reference = &c.spec.node_class_ref;
+        (reference.name == name && reference.group == wk::AWS_GROUP).then(|| c.name_any())
+    })
+    .await
+    .map_err(kube_err(name, "list nodeclaims"))
 }
 
 async fn finalize(node_class: &EC2NodeClass, inner: &Inner) -> Result<Action, ReconcileError> {

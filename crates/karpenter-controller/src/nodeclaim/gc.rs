@@ -19,7 +19,7 @@ use karpenter_api::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 use karpenter_core::cloud_provider::CloudError;
 use karpenter_core::node::{node_is_ready, node_provider_id};
 use karpenter_core::nodeclaim_lifecycle::provider_id;
-use karpenter_kube::watch::LIST_PAGE_SIZE;
+use karpenter_kube::watch::list_paged;
 use karpenter_kube::{is_not_found, stopped};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, ResourceExt};
@@ -141,23 +141,11 @@ fn gc_view(mut claim: NodeClaim) -> NodeClaim {
 /// The managed NodeClaims, from the API server, a page at a time, each cut to [`gc_view`].
 async fn list_managed_claims(ctx: &Leader) -> crate::Result<Vec<NodeClaim>> {
     let api = Api::<NodeClaim>::all(ctx.client.clone());
-    let mut params = ListParams::default().limit(LIST_PAGE_SIZE);
-    let mut claims = Vec::new();
-    loop {
-        let page = timeouts::api(api.list(&params))
-            .await
-            .map_err(|e| crate::Error::kube("list nodeclaims", e))?;
-        claims.extend(
-            page.items
-                .into_iter()
-                .filter(|c| is_managed(ctx, c))
-                .map(gc_view),
-        );
-        match page.metadata.continue_ {
-            Some(token) if !token.is_empty() => params = params.continue_token(&token),
-            _ => return Ok(claims),
-        }
-    }
+    list_paged(&api, &ListParams::default(), |claim| {
+        is_managed(ctx, &claim).then(|| gc_view(claim))
+    })
+    .await
+    .map_err(|e| crate::Error::kube("list nodeclaims", e))
 }
 
 /// Runs garbage collection while leading, until `shutdown`: once as soon as the replica leads
