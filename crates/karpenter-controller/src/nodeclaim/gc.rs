@@ -305,10 +305,8 @@ mod tests {
         assert_eq!(next_orphan_check(&instances, &claims, later), None);
     }
 
-    #[test]
-    fn lost_nodeclaims_need_missing_instance_and_unready_node() {
-        let mut registered = instance("a", "sim://1", Some("default"));
-        registered.status.as_mut().unwrap().set_condition(
+    fn registered(mut claim: NodeClaim) -> NodeClaim {
+        claim.status.get_or_insert_default().set_condition(
             NODECLAIM_CONDITION_REGISTERED,
             "True",
             "Registered",
@@ -316,6 +314,12 @@ mod tests {
             "t",
             None,
         );
+        claim
+    }
+
+    #[test]
+    fn lost_nodeclaims_need_missing_instance_and_unready_node() {
+        let registered = registered(instance("a", "sim://1", Some("default")));
         let unregistered = instance("b", "sim://2", Some("default"));
         let claims = vec![registered, unregistered];
         let none = BTreeSet::new();
@@ -334,7 +338,7 @@ mod tests {
 
     #[test]
     fn the_collections_view_of_a_nodeclaim_keeps_what_it_decides_on_and_drops_the_rest() {
-        let mut claim: NodeClaim = serde_json::from_value(json!({
+        let claim: NodeClaim = serde_json::from_value(json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
             "metadata": {"name": "default-x", "uid": "u1", "creationTimestamp": "2024-01-01T00:00:00Z",
                          "deletionTimestamp": "2024-01-01T01:00:00Z",
@@ -348,14 +352,7 @@ mod tests {
             "status": {"providerID": "sim://1", "nodeName": "n", "capacity": {"cpu": "2"}}
         }))
         .unwrap();
-        claim.status.as_mut().unwrap().set_condition(
-            NODECLAIM_CONDITION_REGISTERED,
-            "True",
-            "Registered",
-            "",
-            "t",
-            None,
-        );
+        let mut claim = registered(claim);
         let view = gc_view(claim.clone());
         assert!(view.spec.requirements.is_empty() && view.metadata.annotations.is_none());
         assert!(view.status.as_ref().unwrap().capacity.is_empty());
