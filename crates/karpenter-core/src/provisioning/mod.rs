@@ -205,7 +205,9 @@ impl<'a> Snapshot<'a> {
 
     /// The pods a pass places: provisionable pods, then the pods of nodes marked for deletion
     /// (or left out by [`Snapshot::without`]) that will need capacity elsewhere (upstream appends
-    /// them to the pass), unless an earlier pass already planned for them (a live nomination).
+    /// them to the pass), unless an earlier pass already planned for them (a live nomination),
+    /// and the evicted pods of those nodes whose replacement is not created yet
+    /// ([`reschedulable::awaiting_replacement`]; upstream plans one pod short then).
     pub fn pods_to_place(&self) -> Vec<&'a Pod> {
         self.pods_to_place_shared()
             .into_iter()
@@ -220,6 +222,7 @@ impl<'a> Snapshot<'a> {
         let state = self.state;
         let pdbs: Vec<_> = state.pdbs().collect();
         let mut pods = state.provisionable_pods_shared(self.now);
+        let mut evicted = Vec::new();
         for node in state.state_nodes() {
             if !self.left_out(&node) {
                 continue;
@@ -228,12 +231,20 @@ impl<'a> Snapshot<'a> {
             let Some(node_name) = node.node.map(ResourceExt::name_any) else {
                 continue;
             };
-            pods.extend(
-                state
-                    .pods_on_node_shared(&node_name)
-                    .filter(|p| reschedulable::is_reschedulable(p, &pdbs, self.now))
-                    .filter(|p| state.nomination(&crate::pod::key(p), self.now).is_none()),
-            );
+            for pod in state
+                .pods_on_node_shared(&node_name)
+                .filter(|p| state.nomination(&crate::pod::key(p), self.now).is_none())
+            {
+                if reschedulable::is_reschedulable(pod, &pdbs, self.now) {
+                    pods.push(pod);
+                } else if reschedulable::evicted_for_replacement(pod).is_some() {
+                    evicted.push(pod);
+                }
+            }
+        }
+        // An evicted pod stands in for its replacement until the replacement exists.
+        if !evicted.is_empty() {
+            pods.extend(reschedulable::awaiting_replacement(evicted, state.pods()));
         }
         pods
     }

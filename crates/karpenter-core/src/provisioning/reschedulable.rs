@@ -2,9 +2,13 @@
 //! `ReschedulablePods`, karpenter-core §3.1 step 3): they will need a new home once their node
 //! drains, so the pass makes room for them before the eviction happens.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use crate::pod::Pod;
 use jiff::Timestamp;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_core::{ResourceExt, Selector, SelectorExt};
 
@@ -52,6 +56,100 @@ pub fn moves_with_its_node(pod: &Pod) -> bool {
     (active || terminating_stateful_set)
         && !pod::is_owned_by_daemonset(pod)
         && !pod::is_owned_by_node(pod)
+}
+
+/// The controllers that replace an evicted pod with a new one as soon as it is terminating.
+const REPLACING_CONTROLLERS: [&str; 2] = ["ReplicaSet", "ReplicationController"];
+
+/// An evicted pod whose controller will replace it: terminating (not yet terminal) after the
+/// Eviction API took it (its `DisruptionTarget` condition, reason `EvictionByEvictionAPI`), and
+/// controlled by a ReplicaSet or ReplicationController. Returns the controller's UID and when
+/// the eviction happened.
+///
+/// Why it matters: between the eviction and the replacement's creation (the controller-manager's
+/// latency, seconds on a loaded control plane) neither pod counts as one to place, and a pass
+/// that ran then planned its node one pod short, then a second node for the replacement.
+pub fn evicted_for_replacement(pod: &Pod) -> Option<(&str, Timestamp)> {
+    if !pod::is_terminating(pod) || pod::is_terminal(pod) {
+        return None;
+    }
+    let evicted = pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| {
+        c.type_ == "DisruptionTarget"
+            && c.status == "True"
+            && c.reason.as_deref() == Some("EvictionByEvictionAPI")
+    })?;
+    let at = evicted
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0)
+        .or_else(|| eviction_time_from_deletion(pod))?;
+    let owner = controller(pod)?;
+    REPLACING_CONTROLLERS
+        .contains(&owner.kind.as_str())
+        .then_some((owner.uid.as_str(), at))
+}
+
+/// The deletion timestamp minus the grace period: when the pod was deleted.
+fn eviction_time_from_deletion(pod: &Pod) -> Option<Timestamp> {
+    let deletion = pod.metadata.deletion_timestamp.as_ref()?.0;
+    let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+    deletion
+        .checked_sub(jiff::SignedDuration::from_secs(grace))
+        .ok()
+}
+
+/// The owner reference marked `controller: true`.
+fn controller(pod: &Pod) -> Option<&OwnerReference> {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+}
+
+/// Of `evicted` (pods for which [`evicted_for_replacement`] holds), those whose replacement is
+/// not among `pods` yet. A replacement is a pod of the same controller, not terminating, created
+/// at or after the earliest of those evictions (timestamps have whole seconds); per controller
+/// the earliest evictions count as replaced first. A pod created by a scale-up meanwhile may be
+/// taken for a replacement: the pass then plans as it would have without this rule.
+pub fn awaiting_replacement<'a, 'p>(
+    evicted: Vec<&'a Arc<Pod>>,
+    pods: impl Iterator<Item = &'p Pod>,
+) -> Vec<&'a Arc<Pod>> {
+    // Per controller: its evicted pods, earliest eviction first.
+    let mut by_controller: BTreeMap<&str, Vec<(Timestamp, &'a Arc<Pod>)>> = BTreeMap::new();
+    for pod in evicted {
+        if let Some((owner, at)) = evicted_for_replacement(pod) {
+            by_controller.entry(owner).or_default().push((at, pod));
+        }
+    }
+    if by_controller.is_empty() {
+        return Vec::new();
+    }
+    let mut replacements: BTreeMap<&str, usize> = BTreeMap::new();
+    for pod in pods.filter(|p| !pod::is_terminating(p)) {
+        let (Some(owner), Some(created)) =
+            (controller(pod), pod.metadata.creation_timestamp.as_ref())
+        else {
+            continue;
+        };
+        let Some(group) = by_controller.get(owner.uid.as_str()) else {
+            continue;
+        };
+        // Whole seconds: the replacement's creation is at or after the eviction's second.
+        let earliest = group.iter().map(|(at, _)| at.as_second()).min();
+        if earliest.is_some_and(|at| created.0.as_second() >= at) {
+            *replacements.entry(owner.uid.as_str()).or_default() += 1;
+        }
+    }
+    by_controller
+        .into_iter()
+        .flat_map(|(owner, mut group)| {
+            group.sort_by_key(|(at, pod)| (*at, pod.name_any()));
+            let replaced = replacements.get(owner).copied().unwrap_or(0);
+            group.into_iter().skip(replaced).map(|(_, pod)| pod)
+        })
+        .collect()
 }
 
 /// `maxUnavailable: 0` / `"0%"` or `minAvailable: "100%"`: no voluntary eviction ever passes.
@@ -215,5 +313,48 @@ mod tests {
             &[&other_namespace],
             now()
         ));
+    }
+
+    #[test]
+    fn only_an_evicted_pod_of_a_replacing_controller_awaits_a_replacement() {
+        let evicted = |kind: &str, controller: bool, reason: &str| {
+            pod(json!({
+                "metadata": {"deletionTimestamp": TERMINATING, "deletionGracePeriodSeconds": 30,
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": kind, "name": "x",
+                                                  "uid": "u", "controller": controller}]},
+                "status": {"conditions": [{"type": "DisruptionTarget", "status": "True",
+                                           "reason": reason}]}
+            }))
+        };
+        let replica = evicted("ReplicaSet", true, "EvictionByEvictionAPI");
+        let (owner, at) =
+            evicted_for_replacement(&replica).expect("a ReplicaSet replaces its evicted pod");
+        // No transition time: the deletion timestamp less the grace period.
+        assert_eq!((owner, at.as_second()), ("u", 1_704_067_200 - 30));
+        assert!(
+            evicted_for_replacement(&evicted(
+                "ReplicationController",
+                true,
+                "EvictionByEvictionAPI"
+            ))
+            .is_some()
+        );
+        // A StatefulSet pod is reschedulable while terminating already; a Job may not replace.
+        assert!(
+            evicted_for_replacement(&evicted("StatefulSet", true, "EvictionByEvictionAPI"))
+                .is_none()
+        );
+        assert!(evicted_for_replacement(&evicted("Job", true, "EvictionByEvictionAPI")).is_none());
+        assert!(
+            evicted_for_replacement(&evicted("ReplicaSet", false, "EvictionByEvictionAPI"))
+                .is_none()
+        );
+        // Preempted or deleted by the taint manager: not the drain's eviction.
+        assert!(
+            evicted_for_replacement(&evicted("ReplicaSet", true, "PreemptionByScheduler"))
+                .is_none()
+        );
+        // Not terminating: not evicted yet.
+        assert!(evicted_for_replacement(&pod(owned_by("ReplicaSet"))).is_none());
     }
 }

@@ -377,3 +377,86 @@ fn an_overlay_on_a_type_that_is_not_an_option_does_not_annotate() {
             .contains_key(PRICE_OVERLAY_APPLIED_ANNOTATION)
     );
 }
+
+/// Upstream's expiration test on a loaded control plane: the drain evicted one of five pods
+/// before the pass ran and the ReplicaSet had not created its replacement yet. The pass saw four
+/// pods, planned a node for four, then a second node for the replacement. An evicted pod now
+/// stands in for its replacement until the replacement exists, and no longer after.
+#[test]
+fn an_evicted_pod_stands_in_for_its_replacement_until_the_replacement_exists() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let default = pool("default", json!({}));
+    let mut claim = nodeclaim("default-a", "default", Some("sim://a"), "4");
+    claim.metadata.deletion_timestamp = Some(Time(t0()));
+    let owned = |mut pod: Pod, created: i64| {
+        pod.metadata.owner_references = Some(vec![
+            serde_json::from_value(json!({
+                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1",
+                "uid": "rs-web-1", "controller": true
+            }))
+            .unwrap(),
+        ]);
+        pod.metadata.creation_timestamp = Some(Time(
+            t0().checked_add(jiff::SignedDuration::from_secs(created))
+                .unwrap(),
+        ));
+        pod
+    };
+    let evicted_at = "2024-01-01T00:00:10Z";
+    let terminating = |name: &str, evicted: bool| {
+        let mut pod = owned(bound_pod(name, "node-a", "500m"), -600);
+        pod.metadata.deletion_timestamp = Some(Time("2024-01-01T00:00:40Z".parse().unwrap()));
+        pod.metadata.deletion_grace_period_seconds = Some(30);
+        if evicted {
+            pod.status = serde_json::from_value(json!({"phase": "Running", "conditions": [
+                {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                 "lastTransitionTime": evicted_at}]}))
+            .unwrap();
+        }
+        pod
+    };
+    let on_node: Vec<Pod> = (0..3)
+        .map(|i| owned(bound_pod(&format!("web-{i}"), "node-a", "500m"), -600))
+        .chain([terminating("web-evicted", true)])
+        .collect();
+    let placed = |pods: Vec<Pod>| -> Vec<String> {
+        let state = state_with(
+            vec![default.clone()],
+            vec![claim.clone()],
+            vec![node("node-a", Some("default"), "sim://a", "4")],
+            pods,
+        );
+        let types = catalogue();
+        let snapshot =
+            Snapshot::new(&state, SchedulerOptions::default(), t0()).offer(&default, &types);
+        let mut names: Vec<String> = snapshot
+            .pods_to_place()
+            .iter()
+            .map(|p| p.name_any())
+            .collect();
+        names.sort();
+        names
+    };
+
+    // No replacement yet: the evicted pod is planned for with the three still running.
+    assert_eq!(
+        placed(on_node.clone()),
+        ["web-0", "web-1", "web-2", "web-evicted"]
+    );
+    // The replacement (created in the eviction's second): it is planned for, not both.
+    let replacement = owned(pending_pod("web-new", "500m"), 10);
+    assert_eq!(
+        placed([on_node.clone(), vec![replacement]].concat()),
+        ["web-0", "web-1", "web-2", "web-new"]
+    );
+    // A pod of the same ReplicaSet from before the eviction is no replacement.
+    let older = owned(pending_pod("web-older", "500m"), 5);
+    assert_eq!(
+        placed([on_node.clone(), vec![older]].concat()),
+        ["web-0", "web-1", "web-2", "web-evicted", "web-older"]
+    );
+    // Deleted without the Eviction API (a scale-down): nothing will replace it.
+    let mut scaled_down = on_node;
+    scaled_down[3] = terminating("web-evicted", false);
+    assert_eq!(placed(scaled_down), ["web-0", "web-1", "web-2"]);
+}

@@ -56,29 +56,84 @@ pub(super) fn disrupted(node: &Node) -> bool {
 /// `EventuallyExpectCreatedNodeClaimCount("==", n)`.
 pub(super) async fn eventually_nodeclaims(env: &Env, n: usize, limit: Duration) -> Vec<NodeClaim> {
     let client = env.client.clone();
-    eventually(&format!("{n} NodeClaims"), limit, || {
+    let found = eventually(&format!("{n} NodeClaims"), limit, || {
         let client = client.clone();
         async move {
             let claims = nodeclaims(&client).await;
             (claims.len() == n).then_some(claims)
         }
     })
-    .await
-    .unwrap()
+    .await;
+    match found {
+        Ok(claims) => claims,
+        Err(err) => panic!("{err}; there are:\n{}", describe_capacity(env).await),
+    }
+}
+
+/// The NodeClaims and Nodes there are, one line each, for a count that never came.
+async fn describe_capacity(env: &Env) -> String {
+    let time = |t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+        t.map_or("-".to_string(), |t| t.0.to_string())
+    };
+    let mut lines: Vec<String> = nodeclaims(&env.client)
+        .await
+        .iter()
+        .map(|c| {
+            let status = c.status.as_ref();
+            format!(
+                "NodeClaim {} created {} deleting {} node {} type {}",
+                c.name_any(),
+                time(c.metadata.creation_timestamp.as_ref()),
+                time(c.metadata.deletion_timestamp.as_ref()),
+                status.and_then(|s| s.node_name.as_deref()).unwrap_or("-"),
+                c.labels()
+                    .get("node.kubernetes.io/instance-type")
+                    .map_or("-", String::as_str),
+            )
+        })
+        .collect();
+    lines.extend(nodes(&env.client).await.iter().map(|n| {
+        format!(
+            "Node {} created {} deleting {}",
+            n.name_any(),
+            time(n.metadata.creation_timestamp.as_ref()),
+            time(n.metadata.deletion_timestamp.as_ref()),
+        )
+    }));
+    // The controller's own account: every NodeClaim it made or removed, and why.
+    let log = env.karpenter.log();
+    lines.extend(
+        log.lines()
+            .filter(|l| {
+                [
+                    "created nodeclaim",
+                    "computed new nodeclaim",
+                    "deleting",
+                    "deleted nodeclaim",
+                ]
+                .iter()
+                .any(|what| l.contains(what))
+            })
+            .map(|l| format!("log: {}", l.chars().take(400).collect::<String>())),
+    );
+    lines.join("\n")
 }
 
 /// `EventuallyExpectCreatedNodeCount("==", n)`.
 pub(super) async fn eventually_nodes(env: &Env, n: usize, limit: Duration) -> Vec<Node> {
     let client = env.client.clone();
-    eventually(&format!("{n} Nodes"), limit, || {
+    let found = eventually(&format!("{n} Nodes"), limit, || {
         let client = client.clone();
         async move {
             let nodes = nodes(&client).await;
             (nodes.len() == n).then_some(nodes)
         }
     })
-    .await
-    .unwrap()
+    .await;
+    match found {
+        Ok(nodes) => nodes,
+        Err(err) => panic!("{err}; there are:\n{}", describe_capacity(env).await),
+    }
 }
 
 /// `EventuallyExpectDrifted(claims...)`.
