@@ -37,8 +37,10 @@ const NODE_STATUS_FIELDS: [&str; 4] = ["capacity", "allocatable", "conditions", 
 /// What the controllers read of a Node condition (repair: type, status and since when).
 const NODE_CONDITION_FIELDS: [&str; 4] = ["type", "status", "reason", "lastTransitionTime"];
 
-/// The pod conditions the controllers read, and what they read of them.
-const POD_CONDITIONS: [&str; 2] = ["PodScheduled", "Ready"];
+/// The pod conditions the controllers read, and what they read of them. `DisruptionTarget` is
+/// on evicted pods only: the provisioner plans for an evicted pod until its replacement exists
+/// (`karpenter_core::provisioning::reschedulable::evicted_for_replacement`).
+const POD_CONDITIONS: [&str; 3] = ["PodScheduled", "Ready", "DisruptionTarget"];
 const POD_CONDITION_FIELDS: [&str; 4] = ["type", "status", "reason", "lastTransitionTime"];
 
 /// Pod volume sources that only carry files into the containers: nothing to schedule or drain.
@@ -94,7 +96,8 @@ fn trim_pod(data: &mut Value) {
     }
     if let Some(status) = data.get_mut("status") {
         // Of the kubelet's five conditions the controllers read two: PodScheduled (provisionable,
-        // when bound) and Ready (PDB health); a thousand bytes per running pod otherwise.
+        // when bound) and Ready (PDB health); a thousand bytes per running pod otherwise. And
+        // the API server's DisruptionTarget of an evicted pod.
         if let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) {
             conditions.retain(|c| {
                 c.get("type")
@@ -275,7 +278,9 @@ mod tests {
             "status": {"phase": "Pending", "podIP": "10.0.0.1",
                        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available"},
                                       {"type": "Initialized", "status": "True"},
-                                      {"type": "Ready", "status": "False", "lastTransitionTime": "2024-01-01T00:00:00Z"}],
+                                      {"type": "Ready", "status": "False", "lastTransitionTime": "2024-01-01T00:00:00Z"},
+                                      {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                                       "message": "Eviction API: evicting", "lastTransitionTime": "2024-01-01T00:00:05Z"}],
                        "containerStatuses": [{"name": "app", "image": "app:1", "imageID": "", "ready": false, "restartCount": 0}]}
         });
         let raw: DynamicObject = serde_json::from_value(pod).unwrap();
@@ -310,8 +315,18 @@ mod tests {
         assert_eq!(conditions[0].reason.as_deref(), Some("Unschedulable"));
         assert!(conditions[0].message.is_none(), "messages go");
         let kept: Vec<&str> = conditions.iter().map(|c| c.type_.as_str()).collect();
-        assert_eq!(kept, ["PodScheduled", "Ready"], "only the conditions read");
+        assert_eq!(
+            kept,
+            ["PodScheduled", "Ready", "DisruptionTarget"],
+            "only the conditions read"
+        );
         assert!(conditions[1].last_transition_time.is_some());
+        // An evicted pod stands in for its replacement (the provisioner reads when and why).
+        assert_eq!(
+            conditions[2].reason.as_deref(),
+            Some("EvictionByEvictionAPI")
+        );
+        assert!(conditions[2].last_transition_time.is_some());
     }
 
     #[test]
