@@ -222,7 +222,7 @@ impl<'a> Snapshot<'a> {
         let state = self.state;
         let pdbs: Vec<_> = state.pdbs().collect();
         let mut pods = state.provisionable_pods_shared(self.now);
-        let mut evicted = Vec::new();
+        let mut staying = Vec::new();
         for node in state.state_nodes() {
             if !self.left_out(&node) {
                 continue;
@@ -237,15 +237,13 @@ impl<'a> Snapshot<'a> {
             {
                 if reschedulable::is_reschedulable(pod, &pdbs, self.now) {
                     pods.push(pod);
-                } else if reschedulable::evicted_for_replacement(pod).is_some() {
-                    evicted.push(pod);
+                } else {
+                    staying.push(pod);
                 }
             }
         }
-        // An evicted pod stands in for its replacement until the replacement exists.
-        if !evicted.is_empty() {
-            pods.extend(reschedulable::awaiting_replacement(evicted, state.pods()));
-        }
+        // An evicted pod among the others stands in for its replacement until it exists.
+        pods.extend(reschedulable::awaiting_replacement(staying, state.pods()));
         pods
     }
 

@@ -107,18 +107,18 @@ fn controller(pod: &Pod) -> Option<&OwnerReference> {
         .find(|o| o.controller == Some(true))
 }
 
-/// Of `evicted` (pods for which [`evicted_for_replacement`] holds), those whose replacement is
-/// not among `pods` yet. A replacement is a pod of the same controller, not terminating, created
+/// Of `candidates`, the pods for which [`evicted_for_replacement`] holds and whose replacement
+/// is not among `pods` yet (`pods` is only read when there is such a pod). A replacement is a pod of the same controller, not terminating, created
 /// at or after the earliest of those evictions (timestamps have whole seconds); per controller
 /// the earliest evictions count as replaced first. A pod created by a scale-up meanwhile may be
 /// taken for a replacement: the pass then plans as it would have without this rule.
 pub fn awaiting_replacement<'a, 'p>(
-    evicted: Vec<&'a Arc<Pod>>,
+    candidates: Vec<&'a Arc<Pod>>,
     pods: impl Iterator<Item = &'p Pod>,
 ) -> Vec<&'a Arc<Pod>> {
-    // Per controller: its evicted pods, earliest eviction first.
+    // Per controller: its evicted pods (sorted below, earliest eviction first).
     let mut by_controller: BTreeMap<&str, Vec<(Timestamp, &'a Arc<Pod>)>> = BTreeMap::new();
-    for pod in evicted {
+    for pod in candidates {
         if let Some((owner, at)) = evicted_for_replacement(pod) {
             by_controller.entry(owner).or_default().push((at, pod));
         }
@@ -126,27 +126,32 @@ pub fn awaiting_replacement<'a, 'p>(
     if by_controller.is_empty() {
         return Vec::new();
     }
-    let mut replacements: BTreeMap<&str, usize> = BTreeMap::new();
+    // Per controller: the second of its earliest eviction, and the replacements seen.
+    let mut replacements: BTreeMap<&str, (i64, usize)> = by_controller
+        .iter_mut()
+        .map(|(owner, group)| {
+            group.sort_by_key(|(at, pod)| (*at, pod.name_any()));
+            let earliest = group.first().map_or(i64::MAX, |(at, _)| at.as_second());
+            (*owner, (earliest, 0))
+        })
+        .collect();
     for pod in pods.filter(|p| !pod::is_terminating(p)) {
         let (Some(owner), Some(created)) =
             (controller(pod), pod.metadata.creation_timestamp.as_ref())
         else {
             continue;
         };
-        let Some(group) = by_controller.get(owner.uid.as_str()) else {
-            continue;
-        };
         // Whole seconds: the replacement's creation is at or after the eviction's second.
-        let earliest = group.iter().map(|(at, _)| at.as_second()).min();
-        if earliest.is_some_and(|at| created.0.as_second() >= at) {
-            *replacements.entry(owner.uid.as_str()).or_default() += 1;
+        if let Some((earliest, seen)) = replacements.get_mut(owner.uid.as_str())
+            && created.0.as_second() >= *earliest
+        {
+            *seen += 1;
         }
     }
     by_controller
         .into_iter()
-        .flat_map(|(owner, mut group)| {
-            group.sort_by_key(|(at, pod)| (*at, pod.name_any()));
-            let replaced = replacements.get(owner).copied().unwrap_or(0);
+        .flat_map(|(owner, group)| {
+            let replaced = replacements.get(owner).map_or(0, |&(_, seen)| seen);
             group.into_iter().skip(replaced).map(|(_, pod)| pod)
         })
         .collect()
