@@ -13,6 +13,23 @@ fn secs(from: Timestamp, to: Timestamp) -> f64 {
     to.duration_since(from).as_secs_f64().max(0.0)
 }
 
+/// Updates the memory of the pod `key` with `update`, creating it empty the first time (the key
+/// copied only then: passes look at the same pending pods again and again).
+fn update_pod_memory(
+    pods: &mut std::collections::HashMap<String, super::scrape::PodMemory>,
+    key: &str,
+    update: impl FnOnce(&mut super::scrape::PodMemory),
+) {
+    match pods.get_mut(key) {
+        Some(pod) => update(pod),
+        None => {
+            let mut pod = super::scrape::PodMemory::default();
+            update(&mut pod);
+            pods.insert(key.to_string(), pod);
+        }
+    }
+}
+
 /// A scheduling simulation in progress (see [`Metrics::begin_solve`]).
 #[derive(Debug)]
 pub struct SolveGuard<'a> {
@@ -54,16 +71,20 @@ impl Metrics {
     ) {
         let mut mem = self.memory();
         for key in pending {
-            let seen = *mem.seen.entry(key.clone()).or_insert(started);
-            if !mem.decided.contains_key(key) {
-                mem.decided.insert(key.clone(), now);
-                self.x
-                    .pods_scheduling_decision_duration
-                    .observe(secs(seen, now));
-            }
+            update_pod_memory(&mut mem.pods, key, |pod| {
+                let seen = *pod.seen.get_or_insert(started);
+                if pod.decided.is_none() {
+                    pod.decided = Some(now);
+                    self.x
+                        .pods_scheduling_decision_duration
+                        .observe(secs(seen, now));
+                }
+            });
         }
         for key in scheduled {
-            mem.schedulable.entry(key.clone()).or_insert(now);
+            update_pod_memory(&mut mem.pods, key, |pod| {
+                pod.schedulable.get_or_insert(now);
+            });
         }
     }
 

@@ -403,13 +403,13 @@ mod tests {
     fn pod_level_resources_override_the_container_sum() {
         let mut p = pod(vec![container("a", &[("cpu", "1")], &[])], vec![]);
         if let Some(spec) = p.spec.as_mut() {
-            spec.resources = Some(ResourceRequirements {
+            spec.resources = Some(Box::new(ResourceRequirements {
                 requests: Some(BTreeMap::from([(
                     "cpu".to_string(),
                     K8sQuantity("3".into()),
                 )])),
                 ..Default::default()
-            });
+            }));
         }
         assert_eq!(cpu(&effective_requests(&p).unwrap()), 3000);
     }

@@ -40,8 +40,10 @@ pub struct Pod {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct PodSpec {
+    /// Boxed, as `resources` below: inline they were 224 of a pod's 1,080 bytes, set by few
+    /// pods, and a pod of 864 bytes fits a smaller allocation (~0.4 KB less per pod).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub affinity: Option<Affinity>,
+    pub affinity: Option<Box<Affinity>>,
     pub containers: Vec<Container>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_network: Option<bool>,
@@ -62,8 +64,9 @@ pub struct PodSpec {
     /// Dynamic Resource Allocation claims: such pods are not provisioned for (no DRA allocator).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resource_claims: Option<Vec<PodResourceClaim>>,
+    /// Pod-level requests and limits (the `PodLevelResources` feature).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub resources: Option<ResourceRequirements>,
+    pub resources: Option<Box<ResourceRequirements>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime_class_name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -187,7 +190,7 @@ impl From<k8s::PodSpec> for PodSpec {
     fn from(spec: k8s::PodSpec) -> Self {
         let containers = |cs: Vec<k8s::Container>| cs.into_iter().map(Container::from).collect();
         PodSpec {
-            affinity: spec.affinity,
+            affinity: spec.affinity.map(Box::new),
             containers: containers(spec.containers),
             host_network: spec.host_network,
             init_containers: spec.init_containers.map(containers),
@@ -198,7 +201,7 @@ impl From<k8s::PodSpec> for PodSpec {
             priority: spec.priority,
             priority_class_name: spec.priority_class_name,
             resource_claims: spec.resource_claims,
-            resources: spec.resources,
+            resources: spec.resources.map(Box::new),
             runtime_class_name: spec.runtime_class_name,
             scheduler_name: spec.scheduler_name,
             scheduling_gates: spec.scheduling_gates,
@@ -391,6 +394,13 @@ mod tests {
     fn the_view_is_a_fraction_of_the_full_types_size() {
         assert!(
             size_of::<Pod>() * 2 < size_of::<k8s::Pod>(),
+            "{}",
+            size_of::<Pod>()
+        );
+        // The state holds every pod in an `Arc`: its counts and the pod within 880 bytes keep
+        // it in jemalloc's 896-byte class (1,080 bytes took the 1,280-byte class).
+        assert!(
+            2 * size_of::<usize>() + size_of::<Pod>() <= 896,
             "{}",
             size_of::<Pod>()
         );

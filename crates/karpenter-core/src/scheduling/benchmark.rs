@@ -242,7 +242,7 @@ pub fn diverse_pods(n: usize, seed: u64) -> Vec<Pod> {
                 let v = rng.pick(&LABEL_VALUES);
                 let mut p = pod(name, &[("my-affininity", v)], cpu, memory);
                 if let Some(spec) = p.spec.as_mut() {
-                    spec.affinity = Some(Affinity {
+                    spec.affinity = Some(Box::new(Affinity {
                         pod_affinity: Some(PodAffinity {
                             required_during_scheduling_ignored_during_execution: Some(vec![
                                 affinity_term(well_known::ZONE_LABEL, "my-affininity", v),
@@ -250,14 +250,14 @@ pub fn diverse_pods(n: usize, seed: u64) -> Vec<Pod> {
                             ..Default::default()
                         }),
                         ..Default::default()
-                    });
+                    }));
                 }
                 p
             }
             _ => {
                 let mut p = pod(name, &[("app", "nginx")], cpu, memory);
                 if let Some(spec) = p.spec.as_mut() {
-                    spec.affinity = Some(Affinity {
+                    spec.affinity = Some(Box::new(Affinity {
                         pod_anti_affinity: Some(PodAntiAffinity {
                             required_during_scheduling_ignored_during_execution: Some(vec![
                                 affinity_term(well_known::HOSTNAME_LABEL, "app", "nginx"),
@@ -265,7 +265,7 @@ pub fn diverse_pods(n: usize, seed: u64) -> Vec<Pod> {
                             ..Default::default()
                         }),
                         ..Default::default()
-                    });
+                    }));
                 }
                 p
             }
@@ -293,7 +293,7 @@ pub fn preference_pods(n: usize, seed: u64) -> Vec<Pod> {
         .map(|i| {
             let mut p = pod(format!("pref-{i}"), &[("app", "nginx")], cpu, memory);
             if let Some(spec) = p.spec.as_mut() {
-                spec.affinity = Some(Affinity {
+                spec.affinity = Some(Box::new(Affinity {
                     node_affinity: Some(NodeAffinity {
                         preferred_during_scheduling_ignored_during_execution: Some(vec![
                             PreferredSchedulingTerm {
@@ -332,7 +332,7 @@ pub fn preference_pods(n: usize, seed: u64) -> Vec<Pod> {
                         ..Default::default()
                     }),
                     ..Default::default()
-                });
+                }));
             }
             p
         })

@@ -106,25 +106,28 @@ fn pods_of(deployments: &[Deployment]) -> Vec<Arc<Pod>> {
             spec.node_selector = d.amd64_only.then(|| {
                 BTreeMap::from([(well_known::ARCH_LABEL.to_string(), "amd64".to_string())])
             });
-            spec.affinity = d.one_per_node.then(|| Affinity {
-                pod_anti_affinity: Some(PodAntiAffinity {
-                    required_during_scheduling_ignored_during_execution: Some(vec![
-                        PodAffinityTerm {
-                            topology_key: well_known::HOSTNAME_LABEL.to_string(),
-                            label_selector: Some(LabelSelector {
-                                match_labels: Some(BTreeMap::from([(
-                                    "app".to_string(),
-                                    app.clone(),
-                                )])),
+            spec.affinity = d
+                .one_per_node
+                .then(|| Affinity {
+                    pod_anti_affinity: Some(PodAntiAffinity {
+                        required_during_scheduling_ignored_during_execution: Some(vec![
+                            PodAffinityTerm {
+                                topology_key: well_known::HOSTNAME_LABEL.to_string(),
+                                label_selector: Some(LabelSelector {
+                                    match_labels: Some(BTreeMap::from([(
+                                        "app".to_string(),
+                                        app.clone(),
+                                    )])),
+                                    ..Default::default()
+                                }),
                                 ..Default::default()
-                            }),
-                            ..Default::default()
-                        },
-                    ]),
+                            },
+                        ]),
+                        ..Default::default()
+                    }),
                     ..Default::default()
-                }),
-                ..Default::default()
-            });
+                })
+                .map(Box::new);
         }
         out.extend(std::iter::repeat_n(Arc::new(pod), d.replicas));
     }

@@ -484,7 +484,7 @@ impl SimKubelet {
             .map(|(instance, node)| self.register_node(&node_api, instance, node));
         let (registered, mut first_error) = all_of(registering).await;
         for created in registered.into_iter().flatten() {
-            nodes.insert(created.name_any(), node_view(&created));
+            nodes.insert(created.name_any(), Arc::new(node_view(&created)));
         }
         let deleting = self.delete_nodes_without_instances(&node_api, &nodes, &instances);
         first_error = first_error.or(deleting.await.err());
@@ -583,7 +583,7 @@ impl SimKubelet {
         lock(&self.inner.watched)
             .nodes
             .0
-            .insert(node.name_any(), node_view(node));
+            .insert(node.name_any(), Arc::new(node_view(node)));
     }
 
     /// Reads the whole Node (the watched view is trimmed), lets `change` decide, and writes the
@@ -615,7 +615,7 @@ impl SimKubelet {
     async fn delete_nodes_without_instances(
         &self,
         api: &Api<Node>,
-        nodes: &BTreeMap<String, Node>,
+        nodes: &BTreeMap<String, Arc<Node>>,
         instances: &BTreeMap<String, InstanceRef>,
     ) -> Result<(), SimKubeletError> {
         let gone = nodes.iter().filter(|(name, node)| {
@@ -701,7 +701,7 @@ impl SimKubelet {
     async fn heartbeat(
         &self,
         instances: &BTreeMap<String, InstanceRef>,
-        nodes: &BTreeMap<String, Node>,
+        nodes: &BTreeMap<String, Arc<Node>>,
         now: Timestamp,
     ) -> (BTreeMap<String, Timestamp>, Option<SimKubeletError>) {
         let api: Api<Lease> = Api::namespaced(self.inner.client.clone(), NODE_LEASE_NAMESPACE);
@@ -719,7 +719,15 @@ impl SimKubelet {
                 })
                 // Like a kubelet, heartbeat only once registered: the Lease is owned by the
                 // Node, so the garbage collector removes it with the Node.
-                .filter_map(|n| Some((n.clone(), nodes.get(n).and_then(node_owner_reference)?)))
+                .filter_map(|n| {
+                    Some((
+                        n.clone(),
+                        nodes
+                            .get(n)
+                            .map(Arc::as_ref)
+                            .and_then(node_owner_reference)?,
+                    ))
+                })
                 .collect()
         };
         let renewals = due

@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
 use jiff::Timestamp;
@@ -102,11 +102,13 @@ trait Section<K>: Default {
 
 /// Nodes by name, as [`node_view`]s.
 #[derive(Debug, Default)]
-pub(crate) struct NodeViews(pub BTreeMap<String, Node>);
+/// Each view behind an `Arc`: a kubelet pass takes a copy of the map (it must not hold the lock
+/// across its writes), which then copies pointers, not ~1,000 Nodes' labels (~3 MB a pass).
+pub(crate) struct NodeViews(pub BTreeMap<String, Arc<Node>>);
 
 impl Section<Node> for NodeViews {
     fn apply(&mut self, node: &Node) {
-        self.0.insert(node.name_any(), node_view(node));
+        self.0.insert(node.name_any(), Arc::new(node_view(node)));
     }
     fn delete(&mut self, node: &Node) {
         self.0.remove(&node.name_any());
