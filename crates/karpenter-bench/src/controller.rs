@@ -6,7 +6,7 @@
 //! --cloud-provider sim`, its sim kubelet included), so its peak resident memory (`VmHWM` in
 //! `/proc/<pid>/status`) excludes the API server's copy of every object.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -21,7 +21,9 @@ use serde_json::{Value, json};
 
 use crate::binder::{BenchPod, Binder, requests};
 use crate::process::{ControllerProcess, memory_kib};
-use crate::workload::{POD_NAMESPACE, deployments, node_class, node_pool, pod_manifest};
+use crate::workload::{
+    POD_NAMESPACE, deployment_manifest, deployments, node_class, node_pool, pod_manifest,
+};
 
 /// Namespace of the controller's Lease and sim ledger.
 pub(crate) const CONTROLLER_NAMESPACE: &str = "karpenter";
@@ -202,4 +204,101 @@ pub async fn measure(args: &ControllerOptions) -> anyhow::Result<ControllerRepor
     drop(tcp);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(report)
+}
+
+/// How often the real-control-plane run counts bound pods (a list of every pod: not too often).
+const COUNT_PERIOD: Duration = Duration::from_secs(2);
+
+/// The same workload on a real control plane (`KUBEBUILDER_ASSETS`, through `karpenter-envtest`):
+/// the Deployments as manifests, the controller-manager making their pods (at its client's rate
+/// limit, so creating 10,000 takes minutes) and kube-scheduler binding them, with every object as
+/// a cluster writes it. The controller is the same child process; `crds` is `deploy/crds`.
+pub async fn measure_on_control_plane(
+    args: &ControllerOptions,
+    crds: &Path,
+) -> anyhow::Result<ControllerReport> {
+    let setup = karpenter_envtest::Setup {
+        crds: vec![crds.to_path_buf()],
+    };
+    let Some(cluster) = karpenter_envtest::cluster("bench-controller", &setup).await else {
+        bail!(
+            "no control plane: set KUBEBUILDER_ASSETS to a directory holding etcd, kube-apiserver, \
+             kube-controller-manager and kube-scheduler (e.g. `export KUBEBUILDER_ASSETS=$(../shared/k8s/unpack.sh)`)"
+        );
+    };
+    let client = cluster.client();
+    let ns = cluster.namespace().to_string();
+    crate::perf::run::apply(&client, None, &node_class()).await?;
+    crate::perf::run::apply(&client, None, &node_pool()).await?;
+    let mut controller = cluster
+        .start_karpenter(
+            &args.karpenter,
+            &karpenter_envtest::KarpenterOptions::default().env("LOG_LEVEL", "info"),
+        )
+        .context("starting the controller")?;
+    // Started, its caches listed (an empty cluster lists in well under a second).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (_, idle_rss_kib) = memory_kib(controller.pid());
+
+    let deployments = deployments(args.pods, args.seed);
+    let started = Instant::now();
+    for deployment in &deployments {
+        crate::perf::run::apply(&client, Some(&ns), &deployment_manifest(deployment)).await?;
+    }
+    let pods_api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns);
+    let deadline = started + args.timeout;
+    let mut reported = Instant::now();
+    loop {
+        if !controller.is_running() {
+            bail!("the controller exited; its log:\n{}", controller.log());
+        }
+        let pods = pods_api
+            .list(&kube::api::ListParams::default())
+            .await
+            .context("listing pods")?;
+        let bound = pods
+            .items
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+            .count();
+        if bound >= args.pods {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{bound} of {} pods bound after {} s ({} exist)",
+                args.pods,
+                args.timeout.as_secs(),
+                pods.items.len()
+            );
+        }
+        if reported.elapsed() >= Duration::from_secs(30) {
+            eprintln!(
+                "  +{:.0} s: {} pods, {bound} bound",
+                started.elapsed().as_secs_f64(),
+                pods.items.len()
+            );
+            reported = Instant::now();
+        }
+        tokio::time::sleep(COUNT_PERIOD).await;
+    }
+    let seconds_to_all_bound = started.elapsed().as_secs_f64();
+    let (peak_rss_kib, final_rss_kib) = memory_kib(controller.pid());
+    let nodes = crate::perf::run::managed_nodes(&client).await?.len();
+    let node_claims = Api::<NodeClaim>::all(client.clone())
+        .list(&kube::api::ListParams::default())
+        .await
+        .context("listing NodeClaims")?
+        .items
+        .len();
+    Ok(ControllerReport {
+        pods: args.pods,
+        deployments: deployments.len(),
+        nodes,
+        node_claims,
+        seconds_to_all_bound,
+        idle_rss_kib,
+        peak_rss_kib,
+        final_rss_kib,
+    })
 }

@@ -154,8 +154,15 @@ struct ControllerArgs {
     json: bool,
     /// Start the controller under this command (e.g. `heaptrack -o /tmp/controller`), to see
     /// where its memory goes; the reported RSS is then the wrapper's.
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, conflicts_with = "real_cluster")]
     controller_prefix: Option<String>,
+    /// Run on a real control plane (KUBEBUILDER_ASSETS) instead of the test API server: the
+    /// Deployments' pods made by the controller-manager and bound by kube-scheduler.
+    #[arg(long)]
+    real_cluster: bool,
+    /// The CRDs to install with `--real-cluster` (default: this repository's deploy/crds).
+    #[arg(long, value_name = "DIR", requires = "real_cluster")]
+    crds: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -212,7 +219,17 @@ fn controller(args: &ControllerArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let report = runtime.block_on(karpenter_bench::measure(&options))?;
+    let report = if args.real_cluster {
+        let crds = args
+            .crds
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds"));
+        runtime.block_on(karpenter_bench::controller::measure_on_control_plane(
+            &options, &crds,
+        ))?
+    } else {
+        runtime.block_on(karpenter_bench::measure(&options))?
+    };
     let format = if args.json { Format::Json } else { args.output };
     match format {
         Format::Table => print!("{}", controller_table(&report)),

@@ -195,17 +195,27 @@ fn pod_template_spec(deployment: &Deployment) -> Value {
 pub fn workload_manifests(pods: usize, seed: u64) -> Vec<Value> {
     let mut out = vec![node_class(), node_pool()];
     out.extend(deployments(pods, seed).iter().map(|d| {
-        json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": d.name, "namespace": POD_NAMESPACE},
-            "spec": {
-                "replicas": d.replicas,
-                "selector": {"matchLabels": {"app": d.name}},
-                "template": {"metadata": {"labels": {"app": d.name}}, "spec": pod_template_spec(d)}
-            }
-        })
+        let mut manifest = deployment_manifest(d);
+        manifest["metadata"]["namespace"] = json!(POD_NAMESPACE);
+        manifest
     }));
     out
+}
+
+/// One Deployment of the mix as a manifest, without a namespace.
+pub fn deployment_manifest(deployment: &Deployment) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": deployment.name},
+        "spec": {
+            "replicas": deployment.replicas,
+            "selector": {"matchLabels": {"app": deployment.name}},
+            "template": {
+                "metadata": {"labels": {"app": deployment.name}},
+                "spec": pod_template_spec(deployment)
+            }
+        }
+    })
 }
 
 /// Manifests as one YAML stream, each document after a `---` line (what `karpenter convert`

@@ -235,8 +235,40 @@ impl Deref for PendingPod {
     }
 }
 
-/// Compiles the pending pods, sharing one [`PodInfo`] between identical pods (the replicas of a
-/// Deployment): at 200,000 pods a private copy each would cost more memory than the solve itself.
+/// The distinct compiled pods of a pass, each shared behind one `Rc`: identical pods (the
+/// replicas of a Deployment) compile to equal [`PodInfo`]s, and at 10,000-200,000 pods a private
+/// copy each would cost more memory than the solve itself. A shape is its index, in first-seen
+/// order.
+#[derive(Default)]
+pub(crate) struct PodShapes {
+    ids: FxMap<Rc<PodInfo>, usize>,
+    shapes: Vec<Rc<PodInfo>>,
+}
+
+impl PodShapes {
+    /// The shape of `info`: an earlier equal one's, or a new one.
+    pub(crate) fn shape_of(&mut self, info: PodInfo) -> usize {
+        if let Some(&shape) = self.ids.get(&info) {
+            return shape;
+        }
+        let info = Rc::new(info);
+        self.shapes.push(Rc::clone(&info));
+        self.ids.insert(info, self.shapes.len() - 1);
+        self.shapes.len() - 1
+    }
+
+    /// The shared info of `info`'s shape.
+    pub(crate) fn share(&mut self, info: PodInfo) -> Rc<PodInfo> {
+        let shape = self.shape_of(info);
+        Rc::clone(&self.shapes[shape])
+    }
+
+    pub(crate) fn into_shapes(self) -> Vec<Rc<PodInfo>> {
+        self.shapes
+    }
+}
+
+/// Compiles the pending pods, sharing one [`PodInfo`] between identical pods ([`PodShapes`]).
 /// A caller may give the same `Pod` many times (e.g. one `Arc<Pod>` per replica): consecutive
 /// references to one `Pod` are compiled once, which keeps a million replicas cheap.
 /// Returns the pods and the distinct infos in first-seen order.
@@ -245,8 +277,7 @@ pub(crate) fn compile_pending<P: Borrow<Pod>>(
     ctx: &CompileContext,
     interner: &mut Interner,
 ) -> (Vec<PendingPod>, Vec<Rc<PodInfo>>) {
-    let mut ids: FxMap<Rc<PodInfo>, usize> = FxMap::default();
-    let mut shapes: Vec<Rc<PodInfo>> = Vec::new();
+    let mut shapes = PodShapes::default();
     // The previous pod and its shape: the same address within `pods` is the same pod.
     let mut previous: Option<(*const Pod, usize)> = None;
     let pending = pods
@@ -256,28 +287,17 @@ pub(crate) fn compile_pending<P: Borrow<Pod>>(
             let pod: &Pod = pod.borrow();
             let shape = match previous {
                 Some((address, shape)) if std::ptr::eq(address, pod) => shape,
-                _ => {
-                    let info = compile_pod(pod, ctx, interner);
-                    match ids.get(&info) {
-                        Some(&shape) => shape,
-                        None => {
-                            let info = Rc::new(info);
-                            shapes.push(info.clone());
-                            ids.insert(info, shapes.len() - 1);
-                            shapes.len() - 1
-                        }
-                    }
-                }
+                _ => shapes.shape_of(compile_pod(pod, ctx, interner)),
             };
             previous = Some((pod, shape));
             PendingPod {
                 index,
                 shape,
-                info: shapes[shape].clone(),
+                info: Rc::clone(&shapes.shapes[shape]),
             }
         })
         .collect();
-    (pending, shapes)
+    (pending, shapes.into_shapes())
 }
 
 impl PodInfo {
@@ -753,6 +773,35 @@ mod tests {
             2,
             "the info is reachable through the pod"
         );
+    }
+
+    #[test]
+    fn pod_shapes_share_equal_infos_and_keep_terminating_pods_apart() {
+        // Bound pods go through `PodShapes::share` one by one: replicas must come back as one
+        // `Rc`, and a terminating replica (which counts differently for topology) as another.
+        let pods = benchmark::preference_pods(2, 7);
+        let mut terminating = pods[0].clone();
+        terminating.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+        );
+        let namespaces = BTreeMap::new();
+        let volumes = VolumeInput::default();
+        let ctx = CompileContext {
+            namespaces: &namespaces,
+            volumes: &volumes,
+        };
+        let mut interner = Interner::new(&[]);
+        let mut shapes = PodShapes::default();
+        let first = shapes.share(compile_pod(&pods[0], &ctx, &mut interner));
+        let replica = shapes.share(compile_pod(&pods[1], &ctx, &mut interner));
+        let ending = shapes.share(compile_pod(&terminating, &ctx, &mut interner));
+        assert!(Rc::ptr_eq(&first, &replica), "replicas share one info");
+        assert!(
+            !Rc::ptr_eq(&first, &ending),
+            "a terminating pod is its own shape"
+        );
+        assert!(ending.terminating && !first.terminating);
+        assert_eq!(shapes.into_shapes().len(), 2);
     }
 
     #[test]

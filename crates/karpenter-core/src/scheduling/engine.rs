@@ -42,8 +42,8 @@ use karpenter_api::well_known;
 use self::claim_index::ClaimIndex;
 use self::type_rooms::TypeRooms;
 use super::compile::{
-    CompileContext, HostPort, PendingPod, PodInfo, compile_pending, compile_pod, namespace_labels,
-    ports_conflict,
+    CompileContext, HostPort, PendingPod, PodInfo, PodShapes, compile_pending, compile_pod,
+    namespace_labels, ports_conflict,
 };
 use super::intern::{CPU, FxMap, Interner, Key, MEMORY, PODS, Req, Reqs, ResVec, Sym};
 use super::topology::{Group, GroupKind, NodeFilter, SelectingIndex, Topology};

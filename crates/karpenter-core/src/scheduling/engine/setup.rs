@@ -244,7 +244,7 @@ impl Engine {
         // as pending pods do: a private copy each was the largest part of a pass's memory once
         // most of 10,000 pods were bound (a `PodInfo` and its lists, ~1.3 KB a pod).
         let mut bound: Vec<(usize, Rc<PodInfo>)> = Vec::new();
-        let mut bound_shapes: FxMap<Rc<PodInfo>, ()> = FxMap::default();
+        let mut bound_shapes = PodShapes::default();
         for (ni, n) in input.existing_nodes.iter().enumerate() {
             let hostname_text = n
                 .labels
@@ -292,15 +292,7 @@ impl Engine {
                 if info.is_daemonset {
                     daemon_bound.add(&info.requests);
                 }
-                let shared = match bound_shapes.get_key_value(&info) {
-                    Some((shared, ())) => Rc::clone(shared),
-                    None => {
-                        let shared = Rc::new(info);
-                        bound_shapes.insert(Rc::clone(&shared), ());
-                        shared
-                    }
-                };
-                bound.push((node_index, shared));
+                bound.push((node_index, bound_shapes.share(info)));
             }
             // Daemonsets that will still land here.
             let mut daemon_expected = ResVec::default();

@@ -13,6 +13,7 @@
 
 mod alone;
 mod arrivals;
+mod bench_controller;
 mod capacitybuffer;
 mod harness;
 mod inflate;
