@@ -742,6 +742,17 @@ mod tests {
     use super::*;
     use crate::scheduling::benchmark;
 
+    /// Runs `f` with no namespaces, no volumes and a fresh interner.
+    fn with_empty_context<T>(f: impl FnOnce(&CompileContext, &mut Interner) -> T) -> T {
+        let namespaces = BTreeMap::new();
+        let volumes = VolumeInput::default();
+        let ctx = CompileContext {
+            namespaces: &namespaces,
+            volumes: &volumes,
+        };
+        f(&ctx, &mut Interner::new(&[]))
+    }
+
     #[test]
     fn replicas_share_one_compiled_pod_and_different_pods_do_not() {
         let mut pods = benchmark::preference_pods(3, 7);
@@ -752,14 +763,8 @@ mod tests {
             labels.insert("app".to_string(), "other".to_string());
         }
         pods.push(other);
-        let namespaces = BTreeMap::new();
-        let volumes = VolumeInput::default();
-        let ctx = CompileContext {
-            namespaces: &namespaces,
-            volumes: &volumes,
-        };
-        let mut interner = Interner::new(&[]);
-        let (pending, shapes) = compile_pending(&pods, &ctx, &mut interner);
+        let (pending, shapes) =
+            with_empty_context(|ctx, interner| compile_pending(&pods, ctx, interner));
         assert_eq!(
             shapes.len(),
             2,
@@ -784,17 +789,11 @@ mod tests {
         terminating.metadata.deletion_timestamp = Some(
             k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
         );
-        let namespaces = BTreeMap::new();
-        let volumes = VolumeInput::default();
-        let ctx = CompileContext {
-            namespaces: &namespaces,
-            volumes: &volumes,
-        };
-        let mut interner = Interner::new(&[]);
         let mut shapes = PodShapes::default();
-        let first = shapes.share(compile_pod(&pods[0], &ctx, &mut interner));
-        let replica = shapes.share(compile_pod(&pods[1], &ctx, &mut interner));
-        let ending = shapes.share(compile_pod(&terminating, &ctx, &mut interner));
+        let [first, replica, ending] = with_empty_context(|ctx, interner| {
+            [&pods[0], &pods[1], &terminating]
+                .map(|pod| shapes.share(compile_pod(pod, ctx, interner)))
+        });
         assert!(Rc::ptr_eq(&first, &replica), "replicas share one info");
         assert!(
             !Rc::ptr_eq(&first, &ending),
@@ -810,14 +809,8 @@ mod tests {
         let shared = std::sync::Arc::new(pods[0].clone());
         let other = std::sync::Arc::new(pods[1].clone());
         let given = vec![shared.clone(), shared.clone(), other, shared];
-        let namespaces = BTreeMap::new();
-        let volumes = VolumeInput::default();
-        let ctx = CompileContext {
-            namespaces: &namespaces,
-            volumes: &volumes,
-        };
-        let mut interner = Interner::new(&[]);
-        let (pending, shapes) = compile_pending(&given, &ctx, &mut interner);
+        let (pending, shapes) =
+            with_empty_context(|ctx, interner| compile_pending(&given, ctx, interner));
         assert_eq!(shapes.len(), 1, "replicas of one spec under two names");
         let indices: Vec<usize> = pending.iter().map(|p| p.index).collect();
         assert_eq!(indices, vec![0, 1, 2, 3]);
