@@ -301,7 +301,7 @@ mod tests {
         let spec = pod.spec.unwrap();
         let terms = spec
             .affinity
-            .and_then(|a| a.pod_anti_affinity)
+            .and_then(|a| a.pod_anti_affinity.clone())
             .and_then(|a| a.required_during_scheduling_ignored_during_execution)
             .unwrap();
         assert_eq!(terms[0].topology_key, wk::HOSTNAME_LABEL);

@@ -247,10 +247,13 @@ mod tests {
     #[test]
     fn skips_tolerating_static_terminal_and_stuck_pods() {
         let mut tolerating = pod("t", false, false);
-        tolerating.spec.as_mut().unwrap().tolerations = Some(vec![
-            serde_json::from_value(json!({"key": DISRUPTED_TAINT_KEY, "operator": "Exists"}))
-                .unwrap(),
-        ]);
+        tolerating.spec.as_mut().unwrap().tolerations = Some(
+            vec![
+                serde_json::from_value(json!({"key": DISRUPTED_TAINT_KEY, "operator": "Exists"}))
+                    .unwrap(),
+            ]
+            .into(),
+        );
         let mut mirror = pod("m", false, false);
         mirror.metadata.owner_references = Some(vec![
             serde_json::from_value(

@@ -100,7 +100,7 @@ fn parse_list(
 /// helpers count the same way for limits).
 fn pod_limits(pod: &Pod) -> ResourceList {
     let mut total = ResourceList::new();
-    for c in pod.spec.iter().flat_map(|s| &s.containers) {
+    for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
         total.add(&parse_list(
             c.resources.as_ref().and_then(|r| r.limits.as_ref()),
         ));

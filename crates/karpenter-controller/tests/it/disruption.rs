@@ -654,7 +654,7 @@ async fn changing_the_nodepool_template_replaces_every_node_within_budget() {
     let controller = cluster.start_controller_with(Arc::new(CoreScheduler)).await;
     for i in 0..3 {
         let mut pod = inflate_pod(i);
-        pod.spec.get_or_insert_default().containers[0]
+        Arc::make_mut(&mut pod.spec.get_or_insert_default().containers)[0]
             .resources
             .get_or_insert_default()
             .requests = Some(

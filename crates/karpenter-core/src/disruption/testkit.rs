@@ -113,7 +113,7 @@ pub fn node_with_cpu(
 /// A running pod requesting `cpu` (and 100Mi memory) on `node`.
 pub fn pod(name: &str, node: &str, cpu: &str) -> Pod {
     let mut pod = fixtures::bound_pod(name, node, cpu);
-    let containers = &mut pod.spec.as_mut().unwrap().containers;
+    let containers = Arc::make_mut(&mut pod.spec.as_mut().unwrap().containers);
     containers[0].resources =
         Some(serde_json::from_value(json!({"requests": {"cpu": cpu, "memory": "100Mi"}})).unwrap());
     pod

@@ -19,6 +19,7 @@
 //! Pure: callers pass the LimitRanges of the pod's namespace.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{LimitRange, LimitRangeItem, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -132,10 +133,10 @@ pub fn apply_limit_ranges<'a>(
     if defaults.is_empty() {
         return;
     }
-    for container in spec
-        .containers
+    let init_containers = spec.init_containers.as_mut().map(Arc::make_mut);
+    for container in Arc::make_mut(&mut spec.containers)
         .iter_mut()
-        .chain(spec.init_containers.iter_mut().flatten())
+        .chain(init_containers.into_iter().flatten())
     {
         admit_container(container, &defaults);
     }
@@ -294,11 +295,7 @@ mod tests {
         .unwrap();
         apply_limit_ranges(p.spec.as_mut().unwrap(), &ranges);
         let spec = p.spec.clone().unwrap();
-        for c in spec
-            .containers
-            .iter()
-            .chain(spec.init_containers.iter().flatten())
-        {
+        for c in spec.containers.iter().chain(spec.init_containers()) {
             let r = c.resources.clone().unwrap().requests.unwrap();
             assert_eq!(r["cpu"], Quantity("1".into()), "{}", c.name);
             assert_eq!(r["memory"], Quantity("2Gi".into()), "{}", c.name);

@@ -19,7 +19,7 @@ pub use do_not_disrupt::{
 };
 
 pub use limit_range::{ContainerDefaults, apply_limit_ranges, container_defaults};
-pub use object::{Container, Pod, PodSpec, PodStatus, Volume};
+pub use object::{Container, Pod, PodSpec, PodStatus, Volume, append_shared, share_parts};
 
 /// A pod's quantities could not be read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -60,6 +60,17 @@ pub fn node_name(pod: &Pod) -> Option<&str> {
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .filter(|n| !n.is_empty())
+}
+
+/// The UID of the pod's controlling owner (the ReplicaSet of a Deployment's pod, ...), if any.
+pub fn controller_uid(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.as_str())
+        .filter(|uid| !uid.is_empty())
 }
 
 pub fn is_owned_by(pod: &Pod, kind: &str) -> bool {
@@ -180,13 +191,13 @@ pub fn effective_requests(pod: &Pod) -> Result<ResourceList, PodError> {
         total.set(resources::PODS, Quantity::from_units(1));
         return Ok(total);
     };
-    for c in &spec.containers {
+    for c in spec.containers.iter() {
         let field = format!("spec.containers[{}]", c.name);
         total.add(&container_requests(c.resources.as_ref(), &field, &err)?);
     }
     let mut sidecars = ResourceList::new();
     let mut init_max = ResourceList::new();
-    for c in spec.init_containers.iter().flatten() {
+    for c in spec.init_containers() {
         let field = format!("spec.initContainers[{}]", c.name);
         let requests = container_requests(c.resources.as_ref(), &field, &err)?;
         if is_restartable_sidecar(c) {
@@ -305,8 +316,8 @@ mod tests {
     fn pod(containers: Vec<Container>, init: Vec<Container>) -> Pod {
         Pod {
             spec: Some(PodSpec {
-                containers,
-                init_containers: Some(init),
+                containers: containers.into(),
+                init_containers: Some(init.into()),
                 ..Default::default()
             }),
             ..Default::default()

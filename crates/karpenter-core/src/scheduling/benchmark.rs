@@ -178,7 +178,8 @@ fn pod(name: String, labels: &[(&str, &str)], cpu: &str, memory: &str) -> Pod {
                     ..Default::default()
                 }),
                 ..Default::default()
-            }],
+            }]
+            .into(),
             ..Default::default()
         }),
         status: None,
@@ -234,7 +235,7 @@ pub fn diverse_pods(n: usize, seed: u64) -> Vec<Pod> {
                 };
                 let mut p = pod(name, &[("my-label", v)], cpu, memory);
                 if let Some(spec) = p.spec.as_mut() {
-                    spec.topology_spread_constraints = Some(vec![spread(key, sel)]);
+                    spec.topology_spread_constraints = Some(vec![spread(key, sel)].into());
                 }
                 p
             }
@@ -242,7 +243,7 @@ pub fn diverse_pods(n: usize, seed: u64) -> Vec<Pod> {
                 let v = rng.pick(&LABEL_VALUES);
                 let mut p = pod(name, &[("my-affininity", v)], cpu, memory);
                 if let Some(spec) = p.spec.as_mut() {
-                    spec.affinity = Some(Box::new(Affinity {
+                    spec.affinity = Some(Arc::new(Affinity {
                         pod_affinity: Some(PodAffinity {
                             required_during_scheduling_ignored_during_execution: Some(vec![
                                 affinity_term(well_known::ZONE_LABEL, "my-affininity", v),
@@ -257,7 +258,7 @@ pub fn diverse_pods(n: usize, seed: u64) -> Vec<Pod> {
             _ => {
                 let mut p = pod(name, &[("app", "nginx")], cpu, memory);
                 if let Some(spec) = p.spec.as_mut() {
-                    spec.affinity = Some(Box::new(Affinity {
+                    spec.affinity = Some(Arc::new(Affinity {
                         pod_anti_affinity: Some(PodAntiAffinity {
                             required_during_scheduling_ignored_during_execution: Some(vec![
                                 affinity_term(well_known::HOSTNAME_LABEL, "app", "nginx"),
@@ -293,7 +294,7 @@ pub fn preference_pods(n: usize, seed: u64) -> Vec<Pod> {
         .map(|i| {
             let mut p = pod(format!("pref-{i}"), &[("app", "nginx")], cpu, memory);
             if let Some(spec) = p.spec.as_mut() {
-                spec.affinity = Some(Box::new(Affinity {
+                spec.affinity = Some(Arc::new(Affinity {
                     node_affinity: Some(NodeAffinity {
                         preferred_during_scheduling_ignored_during_execution: Some(vec![
                             PreferredSchedulingTerm {

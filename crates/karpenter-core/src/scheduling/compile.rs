@@ -445,10 +445,13 @@ pub(crate) fn compile_pod(pod: &Pod, ctx: &CompileContext, interner: &mut Intern
     if spec.resource_claims.as_ref().is_some_and(|c| !c.is_empty()) && info.invalid.is_none() {
         info.invalid = Some(DRA_UNSUPPORTED.to_string());
     }
-    info.tolerations = spec.tolerations.clone().unwrap_or_default();
+    info.tolerations = spec.tolerations().to_vec();
     let mut problems = Vec::new();
     if let Some(sel) = &spec.node_selector {
-        match checked_reqs(Ok(Requirements::from_labels(sel)), "spec.nodeSelector") {
+        match checked_reqs(
+            Ok(Requirements::from_labels(sel.iter())),
+            "spec.nodeSelector",
+        ) {
             Ok(r) => info.node_selector = interner.reqs(&r),
             Err(e) => problems.push(e),
         }
@@ -532,15 +535,15 @@ pub(crate) fn compile_pod(pod: &Pod, ctx: &CompileContext, interner: &mut Intern
         info.anti_preferred
             .sort_by_key(|t| std::cmp::Reverse(t.weight));
     }
-    for tsc in spec.topology_spread_constraints.iter().flatten() {
+    for tsc in spec
+        .topology_spread_constraints
+        .iter()
+        .flat_map(|t| t.iter())
+    {
         let labels = info.labels.clone();
         info.spreads.push(spread_term(tsc, &labels, interner));
     }
-    for c in spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-    {
+    for c in spec.containers.iter().chain(spec.init_containers()) {
         for p in c.ports.iter().flatten() {
             if let Some(port) = p.host_port.filter(|p| *p != 0) {
                 info.host_ports.push(HostPort {

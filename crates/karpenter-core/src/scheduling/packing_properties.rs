@@ -104,7 +104,10 @@ fn pods_of(deployments: &[Deployment]) -> Vec<Arc<Pod>> {
         let mut pod = deployment_pod(&app, d.cpu_millis, d.memory_mib, d.zone_spread);
         if let Some(spec) = pod.spec.as_mut() {
             spec.node_selector = d.amd64_only.then(|| {
-                BTreeMap::from([(well_known::ARCH_LABEL.to_string(), "amd64".to_string())])
+                Arc::new(BTreeMap::from([(
+                    well_known::ARCH_LABEL.to_string(),
+                    "amd64".to_string(),
+                )]))
             });
             spec.affinity = d
                 .one_per_node
@@ -127,7 +130,7 @@ fn pods_of(deployments: &[Deployment]) -> Vec<Arc<Pod>> {
                     }),
                     ..Default::default()
                 })
-                .map(Box::new);
+                .map(Arc::new);
         }
         out.extend(std::iter::repeat_n(Arc::new(pod), d.replicas));
     }

@@ -170,7 +170,8 @@ pub(crate) fn deployment_pod(app: &str, cpu_millis: i64, memory_mib: i64, spread
                     ..Default::default()
                 }),
                 ..Default::default()
-            }],
+            }]
+            .into(),
             topology_spread_constraints: spread.then(|| {
                 vec![TopologySpreadConstraint {
                     max_skew: 1,
@@ -182,6 +183,7 @@ pub(crate) fn deployment_pod(app: &str, cpu_millis: i64, memory_mib: i64, spread
                     }),
                     ..Default::default()
                 }]
+                .into()
             }),
             ..Default::default()
         }),

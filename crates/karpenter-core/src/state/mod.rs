@@ -85,6 +85,11 @@ pub struct Nomination {
 pub struct ClusterState {
     pub(crate) pods: BTreeMap<String, Arc<Pod>>,
     pub(crate) pods_by_node: BTreeMap<String, BTreeSet<String>>,
+    /// For each controlling owner's UID (a ReplicaSet's, a StatefulSet's, a Job's), the key of
+    /// one of its pods held in `pods`: a new pod of that owner shares the spec parts equal to
+    /// that pod's ([`pod::share_parts`]), so the replicas of a Deployment hold one copy of their
+    /// containers, tolerations and affinity instead of one each.
+    pod_of_owner: BTreeMap<String, String>,
     pub(crate) nodes: BTreeMap<String, Arc<Node>>,
     pub(crate) nodeclaims: BTreeMap<String, Arc<NodeClaim>>,
     /// The NodeClaims' requirement values, one copy of each distinct list: the NodeClaims of one
@@ -230,8 +235,9 @@ impl Tracked for Pod {
         pod::key(pod)
     }
 
-    fn apply(state: &mut ClusterState, pod: Pod) {
+    fn apply(state: &mut ClusterState, mut pod: Pod) {
         let key = pod::key(&pod);
+        state.share_pod_parts(&key, &mut pod);
         state.unindex_pod(&key);
         if let Some(node) = pod::node_name(&pod) {
             state
@@ -250,11 +256,17 @@ impl Tracked for Pod {
         state.unindex_pod(&key);
         state.pods.remove(&key);
         state.nominations.remove(&key);
+        if let Some(owner) = pod::controller_uid(pod)
+            && state.pod_of_owner.get(owner) == Some(&key)
+        {
+            state.pod_of_owner.remove(owner);
+        }
     }
 
     fn reset(state: &mut ClusterState, pods: Vec<Pod>) {
         state.pods.clear();
         state.pods_by_node.clear();
+        state.pod_of_owner.clear();
         for pod in pods {
             Self::apply(state, pod);
         }
@@ -373,6 +385,29 @@ impl ClusterState {
             .into_iter()
             .filter(|k| !self.listed.contains(k))
             .collect()
+    }
+
+    /// Makes `pod` (about to be held under `key`) share its equal spec parts with the version it
+    /// replaces, or else with the pod its owner's entry names; a pod of an owner without a live
+    /// entry becomes the owner's entry.
+    fn share_pod_parts(&mut self, key: &str, pod: &mut Pod) {
+        let Some(owner) = pod::controller_uid(pod).map(str::to_string) else {
+            return;
+        };
+        let sibling_key = self
+            .pod_of_owner
+            .get(&owner)
+            .filter(|k| self.pods.contains_key(k.as_str()));
+        let sibling = self
+            .pods
+            .get(key)
+            .or_else(|| sibling_key.and_then(|k| self.pods.get(k)));
+        if let Some(sibling) = sibling {
+            pod::share_parts(pod, sibling);
+        }
+        if sibling_key.is_none() {
+            self.pod_of_owner.insert(owner, key.to_string());
+        }
     }
 
     fn unindex_pod(&mut self, key: &str) {

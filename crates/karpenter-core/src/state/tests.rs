@@ -467,3 +467,89 @@ fn marks_for_deletion_and_disruption_are_sets_of_names() {
     assert!(state.unmark_being_disrupted("node-1"));
     assert!(!state.is_being_disrupted("node-1"));
 }
+
+/// A pod of `owner` (a ReplicaSet's UID) asking for `cpu`, tolerating what every pod does.
+fn replica(name: &str, owner: &str, cpu: &str) -> Pod {
+    let mut pod = pending_pod(name, cpu);
+    pod.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: owner.into(),
+            uid: owner.into(),
+            controller: Some(true),
+            ..Default::default()
+        },
+    ]);
+    let toleration = serde_json::from_value(serde_json::json!(
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    ))
+    .unwrap();
+    pod.spec.as_mut().unwrap().tolerations = Some(vec![toleration].into());
+    pod
+}
+
+fn spec_of<'a>(state: &'a ClusterState, key: &str) -> &'a crate::pod::PodSpec {
+    state.pod(key).unwrap().spec.as_ref().unwrap()
+}
+
+#[test]
+fn the_replicas_of_one_owner_share_their_equal_spec_parts() {
+    let mut state = ClusterState::from_objects(
+        vec![],
+        vec![],
+        vec![],
+        vec![replica("a", "rs-1", "1"), replica("b", "rs-1", "1")],
+    );
+    state.apply(replica("c", "rs-1", "2"));
+    state.apply(replica("d", "rs-2", "1"));
+    state.apply(pending_pod("bare", "1"));
+    let (a, b, c, d) = (
+        spec_of(&state, "default/a"),
+        spec_of(&state, "default/b"),
+        spec_of(&state, "default/c"),
+        spec_of(&state, "default/d"),
+    );
+    // Listed or watched, the replicas hold one copy of what they have alike.
+    assert!(Arc::ptr_eq(&a.containers, &b.containers));
+    assert!(Arc::ptr_eq(
+        a.tolerations.as_ref().unwrap(),
+        b.tolerations.as_ref().unwrap()
+    ));
+    // What differs stays its own, and the rest is still shared.
+    assert!(!Arc::ptr_eq(&a.containers, &c.containers));
+    assert_eq!(
+        c.containers[0].resources,
+        replica("c", "rs-1", "2").spec.unwrap().containers[0].resources
+    );
+    assert!(Arc::ptr_eq(
+        a.tolerations.as_ref().unwrap(),
+        c.tolerations.as_ref().unwrap()
+    ));
+    // Another owner's equal pod is not looked for (the index is by owner), and a pod without
+    // an owner is kept as it came.
+    assert!(!Arc::ptr_eq(&a.containers, &d.containers));
+    assert_eq!(a.containers, d.containers);
+    assert!(state.pod("default/bare").is_some());
+
+    // The owner's first pod goes: the next replica becomes the one others share with.
+    let gone = state.pod("default/a").unwrap().clone();
+    state.delete(&gone);
+    state.apply(replica("e", "rs-1", "1"));
+    state.apply(replica("f", "rs-1", "1"));
+    assert!(Arc::ptr_eq(
+        &spec_of(&state, "default/e").containers,
+        &spec_of(&state, "default/f").containers
+    ));
+
+    // A new version of a pod (bound now) shares with the version it replaces.
+    let before = Arc::clone(&spec_of(&state, "default/b").containers);
+    let mut bound = replica("b", "rs-1", "1");
+    bound.spec.as_mut().unwrap().node_name = Some("node-1".into());
+    state.apply(bound);
+    assert!(Arc::ptr_eq(
+        &before,
+        &spec_of(&state, "default/b").containers
+    ));
+    assert_eq!(state.pods_on_node("node-1").count(), 1);
+}

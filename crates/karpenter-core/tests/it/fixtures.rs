@@ -1,6 +1,7 @@
 //! Builders mirroring upstream's test fixtures (fake instance types, `test.Pod`, `test.NodePool`).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     Affinity, CSIPersistentVolumeSource, ContainerPort, NodeAffinity, NodeSelector,
@@ -17,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use karpenter_api::v1::NodeSelectorRequirementWithMinValues;
 use karpenter_core::instance_type::{InstanceType, Offering, Overhead};
-use karpenter_core::pod::{Container, Pod, PodSpec, PodStatus, Volume};
+use karpenter_core::pod::{Container, Pod, PodSpec, PodStatus, Volume, append_shared};
 use karpenter_core::resources::{Quantity, ResourceList};
 use karpenter_core::scheduling::{
     ExistingNode, Scheduler, SchedulerInput, SchedulingNodePool, SchedulingResults,
@@ -201,7 +202,8 @@ pub fn pod() -> P {
             containers: vec![Container {
                 name: "app".into(),
                 ..Default::default()
-            }],
+            }]
+            .into(),
             ..Default::default()
         }),
         status: None,
@@ -213,7 +215,7 @@ impl P {
         self.0.spec.get_or_insert_with(Default::default)
     }
     fn affinity(&mut self) -> &mut Affinity {
-        self.spec().affinity.get_or_insert_with(Default::default)
+        Arc::make_mut(self.spec().affinity.get_or_insert_with(Default::default))
     }
     pub fn name(mut self, name: &str) -> Self {
         self.0.metadata.name = Some(name.into());
@@ -235,7 +237,7 @@ impl P {
             .iter()
             .map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string())))
             .collect();
-        self.spec().containers[0].resources = Some(ResourceRequirements {
+        Arc::make_mut(&mut self.spec().containers)[0].resources = Some(ResourceRequirements {
             requests: Some(map),
             ..Default::default()
         });
@@ -246,17 +248,17 @@ impl P {
             .iter()
             .map(|(k, v)| (k.to_string(), K8sQuantity(v.to_string())))
             .collect();
-        self.spec()
-            .init_containers
-            .get_or_insert_with(Vec::new)
-            .push(Container {
+        append_shared(
+            &mut self.spec().init_containers,
+            Container {
                 name: "init".into(),
                 resources: Some(ResourceRequirements {
                     requests: Some(map),
                     ..Default::default()
                 }),
                 ..Default::default()
-            });
+            },
+        );
         self
     }
     pub fn overhead(mut self, overhead: &[(&str, &str)]) -> Self {
@@ -269,7 +271,11 @@ impl P {
         self
     }
     pub fn node_selector(mut self, labels: &[(&str, &str)]) -> Self {
-        let map = self.spec().node_selector.get_or_insert_with(BTreeMap::new);
+        let map = Arc::make_mut(
+            self.spec()
+                .node_selector
+                .get_or_insert_with(Default::default),
+        );
         for (k, v) in labels {
             map.insert(k.to_string(), v.to_string());
         }
@@ -309,7 +315,7 @@ impl P {
         self
     }
     pub fn tolerate(mut self, t: Toleration) -> Self {
-        self.spec().tolerations.get_or_insert_with(Vec::new).push(t);
+        append_shared(&mut self.spec().tolerations, t);
         self
     }
     pub fn spread(
@@ -319,23 +325,20 @@ impl P {
         unsat: &str,
         sel: Option<LabelSelector>,
     ) -> Self {
-        self.spec()
-            .topology_spread_constraints
-            .get_or_insert_with(Vec::new)
-            .push(TopologySpreadConstraint {
+        append_shared(
+            &mut self.spec().topology_spread_constraints,
+            TopologySpreadConstraint {
                 max_skew,
                 topology_key: key.into(),
                 when_unsatisfiable: unsat.into(),
                 label_selector: sel,
                 ..Default::default()
-            });
+            },
+        );
         self
     }
     pub fn spread_with(mut self, tsc: TopologySpreadConstraint) -> Self {
-        self.spec()
-            .topology_spread_constraints
-            .get_or_insert_with(Vec::new)
-            .push(tsc);
+        append_shared(&mut self.spec().topology_spread_constraints, tsc);
         self
     }
     pub fn affinity_to(mut self, key: &str, sel: &[(&str, &str)]) -> Self {
@@ -416,7 +419,7 @@ impl P {
         self
     }
     pub fn host_port(mut self, port: i32) -> Self {
-        self.spec().containers[0]
+        Arc::make_mut(&mut self.spec().containers)[0]
             .ports
             .get_or_insert_with(Vec::new)
             .push(ContainerPort {

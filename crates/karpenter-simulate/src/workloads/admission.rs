@@ -4,6 +4,7 @@
 //! DefaultStorageClass admission plugin sets it on a claim that names none).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, PersistentVolumeClaimStatus, PersistentVolumeClaimVolumeSource,
@@ -151,8 +152,7 @@ pub fn apply_runtime_class<S: RuntimeClassFields>(
         return Ok(());
     };
     if let Some(selector) = scheduling.node_selector.as_ref() {
-        let pod_selector: &mut BTreeMap<String, String> =
-            spec.node_selector.get_or_insert_with(BTreeMap::new);
+        let pod_selector = spec.node_selector.map_mut();
         for (key, value) in selector {
             match pod_selector.get(key) {
                 Some(pod_value) if pod_value != value => {
@@ -172,11 +172,8 @@ pub fn apply_runtime_class<S: RuntimeClassFields>(
         }
     }
     if let Some(tolerations) = scheduling.tolerations.as_ref() {
-        let pod_tolerations = spec.tolerations.get_or_insert_with(Vec::new);
         for toleration in tolerations {
-            if !pod_tolerations.contains(toleration) {
-                pod_tolerations.push(toleration.clone());
-            }
+            spec.tolerations.add_missing(toleration);
         }
     }
     Ok(())
@@ -187,8 +184,50 @@ pub fn apply_runtime_class<S: RuntimeClassFields>(
 pub struct RuntimeClassFieldsMut<'a> {
     pub runtime_class_name: Option<&'a String>,
     pub overhead: &'a mut Option<BTreeMap<String, Quantity>>,
-    pub node_selector: &'a mut Option<BTreeMap<String, String>>,
-    pub tolerations: &'a mut Option<Vec<Toleration>>,
+    pub node_selector: &'a mut dyn NodeSelectorSlot,
+    pub tolerations: &'a mut dyn TolerationsSlot,
+}
+
+/// A spec's node selector, kept inline (a full template) or shared (a pod as karpenter-rs keeps
+/// it, where the replicas of one owner share it).
+pub trait NodeSelectorSlot {
+    /// The selector to change, created empty when unset (copied first when shared).
+    fn map_mut(&mut self) -> &mut BTreeMap<String, String>;
+}
+
+impl NodeSelectorSlot for Option<BTreeMap<String, String>> {
+    fn map_mut(&mut self) -> &mut BTreeMap<String, String> {
+        self.get_or_insert_with(BTreeMap::new)
+    }
+}
+
+impl NodeSelectorSlot for Option<Arc<BTreeMap<String, String>>> {
+    fn map_mut(&mut self) -> &mut BTreeMap<String, String> {
+        Arc::make_mut(self.get_or_insert_with(Default::default))
+    }
+}
+
+/// A spec's tolerations, kept inline or shared (as [`NodeSelectorSlot`]).
+pub trait TolerationsSlot {
+    /// Adds `toleration` unless the spec has it already.
+    fn add_missing(&mut self, toleration: &Toleration);
+}
+
+impl TolerationsSlot for Option<Vec<Toleration>> {
+    fn add_missing(&mut self, toleration: &Toleration) {
+        let tolerations = self.get_or_insert_with(Vec::new);
+        if !tolerations.contains(toleration) {
+            tolerations.push(toleration.clone());
+        }
+    }
+}
+
+impl TolerationsSlot for Option<Arc<[Toleration]>> {
+    fn add_missing(&mut self, toleration: &Toleration) {
+        if !self.as_deref().unwrap_or_default().contains(toleration) {
+            karpenter_core::pod::append_shared(self, toleration.clone());
+        }
+    }
 }
 
 /// A pod spec the RuntimeClass plugin can admit.

@@ -108,7 +108,7 @@ fn check_plan(manifests: &Manifests, provider: &SimCloudProvider, plan: &Plan) {
             let pod = pods[name];
             sum.add(&effective_requests(pod).unwrap());
             let spec = pod.spec.as_ref().unwrap();
-            for (k, v) in spec.node_selector.iter().flatten() {
+            for (k, v) in spec.node_selector.iter().flat_map(|s| s.iter()) {
                 assert_eq!(
                     claim.labels.get(k),
                     Some(v),

@@ -65,9 +65,9 @@ impl MovedPod {
             ),
             requests,
             node_selector: spec
-                .and_then(|s| s.node_selector.clone())
+                .and_then(|s| s.node_selector.as_deref().cloned())
                 .unwrap_or_default(),
-            tolerations: spec.and_then(|s| s.tolerations.clone()).unwrap_or_default(),
+            tolerations: spec.map(|s| s.tolerations().to_vec()).unwrap_or_default(),
         }
     }
 

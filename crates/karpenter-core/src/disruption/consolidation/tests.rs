@@ -1,6 +1,8 @@
 //! Consolidation behaviours of karpenter-core §7.6 (upstream consolidation_test.go).
 #![allow(clippy::unwrap_used)]
 
+use std::sync::Arc;
+
 use serde_json::json;
 
 use karpenter_api::NodePool;
@@ -94,8 +96,9 @@ fn no_cheaper_replacement_is_explained_with_both_prices() {
 #[test]
 fn pods_that_would_not_fit_block_with_the_schedulers_reason() {
     let mut special = pod("a", "n", "1");
-    special.spec.as_mut().unwrap().node_selector =
-        Some([("special".to_string(), "yes".to_string())].into());
+    special.spec.as_mut().unwrap().node_selector = Some(Arc::new(
+        [("special".to_string(), "yes".to_string())].into(),
+    ));
     let (claim, mut n) = node("n", "big.8x", "on-demand", "default");
     n.metadata
         .labels

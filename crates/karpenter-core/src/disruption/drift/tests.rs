@@ -167,8 +167,9 @@ fn a_drifted_node_whose_pods_cannot_move_is_explained_and_the_next_one_runs() {
         "consolidateAfter": "Never", "budgets": [{"nodes": "100%"}]}}),
     )];
     let mut special = pod("p1", "d1", "1");
-    special.spec.as_mut().unwrap().node_selector =
-        Some([("special".to_string(), "yes".to_string())].into());
+    special.spec.as_mut().unwrap().node_selector = Some(Arc::new(
+        [("special".to_string(), "yes".to_string())].into(),
+    ));
     let (c1, mut n1) = node("d1", "medium.4x", "on-demand", "default");
     n1.metadata
         .labels
