@@ -37,7 +37,7 @@ pub fn is_critical(pod: &Pod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.priority_class_name.as_deref())
-        .is_some_and(|p| CRITICAL_PRIORITY_CLASSES.contains(&p))
+        .is_some_and(|p| CRITICAL_PRIORITY_CLASSES.contains(&p.as_str()))
 }
 
 pub fn tier(pod: &Pod) -> Tier {
@@ -204,7 +204,8 @@ mod tests {
         }))
         .unwrap();
         if critical {
-            p.spec.as_mut().unwrap().priority_class_name = Some("system-node-critical".into());
+            p.spec.as_mut().unwrap().priority_class_name =
+                Some(Box::new("system-node-critical".into()));
         }
         if daemon {
             p.metadata.owner_references = Some(vec![serde_json::from_value(

@@ -39,8 +39,8 @@ pub fn pod_is_ready(pod: &Pod) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use crate::pod::PodStatus;
-    use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus, PodCondition};
+    use crate::pod::{PodCondition, PodStatus};
+    use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
 
     use super::*;
 

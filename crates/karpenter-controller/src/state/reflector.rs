@@ -313,7 +313,6 @@ mod tests {
         assert_eq!(status.phase.as_deref(), Some("Pending"));
         let conditions = status.conditions.clone().unwrap();
         assert_eq!(conditions[0].reason.as_deref(), Some("Unschedulable"));
-        assert!(conditions[0].message.is_none(), "messages go");
         let kept: Vec<&str> = conditions.iter().map(|c| c.type_.as_str()).collect();
         assert_eq!(
             kept,

@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{PodCondition, PodTemplateSpec};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use karpenter_api::autoscaling::{
     BUFFER_NAME_ANNOTATION, BUFFER_NAMESPACE_ANNOTATION, CONDITION_PROVISIONING,
     CONDITION_READY_FOR_PROVISIONING, CapacityBuffer, CapacityBufferStatus, LocalObjectRef,
@@ -306,11 +306,11 @@ pub fn virtual_pods(
             ]));
             pod.spec = Some(spec.clone());
             pod.status = Some(pod::PodStatus {
-                conditions: Some(vec![PodCondition {
+                conditions: Some(vec![pod::PodCondition {
                     type_: "PodScheduled".into(),
                     status: "False".into(),
                     reason: Some("Unschedulable".into()),
-                    ..PodCondition::default()
+                    ..pod::PodCondition::default()
                 }]),
                 phase: Some("Pending".into()),
                 ..pod::PodStatus::default()

@@ -19,7 +19,9 @@ pub use do_not_disrupt::{
 };
 
 pub use limit_range::{ContainerDefaults, apply_limit_ranges, container_defaults};
-pub use object::{Container, Pod, PodSpec, PodStatus, Volume, append_shared, share_parts};
+pub use object::{
+    Container, Pod, PodCondition, PodSpec, PodStatus, Volume, append_shared, share_parts,
+};
 
 /// A pod's quantities could not be read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -121,7 +123,7 @@ pub fn is_provisionable(pod: &Pod) -> bool {
             .status
             .as_ref()
             .and_then(|s| s.nominated_node_name.as_deref())
-            .is_none_or(str::is_empty)
+            .is_none_or(String::is_empty)
         && !is_terminal(pod)
         && !is_terminating(pod)
         && !is_gated(pod)
@@ -276,7 +278,7 @@ mod tests {
 
         let mut gated = pod.clone();
         gated.spec.as_mut().unwrap().scheduling_gates =
-            Some(vec![serde_json::from_value(json!({"name": "g"})).unwrap()]);
+            Some(vec![serde_json::from_value(json!({"name": "g"})).unwrap()].into());
         assert!(!is_provisionable(&gated));
 
         let mut done = pod.clone();

@@ -535,11 +535,7 @@ pub(crate) fn compile_pod(pod: &Pod, ctx: &CompileContext, interner: &mut Intern
         info.anti_preferred
             .sort_by_key(|t| std::cmp::Reverse(t.weight));
     }
-    for tsc in spec
-        .topology_spread_constraints
-        .iter()
-        .flat_map(|t| t.iter())
-    {
+    for tsc in spec.topology_spread_constraints() {
         let labels = info.labels.clone();
         info.spreads.push(spread_term(tsc, &labels, interner));
     }

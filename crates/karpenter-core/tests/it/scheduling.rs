@@ -1256,11 +1256,14 @@ fn not_launch_nodes_for_invalid_volume_claims() {
 fn with_resource_claim(p: P) -> karpenter_core::pod::Pod {
     let mut pod = p.build();
     if let Some(spec) = pod.spec.as_mut() {
-        spec.resource_claims = Some(vec![k8s_openapi::api::core::v1::PodResourceClaim {
-            name: "gpu".into(),
-            resource_claim_template_name: Some("one-gpu".into()),
-            ..Default::default()
-        }]);
+        spec.resource_claims = Some(
+            vec![k8s_openapi::api::core::v1::PodResourceClaim {
+                name: "gpu".into(),
+                resource_claim_template_name: Some("one-gpu".into()),
+                ..Default::default()
+            }]
+            .into(),
+        );
     }
     pod
 }

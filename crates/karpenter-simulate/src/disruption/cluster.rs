@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, PodCondition, Taint};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::NodeClaim;
@@ -19,7 +19,7 @@ use karpenter_api::v1::{
 use karpenter_api::well_known as wk;
 use karpenter_core::disruption::candidates::OfferingCatalog;
 use karpenter_core::instance_type::InstanceType;
-use karpenter_core::pod::{self, Pod, PodStatus};
+use karpenter_core::pod::{self, Pod, PodCondition, PodStatus};
 use karpenter_core::provisioning::reschedulable::moves_with_its_node;
 use karpenter_core::scheduling::SchedulerOptions;
 use karpenter_core::state::ClusterState;

@@ -116,7 +116,7 @@ pub fn apply_runtime_class<S: RuntimeClassFields>(
 ) -> Result<(), Finding> {
     let Some(spec) = spec else { return Ok(()) };
     let spec = spec.runtime_class_fields();
-    let Some(name) = spec.runtime_class_name.cloned() else {
+    let Some(name) = spec.runtime_class_name.map(str::to_string) else {
         return Ok(());
     };
     let field = format!("{spec_path}.runtimeClassName");
@@ -182,7 +182,7 @@ pub fn apply_runtime_class<S: RuntimeClassFields>(
 /// The parts of a pod spec the RuntimeClass plugin reads and sets, in a pod's spec as karpenter-rs
 /// keeps it and in a full template's (a DaemonSet's, kept whole).
 pub struct RuntimeClassFieldsMut<'a> {
-    pub runtime_class_name: Option<&'a String>,
+    pub runtime_class_name: Option<&'a str>,
     pub overhead: &'a mut Option<BTreeMap<String, Quantity>>,
     pub node_selector: &'a mut dyn NodeSelectorSlot,
     pub tolerations: &'a mut dyn TolerationsSlot,
@@ -240,7 +240,7 @@ macro_rules! runtime_class_fields {
         impl RuntimeClassFields for $spec {
             fn runtime_class_fields(&mut self) -> RuntimeClassFieldsMut<'_> {
                 RuntimeClassFieldsMut {
-                    runtime_class_name: self.runtime_class_name.as_ref(),
+                    runtime_class_name: self.runtime_class_name.as_ref().map(|n| n.as_str()),
                     overhead: &mut self.overhead,
                     node_selector: &mut self.node_selector,
                     tolerations: &mut self.tolerations,

@@ -297,7 +297,7 @@ fn a_reservation_no_cheaper_than_the_node_is_not_a_replacement() {
 fn not_ready(mut p: crate::pod::Pod) -> crate::pod::Pod {
     let status = p.status.get_or_insert_default();
     status.phase = Some("Running".into());
-    status.conditions = Some(vec![k8s_openapi::api::core::v1::PodCondition {
+    status.conditions = Some(vec![crate::pod::PodCondition {
         type_: "Ready".into(),
         status: "False".into(),
         ..Default::default()
