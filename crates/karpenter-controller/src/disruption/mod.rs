@@ -104,6 +104,7 @@ impl InFlight {
         for (_, command) in self.commands.drain() {
             queue::release(&mut state, &command);
         }
+        state.clear_replacing();
     }
 }
 

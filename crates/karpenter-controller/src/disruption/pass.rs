@@ -411,7 +411,8 @@ impl BlockedEvents {
             | BlockReason::NoNode
             | BlockReason::NotInitialized
             | BlockReason::MarkedForDeletion
-            | BlockReason::BeingDisrupted => None,
+            | BlockReason::BeingDisrupted
+            | BlockReason::Replacing => None,
             BlockReason::ConsolidatableAt(at) => Some((
                 REASON_DISRUPTION_BLOCKED,
                 format!(

@@ -149,6 +149,10 @@ pub async fn execute(
                 .get_or_create(&decision_labels(&command))
                 .inc();
             rollback(ctx, &command).await;
+            let mut state = ctx.state.write();
+            for name in &created {
+                state.unmark_replacing(name);
+            }
             Err(err)
         }
     }
@@ -352,7 +356,12 @@ async fn create_replacements(
                 min_values_relaxed: "false".into(),
             })
             .inc();
-        ctx.state.write().remember(claim);
+        {
+            // Out of every decision until the candidates are gone (their pods come here).
+            let mut state = ctx.state.write();
+            state.remember(claim);
+            state.mark_replacing(&name, command.candidates.iter().map(|c| c.name.as_str()));
+        }
         *named = Some(name);
         *seen = ReplacementView::Launching;
     }

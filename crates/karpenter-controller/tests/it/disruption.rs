@@ -455,11 +455,26 @@ async fn a_replacement_that_never_initializes_is_rolled_back() {
         })
         .await;
     assert_eq!(cluster.server.count::<NodeClaim>(), 2, "the replacement");
+    // Until the candidate is gone, no pass may take its replacement (empty until the
+    // candidate's pods move: emptiness would delete it).
+    let replacement = controller
+        .ctx
+        .state
+        .read()
+        .nodeclaims()
+        .map(|c| c.name_any())
+        .find(|n| n != "candidate")
+        .unwrap();
+    assert!(controller.ctx.state.read().is_replacing(&replacement));
 
     let result = running.await.unwrap();
     assert!(
         matches!(result, Err(CommandError::ReplacementTimeout(_))),
         "{result:?}"
+    );
+    assert!(
+        !controller.ctx.state.read().is_replacing(&replacement),
+        "released by the rollback"
     );
     let candidate = cluster.nodeclaim("candidate").unwrap();
     assert!(candidate.metadata.deletion_timestamp.is_none(), "kept");

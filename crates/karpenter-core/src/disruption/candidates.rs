@@ -157,6 +157,9 @@ pub enum BlockReason {
     MarkedForDeletion,
     /// A disruption command is already working on it.
     BeingDisrupted,
+    /// It replaces the candidates of a disruption command, which are not gone yet: their pods
+    /// are on their way to it.
+    Replacing,
     /// A disruption command for it rolled back; it is not decided again until this instant
     /// ([`crate::disruption::orchestration::command::ROLLBACK_HOLD`]).
     RolledBack {
@@ -275,6 +278,10 @@ impl fmt::Display for BlockReason {
             Self::NotInitialized => write!(f, "node is not initialized"),
             Self::MarkedForDeletion => write!(f, "node is marked for deletion"),
             Self::BeingDisrupted => write!(f, "node is already being disrupted"),
+            Self::Replacing => write!(
+                f,
+                "node replaces the nodes of a disruption command that are not gone yet"
+            ),
             Self::RolledBack { until } => write!(
                 f,
                 "a disruption command for the node rolled back; it is not disrupted again before {until}"
@@ -451,6 +458,9 @@ fn candidate<'a>(
         .is_some_and(|s| s.is_condition_true(NODECLAIM_CONDITION_INSTANCE_TERMINATING));
     if state_node.marked_for_deletion() || instance_terminating {
         return Err(BlockReason::MarkedForDeletion);
+    }
+    if state.is_replacing(&nodeclaim.name_any()) {
+        return Err(BlockReason::Replacing);
     }
     // The provisioner nominates to the NodeClaim's name, or the Node's for nodes without one.
     if !state.nominated_pods(&nodeclaim.name_any(), now).is_empty()

@@ -113,6 +113,12 @@ pub struct ClusterState {
     marked_for_deletion: BTreeSet<String>,
     /// Node names a disruption command is working on: nothing else may disrupt them meanwhile.
     being_disrupted: BTreeSet<String>,
+    /// NodeClaim names a disruption command launched to take its candidates' pods, with those
+    /// candidates' Node names: no command may disrupt a replacement while one of them is still
+    /// in the state. Until the pods move, a replacement is an empty node, and with
+    /// `consolidateAfter: 0s` emptiness would delete it as soon as it is initialized, before
+    /// the candidates are drained onto it (then their pods need new nodes again).
+    replacing: BTreeMap<String, BTreeSet<String>>,
     /// Node names whose disruption command rolled back, with the instant before which no pass
     /// decides them again (issue 33: the same command is not re-decided at once).
     rollback_holds: BTreeMap<String, Timestamp>,
@@ -555,6 +561,43 @@ impl ClusterState {
 
     pub fn is_being_disrupted(&self, name: &str) -> bool {
         self.being_disrupted.contains(name)
+    }
+
+    /// Marks NodeClaim `name` as a replacement for the Nodes `candidates` (see
+    /// [`ClusterState::is_replacing`]); forgets the marks that no longer protect anything.
+    pub fn mark_replacing<'n>(
+        &mut self,
+        name: &str,
+        candidates: impl IntoIterator<Item = &'n str>,
+    ) {
+        let nodes = &self.nodes;
+        let nodeclaims = &self.nodeclaims;
+        self.replacing.retain(|claim, of| {
+            nodeclaims.contains_key(claim) && of.iter().any(|c| nodes.contains_key(c))
+        });
+        self.replacing.insert(
+            name.to_string(),
+            candidates.into_iter().map(str::to_string).collect(),
+        );
+    }
+
+    /// Drops the mark of a replacement whose command rolled back.
+    pub fn unmark_replacing(&mut self, name: &str) -> bool {
+        self.replacing.remove(name).is_some()
+    }
+
+    /// Drops every replacement mark (a replica that stops leading forgets its commands).
+    pub fn clear_replacing(&mut self) {
+        self.replacing.clear();
+    }
+
+    /// Whether NodeClaim `name` replaces Nodes of a disruption command that are still in the
+    /// state: it is no candidate itself until they are gone (their pods are on their way to
+    /// it; once they are pending, the provisioner's nomination protects it while they land).
+    pub fn is_replacing(&self, name: &str) -> bool {
+        self.replacing
+            .get(name)
+            .is_some_and(|of| of.iter().any(|c| self.nodes.contains_key(c)))
     }
 
     /// Holds node `name` out of disruption decisions until `until` (its command rolled back,

@@ -174,6 +174,10 @@ pub struct Timeline {
     /// Candidates of rolled-back commands and the end of their hold
     /// ([`command::hold_after_rollback`]), applied to each pass's state by [`Timeline::mark`].
     holds: BTreeMap<String, Timestamp>,
+    /// Each launched replacement with its command's candidates, applied to each pass's state by
+    /// [`Timeline::mark`] (`ClusterState::mark_replacing`: no command takes it while one of
+    /// them is still in the cluster).
+    replacing: BTreeMap<String, Vec<String>>,
     pub trace: Trace,
 }
 
@@ -204,6 +208,9 @@ impl Timeline {
         }
         for (name, until) in self.holds.iter().filter(|(_, until)| **until > now) {
             state.hold_after_rollback(name, *until, now);
+        }
+        for (name, candidates) in &self.replacing {
+            state.mark_replacing(name, candidates.iter().map(String::as_str));
         }
     }
 
@@ -333,6 +340,15 @@ impl Timeline {
                     .settings
                     .initialization
                     .and_then(|d| now.checked_add(d).ok());
+                let candidates: Vec<String> = flight
+                    .view
+                    .candidates
+                    .iter()
+                    .map(|c| c.name.clone())
+                    .collect();
+                // Marks that protect nothing any more (every candidate gone) go first.
+                self.replacing
+                    .retain(|_, of| of.iter().any(|c| cluster.has_node(c)));
                 for ((claim, seen), launched) in flight
                     .claims
                     .iter()
@@ -346,6 +362,7 @@ impl Timeline {
                                 report.replacements.push(replacement_report(&name, &choice));
                                 refresh(report);
                             }
+                            self.replacing.insert(name.clone(), candidates.clone());
                             *launched = Some(name);
                             *seen = ReplacementView::Launching;
                         }
@@ -366,6 +383,9 @@ impl Timeline {
             }
             CommandStep::RollBack(failure) => {
                 let until = command::hold_after_rollback(now);
+                for name in flight.launched.iter().flatten() {
+                    self.replacing.remove(name);
+                }
                 for candidate in &flight.view.candidates {
                     cluster.taint_disrupted(&candidate.name, false);
                     self.retiring.remove(&candidate.name);

@@ -171,6 +171,35 @@ fn a_node_already_in_a_disruption_command_is_rejected() {
 }
 
 #[test]
+fn a_replacement_is_no_candidate_until_its_commands_candidates_are_gone() {
+    // Two empty initialized nodes: with `consolidateAfter: 0s` emptiness would delete either.
+    let mut state = state_of(
+        vec![fixtures::nodepool("default")],
+        vec![managed("n1"), managed("old")],
+        vec![],
+    );
+    let block = |state: &ClusterState| {
+        let (_, rejected) = candidates(state, t0(), DisruptionClass::Graceful, &catalog());
+        rejected
+            .into_iter()
+            .find(|r| r.name == "n1")
+            .map(|r| r.reason)
+    };
+    assert_eq!(block(&state), None);
+    // n1 replaces "old", still in the state: held.
+    state.mark_replacing("n1-claim", ["old"]);
+    assert_eq!(block(&state), Some(BlockReason::Replacing));
+    // A rolled-back command releases it at once.
+    state.unmark_replacing("n1-claim");
+    assert_eq!(block(&state), None);
+    // Once the node it replaces is gone, it is a candidate again.
+    state.mark_replacing("n1-claim", ["old"]);
+    let old = state.node("old").unwrap().clone();
+    state.delete(&old);
+    assert_eq!(block(&state), None);
+}
+
+#[test]
 fn a_node_whose_command_rolled_back_is_held_until_the_hold_ends_then_decided_again() {
     use crate::disruption::orchestration::command::{ROLLBACK_HOLD, hold_after_rollback};
     let mut state = one_node(vec![]);
