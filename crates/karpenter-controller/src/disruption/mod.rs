@@ -241,7 +241,12 @@ async fn tick(
         let mut valid = Vec::with_capacity(commands.len());
         for command in commands {
             match pass::validate_now(ctx, &types, &drift, &command) {
-                Ok(()) => valid.push(command),
+                Ok(runnable) => {
+                    if runnable.candidates.len() < command.candidates.len() {
+                        tracing::info!(command = %queue::describe(&command), kept = runnable.candidates.len(), "some nodes of the command are no longer empty: deleting the others");
+                    }
+                    valid.push(runnable)
+                }
                 Err(why) => {
                     tracing::info!(command = %queue::describe(&command), reason = %why, "abandoning disruption command: no longer valid");
                     pass::publish_rejected(ctx, &command, &why).await;

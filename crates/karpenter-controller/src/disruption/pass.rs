@@ -162,12 +162,13 @@ pub const VALIDATION_DELAY: Duration =
 
 /// Re-checks a command against a fresh view after the validation delay (core's `validate`: the
 /// nodes are still candidates, budgets still allow them, a fresh simulation decides the same).
+/// Returns the command to run: an emptiness command keeps only its nodes still empty.
 pub fn validate_now(
     ctx: &Context,
     types: &InstanceTypes,
     drift: &ProviderDrift,
     command: &Command,
-) -> Result<(), BlockReason> {
+) -> Result<Command, BlockReason> {
     let state = snapshot(ctx);
     let scheduler = scheduler_options(&ctx.settings);
     let options = disruption_options(ctx);
@@ -339,7 +340,10 @@ pub async fn publish_rejected(ctx: &Context, command: &Command, why: &BlockReaso
 /// `ConsolidationCandidate` on the candidates of consolidation commands, with the estimated
 /// savings (upstream's message).
 pub async fn publish_candidates(ctx: &Context, command: &Command) {
-    if !needs_validation(command.method) {
+    if !matches!(
+        command.method,
+        Method::SingleNodeConsolidation | Method::MultiNodeConsolidation
+    ) {
         return;
     }
     let message = format!(

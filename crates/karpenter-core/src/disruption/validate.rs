@@ -1,6 +1,7 @@
 //! Validation of a command against a fresh view just before it runs (upstream `validation.go`,
-//! karpenter-core §4.11). Upstream waits 15 s after deciding a consolidation; the controller
-//! does the waiting and then calls [`validate`] with the state as it is now.
+//! karpenter-core §4.4 and §4.11). Upstream waits 15 s after deciding an emptiness or
+//! consolidation command; the controller does the waiting and then calls [`validate`] with the
+//! state as it is now.
 
 use std::collections::BTreeMap;
 
@@ -10,6 +11,7 @@ use kube_core::ResourceExt;
 use super::candidates::{BlockReason, Candidate, DisruptionClass};
 use super::command::{Command, DisruptionInput, Method};
 use super::consolidation::{compute, consolidation_candidates};
+use super::emptiness::consolidation_block;
 use super::facts::{PassCache, PassFacts};
 use super::rebalance::recommended_away_from;
 use super::simulate::Simulator;
@@ -20,20 +22,89 @@ use super::simulate::Simulator;
 pub const VALIDATION_DELAY: SignedDuration = SignedDuration::from_secs(15);
 
 /// Whether the method's commands wait [`VALIDATION_DELAY`] and are re-validated before they run
-/// (upstream validates consolidation; emptiness and drift run at once).
+/// (upstream validates emptiness and consolidation; drift runs at once). The wait is what keeps
+/// a node that just went empty — a replacement its command has not drained onto yet, a node
+/// between two pods of a rollout — from being deleted the moment it is seen empty.
 pub fn needs_validation(method: Method) -> bool {
     matches!(
         method,
-        Method::MultiNodeConsolidation | Method::SingleNodeConsolidation
+        Method::Emptiness | Method::MultiNodeConsolidation | Method::SingleNodeConsolidation
     )
 }
 
-/// `Ok` when `command` may still run on `input`'s state: its nodes are all still candidates
+/// The command to run now if `command` may still run on `input`'s state, else why not.
+///
+/// An emptiness command keeps those of its nodes that are still empty candidates past their
+/// `consolidateAfter`, not nominated, within a freshly computed budget, and fails only when none
+/// is left (upstream's partial success, "abandoning empty node consolidation attempt due to pod
+/// churn"). Every other command runs whole or not at all: its nodes are all still candidates
 /// (none nominated, being deleted, or newly holding a do-not-disrupt pod), the budgets still
 /// admit them, and — for consolidation and drift — a fresh simulation still finds a place for
 /// every pod and decides the same way (delete stays delete; a replacement's options are a
 /// superset of the command's, since the command's list was price-filtered).
-pub fn validate(command: &Command, input: &DisruptionInput<'_>) -> Result<(), BlockReason> {
+pub fn validate(command: &Command, input: &DisruptionInput<'_>) -> Result<Command, BlockReason> {
+    if command.method == Method::Emptiness {
+        return still_empty(command, input);
+    }
+    validate_whole(command, input).map(|()| command.clone())
+}
+
+/// The nodes of an emptiness command that may still go (see [`validate`]).
+fn still_empty(command: &Command, input: &DisruptionInput<'_>) -> Result<Command, BlockReason> {
+    let facts = PassCache::new(input);
+    let classified = facts.candidates(DisruptionClass::Graceful);
+    let mut budgets = facts.budgets(command.reason).into_owned();
+    let mut kept = Vec::with_capacity(command.candidates.len());
+    let mut first_refusal = None;
+    for node in &command.candidates {
+        let refusal = if let Some(rejection) =
+            classified.rejected.iter().find(|r| r.name == node.name)
+        {
+            Some(BlockReason::NoLongerCandidate(Box::new(
+                rejection.reason.clone(),
+            )))
+        } else if let Some(candidate) = classified.found.iter().find(|c| c.name() == node.name) {
+            if !candidate.is_empty() {
+                Some(BlockReason::DecisionChanged(format!(
+                    "node {} is no longer empty",
+                    node.name
+                )))
+            } else if let Some(block) = consolidation_block(candidate, input.now) {
+                Some(BlockReason::NoLongerCandidate(Box::new(block)))
+            } else if !budgets.take(&candidate.nodepool_name()) {
+                Some(BlockReason::BudgetExhausted {
+                    nodepool: candidate.nodepool_name(),
+                    reason: command.reason.to_string(),
+                })
+            } else {
+                None
+            }
+        } else {
+            Some(BlockReason::NoLongerCandidate(Box::new(
+                BlockReason::NoNode,
+            )))
+        };
+        match refusal {
+            None => kept.push(node.clone()),
+            Some(why) => {
+                first_refusal.get_or_insert(why);
+            }
+        }
+    }
+    if kept.is_empty() {
+        return Err(first_refusal.unwrap_or_else(|| {
+            BlockReason::DecisionChanged("the command has no node".to_string())
+        }));
+    }
+    Ok(Command {
+        savings_per_hour: kept.iter().filter_map(|n| n.price).sum(),
+        candidates: kept,
+        ..command.clone()
+    })
+}
+
+/// [`validate`] for the commands that run whole.
+fn validate_whole(command: &Command, input: &DisruptionInput<'_>) -> Result<(), BlockReason> {
     let class = match command.method {
         Method::Drift | Method::StaticDrift => DisruptionClass::Eventual,
         _ => DisruptionClass::Graceful,
@@ -68,17 +139,7 @@ pub fn validate(command: &Command, input: &DisruptionInput<'_>) -> Result<(), Bl
         }
     }
     match command.method {
-        Method::Emptiness | Method::StaticDrift => {
-            if command.method == Method::Emptiness
-                && let Some(busy) = chosen.iter().find(|c| !c.is_empty())
-            {
-                return Err(BlockReason::DecisionChanged(format!(
-                    "node {} is no longer empty",
-                    busy.name()
-                )));
-            }
-            Ok(())
-        }
+        Method::Emptiness | Method::StaticDrift => Ok(()),
         Method::Drift => {
             let simulator = Simulator::new(input);
             // A node replaced on a spot rebalance recommendation may not count on its pool.

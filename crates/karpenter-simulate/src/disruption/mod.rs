@@ -199,7 +199,7 @@ pub(crate) fn run(
                 validated = true;
                 to_start = decided
                     .into_iter()
-                    .filter(|c| validate(c, &input).is_ok())
+                    .filter_map(|c| validate(&c, &input).ok())
                     .collect();
             }
             Some(waiting) => validating = Some(waiting),
@@ -216,6 +216,12 @@ pub(crate) fn run(
                     })
                     .collect();
                 timeline.trace.last_blocked = pass.blocked.clone();
+                timeline.trace.held_replacements.extend(
+                    pass.blocked
+                        .iter()
+                        .filter(|r| matches!(r.reason, BlockReason::Replacing))
+                        .map(|r| (now, r.name.clone())),
+                );
                 let validate_later =
                     pass.method.is_some_and(needs_validation) && !pass.commands.is_empty();
                 polls.passed(

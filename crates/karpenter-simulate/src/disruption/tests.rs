@@ -48,16 +48,18 @@ fn the_empty_node_goes_when_consolidate_after_has_passed_since_now() {
     let report = run(EMPTY, SignedDuration::from_hours(24), MAX_STEPS).unwrap();
     assert_eq!(report.commands.len(), 1);
     let command = &report.commands[0];
-    assert_eq!(command.at, "2026-01-30T23:10:00Z");
+    // Decided at 23:10:00 when consolidateAfter ran out, started after upstream's 15 s
+    // validation found the node still empty.
+    assert_eq!(command.at, "2026-01-30T23:10:15Z");
     assert_eq!(command.reason, "Empty");
     assert_eq!(command.candidates[0].name, "node-b");
     // Nothing to drain; upstream's 5 s minimum drain time, then the instance takes its 60 s
     // to shut down.
     assert_eq!(
         command.completed_at.as_deref(),
-        Some("2026-01-30T23:11:05Z")
+        Some("2026-01-30T23:11:20Z")
     );
-    assert_eq!(report.completed_at.as_deref(), Some("2026-01-30T23:11:05Z"));
+    assert_eq!(report.completed_at.as_deref(), Some("2026-01-30T23:11:20Z"));
     assert_eq!(report.before.nodes, 2);
     assert_eq!(report.after.nodes.len(), 1);
 }
@@ -370,6 +372,41 @@ fn a_stale_nodepool_hash_drifts_the_old_node_once_and_never_its_replacement() {
     assert_eq!(report.commands.len(), 1, "{report:#?}");
     assert_eq!(report.commands[0].reason, "Drifted");
     assert_eq!(report.commands[0].candidates[0].name, "node-drifted");
+}
+
+/// A replacement is no candidate while its command's candidate is still in the cluster
+/// (`ClusterState::mark_replacing`, applied to every pass's state by the timeline as the
+/// controller's queue does): with `consolidateAfter: 0s` it is empty and consolidatable from
+/// its initialization until the drifted node's pod lands on it, and emptiness must not take it.
+#[test]
+fn a_replacement_is_held_until_its_commands_candidate_is_gone() {
+    let yaml = DRIFTED.replacen("consolidateAfter: 10m", "consolidateAfter: 0s", 1);
+    assert_ne!(yaml, DRIFTED);
+    let (report, trace) = run_traced(&yaml);
+    assert_eq!(report.commands.len(), 1, "{report:#?}");
+    let command = &report.commands[0];
+    assert_eq!(command.reason, "Drifted");
+    let replacement = &command.replacements[0].name;
+    let started = at(&command.at);
+    let done = at(command.completed_at.as_deref().unwrap());
+    let held: Vec<Timestamp> = trace
+        .held_replacements
+        .iter()
+        .filter(|(_, name)| name == replacement)
+        .map(|(at, _)| *at)
+        .collect();
+    assert!(
+        !held.is_empty(),
+        "no pass saw the replacement held: {trace:?}"
+    );
+    assert!(
+        held.iter().all(|at| *at >= started && *at <= done),
+        "held outside its command: {held:?}, {started}..{done}"
+    );
+    assert!(
+        report.after.nodes.iter().any(|n| &n.name == replacement),
+        "the replacement was deleted: {report:#?}"
+    );
 }
 
 /// A pool stamped by an older hash version re-stamps its NodeClaims instead of drifting them

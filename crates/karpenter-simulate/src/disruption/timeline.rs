@@ -122,6 +122,9 @@ pub struct Trace {
     pub last_blocked: Vec<Rejection>,
     /// The instants at which the loop ran a pass of `decide`.
     pub passes: Vec<Timestamp>,
+    /// Each pass's instant and the replacements it held out because their command's candidates
+    /// were still in the cluster (`BlockReason::Replacing`).
+    pub held_replacements: Vec<(Timestamp, String)>,
     /// The loop stopped because nothing more would happen (not at `--until`).
     pub converged: bool,
 }

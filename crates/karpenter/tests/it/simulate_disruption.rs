@@ -122,12 +122,12 @@ fn an_empty_node_is_deleted_once_consolidate_after_has_passed() {
     assert_eq!(command["reason"], "Empty");
     assert_eq!(command["decision"], "delete");
     assert_eq!(
-        command["at"], "2026-01-30T23:10:00Z",
-        "--now + consolidateAfter"
+        command["at"], "2026-01-30T23:10:15Z",
+        "--now + consolidateAfter + upstream's 15 s validation"
     );
     // No pod to drain: the instance shuts down (60 s by default) and the node is gone.
-    assert_eq!(command["completedAt"], "2026-01-30T23:11:05Z");
-    assert_eq!(json["disruption"]["completedAt"], "2026-01-30T23:11:05Z");
+    assert_eq!(command["completedAt"], "2026-01-30T23:11:20Z");
+    assert_eq!(json["disruption"]["completedAt"], "2026-01-30T23:11:20Z");
     assert_eq!(json["disruption"]["inFlight"], serde_json::json!([]));
     assert_eq!(names(&command["candidates"]), ["node-b"]);
     assert_eq!(command["candidates"][0]["price"], 0.096);

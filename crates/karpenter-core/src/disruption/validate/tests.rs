@@ -1,4 +1,4 @@
-//! Validation before execution (karpenter-core §4.11, §7.6 items 28–30).
+//! Validation before execution (karpenter-core §4.4, §4.11; §7.6 items 28–30, §7.7 item 11).
 #![allow(clippy::unwrap_used)]
 
 use serde_json::json;
@@ -24,7 +24,8 @@ fn a_fresh_command_validates_against_the_same_state() {
     let pass = decide(&world.input());
     assert!(!pass.commands.is_empty());
     for command in &pass.commands {
-        assert_eq!(validate(command, &world.input()), Ok(()));
+        let runnable = validate(command, &world.input()).unwrap();
+        assert_eq!(runnable.candidates, command.candidates);
     }
 }
 
@@ -90,4 +91,119 @@ fn capacity_taken_during_the_wait_changes_the_decision() {
         ),
         "{err}"
     );
+}
+
+/// Three empty nodes of `default` (budget 100 %), deleted by one emptiness command.
+fn three_empty() -> (World, Command) {
+    let world = World::new(
+        vec![pool("default", &["on-demand"], json!({}))],
+        vec![
+            node("e1", "small.2x", "on-demand", "default"),
+            node("e2", "medium.4x", "on-demand", "default"),
+            node("e3", "big.8x", "on-demand", "default"),
+        ],
+        vec![],
+    );
+    let pass = decide(&world.input());
+    assert_eq!(pass.method, Some(Method::Emptiness));
+    let command = pass.commands[0].clone();
+    assert_eq!(command.candidates.len(), 3);
+    (world, command)
+}
+
+fn names(command: &Command) -> Vec<&str> {
+    let mut names: Vec<&str> = command.candidates.iter().map(|c| c.name.as_str()).collect();
+    names.sort_unstable();
+    names
+}
+
+/// Upstream's emptiness validation 15 s after the decision keeps the nodes still empty and
+/// drops the others (partial success), with the savings of what is left.
+#[test]
+fn an_emptiness_command_keeps_the_nodes_still_empty_after_the_wait() {
+    let (mut world, command) = three_empty();
+    world.state.apply(pod("arrived", "e3", "1"));
+    let runnable = validate(&command, &world.input()).unwrap();
+    assert_eq!(names(&runnable), ["e1", "e2"]);
+    assert!(
+        (runnable.savings_per_hour - 0.3).abs() < 1e-9,
+        "{runnable:?}"
+    );
+    assert_eq!(runnable.method, Method::Emptiness);
+}
+
+/// "abandoning empty node consolidation attempt due to pod churn": no node left empty.
+#[test]
+fn an_emptiness_command_with_no_node_left_empty_is_abandoned() {
+    let (mut world, command) = three_empty();
+    for node in ["e1", "e2", "e3"] {
+        world.state.apply(pod(&format!("on-{node}"), node, "1"));
+    }
+    let err = validate(&command, &world.input()).unwrap_err();
+    assert!(matches!(err, BlockReason::DecisionChanged(_)), "{err}");
+}
+
+/// The budget is computed afresh: nodes it no longer admits stay.
+#[test]
+fn an_emptiness_command_keeps_only_what_a_fresh_budget_allows() {
+    let (mut world, command) = three_empty();
+    world.state.apply(pool(
+        "default",
+        &["on-demand"],
+        json!({"disruption": {"consolidateAfter": "0s", "budgets": [{"nodes": "1"}]}}),
+    ));
+    let runnable = validate(&command, &world.input()).unwrap();
+    assert_eq!(runnable.candidates.len(), 1, "{runnable:?}");
+    world.state.apply(pool(
+        "default",
+        &["on-demand"],
+        json!({"disruption": {"consolidateAfter": "0s", "budgets": [{"nodes": "0"}]}}),
+    ));
+    assert!(matches!(
+        validate(&command, &world.input()),
+        Err(BlockReason::BudgetExhausted { .. })
+    ));
+}
+
+/// A node a pending pod was nominated to during the wait, or one that started deleting, is no
+/// longer a candidate; the others still go.
+#[test]
+fn an_emptiness_command_drops_nominated_and_deleting_nodes() {
+    let (mut world, command) = three_empty();
+    world
+        .state
+        .apply(crate::state::fixtures::pending_pod("waiting", "1"));
+    let until = world
+        .now
+        .checked_add(jiff::SignedDuration::from_mins(1))
+        .unwrap();
+    world.state.nominate("default/waiting", "e1-claim", until);
+    let mut deleting = node("e2", "medium.4x", "on-demand", "default").0;
+    deleting.metadata.deletion_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(world.now),
+    );
+    world.state.apply(deleting);
+    let runnable = validate(&command, &world.input()).unwrap();
+    assert_eq!(names(&runnable), ["e3"]);
+}
+
+/// The pod arrived and left during the wait with `consolidateAfter` 1m: the node is empty again
+/// but its window started over, so it stays (upstream re-checks `Consolidatable`).
+#[test]
+fn an_emptiness_command_drops_a_node_whose_consolidate_after_restarted() {
+    let (mut world, command) = three_empty();
+    world.state.apply(pool(
+        "default",
+        &["on-demand"],
+        json!({"disruption": {"consolidateAfter": "1m", "budgets": [{"nodes": "100%"}]}}),
+    ));
+    let mut claim = node("e1", "small.2x", "on-demand", "default").0;
+    let recent = world
+        .now
+        .checked_sub(jiff::SignedDuration::from_secs(5))
+        .unwrap();
+    claim.status.get_or_insert_default().last_pod_event_time = Some(recent.to_string());
+    world.state.apply(claim);
+    let runnable = validate(&command, &world.input()).unwrap();
+    assert_eq!(names(&runnable), ["e2", "e3"]);
 }
