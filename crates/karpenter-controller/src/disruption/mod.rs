@@ -234,9 +234,19 @@ async fn tick(
         pass::publish_candidates(ctx, command).await;
     }
     if pass::needs_validation(method) {
-        tokio::select! {
-            () = stopped(shutdown) => return (outcome, wait(&wake)),
-            () = tokio::time::sleep(pass::VALIDATION_DELAY) => {}
+        let validate_at = tokio::time::Instant::now() + pass::VALIDATION_DELAY;
+        loop {
+            tokio::select! {
+                () = stopped(shutdown) => return (outcome, wait(&wake)),
+                () = tokio::time::sleep_until(validate_at) => break,
+                // A template change marks drift at once, as between ticks: upstream's drift
+                // marking does not wait for a command's validation.
+                () = ctx.templates_changed.notified() => {
+                    let types = pass::instance_types(ctx).await;
+                    let drift = pass::provider_drift(ctx).await;
+                    conditions::update_drifted(ctx, &types, &drift).await;
+                }
+            }
         }
         let mut valid = Vec::with_capacity(commands.len());
         for command in commands {
